@@ -1,0 +1,3 @@
+from nostr_buzz.cli.app import run
+
+run()

@@ -1,0 +1,1 @@
+"""The pure core: no sockets, files, clocks, environment or non-cryptographic randomness."""

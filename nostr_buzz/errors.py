@@ -1,0 +1,67 @@
+"""One exception family for the whole library.
+
+Every error the library raises on bad input derives from :class:`BuzzError` and from
+``ValueError``, so callers can catch either.  Messages say what was wrong and never contain
+secret material (see ``SECRET_HINT``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+InvalidEventReason = Literal["malformed", "bad_id", "bad_pubkey", "bad_signature"]
+
+#: What an error message says in place of an input that looks like a secret key.
+SECRET_HINT = "(input looks like a secret key; not shown)"
+
+
+class BuzzError(ValueError):
+    """Base of every nostr-buzz error."""
+
+
+class InvalidEvent(BuzzError):
+    """An event failed strict NIP-01 validation.
+
+    ``reason`` is one of ``malformed``, ``bad_id``, ``bad_pubkey``, ``bad_signature``, checked
+    cheap-first in that order.
+    """
+
+    reason: InvalidEventReason
+
+    def __init__(self, reason: InvalidEventReason, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class InvalidKey(BuzzError):
+    """A key string or key bytes could not be used as a Nostr key."""
+
+
+class Nip19Error(BuzzError):
+    """A NIP-19 bech32 entity could not be encoded or decoded."""
+
+
+class Nip44Error(BuzzError):
+    """NIP-44 v2 encryption or decryption failed."""
+
+
+class MetricError(BuzzError):
+    """A NIP-AM metric event or payload is invalid."""
+
+
+class ManifestError(BuzzError):
+    """A context manifest is malformed or its hash does not match its layers."""
+
+
+class TurnInputError(BuzzError):
+    """A compiler turn input is invalid."""
+
+
+class QueueError(BuzzError):
+    """A dispatch-queue operation got a bad argument or a corrupt snapshot."""
+
+
+def looks_secret(text: str) -> bool:
+    """True for strings an error message must not repeat (bech32 secret keys)."""
+    return text.strip().lower().startswith("nsec1")

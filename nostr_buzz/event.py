@@ -1,0 +1,201 @@
+"""NIP-01 events: strict parsing, canonical serialization, signing and verification.
+
+An :class:`Event` is always verified.  Constructing one (directly, through
+:meth:`Event.from_json` or :func:`sign_event`) runs the checks of spec 01 cheap-first:
+structure, then the recomputed id, then the public key, then the BIP-340 signature.  The struct
+is frozen and its tags are tuples, so a verified event cannot be altered afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from nostr_buzz.errors import InvalidEvent
+from nostr_buzz.keys import PublicKey, SecretKey
+
+_HEX64: Final = re.compile(r"[0-9a-f]{64}")
+_HEX128: Final = re.compile(r"[0-9a-f]{128}")
+MAX_CREATED_AT: Final = 2**63
+MAX_KIND: Final = 65535
+
+Tags = tuple[tuple[str, ...], ...]
+
+
+class _WireEvent(msgspec.Struct):
+    """What a relay or a user sends: typed but not yet checked.  Extra fields are ignored."""
+
+    id: str
+    pubkey: str
+    created_at: int
+    kind: int
+    tags: Tags
+    content: str
+    sig: str
+
+
+_decode_wire = msgspec.json.Decoder(_WireEvent).decode
+_encode = msgspec.json.Encoder().encode
+
+
+def _utf8_ok(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_structure(
+    id: object,
+    pubkey: object,
+    created_at: object,
+    kind: object,
+    tags: object,
+    content: object,
+    sig: object,
+) -> None:
+    """Spec 01 step 2; raises ``InvalidEvent('malformed')`` naming the field."""
+    if not isinstance(id, str) or not _HEX64.fullmatch(id):
+        raise InvalidEvent("malformed", "id must be 64 lowercase hex characters")
+    if not isinstance(pubkey, str) or not _HEX64.fullmatch(pubkey):
+        raise InvalidEvent("malformed", "pubkey must be 64 lowercase hex characters")
+    if not isinstance(sig, str) or not _HEX128.fullmatch(sig):
+        raise InvalidEvent("malformed", "sig must be 128 lowercase hex characters")
+    if type(created_at) is not int or not 0 <= created_at < MAX_CREATED_AT:
+        raise InvalidEvent("malformed", "created_at must be an integer from 0 to 2^63-1")
+    if type(kind) is not int or not 0 <= kind <= MAX_KIND:
+        raise InvalidEvent("malformed", "kind must be an integer from 0 to 65535")
+    if not isinstance(content, str) or not _utf8_ok(content):
+        raise InvalidEvent("malformed", "content must be a string encodable as UTF-8")
+    if not isinstance(tags, tuple):
+        raise InvalidEvent("malformed", "tags must be a list of lists of strings")
+    for i, tag in enumerate(tags):
+        if not isinstance(tag, tuple) or not tag:
+            raise InvalidEvent("malformed", f"tags[{i}] must be a non-empty list of strings")
+        for item in tag:
+            if not isinstance(item, str) or not _utf8_ok(item):
+                raise InvalidEvent("malformed", f"tags[{i}] must hold only UTF-8 strings")
+
+
+def compute_id(
+    pubkey: str, created_at: int, kind: int, tags: Iterable[Sequence[str]], content: str
+) -> str:
+    """SHA-256 of the NIP-01 serialization ``[0, pubkey, created_at, kind, tags, content]``."""
+    serialized = _encode([0, pubkey, created_at, kind, tags, content])
+    return hashlib.sha256(serialized).hexdigest()
+
+
+class Event(msgspec.Struct, frozen=True):
+    """A verified NIP-01 event.  Field order is the canonical output order."""
+
+    id: str
+    pubkey: str
+    created_at: int
+    kind: int
+    tags: Tags
+    content: str
+    sig: str
+
+    def __post_init__(self) -> None:
+        _check_structure(
+            self.id, self.pubkey, self.created_at, self.kind, self.tags, self.content, self.sig
+        )
+        if compute_id(self.pubkey, self.created_at, self.kind, self.tags, self.content) != self.id:
+            raise InvalidEvent("bad_id", "id does not match the event's content")
+        try:
+            public = PublicKey(bytes.fromhex(self.pubkey))
+        except ValueError:
+            raise InvalidEvent("bad_pubkey", "pubkey is not a point on secp256k1") from None
+        if not public.verify(bytes.fromhex(self.sig), bytes.fromhex(self.id)):
+            raise InvalidEvent("bad_signature", "BIP-340 signature does not verify")
+
+    @classmethod
+    def from_json(cls, data: str | bytes | bytearray | memoryview) -> Event:
+        """Strictly parse and verify one event from JSON text; raises :class:`InvalidEvent`."""
+        if isinstance(data, str):
+            try:
+                raw: bytes | bytearray | memoryview = data.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidEvent("malformed", "text is not encodable as UTF-8") from None
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            raw = data
+        else:
+            raise InvalidEvent("malformed", "expected JSON text as str or bytes")
+        try:
+            wire = _decode_wire(raw)
+        except msgspec.DecodeError as exc:
+            raise InvalidEvent("malformed", str(exc)) from None
+        return cls.from_wire(wire)
+
+    @classmethod
+    def from_wire(cls, wire: _WireEvent) -> Event:
+        return cls(
+            wire.id, wire.pubkey, wire.created_at, wire.kind, wire.tags, wire.content, wire.sig
+        )
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> Event:
+        """Verify an event already decoded from JSON (a dict); raises :class:`InvalidEvent`."""
+        try:
+            wire = msgspec.convert(obj, _WireEvent)
+        except msgspec.ValidationError as exc:
+            raise InvalidEvent("malformed", str(exc)) from None
+        return cls.from_wire(wire)
+
+    def to_json(self) -> str:
+        """Canonical one-line JSON: the seven fields in NIP-01 order, escaped as in the id."""
+        return _encode(self).decode("utf-8")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "pubkey": self.pubkey,
+            "created_at": self.created_at,
+            "kind": self.kind,
+            "tags": [list(t) for t in self.tags],
+            "content": self.content,
+            "sig": self.sig,
+        }
+
+    def tag_values(self, name: str) -> list[str]:
+        """The second element of every tag called ``name`` that has one, in tag order."""
+        return [t[1] for t in self.tags if len(t) >= 2 and t[0] == name]
+
+
+def sign_event(
+    secret: SecretKey,
+    *,
+    kind: int,
+    content: str,
+    tags: Iterable[Sequence[str]] = (),
+    created_at: int,
+    aux_rand: bytes | None = None,
+) -> Event:
+    """Sign a new event.  ``created_at`` is required: the library reads no clock.
+
+    ``aux_rand`` pins the BIP-340 auxiliary randomness (tests only); by default it comes from
+    the OS CSPRNG.  Invalid arguments raise ``InvalidEvent('malformed')``.
+    """
+    if not isinstance(secret, SecretKey):
+        raise InvalidEvent("malformed", "secret must be a SecretKey")
+    if isinstance(tags, (str, bytes)):
+        raise InvalidEvent("malformed", "tags must be a list of lists of strings")
+    try:
+        tag_list = list(tags)
+        if any(isinstance(t, (str, bytes)) for t in tag_list):
+            raise TypeError
+        tag_tuple: Tags = tuple(tuple(t) for t in tag_list)
+    except TypeError:
+        raise InvalidEvent("malformed", "tags must be a list of lists of strings") from None
+    pubkey = secret.public_key.hex
+    _check_structure("0" * 64, pubkey, created_at, kind, tag_tuple, content, "0" * 128)
+    event_id = compute_id(pubkey, created_at, kind, tag_tuple, content)
+    if aux_rand is not None and (not isinstance(aux_rand, bytes) or len(aux_rand) != 32):
+        raise InvalidEvent("malformed", "aux_rand must be 32 bytes")
+    sig = secret.sign_schnorr(bytes.fromhex(event_id), aux_rand).hex()
+    return Event(event_id, pubkey, created_at, kind, tag_tuple, content, sig)

@@ -1,0 +1,170 @@
+"""Nostr keys: secp256k1 secret keys and x-only (BIP-340) public keys.
+
+A secret key is never shown: its ``repr``/``str`` hide it, and no error message repeats the
+input it was parsed from.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from coincurve import PrivateKey, PublicKeyXOnly
+
+from nostr_buzz.errors import InvalidKey, Nip19Error
+from nostr_buzz.nips import nip19
+
+_HEX64: Final = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _hrp_of(text: str) -> str | None:
+    head = text.lower()
+    for hrp in ("npub", "nsec", "note", "nevent", "nprofile"):
+        if head.startswith(hrp + "1"):
+            return hrp
+    return None
+
+
+class PublicKey:
+    """An x-only secp256k1 public key that is known to be on the curve."""
+
+    __slots__ = ("_raw", "_xonly")
+
+    def __init__(self, raw: bytes) -> None:
+        if not isinstance(raw, bytes) or len(raw) != 32:
+            raise InvalidKey("a public key is 32 bytes")
+        try:
+            self._xonly = PublicKeyXOnly(raw)
+        except (ValueError, TypeError):
+            raise InvalidKey("public key is not a point on the secp256k1 curve") from None
+        self._raw = raw
+
+    @classmethod
+    def from_str(cls, text: str) -> PublicKey:
+        """Parse a 64-hex (either case) or ``npub1…`` public key."""
+        if not isinstance(text, str):
+            raise InvalidKey("expected a public key as a string")
+        s = text.strip()
+        if _HEX64.fullmatch(s):
+            return cls(bytes.fromhex(s))
+        hrp = _hrp_of(s)
+        if hrp is None:
+            raise InvalidKey("expected a public key as 64 hex characters or npub1…")
+        if hrp != "npub":
+            raise InvalidKey(f"expected npub, got {hrp}")
+        try:
+            _, value = nip19.decode(s)
+        except Nip19Error as exc:
+            raise InvalidKey(f"invalid npub: {exc}") from None
+        assert isinstance(value, str)
+        return cls(bytes.fromhex(value))
+
+    @property
+    def raw(self) -> bytes:
+        return self._raw
+
+    @property
+    def hex(self) -> str:
+        return self._raw.hex()
+
+    @property
+    def bech32(self) -> str:
+        return nip19.encode("npub", self._raw)
+
+    def verify(self, signature: bytes, message: bytes) -> bool:
+        """BIP-340 verification; any failure inside the backend is a plain ``False``."""
+        try:
+            return bool(self._xonly.verify(signature, message))
+        except (ValueError, TypeError):
+            return False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PublicKey) and other._raw == self._raw
+
+    def __hash__(self) -> int:
+        return hash(self._raw)
+
+    def __repr__(self) -> str:
+        return f"PublicKey({self.hex})"
+
+    def __str__(self) -> str:
+        return self.hex
+
+
+class SecretKey:
+    """A secp256k1 secret key.  Its value never appears in a repr, str or error."""
+
+    __slots__ = ("_key", "_public")
+
+    def __init__(self, raw: bytes) -> None:
+        if not isinstance(raw, bytes) or len(raw) != 32:
+            raise InvalidKey("a secret key is 32 bytes")
+        try:
+            self._key = PrivateKey(raw)
+        except (ValueError, TypeError):
+            raise InvalidKey("secret key is out of range for secp256k1") from None
+        self._public = PublicKey(self._key.public_key_xonly.format())
+
+    @classmethod
+    def generate(cls) -> SecretKey:
+        """A new key from the OS CSPRNG."""
+        return cls(PrivateKey().secret)
+
+    @classmethod
+    def from_str(cls, text: str) -> SecretKey:
+        """Parse a 64-hex (either case) or ``nsec1…`` secret key."""
+        if not isinstance(text, str):
+            raise InvalidKey("expected a secret key as a string")
+        s = text.strip()
+        if _HEX64.fullmatch(s):
+            return cls(bytes.fromhex(s))
+        hrp = _hrp_of(s)
+        if hrp is None:
+            raise InvalidKey("expected a secret key as 64 hex characters or nsec1…")
+        if hrp != "nsec":
+            raise InvalidKey(f"expected nsec, got {hrp}")
+        try:
+            _, value = nip19.decode(s)
+        except Nip19Error:
+            # The decoder's message could quote the input: say only what kind of thing failed.
+            raise InvalidKey("invalid nsec (bad characters, checksum or length)") from None
+        assert isinstance(value, str)
+        return cls(bytes.fromhex(value))
+
+    @property
+    def public_key(self) -> PublicKey:
+        return self._public
+
+    @property
+    def hex(self) -> str:
+        return self._key.secret.hex()
+
+    @property
+    def bech32(self) -> str:
+        return nip19.encode("nsec", self._key.secret)
+
+    def sign_schnorr(self, message: bytes, aux_rand: bytes | None = None) -> bytes:
+        """BIP-340 signature of a 32-byte message; ``aux_rand`` defaults to OS randomness."""
+        if aux_rand is None:
+            return bytes(self._key.sign_schnorr(message))
+        return bytes(self._key.sign_schnorr(message, aux_rand))
+
+    @property
+    def coincurve(self) -> PrivateKey:
+        """The underlying coincurve key, for ECDH (NIP-44)."""
+        return self._key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecretKey) and other._key.secret == self._key.secret
+
+    def __hash__(self) -> int:
+        return hash(self._public)
+
+    def __repr__(self) -> str:
+        return f"SecretKey(public_key={self._public.hex}, secret=<hidden>)"
+
+    def __str__(self) -> str:
+        return "<secret key hidden>"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("secret keys are not picklable")

@@ -1,0 +1,174 @@
+"""NIP-19: bech32-encoded entities (npub, nsec, note, nevent, nprofile).
+
+The bech32 checksum and bit conversion come from pynostr; everything Nostr-specific (which
+human-readable parts exist, their payload sizes, the TLV layout, strict case and length rules)
+is checked here, because pynostr's own key parsing accepts an nsec where an npub is expected.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from pynostr import bech32
+
+from nostr_buzz.errors import SECRET_HINT, Nip19Error
+
+#: Longer strings are refused before any decoding work (NIP-19 has no 90-character cap).
+MAX_LENGTH = 5000
+
+_BARE = ("npub", "nsec", "note")
+_TLV = ("nevent", "nprofile")
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+# TLV types (NIP-19).
+_SPECIAL, _RELAY, _AUTHOR, _KIND = 0, 1, 2, 3
+
+
+class EventPointer(NamedTuple):
+    """Decoded ``nevent``: an event id plus optional hints."""
+
+    id: str
+    relays: tuple[str, ...] = ()
+    author: str | None = None
+    kind: int | None = None
+
+
+class ProfilePointer(NamedTuple):
+    """Decoded ``nprofile``: a public key plus relay hints."""
+
+    pubkey: str
+    relays: tuple[str, ...] = ()
+
+
+Decoded = str | EventPointer | ProfilePointer
+
+
+def _to_bytes32(value: str | bytes, what: str) -> bytes:
+    if isinstance(value, bytes):
+        if len(value) != 32:
+            raise Nip19Error(f"{what} must be 32 bytes, got {len(value)}")
+        return value
+    if isinstance(value, str) and _HEX64.fullmatch(value):
+        return bytes.fromhex(value)
+    raise Nip19Error(f"{what} must be 64 hex characters or 32 bytes")
+
+
+def _bech32(hrp: str, payload: bytes) -> str:
+    words = bech32.convertbits(list(payload), 8, 5, True)
+    return str(bech32.bech32_encode(hrp, words, bech32.Encoding.BECH32))
+
+
+def encode(
+    hrp: str,
+    value: str | bytes,
+    *,
+    relays: tuple[str, ...] | list[str] = (),
+    author: str | bytes | None = None,
+    kind: int | None = None,
+) -> str:
+    """Encode a 32-byte value (64-hex or bytes) as ``hrp``; TLV hints for nevent/nprofile."""
+    raw = _to_bytes32(value, "value")
+    if hrp in _BARE:
+        if relays or author is not None or kind is not None:
+            raise Nip19Error(f"{hrp} carries no relay, author or kind hints")
+        return _bech32(hrp, raw)
+    if hrp not in _TLV:
+        raise Nip19Error(f"unsupported NIP-19 prefix {hrp!r}")
+    tlv = bytearray([_SPECIAL, 32]) + raw
+    for relay in relays:
+        data = relay.encode("utf-8")
+        if not data or len(data) > 255:
+            raise Nip19Error("a relay hint must be 1 to 255 bytes of UTF-8")
+        tlv += bytes([_RELAY, len(data)]) + data
+    if hrp == "nprofile" and (author is not None or kind is not None):
+        raise Nip19Error("nprofile carries no author or kind")
+    if author is not None:
+        tlv += bytes([_AUTHOR, 32]) + _to_bytes32(author, "author")
+    if kind is not None:
+        if isinstance(kind, bool) or not isinstance(kind, int) or not 0 <= kind < 2**32:
+            raise Nip19Error("kind must be an integer from 0 to 2^32-1")
+        tlv += bytes([_KIND, 4]) + kind.to_bytes(4, "big")
+    return _bech32(hrp, bytes(tlv))
+
+
+def _describe(s: str) -> str:
+    if s.strip().lower().startswith("nsec1"):
+        return SECRET_HINT
+    return repr(s[:24] + ("…" if len(s) > 24 else ""))
+
+
+def decode(s: str) -> tuple[str, Decoded]:
+    """Decode a NIP-19 string into ``(hrp, value)``.
+
+    ``value`` is a 64-hex str for npub/nsec/note, an :class:`EventPointer` for nevent and a
+    :class:`ProfilePointer` for nprofile.  Unknown TLV types are ignored.
+    """
+    if not isinstance(s, str):
+        raise Nip19Error("expected a bech32 string")
+    if len(s) > MAX_LENGTH:
+        raise Nip19Error(f"bech32 string longer than {MAX_LENGTH} characters")
+    if s.lower() != s and s.upper() != s:
+        raise Nip19Error("bech32 string mixes upper and lower case")
+    hrp, words, spec = bech32.bech32_decode(s)
+    if hrp is None or spec != bech32.Encoding.BECH32:
+        raise Nip19Error(f"not a valid bech32 string (bad characters or checksum): {_describe(s)}")
+    raw_list = bech32.convertbits(words, 5, 8, False)
+    if raw_list is None:
+        raise Nip19Error("bech32 data has invalid padding")
+    raw = bytes(raw_list)
+    if hrp in _BARE:
+        if len(raw) != 32:
+            raise Nip19Error(f"{hrp} must hold 32 bytes, got {len(raw)}")
+        return hrp, raw.hex()
+    if hrp == "nevent":
+        return hrp, _decode_nevent(raw)
+    if hrp == "nprofile":
+        special, relays, _, _ = _read_tlv(raw, "nprofile")
+        return hrp, ProfilePointer(special, relays)
+    raise Nip19Error(f"unsupported NIP-19 prefix {hrp!r}")
+
+
+def _decode_nevent(raw: bytes) -> EventPointer:
+    special, relays, author, kind = _read_tlv(raw, "nevent")
+    return EventPointer(special, relays, author, kind)
+
+
+def _read_tlv(raw: bytes, hrp: str) -> tuple[str, tuple[str, ...], str | None, int | None]:
+    special: str | None = None
+    relays: list[str] = []
+    author: str | None = None
+    kind: int | None = None
+    i = 0
+    while i < len(raw):
+        if i + 2 > len(raw):
+            raise Nip19Error(f"{hrp}: truncated TLV record")
+        t, length = raw[i], raw[i + 1]
+        value = raw[i + 2 : i + 2 + length]
+        if len(value) != length:
+            raise Nip19Error(f"{hrp}: TLV record runs past the end")
+        i += 2 + length
+        if t == _SPECIAL:
+            if length != 32:
+                raise Nip19Error(f"{hrp}: the id/pubkey record must be 32 bytes")
+            if special is None:
+                special = value.hex()
+        elif t == _RELAY:
+            try:
+                relays.append(value.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise Nip19Error(f"{hrp}: relay hint is not UTF-8") from None
+        elif t == _AUTHOR and hrp == "nevent":
+            if length != 32:
+                raise Nip19Error(f"{hrp}: the author record must be 32 bytes")
+            if author is None:
+                author = value.hex()
+        elif t == _KIND and hrp == "nevent":
+            if length != 4:
+                raise Nip19Error(f"{hrp}: the kind record must be 4 bytes")
+            if kind is None:
+                kind = int.from_bytes(value, "big")
+        # Unknown TLV types are ignored (NIP-19).
+    if special is None:
+        raise Nip19Error(f"{hrp}: missing the id/pubkey record")
+    return special, tuple(relays), author, kind
