@@ -1,0 +1,41 @@
+"""Text rules shared by profiles and the compiler (spec 03, "Words used below").
+
+Pure: no I/O. Whitespace is exactly the Unicode White_Space set, passed explicitly
+because Python's ``str.strip()`` also strips U+001C-U+001F.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+__all__ = ["LABEL_MAX_CHARS", "WHITESPACE", "is_blank", "sanitize_label", "trim"]
+
+#: The Unicode White_Space property set, as listed in spec 03.
+WHITESPACE: str = (
+    "\u0009\u000a\u000b\u000c\u000d"
+    "\u0020\u0085\u00a0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+
+#: A sanitized label keeps at most this many characters (Unicode scalar values).
+LABEL_MAX_CHARS: int = 64
+
+
+def trim(s: str) -> str:
+    """Remove Unicode White_Space characters from both ends of ``s``."""
+    return s.strip(WHITESPACE)
+
+
+def is_blank(s: str) -> bool:
+    """True when ``s`` is empty after :func:`trim`."""
+    return trim(s) == ""
+
+
+def sanitize_label(s: str) -> str:
+    """Sanitized label: drop Cc characters, trim, keep the first 64 characters, trim again.
+
+    Returns ``""`` when nothing is left (meaning "no label"). Idempotent.
+    """
+    without_controls = "".join(ch for ch in s if unicodedata.category(ch) != "Cc")
+    return trim(trim(without_controls)[:LABEL_MAX_CHARS])
