@@ -130,6 +130,9 @@ class Event(msgspec.Struct, frozen=True):
             wire = _decode_wire(raw)
         except msgspec.DecodeError as exc:
             raise InvalidEvent("malformed", str(exc)) from None
+        except RecursionError:
+            # msgspec still walks ignored extra fields; absurd nesting must not escape untyped.
+            raise InvalidEvent("malformed", "JSON nested too deeply") from None
         return cls.from_wire(wire)
 
     @classmethod
@@ -145,6 +148,8 @@ class Event(msgspec.Struct, frozen=True):
             wire = msgspec.convert(obj, _WireEvent)
         except msgspec.ValidationError as exc:
             raise InvalidEvent("malformed", str(exc)) from None
+        except RecursionError:
+            raise InvalidEvent("malformed", "object nested too deeply") from None
         return cls.from_wire(wire)
 
     def to_json(self) -> str:

@@ -11,7 +11,7 @@ from typing import Final
 
 from coincurve import PrivateKey, PublicKeyXOnly
 
-from nostr_buzz.errors import InvalidKey, Nip19Error
+from nostr_buzz.errors import BuzzError, InvalidKey, Nip19Error
 from nostr_buzz.nips import nip19
 
 _HEX64: Final = re.compile(r"[0-9a-fA-F]{64}")
@@ -54,8 +54,9 @@ class PublicKey:
             raise InvalidKey(f"expected npub, got {hrp}")
         try:
             _, value = nip19.decode(s)
-        except Nip19Error as exc:
-            raise InvalidKey(f"invalid npub: {exc}") from None
+        except Nip19Error:
+            # Never quote the input in a key error (spec 01).
+            raise InvalidKey("invalid npub (bad characters, checksum or length)") from None
         assert isinstance(value, str)
         return cls(bytes.fromhex(value))
 
@@ -144,9 +145,17 @@ class SecretKey:
         return nip19.encode("nsec", self._key.secret)
 
     def sign_schnorr(self, message: bytes, aux_rand: bytes | None = None) -> bytes:
-        """BIP-340 signature of a 32-byte message; ``aux_rand`` defaults to OS randomness."""
+        """BIP-340 signature of a 32-byte message; ``aux_rand`` defaults to OS randomness.
+
+        ``aux_rand`` must be 32 bytes when given (coincurve would read ``None`` as "no
+        randomness" and ``b""`` as "fresh randomness"; here ``None`` always means fresh).
+        """
+        if not isinstance(message, bytes) or len(message) != 32:
+            raise BuzzError("a BIP-340 signature here covers a 32-byte message")
         if aux_rand is None:
             return bytes(self._key.sign_schnorr(message))
+        if not isinstance(aux_rand, bytes) or len(aux_rand) != 32:
+            raise BuzzError("aux_rand must be 32 bytes")
         return bytes(self._key.sign_schnorr(message, aux_rand))
 
     @property

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from pynostr import bech32
 
-from nostr_buzz.errors import SECRET_HINT, Nip19Error
+from nostr_buzz.errors import SECRET_HINT, Nip19Error, looks_secret
 
 #: Longer strings are refused before any decoding work (NIP-19 has no 90-character cap).
 MAX_LENGTH = 5000
@@ -76,8 +76,15 @@ def encode(
     if hrp not in _TLV:
         raise Nip19Error(f"unsupported NIP-19 prefix {hrp!r}")
     tlv = bytearray([_SPECIAL, 32]) + raw
+    if isinstance(relays, str):
+        raise Nip19Error("relays must be a list of relay URLs, not one string")
     for relay in relays:
-        data = relay.encode("utf-8")
+        if not isinstance(relay, str):
+            raise Nip19Error("a relay hint must be a string")
+        try:
+            data = relay.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Nip19Error("a relay hint must be encodable as UTF-8") from None
         if not data or len(data) > 255:
             raise Nip19Error("a relay hint must be 1 to 255 bytes of UTF-8")
         tlv += bytes([_RELAY, len(data)]) + data
@@ -93,9 +100,13 @@ def encode(
 
 
 def _describe(s: str) -> str:
-    if s.strip().lower().startswith("nsec1"):
+    """Name the input by its prefix only: its data part may be a secret (nsec or raw hex)."""
+    if looks_secret(s):
         return SECRET_HINT
-    return repr(s[:24] + ("…" if len(s) > 24 else ""))
+    prefix, sep, _ = s.strip().lower().rpartition("1")
+    if sep and prefix.isascii() and prefix.isalpha() and len(prefix) <= 10:
+        return f"(prefix {prefix!r})"
+    return "(input not shown)"
 
 
 def decode(s: str) -> tuple[str, Decoded]:
