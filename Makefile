@@ -16,8 +16,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check nostr_buzz tests
+	$(BIN)/ruff check nostr_buzz tests bench
 	$(BIN)/mypy nostr_buzz
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench.py
