@@ -62,6 +62,10 @@ class QueueError(BuzzError):
     """A dispatch-queue operation got a bad argument or a corrupt snapshot."""
 
 
+class ConfigError(BuzzError):
+    """Configuration (flags, ``BUZZ_*`` environment, ``buzz.toml``) is missing or invalid."""
+
+
 def looks_secret(text: str) -> bool:
     """True for strings an error message must not repeat (bech32 secret keys)."""
     return text.strip().lower().startswith("nsec1")
