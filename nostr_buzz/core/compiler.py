@@ -1,0 +1,549 @@
+"""The context compiler (spec 03): one batch plus resolved context → sections + manifest.
+
+Pure: no I/O, clock, environment or randomness.  Identical inputs give byte-identical sections
+and manifests in any process.  Every byte below is pinned by spec 03; the section names in the
+comments are the spec's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import msgspec
+
+from nostr_buzz.core.escape import escape_attribute, escape_text
+from nostr_buzz.core.manifest import (
+    Layer,
+    Manifest,
+    content_hash,
+    estimate_tokens,
+    manifest_from_layers,
+)
+from nostr_buzz.core.text import WHITESPACE, sanitize_label, trim
+from nostr_buzz.core.turn_input import (
+    ChannelInfo,
+    ProfileInfo,
+    Standing,
+    TurnContext,
+    TurnEvent,
+    TurnInput,
+)
+from nostr_buzz.event import Event
+from nostr_buzz.nips import nip10
+
+#: The steer note of spec 06, exactly.
+STEER_NOTE: Final = (
+    "A new message arrived while you were working. Keep going with your current work and take "
+    "the new message into account if it is relevant; if it is not, acknowledge it briefly and "
+    "carry on."
+)
+
+DESCRIPTION_LIMIT: Final = 500
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_NEWLINES: Final = re.compile(r"[\n\r]")
+_HANDLE: Final = re.compile(r"[A-Za-z0-9._-]+")
+
+
+class CompiledTurn(msgspec.Struct, frozen=True):
+    """The prompt sections (each one text block to the agent) and their manifest."""
+
+    sections: list[str]
+    manifest: Manifest
+
+
+class CompiledSteer(msgspec.Struct, frozen=True):
+    """A steer (spec 06): one text block and its manifest (with ``steer_delivery_contract``)."""
+
+    text: str
+    manifest: Manifest
+
+
+def ascii_lower(s: str) -> str:
+    """Lowercase A-Z only: profile keys are hex, and non-ASCII must compare unchanged."""
+    return s.translate(_ASCII_LOWER)
+
+
+class _Profiles:
+    """Profile lookups with ASCII-lowercased keys; on a collision the later key wins."""
+
+    def __init__(self, profiles: Mapping[str, ProfileInfo]) -> None:
+        self._table: dict[str, ProfileInfo] = {}
+        for key, profile in profiles.items():
+            self._table[ascii_lower(key)] = profile
+
+    def label(self, pubkey: str) -> str:
+        """The sanitized label, or "" for none."""
+        profile = self._table.get(ascii_lower(pubkey))
+        if profile is None or profile.label is None:
+            return ""
+        return sanitize_label(profile.label)
+
+    def is_agent(self, pubkey: str) -> bool:
+        profile = self._table.get(ascii_lower(pubkey))
+        return profile is not None and profile.is_agent
+
+    def known_labels(self) -> list[str]:
+        """Non-empty sanitized labels, longest first (ties in table order, stable)."""
+        labels = [sanitize_label(p.label) for p in self._table.values() if p.label is not None]
+        return sorted((label for label in labels if label), key=len, reverse=True)
+
+
+def _layer(
+    order: int,
+    layer: str,
+    scope: str,
+    source: str,
+    authority: str,
+    freshness: str,
+    content: str,
+    version: str | None = None,
+    truncated: bool = False,
+) -> Layer:
+    return Layer(
+        order=order,
+        layer=layer,
+        scope=scope,
+        source=source,
+        version=content_hash(content) if version is None else version,
+        authority=authority,
+        freshness=freshness,
+        estimated_tokens=estimate_tokens(content),
+        truncated=truncated,
+    )
+
+
+def _is_blank(s: str) -> bool:
+    return not trim(s)
+
+
+# ---------------------------------------------------------------------------------------------
+# Standing sections
+
+
+def _section(tag: str, body: str) -> str:
+    return f"<{tag}>\n{escape_text(body)}\n</{tag}>"
+
+
+def _prerendered_or_section(tag: str, raw: str | None) -> str | None:
+    """core-memory / channel-canvas: trim; an already rendered section is used unescaped."""
+    if raw is None:
+        return None
+    body = trim(raw)
+    if not body:
+        return None
+    if body.startswith(f"<{tag}>") and body.endswith(f"</{tag}>"):
+        return body
+    return _section(tag, body)
+
+
+def _standing_sections(standing: Standing) -> list[tuple[str, str]]:
+    """(tag, rendered section) in the table's order, blank ones omitted."""
+    out: list[tuple[str, str]] = []
+    if standing.base is not None:
+        body = standing.base.rstrip(WHITESPACE).lstrip("\n\r")
+        if not _is_blank(body):
+            out.append(("base", _section("base", body)))
+    if standing.system is not None:
+        body = standing.system.strip("\n\r")
+        if not _is_blank(body):
+            out.append(("system", _section("system", body)))
+    if standing.team_instructions is not None:
+        body = trim(standing.team_instructions)
+        if body:
+            out.append(("team-instructions", _section("team-instructions", body)))
+    core = _prerendered_or_section("core-memory", standing.core_memory)
+    if core is not None:
+        out.append(("core-memory", core))
+    if standing.huddle_instructions is not None:
+        body = trim(standing.huddle_instructions)
+        if body:
+            out.append(("huddle-instructions", _section("huddle-instructions", body)))
+    canvas = _prerendered_or_section("channel-canvas", standing.channel_canvas)
+    if canvas is not None:
+        out.append(("channel-canvas", canvas))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fragments of the envelope
+
+
+def _event_block(item: TurnEvent, profiles: _Profiles) -> str:
+    event = item.event
+    ref = nip10.thread_ref(event)
+    attrs = [("type", item.prompt_tag.lstrip("@")), ("actor", event.pubkey)]
+    author = profiles.label(event.pubkey)
+    if author:
+        attrs.append(("author", author))
+    attrs.append(("event_id", event.id))
+    if ref.root is not None:
+        if ref.parent is not None and ref.parent != ref.root:
+            attrs.append(("parent", ref.parent))
+        attrs.append(("thread_root", ref.root))
+    mentions = nip10.mentions(event)
+    if mentions:
+        rendered = []
+        for value in mentions:
+            label = profiles.label(value)
+            rendered.append(f"{label} ({value})" if label else value)
+        attrs.append(("mentions", ", ".join(rendered)))
+    head = " ".join(f'{name}="{escape_attribute(value)}"' for name, value in attrs)
+    return f"<event {head}>\nContent: {escape_text(event.content)}\n</event>"
+
+
+def _scope(channel: ChannelInfo | None, newest: Event) -> str:
+    if channel is not None and channel.type == "dm":
+        return "dm"
+    return "thread" if nip10.thread_ref(newest).root is not None else "channel"
+
+
+def _context_status(ti: TurnInput, scope: str, channel_id: str, newest: Event) -> str:
+    lines = [f"Scope: {scope}"]
+    if ti.context is None or ti.context.truncated:
+        if ti.context is not None:
+            status = "truncated"
+        elif ti.context_had_delivered_events:
+            status = "already delivered"
+        else:
+            status = "not loaded"
+        if nip10.thread_ref(newest).root is not None:
+            command = f"buzz messages thread --channel {channel_id} --event {newest.id}"
+        else:
+            command = f"buzz messages get --channel {channel_id}"
+        lines.append("History: " + escape_text(f"{status}; retrieve: {command}"))
+    return "\n".join(lines)
+
+
+def _channel_snapshot(channel: ChannelInfo) -> tuple[str, bool]:
+    """(fragment, description truncated); the fragment is "" when nothing is left."""
+    lines: list[str] = []
+    name = trim(_NEWLINES.sub(" ", channel.name))
+    if name:
+        lines.append(f"Channel: {escape_text(name)}")
+    truncated = False
+    if channel.type != "dm" and channel.description is not None:
+        pieces = (trim(p) for p in _NEWLINES.split(channel.description))
+        desc = " ".join(p for p in pieces if p)
+        if len(desc) > DESCRIPTION_LIMIT:
+            desc = desc[:DESCRIPTION_LIMIT] + "\u2026"
+            truncated = True
+        if desc:
+            lines.append(f"Description: {escape_text(desc)}")
+    return "\n".join(lines), truncated
+
+
+def _recent_delta(context: TurnContext, profiles: _Profiles) -> str:
+    opening = (
+        f'<recent-thread-delta included="{escape_attribute(str(len(context.messages)))}" '
+        f'total="{escape_attribute(str(context.total_count))}" '
+        f'truncated="{escape_attribute("true" if context.truncated else "false")}">'
+    )
+    lines = [opening]
+    for m in context.messages:
+        label = profiles.label(m.pubkey) or m.pubkey
+        lines.append(f"{escape_text(label)}: {escape_text(m.content)}")
+    lines.append("</recent-thread-delta>")
+    return "\n".join(lines)
+
+
+def _delta_version(context: TurnContext) -> str:
+    payload = {
+        "messages": [[m.event_id, m.pubkey, m.timestamp, m.content] for m in context.messages],
+        "scope": context.kind,
+        "total": context.total_count,
+        "truncated": context.truncated,
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return content_hash(text)
+
+
+def _interrupted_turn(ti: TurnInput, profiles: _Profiles) -> str:
+    disposition = "superseded" if ti.cancel_reason == "interrupt" else "continue_prior_work"
+    lines = [f'<interrupted-turn disposition="{escape_attribute(disposition)}">']
+    lines.extend(_event_block(item, profiles) for item in ti.cancelled_events)
+    lines.append("</interrupted-turn>")
+    return "\n".join(lines)
+
+
+def _delivery(
+    ti: TurnInput, scope: str, channel_id: str, newest: Event, profiles: _Profiles
+) -> str:
+    root = nip10.thread_ref(newest).root
+    reply_to: str | None
+    if scope == "dm":
+        reply_to = newest.id if root is not None else None
+    else:
+        human_facing = not profiles.is_agent(newest.pubkey) or any(
+            not profiles.is_agent(m) for m in nip10.mentions(newest)
+        )
+        reply_to = (root if root is not None else newest.id) if human_facing else None
+    attrs = [("channel_id", channel_id), ("scope", scope)]
+    if reply_to is not None:
+        attrs.append(("reply_to", reply_to))
+    if ti.cancelled_events:
+        merge = "supersede_prior_work" if ti.cancel_reason == "interrupt" else "continue_prior_work"
+        attrs.append(("merge_disposition", merge))
+    head = " ".join(f'{name}="{escape_attribute(value)}"' for name, value in attrs)
+    return f"<delivery {head} />"
+
+
+# ---------------------------------------------------------------------------------------------
+# Slash commands
+
+
+def _skip_whitespace(s: str, i: int) -> int:
+    while i < len(s) and s[i] in WHITESPACE:
+        i += 1
+    return i
+
+
+def slash_command(content: str, known_labels: Sequence[str]) -> str | None:
+    """The slash-command block of spec 03 for one event's content, or None.
+
+    ``known_labels`` are the non-empty sanitized profile labels, longest first.
+    """
+    i = _skip_whitespace(content, 0)
+    lowered_labels = [(ascii_lower(label), len(label)) for label in known_labels]
+    while i < len(content):
+        if content.startswith(("nostr:npub1", "nostr:nprofile1"), i):
+            j = i
+            while j < len(content) and content[j] not in WHITESPACE:
+                j += 1
+        elif content[i] == "@":
+            j = -1
+            for lowered, length in lowered_labels:
+                end = i + 1 + length
+                if (
+                    end <= len(content)
+                    and ascii_lower(content[i + 1 : end]) == lowered
+                    and (end == len(content) or content[end] in WHITESPACE)
+                ):
+                    j = end
+                    break
+            if j < 0:
+                match = _HANDLE.match(content, i + 1)
+                if match is None:
+                    return None  # a lone "@" stops the scan: no command
+                j = match.end()
+        else:
+            break
+        i = _skip_whitespace(content, j)
+    rest = content[i:]
+    if len(rest) >= 2 and rest[0] == "/" and rest[1].isascii() and rest[1].isalnum():
+        return rest
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiler
+
+
+def compile_turn(ti: TurnInput) -> CompiledTurn:
+    """Compile one turn input into its sections and manifest (spec 03, "The sections")."""
+    profiles = _Profiles(ti.profiles)
+    newest = ti.events[-1].event
+    channel_id = ti.channel_id
+    scope = _scope(ti.channel, newest)
+    layers: list[Layer] = []
+    sections: list[str] = []
+
+    # 0. slash-command block (raw, no layer)
+    if len(ti.events) == 1 and not ti.cancelled_events:
+        command = slash_command(newest.content, profiles.known_labels())
+        if command is not None:
+            sections.append(command)
+
+    # 1. standing sections (legacy agents, first turn of a session); recorded as layers always
+    standing = _standing_sections(ti.standing)
+    if not ti.system_prompt_support and not ti.standing_context_sent:
+        sections.extend(text for _, text in standing)
+    rendered = dict(standing)
+    base = ti.standing.base
+    if base is not None and not _is_blank(base):
+        layers.append(
+            _layer(
+                1, "platform_contract", "runtime", "base_prompt", "instructions", "configured", base
+            )
+        )
+    persona_parts = [
+        trim(part)
+        for part in (
+            ti.standing.system,
+            ti.standing.team_instructions,
+            ti.standing.huddle_instructions,
+        )
+        if part is not None and trim(part)
+    ]
+    if persona_parts:
+        layers.append(
+            _layer(
+                2,
+                "persona_and_team_guidance",
+                "agent_community",
+                "agent_configuration",
+                "instructions",
+                "configured",
+                "\n\n".join(persona_parts),
+            )
+        )
+    if "core-memory" in rendered:
+        layers.append(
+            _layer(
+                3,
+                "core_memory",
+                "agent_owner",
+                "core_engram",
+                "advisory_context",
+                "session_start",
+                rendered["core-memory"],
+            )
+        )
+
+    # 2-3. <buzz-turn> and the ambient context
+    sections.append("<buzz-turn>")
+    fragments: list[str] = []
+    status = _context_status(ti, scope, channel_id, newest)
+    fragments.append(status)
+    snapshot_layer: Layer | None = None
+    if ti.channel is not None:
+        snapshot, cut = _channel_snapshot(ti.channel)
+        if snapshot:
+            fragments.append(snapshot)
+            snapshot_layer = _layer(
+                4,
+                "channel_snapshot",
+                "channel",
+                "channel_metadata",
+                "shared_evidence",
+                "cached",
+                snapshot,
+                truncated=cut,
+            )
+    if snapshot_layer is not None:
+        layers.append(snapshot_layer)
+    if "channel-canvas" in rendered:
+        layers.append(
+            _layer(
+                4,
+                "channel_canvas",
+                "channel",
+                "channel_canvas",
+                "shared_evidence",
+                "session_start",
+                rendered["channel-canvas"],
+            )
+        )
+    layers.append(
+        _layer(6, "context_status", "turn", "delivery_state", "evidence", "current", status)
+    )
+    if ti.context is not None:
+        delta = _recent_delta(ti.context, profiles)
+        fragments.append(delta)
+        layers.append(
+            _layer(
+                6,
+                "recent_thread_delta",
+                ti.context.kind,
+                "relay_events",
+                "evidence",
+                "current",
+                delta,
+                version=_delta_version(ti.context),
+                truncated=ti.context.truncated,
+            )
+        )
+    if ti.cancelled_events:
+        interrupted = _interrupted_turn(ti, profiles)
+        fragments.append(interrupted)
+        layers.append(
+            _layer(
+                6,
+                "interrupted_turn",
+                "thread",
+                "cancelled_events",
+                "evidence",
+                "current",
+                interrupted,
+            )
+        )
+    non_blank = [f for f in fragments if not _is_blank(f)]
+    if non_blank:
+        sections.append("<ambient-context>\n" + "\n".join(non_blank) + "\n</ambient-context>")
+
+    # 4. the current instruction
+    instruction = "\n".join(_event_block(item, profiles) for item in ti.events)
+    sections.append(instruction)
+    layers.append(
+        _layer(
+            7,
+            "current_instruction",
+            "turn",
+            "nostr_event",
+            "authoritative",
+            "current",
+            instruction,
+            version=newest.id if len(ti.events) == 1 else None,
+        )
+    )
+
+    # 5-6. the delivery contract and </buzz-turn>
+    delivery = _delivery(ti, scope, channel_id, newest, profiles)
+    sections.append(delivery)
+    layers.append(
+        _layer(
+            8,
+            "delivery_contract",
+            "turn",
+            "buzz_routing",
+            "routing_constraint",
+            "current",
+            delivery,
+        )
+    )
+    sections.append("</buzz-turn>")
+    return CompiledTurn(sections=sections, manifest=manifest_from_layers(layers))
+
+
+def steer_guidance() -> str:
+    return f"<continuation-guidance>{escape_text(STEER_NOTE)}</continuation-guidance>"
+
+
+def compile_steer(
+    event: Event,
+    *,
+    channel_id: str,
+    channel_type: str = "stream",
+    prompt_tag: str = "@mention",
+) -> CompiledSteer:
+    """Wrap one event arriving mid-turn as a steer (spec 06, "Steering a running turn").
+
+    The event is compiled alone with ``channel = {id, type}`` of the running turn and an empty
+    name, no profiles, context or standing sections; a slash-command block is never produced.
+    """
+    ti = TurnInput(
+        events=(TurnEvent(event, prompt_tag),),
+        channel=ChannelInfo(name="", id=channel_id, type=channel_type),
+    )
+    compiled = compile_turn(ti)
+    sections = compiled.sections
+    if sections[0] != "<buzz-turn>":
+        sections = sections[1:]  # drop the slash-command block: a steer never runs a command
+    opening = '<buzz-turn-update mode="steer">'
+    closing = "</buzz-turn-update>"
+    text = "\n".join([opening, *sections, steer_guidance(), closing])
+    wrapper = "\n".join([opening, steer_guidance(), closing])
+    steer_layer = _layer(
+        8,
+        "steer_delivery_contract",
+        "turn",
+        "native_steer_framing",
+        "routing_constraint",
+        "current",
+        wrapper,
+    )
+    return CompiledSteer(
+        text=text, manifest=manifest_from_layers([*compiled.manifest.layers, steer_layer])
+    )

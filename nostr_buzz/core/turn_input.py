@@ -1,0 +1,357 @@
+"""The compiler's input (spec 03, "Inputs" and "Turn-input files").
+
+:class:`TurnInput` is built either by the I/O layer from already verified :class:`Event` objects
+(the Python constructors below) or from a turn-input file with :meth:`TurnInput.from_json`.
+Reading a file is cheap-first: the whole file is decoded into typed wire structs and checked for
+shape (every event's structure, the channel id, every rule of 03) before any event id, public key
+or signature is verified, so :class:`InvalidEvent` is raised only for a file that is otherwise
+valid.  Every other problem raises :class:`TurnInputError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Literal
+
+import msgspec
+
+from nostr_buzz.errors import InvalidEvent, TurnInputError
+from nostr_buzz.event import Event, _check_structure, _WireEvent
+from nostr_buzz.nips import nip10
+
+CancelReason = Literal["interrupt", "steer"]
+ContextKind = Literal["thread", "dm"]
+
+DEFAULT_PROMPT_TAG = "@mention"
+
+
+# ---------------------------------------------------------------------------------------------
+# The in-memory input (what the compiler reads)
+
+
+class TurnEvent(msgspec.Struct, frozen=True):
+    """One batch event with the prompt tag it arrived under."""
+
+    event: Event
+    prompt_tag: str = DEFAULT_PROMPT_TAG
+
+
+class ChannelInfo(msgspec.Struct, frozen=True):
+    """Channel metadata; ``id`` None means "the newest event's channel" (spec 03)."""
+
+    name: str
+    id: str | None = None
+    type: str = "stream"
+    description: str | None = None
+
+
+class ContextMessage(msgspec.Struct, frozen=True):
+    """One already-resolved thread or DM history message."""
+
+    pubkey: str
+    content: str
+    event_id: str = ""
+    timestamp: str = "unknown"
+
+
+class TurnContext(msgspec.Struct, frozen=True):
+    """Thread or DM history; ``total`` None means the number of messages."""
+
+    kind: ContextKind
+    messages: tuple[ContextMessage, ...] = ()
+    total: int | None = None
+    truncated: bool = False
+
+    @property
+    def total_count(self) -> int:
+        return len(self.messages) if self.total is None else self.total
+
+
+class ProfileInfo(msgspec.Struct, frozen=True):
+    label: str | None = None
+    is_agent: bool = False
+
+
+class Standing(msgspec.Struct, frozen=True):
+    """Standing context: the six optional sections of spec 03."""
+
+    base: str | None = None
+    system: str | None = None
+    team_instructions: str | None = None
+    core_memory: str | None = None
+    huddle_instructions: str | None = None
+    channel_canvas: str | None = None
+
+
+def _utf8_ok(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _require_utf8(what: str, values: Iterable[str | None]) -> None:
+    for value in values:
+        if value is not None and not _utf8_ok(value):
+            raise TurnInputError(f"{what} is not encodable as UTF-8 (lone surrogate)")
+
+
+def resolve_channel_id(channel: ChannelInfo | None, newest_channel: str | None) -> str:
+    """Spec 03 "Channel id": a given id must be valid and never falls back."""
+    if channel is not None and channel.id is not None:
+        if not nip10.is_valid_channel_id(channel.id):
+            raise TurnInputError(
+                "channel.id is not a valid channel id (1-128 characters from A-Z a-z 0-9 _ -)"
+            )
+        return channel.id
+    if newest_channel is None:
+        raise TurnInputError(
+            "no valid channel id: give channel.id or an 'h' tag on the newest event"
+        )
+    return newest_channel
+
+
+class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one compile needs; see spec 03 "Inputs" for the defaults.
+
+    Constructing one checks the rules that do not need a signature check (the events are
+    already verified :class:`Event` objects): a non-empty batch, a resolvable valid channel id,
+    UTF-8-encodable strings.  ``profiles`` keys are compared ASCII-lowercased by the compiler.
+    """
+
+    events: tuple[TurnEvent, ...]
+    cancelled_events: tuple[TurnEvent, ...] = ()
+    cancel_reason: CancelReason = "steer"
+    channel: ChannelInfo | None = None
+    context: TurnContext | None = None
+    context_had_delivered_events: bool = False
+    profiles: Mapping[str, ProfileInfo] = msgspec.field(default_factory=dict)
+    standing: Standing = Standing()
+    system_prompt_support: bool = False
+    standing_context_sent: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.events:
+            raise TurnInputError("events must not be empty")
+        for item in (*self.events, *self.cancelled_events):
+            if not isinstance(item, TurnEvent) or not isinstance(item.event, Event):
+                raise TurnInputError("events must be TurnEvent values holding verified Events")
+        if self.cancel_reason not in ("interrupt", "steer"):
+            raise TurnInputError("cancel_reason must be 'interrupt' or 'steer'")
+        if self.context is not None:
+            if self.context.kind not in ("thread", "dm"):
+                raise TurnInputError("context.kind must be 'thread' or 'dm'")
+            if self.context.total is not None and self.context.total < 0:
+                raise TurnInputError("context.total must be an integer >= 0")
+            for m in self.context.messages:
+                _require_utf8("a context message", (m.pubkey, m.content, m.event_id, m.timestamp))
+        _require_utf8(
+            "a prompt tag", (e.prompt_tag for e in (*self.events, *self.cancelled_events))
+        )
+        if self.channel is not None:
+            c = self.channel
+            _require_utf8("the channel", (c.name, c.id, c.type, c.description))
+        for key, profile in self.profiles.items():
+            _require_utf8("a profile", (key, profile.label))
+        s = self.standing
+        _require_utf8(
+            "a standing section",
+            (
+                s.base,
+                s.system,
+                s.team_instructions,
+                s.core_memory,
+                s.huddle_instructions,
+                s.channel_canvas,
+            ),
+        )
+        resolve_channel_id(self.channel, nip10.channel(self.events[-1].event))
+
+    @property
+    def channel_id(self) -> str:
+        """The turn's channel id (validated at construction)."""
+        return resolve_channel_id(self.channel, nip10.channel(self.events[-1].event))
+
+    @classmethod
+    def from_json(cls, data: str | bytes | bytearray | memoryview) -> TurnInput:
+        """Read a turn-input file's text; see the module docstring for the error contract."""
+        if isinstance(data, str):
+            try:
+                raw: bytes | bytearray | memoryview = data.encode("utf-8")
+            except UnicodeEncodeError:
+                raise TurnInputError("turn input is not encodable as UTF-8") from None
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            raw = data
+        else:
+            raise TurnInputError("turn input must be JSON text (str or bytes)")
+        if bytes(raw[:3]) == b"\xef\xbb\xbf":
+            raise TurnInputError("turn input must not start with a byte-order mark")
+        try:
+            wire = _decode_file(raw)
+        except msgspec.DecodeError as exc:
+            raise TurnInputError(f"invalid turn input: {exc}") from None
+        except RecursionError:
+            # msgspec walks ignored members too; absurd nesting must not escape untyped.
+            raise TurnInputError("invalid turn input: JSON nested too deeply") from None
+        return _from_wire(wire)
+
+
+# ---------------------------------------------------------------------------------------------
+# The file format (camelCase on the wire; null counts as absent for optional members)
+
+
+class _WireTurnEvent(msgspec.Struct, rename="camel"):
+    event: _WireEvent
+    prompt_tag: str | None = None
+
+
+class _WireChannel(msgspec.Struct, rename="camel"):
+    name: str
+    id: str | None = None
+    type: str | None = None
+    description: str | None = None
+
+
+class _WireMessage(msgspec.Struct, rename="camel"):
+    pubkey: str
+    content: str
+    event_id: str | None = None
+    timestamp: str | None = None
+
+
+class _WireContext(msgspec.Struct, rename="camel"):
+    kind: ContextKind
+    messages: list[_WireMessage]
+    total: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    truncated: bool | None = None
+
+
+class _WireProfile(msgspec.Struct, rename="camel"):
+    label: str | None = None
+    is_agent: bool | None = None
+
+
+class _WireStanding(msgspec.Struct, rename="camel"):
+    base: str | None = None
+    system: str | None = None
+    team_instructions: str | None = None
+    core_memory: str | None = None
+    huddle_instructions: str | None = None
+    channel_canvas: str | None = None
+
+
+class _WireTurnInput(msgspec.Struct, rename="camel"):
+    events: list[_WireTurnEvent]
+    cancelled_events: list[_WireTurnEvent] | None = None
+    cancel_reason: CancelReason | None = None
+    channel: _WireChannel | None = None
+    context: _WireContext | None = None
+    context_had_delivered_events: bool | None = None
+    profiles: dict[str, _WireProfile] | None = None
+    standing: _WireStanding | None = None
+    system_prompt_support: bool | None = None
+    standing_context_sent: bool | None = None
+
+
+_decode_file = msgspec.json.Decoder(_WireTurnInput).decode
+
+
+class _TagsOnly(msgspec.Struct, frozen=True):
+    """Just enough of an event for :func:`nip10.channel` before the event is verified."""
+
+    kind: int
+    tags: tuple[tuple[str, ...], ...]
+
+
+def _check_event_shape(where: str, wire: _WireEvent) -> None:
+    try:
+        _check_structure(
+            wire.id, wire.pubkey, wire.created_at, wire.kind, wire.tags, wire.content, wire.sig
+        )
+    except InvalidEvent as exc:
+        # A malformed event is a shape problem of the file (exit 1), not a failed check (exit 4).
+        raise TurnInputError(f"{where}: malformed event: {exc.detail}") from None
+
+
+def _verify(where: str, wire: _WireEvent) -> Event:
+    try:
+        return Event.from_wire(wire)
+    except InvalidEvent as exc:
+        raise InvalidEvent(exc.reason, f"{where}: {exc.detail}") from None
+
+
+def _from_wire(w: _WireTurnInput) -> TurnInput:
+    # Step 1 (cheap): shape of everything, including the channel id.
+    if not w.events:
+        raise TurnInputError("events must not be empty")
+    cancelled = w.cancelled_events or []
+    for i, te in enumerate(w.events):
+        _check_event_shape(f"events[{i}]", te.event)
+    for i, te in enumerate(cancelled):
+        _check_event_shape(f"cancelledEvents[{i}]", te.event)
+    channel = None
+    if w.channel is not None:
+        channel = ChannelInfo(
+            name=w.channel.name,
+            id=w.channel.id,
+            type=w.channel.type if w.channel.type is not None else "stream",
+            description=w.channel.description,
+        )
+    newest = w.events[-1].event
+    resolve_channel_id(channel, nip10.channel(_TagsOnly(newest.kind, newest.tags)))  # type: ignore[arg-type]
+
+    context = None
+    if w.context is not None:
+        context = TurnContext(
+            kind=w.context.kind,
+            messages=tuple(
+                ContextMessage(
+                    pubkey=m.pubkey,
+                    content=m.content,
+                    event_id=m.event_id if m.event_id is not None else "",
+                    timestamp=m.timestamp if m.timestamp is not None else "unknown",
+                )
+                for m in w.context.messages
+            ),
+            total=w.context.total,
+            truncated=bool(w.context.truncated),
+        )
+    profiles: dict[str, ProfileInfo] = {}
+    for key, p in (w.profiles or {}).items():
+        profiles[key] = ProfileInfo(label=p.label, is_agent=bool(p.is_agent))
+    ws = w.standing or _WireStanding()
+    standing = Standing(
+        base=ws.base,
+        system=ws.system,
+        team_instructions=ws.team_instructions,
+        core_memory=ws.core_memory,
+        huddle_instructions=ws.huddle_instructions,
+        channel_canvas=ws.channel_canvas,
+    )
+
+    # Step 2 (expensive): ids, public keys and signatures, in file order.
+    events = tuple(
+        TurnEvent(_verify(f"events[{i}]", te.event), _prompt_tag(te))
+        for i, te in enumerate(w.events)
+    )
+    cancelled_events = tuple(
+        TurnEvent(_verify(f"cancelledEvents[{i}]", te.event), _prompt_tag(te))
+        for i, te in enumerate(cancelled)
+    )
+    return TurnInput(
+        events=events,
+        cancelled_events=cancelled_events,
+        cancel_reason=w.cancel_reason if w.cancel_reason is not None else "steer",
+        channel=channel,
+        context=context,
+        context_had_delivered_events=bool(w.context_had_delivered_events),
+        profiles=profiles,
+        standing=standing,
+        system_prompt_support=bool(w.system_prompt_support),
+        standing_context_sent=bool(w.standing_context_sent),
+    )
+
+
+def _prompt_tag(te: _WireTurnEvent) -> str:
+    return te.prompt_tag if te.prompt_tag is not None else DEFAULT_PROMPT_TAG
