@@ -66,6 +66,10 @@ class ConfigError(BuzzError):
     """Configuration (flags, ``BUZZ_*`` environment, ``buzz.toml``) is missing or invalid."""
 
 
+class RelayError(BuzzError):
+    """A relay URL, filter or relay-protocol argument is unusable (not a network failure)."""
+
+
 def looks_secret(text: str) -> bool:
     """True for strings an error message must not repeat (bech32 secret keys)."""
     return text.strip().lower().startswith("nsec1")
