@@ -1,0 +1,571 @@
+"""The dispatch queue: which events become one turn (spec 02).
+
+Pure: no clock, no I/O.  Callers pass ``now`` (seconds, any monotonic-ish number) and, for the
+retry jitter, an RNG.  Events are queued per channel and batched at the authority boundary
+``(actor, destination)``; a channel runs at most one batch at a time.
+
+Choices where spec 02 is silent or ambiguous (each also noted where it applies):
+
+* The default RNG is ``secrets.SystemRandom()`` (a ``random.Random`` subclass backed by the OS
+  CSPRNG), so this module never imports ``random``; tests pass ``random.Random(seed)``.
+* A channel's wait is its head pending event's ``(received_at, push order)``; only a channel
+  with no pending event waits since its earliest stored cancelled event.
+* When a push leaves more than ``max_pending`` events pending (possible after ``fail`` or expiry
+  returned events), it drops earliest-received events until the cap holds again.
+* Dropped events are not remembered as duplicates: the spec's duplicate list names delivered and
+  dead-lettered ids only, so a dropped event pushed again is accepted again.
+* Cancelled events riding with a batch of new events do not count attempts of their own; a
+  set of cancelled events re-dispatched whole keeps its own attempt count while stored.
+* ``steer_result`` returns the affected :class:`QueuedEvent` (None for any other id).
+* Bad limits or a bad ``now``/``event``/``prompt_tag`` raise :class:`QueueError` too.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
+
+import msgspec
+
+from nostr_buzz.errors import BuzzError, QueueError
+from nostr_buzz.event import Event
+from nostr_buzz.nips import nip10
+
+CancelReason = Literal["interrupt", "steer"]
+SteerOutcome = Literal["injected", "started_new_turn", "failed"]
+_REASONS: Final = ("interrupt", "steer")
+_OUTCOMES: Final = ("injected", "started_new_turn", "failed")
+
+#: How many delivered or dead-lettered ids are remembered for duplicate detection.
+REMEMBERED_IDS: Final = 10_000
+_SNAPSHOT_VERSION: Final = 1
+_BACKOFF_BASE: Final = 5.0
+_BACKOFF_CAP: Final = 300.0
+
+
+class Rng(Protocol):
+    """What the queue needs from an RNG: ``random.Random`` and ``secrets.SystemRandom`` fit."""
+
+    def uniform(self, a: float, b: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class QueuedEvent:
+    event: Event
+    prompt_tag: str
+    received_at: float
+
+
+@dataclass(frozen=True)
+class PushResult:
+    accepted: bool
+    duplicate: bool
+    dropped: list[str]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One turn's worth of events.  Only the object ``flush_next`` returned is live: a copy or
+    an earlier batch of the same channel is stale and every operation on it does nothing."""
+
+    channel: str
+    events: list[QueuedEvent]
+    cancelled_events: list[QueuedEvent]
+    cancel_reason: CancelReason | None
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    channel: str
+    events: list[QueuedEvent]
+    cancelled_events: list[QueuedEvent]
+    attempts: int
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A queued event with what the queue derives from it once."""
+
+    queued: QueuedEvent
+    seq: int  # push order, unique per queue; breaks ties between equal received_at
+    key: tuple[str, str]  # authority key (actor, destination)
+
+    @property
+    def id(self) -> str:
+        return self.queued.event.id
+
+    @property
+    def wait(self) -> tuple[float, int]:
+        return (self.queued.received_at, self.seq)
+
+
+@dataclass
+class _Flight:
+    batch: Batch
+    events: list[_Entry]  # batch order
+    cancelled: list[_Entry]  # stored order
+    reason: CancelReason | None
+    flushed_at: float
+    redispatch: bool  # the batch's events are the stored cancelled events themselves
+
+
+@dataclass
+class _Channel:
+    name: str
+    pending: list[_Entry] = field(default_factory=list)
+    # The first ``retry_size`` pending events are a returned batch's exact set, retried as is;
+    # ``retry_count`` is how many times that set has failed (kept through expiry and restore).
+    retry_size: int = 0
+    retry_count: int = 0
+    cancelled: list[_Entry] = field(default_factory=list)
+    cancel_reason: CancelReason | None = None
+    # Failures of the stored cancelled set when it was re-dispatched whole.
+    cancelled_count: int = 0
+    backoff_until: float | None = None
+    flight: _Flight | None = None
+
+    def idle(self) -> bool:
+        return not self.pending and not self.cancelled and self.flight is None
+
+    def wait(self) -> tuple[float, int]:
+        if self.pending:
+            return self.pending[0].wait
+        return min(e.wait for e in self.cancelled)
+
+
+# --- snapshot wire schema ---------------------------------------------------------------------
+
+
+class _WireEntry(msgspec.Struct, forbid_unknown_fields=True):
+    event: Event  # decoding re-verifies id and signature (Event.__post_init__)
+    prompt_tag: str
+    received_at: int | float
+    seq: int
+
+
+class _WireChannel(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    pending: list[_WireEntry]
+    retry_size: int
+    retry_count: int
+    cancelled: list[_WireEntry]
+    cancel_reason: CancelReason | None
+    cancelled_count: int
+    backoff_until: int | float | None
+
+
+class _WireSnapshot(msgspec.Struct, forbid_unknown_fields=True):
+    version: int
+    next_seq: int
+    channels: list[_WireChannel]
+    remembered: list[str]  # delivered or dead-lettered ids, oldest first
+
+
+_encode_snapshot = msgspec.json.Encoder().encode
+_decode_snapshot = msgspec.json.Decoder(_WireSnapshot).decode
+
+
+def _check_now(now: object) -> float:
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise QueueError("now must be a finite number of seconds")
+    return now
+
+
+def _channel_of(event: Event) -> str:
+    return nip10.channel(event) or f"dm-{event.pubkey}"
+
+
+def _sorted_by_created_at(entries: Iterable[_Entry]) -> list[_Entry]:
+    return sorted(entries, key=lambda e: e.queued.event.created_at)  # sorted() is stable
+
+
+def _public(entries: Iterable[_Entry]) -> list[QueuedEvent]:
+    return [e.queued for e in entries]
+
+
+class DispatchQueue:
+    """Per-channel queues of verified events, flushed as batches at the authority boundary."""
+
+    def __init__(
+        self,
+        max_batch: int = 50,
+        max_pending: int = 500,
+        max_attempts: int = 10,
+        deadline: float = 7300,
+        rng: Rng | None = None,
+    ) -> None:
+        for name, value in (
+            ("max_batch", max_batch),
+            ("max_pending", max_pending),
+            ("max_attempts", max_attempts),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise QueueError(f"{name} must be an integer of at least 1")
+        if (
+            isinstance(deadline, bool)
+            or not isinstance(deadline, (int, float))
+            or not math.isfinite(deadline)
+            or deadline < 0
+        ):
+            raise QueueError("deadline must be a finite, non-negative number of seconds")
+        self.max_batch = max_batch
+        self.max_pending = max_pending
+        self.max_attempts = max_attempts
+        self.deadline = deadline
+        # The OS CSPRNG by default, like the other randomness of the library; tests pin it.
+        self._rng: Rng = rng if rng is not None else secrets.SystemRandom()
+        self._channels: dict[str, _Channel] = {}
+        self._live: set[str] = set()  # ids pending, in flight or stored as cancelled
+        self._remembered: deque[str] = deque()
+        self._remembered_set: set[str] = set()
+        self._next_seq = 0
+
+    # --- intake -------------------------------------------------------------------------------
+
+    def push(self, event: Event, prompt_tag: str = "@mention", *, now: float) -> PushResult:
+        """Queue one verified event; duplicates are ignored and drops are reported."""
+        if not isinstance(event, Event):
+            raise QueueError("push expects a verified Event")
+        if not isinstance(prompt_tag, str):
+            raise QueueError("prompt_tag must be a string")
+        received_at = _check_now(now)
+        if event.id in self._live or event.id in self._remembered_set:
+            return PushResult(accepted=False, duplicate=True, dropped=[])
+        name = _channel_of(event)
+        ch = self._channels.setdefault(name, _Channel(name))
+        entry = _Entry(
+            QueuedEvent(event, prompt_tag, received_at),
+            self._next_seq,
+            (event.pubkey, nip10.destination(event)),
+        )
+        self._next_seq += 1
+        ch.pending.append(entry)
+        self._live.add(entry.id)
+        dropped: list[str] = []
+        while len(ch.pending) > self.max_pending:
+            victim = min(range(len(ch.pending)), key=lambda i: ch.pending[i].wait)
+            dropped.append(self._remove_pending(ch, victim).id)
+        accepted = entry.id not in dropped
+        return PushResult(accepted=accepted, duplicate=False, dropped=dropped)
+
+    # --- flushing -----------------------------------------------------------------------------
+
+    def flush_next(self, now: float) -> Batch | None:
+        """Expire overdue batches, then start the batch of the channel waiting longest."""
+        now = _check_now(now)
+        for ch in self._channels.values():
+            fl = ch.flight
+            if fl is not None and now - fl.flushed_at > self.deadline:
+                ch.flight = None
+                # Expiry counts no attempt and sets no backoff: the set keeps its count.
+                self._return(ch, fl, fl.batch.attempt - 1)
+        best: _Channel | None = None
+        for ch in self._channels.values():
+            if ch.flight is not None or (not ch.pending and not ch.cancelled):
+                continue
+            if ch.backoff_until is not None and now < ch.backoff_until:
+                continue
+            if best is None or ch.wait() < best.wait():
+                best = ch
+        if best is None:
+            return None
+        return self._start(best, now)
+
+    def _start(self, ch: _Channel, now: float) -> Batch:
+        ch.backoff_until = None
+        if ch.pending:
+            if ch.retry_size:
+                # A returned batch is retried with exactly its events.
+                n, attempt = ch.retry_size, ch.retry_count + 1
+            else:
+                head = ch.pending[0].key
+                n = 1
+                while n < len(ch.pending) and n < self.max_batch and ch.pending[n].key == head:
+                    n += 1
+                attempt = 1
+            taken = ch.pending[:n]
+            del ch.pending[:n]
+            ch.retry_size = ch.retry_count = 0
+            events = _sorted_by_created_at(taken)
+            cancelled, reason = ch.cancelled, ch.cancel_reason
+            batch = Batch(ch.name, _public(events), _public(cancelled), reason, attempt)
+            redispatch = False
+        else:
+            # Nothing new: the stored cancelled events are the batch, whole, reason kept.
+            events = _sorted_by_created_at(ch.cancelled)
+            cancelled, reason = ch.cancelled, ch.cancel_reason
+            batch = Batch(ch.name, _public(events), [], reason, ch.cancelled_count + 1)
+            redispatch = True
+        ch.cancelled, ch.cancel_reason = [], None
+        ch.flight = _Flight(batch, events, cancelled, reason, now, redispatch)
+        return batch
+
+    def _return(self, ch: _Channel, fl: _Flight, count: int) -> None:
+        """Put a batch that did not settle back: events to the front, cancelled ones stored.
+
+        The channel stores nothing while in flight (its stored events rode with the batch), so
+        the stored cancelled events are exactly the batch's again, in their stored order.
+        """
+        ch.cancelled, ch.cancel_reason = list(fl.cancelled), fl.reason
+        if fl.redispatch:
+            ch.cancelled_count = count
+        else:
+            ch.pending[0:0] = fl.events
+            ch.retry_size, ch.retry_count = len(fl.events), count
+
+    def _flight_of(self, batch: object) -> tuple[_Channel, _Flight] | None:
+        if not isinstance(batch, Batch):
+            raise QueueError("expected a Batch returned by flush_next")
+        ch = self._channels.get(batch.channel)
+        if ch is None or ch.flight is None or ch.flight.batch is not batch:
+            return None
+        return ch, ch.flight
+
+    def _settle(self, ch: _Channel, fl: _Flight) -> None:
+        ch.flight = None
+        ch.cancelled_count = 0
+        if ch.idle():
+            del self._channels[ch.name]
+
+    def _remember(self, ids: Iterable[str]) -> None:
+        for event_id in ids:
+            self._live.discard(event_id)
+            self._remembered.append(event_id)
+            self._remembered_set.add(event_id)
+            if len(self._remembered) > REMEMBERED_IDS:
+                self._remembered_set.discard(self._remembered.popleft())
+
+    # --- outcomes -----------------------------------------------------------------------------
+
+    def complete(self, batch: Batch) -> None:
+        """The turn succeeded: its events and cancelled events count as delivered."""
+        found = self._flight_of(batch)
+        if found is None:
+            return None
+        ch, fl = found
+        self._remember(e.id for e in (*fl.cancelled, *fl.events))
+        self._settle(ch, fl)
+        return None
+
+    def fail(self, batch: Batch, now: float) -> DeadLetter | None:
+        """The turn failed: retry later with backoff, or dead-letter after ``max_attempts``."""
+        now = _check_now(now)
+        found = self._flight_of(batch)
+        if found is None:
+            return None
+        ch, fl = found
+        attempt = fl.batch.attempt
+        if attempt + 1 > self.max_attempts:
+            self._remember(e.id for e in (*fl.cancelled, *fl.events))
+            self._settle(ch, fl)
+            return DeadLetter(
+                ch.name, list(fl.batch.events), list(fl.batch.cancelled_events), attempt
+            )
+        # Exponent clamped so a huge restored count cannot build a huge integer.
+        delay = min(_BACKOFF_BASE * 2 ** min(attempt - 1, 16), _BACKOFF_CAP)
+        delay *= self._rng.uniform(0.8, 1.2)
+        ch.flight = None
+        self._return(ch, fl, attempt)
+        ch.backoff_until = now + delay
+        return None
+
+    def requeue_cancelled(self, batch: Batch, reason: str) -> None:
+        """Store a cancelled (interrupted or failed-to-steer) batch for the channel's next one."""
+        if reason not in _REASONS:
+            raise QueueError(f"cancel reason must be 'interrupt' or 'steer', got {reason!r}")
+        found = self._flight_of(batch)
+        if found is None:
+            return None
+        ch, fl = found
+        ch.flight = None
+        # Previous cancelled events first, then this batch's events (spec 02); for a
+        # re-dispatched batch its events are the previous cancelled events.
+        stored = fl.events if fl.redispatch else [*fl.cancelled, *fl.events]
+        ch.cancelled = list(stored)
+        ch.cancel_reason = "interrupt" if reason == "interrupt" else "steer"
+        ch.cancelled_count = 0  # settled: a new stored set starts counting afresh
+        return None
+
+    def steer_result(self, event_id: str, outcome: str, now: float) -> QueuedEvent | None:
+        """Record what became of a steer attempt for a pending event of a channel in flight."""
+        if outcome not in _OUTCOMES:
+            raise QueueError(
+                f"steer outcome must be 'injected', 'started_new_turn' or 'failed', got {outcome!r}"
+            )
+        now = _check_now(now)
+        for ch in self._channels.values():
+            if ch.flight is None:
+                continue
+            for i, entry in enumerate(ch.pending):
+                if entry.id != event_id:
+                    continue
+                if outcome == "failed":
+                    return entry.queued  # stays pending
+                self._remove_pending(ch, i)
+                self._remember([entry.id])
+                if outcome == "injected":
+                    ch.flight.flushed_at = now  # delivered into the running turn
+                return entry.queued
+        return None
+
+    def _remove_pending(self, ch: _Channel, index: int) -> _Entry:
+        entry = ch.pending.pop(index)
+        self._live.discard(entry.id)
+        if index < ch.retry_size:
+            # The returned set lost an event: it is no longer that set, so its count goes.
+            ch.retry_size = ch.retry_count = 0
+        return entry
+
+    # --- inspection ---------------------------------------------------------------------------
+
+    def in_flight(self, channel: str) -> bool:
+        ch = self._channels.get(channel)
+        return ch is not None and ch.flight is not None
+
+    def pending(self, channel: str) -> int:
+        """Pending events of ``channel`` (stored cancelled events are not counted)."""
+        ch = self._channels.get(channel)
+        return len(ch.pending) if ch is not None else 0
+
+    # --- replay and restart -------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """Everything needed to continue, as JSON bytes.
+
+        Batches in flight are written as already returned (events to the front, cancelled ones
+        stored, no attempt counted): the process that ran them will be gone after a restore.
+        """
+        channels = []
+        for ch in self._channels.values():
+            pending, cancelled = ch.pending, ch.cancelled
+            retry_size, retry_count = ch.retry_size, ch.retry_count
+            reason, count = ch.cancel_reason, ch.cancelled_count
+            fl = ch.flight
+            if fl is not None:
+                cancelled, reason = fl.cancelled, fl.reason
+                if fl.redispatch:
+                    count = fl.batch.attempt - 1
+                else:
+                    pending = [*fl.events, *pending]
+                    retry_size, retry_count = len(fl.events), fl.batch.attempt - 1
+            channels.append(
+                _WireChannel(
+                    name=ch.name,
+                    pending=[_wire_entry(e) for e in pending],
+                    retry_size=retry_size,
+                    retry_count=retry_count,
+                    cancelled=[_wire_entry(e) for e in cancelled],
+                    cancel_reason=reason,
+                    cancelled_count=count,
+                    backoff_until=ch.backoff_until,
+                )
+            )
+        snap = _WireSnapshot(_SNAPSHOT_VERSION, self._next_seq, channels, list(self._remembered))
+        return _encode_snapshot(snap)
+
+    @classmethod
+    def restore(
+        cls,
+        data: bytes | str,
+        rng: Rng | None = None,
+        *,
+        max_batch: int = 50,
+        max_pending: int = 500,
+        max_attempts: int = 10,
+        deadline: float = 7300,
+    ) -> DispatchQueue:
+        """Rebuild a queue from :meth:`snapshot` output; limits come from the caller.
+
+        Every event is verified again, and any inconsistency raises :class:`QueueError`.
+        """
+        q = cls(max_batch, max_pending, max_attempts, deadline, rng)
+        if isinstance(data, str):
+            try:
+                data = data.encode("utf-8")
+            except UnicodeEncodeError:
+                raise QueueError("corrupt queue snapshot: not UTF-8 text") from None
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise QueueError("a queue snapshot is JSON bytes")
+        try:
+            snap = _decode_snapshot(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise QueueError(f"corrupt queue snapshot: {exc}") from None
+        except BuzzError as exc:  # in case an event error escapes msgspec's wrapping
+            raise QueueError(f"corrupt queue snapshot: {exc}") from None
+        q._load(snap)
+        return q
+
+    def _load(self, snap: _WireSnapshot) -> None:
+        def corrupt(what: str) -> QueueError:
+            return QueueError(f"corrupt queue snapshot: {what}")
+
+        if snap.version != _SNAPSHOT_VERSION:
+            raise corrupt(f"unsupported version {snap.version}")
+        if snap.next_seq < 0:
+            raise corrupt("negative next_seq")
+        seqs: set[int] = set()
+
+        def entry(w: _WireEntry, channel: str) -> _Entry:
+            ev = w.event
+            if _channel_of(ev) != channel:
+                raise corrupt(f"event {ev.id} is filed under the wrong channel")
+            if ev.id in self._live:
+                raise corrupt(f"event {ev.id} appears twice")
+            if not math.isfinite(w.received_at):
+                raise corrupt("received_at is not finite")
+            if not 0 <= w.seq < snap.next_seq or w.seq in seqs:
+                raise corrupt("push order numbers are not unique and below next_seq")
+            seqs.add(w.seq)
+            self._live.add(ev.id)
+            return _Entry(
+                QueuedEvent(ev, w.prompt_tag, w.received_at),
+                w.seq,
+                (ev.pubkey, nip10.destination(ev)),
+            )
+
+        for wc in snap.channels:
+            if wc.name in self._channels:
+                raise corrupt(f"channel {wc.name!r} appears twice")
+            ch = _Channel(wc.name)
+            ch.pending = [entry(w, wc.name) for w in wc.pending]
+            ch.cancelled = [entry(w, wc.name) for w in wc.cancelled]
+            if not ch.pending and not ch.cancelled:
+                raise corrupt(f"channel {wc.name!r} is empty")
+            if not 0 <= wc.retry_size <= len(ch.pending) or wc.retry_count < 0:
+                raise corrupt(f"channel {wc.name!r} has a bad retry set")
+            if wc.retry_size == 0 and wc.retry_count != 0:
+                raise corrupt(f"channel {wc.name!r} counts attempts of no set")
+            if len({e.key for e in ch.pending[: wc.retry_size]}) > 1:
+                raise corrupt(f"channel {wc.name!r} has a retry set with several authority keys")
+            if (wc.cancel_reason is None) != (not ch.cancelled):
+                raise corrupt(f"channel {wc.name!r} has cancelled events without a reason")
+            if wc.cancelled_count < 0 or (wc.cancelled_count and not ch.cancelled):
+                raise corrupt(f"channel {wc.name!r} has a bad cancelled attempt count")
+            if wc.backoff_until is not None and not math.isfinite(wc.backoff_until):
+                raise corrupt("backoff_until is not finite")
+            ch.retry_size, ch.retry_count = wc.retry_size, wc.retry_count
+            ch.cancel_reason, ch.cancelled_count = wc.cancel_reason, wc.cancelled_count
+            ch.backoff_until = wc.backoff_until
+            self._channels[ch.name] = ch
+        if len(snap.remembered) > REMEMBERED_IDS:
+            raise corrupt("too many remembered ids")
+        for event_id in snap.remembered:
+            if (
+                len(event_id) != 64
+                or any(c not in "0123456789abcdef" for c in event_id)
+                or event_id in self._remembered_set
+                or event_id in self._live
+            ):
+                raise corrupt("remembered ids must be unique 64-hex ids not also queued")
+            self._remembered.append(event_id)
+            self._remembered_set.add(event_id)
+        self._next_seq = snap.next_seq
+
+
+def _wire_entry(e: _Entry) -> _WireEntry:
+    return _WireEntry(e.queued.event, e.queued.prompt_tag, e.queued.received_at, e.seq)
