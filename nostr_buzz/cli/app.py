@@ -38,6 +38,11 @@ def _root(
 
 
 # Command groups register here (one module per group).
+from nostr_buzz.cli.compile import compile_command  # noqa: E402
+from nostr_buzz.cli.manifest import manifest_app  # noqa: E402
+
+app.command("compile")(compile_command)
+app.add_typer(manifest_app, name="manifest")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
