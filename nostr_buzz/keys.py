@@ -177,3 +177,16 @@ class SecretKey:
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError("secret keys are not picklable")
+
+
+def verify_schnorr(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """BIP-340 verdict for raw bytes: a key that is not on the curve is a plain ``False``.
+
+    Parsing a :class:`PublicKey` rejects such a key with :class:`InvalidKey`; a verifier that
+    just wants a verdict (as in the BIP-340 vectors) gets "invalid", not an exception.
+    """
+    try:
+        key = PublicKey(public_key)
+    except InvalidKey:
+        return False
+    return key.verify(signature, message)
