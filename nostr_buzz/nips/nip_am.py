@@ -1,0 +1,571 @@
+"""NIP-AM: encrypted per-turn agent usage metrics (kind 44200), spec 04 and ``nips/NIP-AM.md``.
+
+The payload has two kinds of optional field.  *Nullable* fields are always written and are
+``null`` when unknown (a missing one decodes as ``None``); *omittable* fields are left out when
+absent and a ``null`` there is an error.  In Python both kinds are ``None`` when absent: the
+public structs below are what callers build and read, and private ``_Wire*`` twins are the JSON
+schema, where omittable fields are ``msgspec.UNSET`` so the encoder leaves them out and the
+decoder refuses ``null``.
+
+Pure: no clock is read (``created_at`` comes from the payload's own timestamp); the only
+randomness is the NIP-44 nonce and BIP-340 aux bytes, from the OS CSPRNG unless pinned.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from nostr_buzz.core.manifest import SCHEMA_VERSION, Manifest
+from nostr_buzz.errors import InvalidEvent, InvalidKey, MetricError, Nip44Error
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.nips import nip44
+
+__all__ = [
+    "KIND",
+    "MAX_PAYLOAD_BYTES",
+    "OUTCOMES",
+    "STOP_REASONS",
+    "TERMINAL_EVIDENCE",
+    "MetricError",
+    "MetricPayload",
+    "PricingIdentity",
+    "TokenCounts",
+    "build_metric_event",
+    "created_at_of",
+    "open_metric_event",
+]
+
+KIND: Final = 44200
+#: Application cap on the UTF-8 JSON plaintext (the NIP-44 codec itself allows far more).
+MAX_PAYLOAD_BYTES: Final = 65535
+
+STOP_REASONS: Final = frozenset({"end_turn", "max_tokens", "cancelled", "error", "unknown"})
+OUTCOMES: Final = frozenset({"success", "cancelled", "failed", "unknown"})
+TERMINAL_EVIDENCE: Final = frozenset(
+    {"prompt_response", "cancel_response", "agent_exit", "timeout", "error", "unknown"}
+)
+_ENUMS: Final = (
+    ("stop_reason", STOP_REASONS),
+    ("outcome", OUTCOMES),
+    ("terminal_evidence", TERMINAL_EVIDENCE),
+)
+
+_TIMESTAMP: Final = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})\.([0-9]{3})Z"
+)
+# RFC 3339 date-time in general (any offset, optional fraction): for ``startedAt``.
+_RFC3339: Final = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?"
+    r"([Zz]|[+-]([0-9]{2}):([0-9]{2}))"
+)
+_EVENT_ID: Final = re.compile(r"[0-9a-f]{64}")
+_MAX_TOKENS: Final = 2**63 - 1
+
+
+# --- public types -----------------------------------------------------------------------------
+
+
+class TokenCounts(msgspec.Struct, frozen=True):
+    """``{inputTokens, outputTokens, totalTokens, costUsd}`` (each None when not reported) plus
+    the informational cache subsets of ``input_tokens`` (None, i.e. omitted, when unknown)."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+    total_tokens: int | None
+    cost_usd: float | None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        # An integral cost is the same amount: keep one type so round trips compare equal.
+        if type(self.cost_usd) is int and abs(self.cost_usd) < 2**53:
+            msgspec.structs.force_setattr(self, "cost_usd", float(self.cost_usd))
+
+
+class PricingIdentity(msgspec.Struct, frozen=True):
+    """Which price list applies: ``{authority, model, cacheClass?}``."""
+
+    authority: str
+    model: str
+    cache_class: str | None = None
+
+
+class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
+    """The decrypted content of a kind-44200 event.  Absent optional fields are ``None``.
+
+    Unknown ``stop_reason``/``outcome``/``terminal_evidence`` strings become ``"unknown"``;
+    an empty ``triggering_event_ids`` means absent.  Use :meth:`to_json`/:meth:`from_json`
+    for the wire form (not ``msgspec.json.encode`` of this struct).
+    """
+
+    harness: str
+    timestamp: str
+    model: str | None = None
+    channel_id: str | None = None
+    session_id: str | None = None
+    turn_id: str | None = None
+    turn_seq: int | None = None
+    turn: TokenCounts | None = None
+    cumulative: TokenCounts | None = None
+    delta_reliable: bool = True
+    stop_reason: str | None = None
+    outcome: str | None = None
+    terminal_evidence: str | None = None
+    triggering_event_ids: tuple[str, ...] = ()
+    root_event_id: str | None = None
+    parent_event_id: str | None = None
+    started_at: str | None = None
+    adapter_session_id: str | None = None
+    native_stop_reason: str | None = None
+    pricing_identity: PricingIdentity | None = None
+    context_manifest: Manifest | None = None
+
+    def __post_init__(self) -> None:
+        for name, allowed in _ENUMS:
+            value = getattr(self, name)
+            if isinstance(value, str) and value not in allowed:
+                msgspec.structs.force_setattr(self, name, "unknown")
+        ids = self.triggering_event_ids
+        if isinstance(ids, list):
+            msgspec.structs.force_setattr(self, "triggering_event_ids", tuple(ids))
+
+    def validate(self) -> None:
+        """Check every rule of spec 04; raises :class:`MetricError` naming the field."""
+        _validate(self)
+
+    def to_json(self) -> str:
+        """Validated wire JSON (camelCase, nullable fields written, omittable ones omitted)."""
+        return _encode_payload(self).decode("utf-8")
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> MetricPayload:
+        """Decode and validate wire JSON; raises :class:`MetricError`."""
+        return _decode_payload(text.encode("utf-8") if isinstance(text, str) else text)
+
+
+# --- wire schema ------------------------------------------------------------------------------
+
+
+class _WireTokenCounts(msgspec.Struct, rename="camel"):
+    # The four core counters are always written; a decoder reads a missing one as null.
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    cost_usd: float | None = None
+    cache_read_tokens: int | UnsetType = UNSET
+    cache_write_tokens: int | UnsetType = UNSET
+
+
+class _WirePricingIdentity(msgspec.Struct, rename="camel"):
+    authority: str
+    model: str
+    cache_class: str | UnsetType = UNSET
+
+
+class _WirePayload(msgspec.Struct, rename="camel"):
+    harness: str
+    timestamp: str
+    # nullable: always written, missing decodes as null
+    model: str | None = None
+    channel_id: str | None = None
+    session_id: str | None = None
+    turn_id: str | None = None
+    turn_seq: int | None = None
+    turn: _WireTokenCounts | None = None
+    cumulative: _WireTokenCounts | None = None
+    delta_reliable: bool = True
+    # omittable: never written as null, null refused on decode
+    stop_reason: str | UnsetType = UNSET
+    outcome: str | UnsetType = UNSET
+    terminal_evidence: str | UnsetType = UNSET
+    triggering_event_ids: tuple[str, ...] | UnsetType = UNSET
+    root_event_id: str | UnsetType = UNSET
+    parent_event_id: str | UnsetType = UNSET
+    started_at: str | UnsetType = UNSET
+    adapter_session_id: str | UnsetType = UNSET
+    native_stop_reason: str | UnsetType = UNSET
+    pricing_identity: _WirePricingIdentity | UnsetType = UNSET
+    # Decoded as a plain struct: the hash is *not* checked here (hash_matches() tells).
+    context_manifest: Manifest | UnsetType = UNSET
+
+
+_wire_decoder = msgspec.json.Decoder(_WirePayload)
+_wire_encoder = msgspec.json.Encoder()
+
+
+def _or_unset(value: Any) -> Any:
+    return UNSET if value is None else value
+
+
+def _or_none(value: Any) -> Any:
+    return None if value is UNSET else value
+
+
+def _counts_to_wire(counts: TokenCounts | None) -> _WireTokenCounts | None:
+    if counts is None:
+        return None
+    return _WireTokenCounts(
+        counts.input_tokens,
+        counts.output_tokens,
+        counts.total_tokens,
+        counts.cost_usd,
+        _or_unset(counts.cache_read_tokens),
+        _or_unset(counts.cache_write_tokens),
+    )
+
+
+def _counts_from_wire(counts: _WireTokenCounts | None) -> TokenCounts | None:
+    if counts is None:
+        return None
+    return TokenCounts(
+        counts.input_tokens,
+        counts.output_tokens,
+        counts.total_tokens,
+        counts.cost_usd,
+        _or_none(counts.cache_read_tokens),
+        _or_none(counts.cache_write_tokens),
+    )
+
+
+def _to_wire(p: MetricPayload) -> _WirePayload:
+    pricing: _WirePricingIdentity | UnsetType = UNSET
+    if p.pricing_identity is not None:
+        pi = p.pricing_identity
+        pricing = _WirePricingIdentity(pi.authority, pi.model, _or_unset(pi.cache_class))
+    return _WirePayload(
+        harness=p.harness,
+        timestamp=p.timestamp,
+        model=p.model,
+        channel_id=p.channel_id,
+        session_id=p.session_id,
+        turn_id=p.turn_id,
+        turn_seq=p.turn_seq,
+        turn=_counts_to_wire(p.turn),
+        cumulative=_counts_to_wire(p.cumulative),
+        delta_reliable=p.delta_reliable,
+        stop_reason=_or_unset(p.stop_reason),
+        outcome=_or_unset(p.outcome),
+        terminal_evidence=_or_unset(p.terminal_evidence),
+        triggering_event_ids=tuple(p.triggering_event_ids) or UNSET,
+        root_event_id=_or_unset(p.root_event_id),
+        parent_event_id=_or_unset(p.parent_event_id),
+        started_at=_or_unset(p.started_at),
+        adapter_session_id=_or_unset(p.adapter_session_id),
+        native_stop_reason=_or_unset(p.native_stop_reason),
+        pricing_identity=pricing,
+        context_manifest=_or_unset(p.context_manifest),
+    )
+
+
+def _from_wire(w: _WirePayload) -> MetricPayload:
+    pricing = None
+    if not isinstance(w.pricing_identity, UnsetType):
+        pi = w.pricing_identity
+        pricing = PricingIdentity(pi.authority, pi.model, _or_none(pi.cache_class))
+    ids = w.triggering_event_ids
+    return MetricPayload(
+        harness=w.harness,
+        timestamp=w.timestamp,
+        model=w.model,
+        channel_id=w.channel_id,
+        session_id=w.session_id,
+        turn_id=w.turn_id,
+        turn_seq=w.turn_seq,
+        turn=_counts_from_wire(w.turn),
+        cumulative=_counts_from_wire(w.cumulative),
+        delta_reliable=w.delta_reliable,
+        stop_reason=_or_none(w.stop_reason),
+        outcome=_or_none(w.outcome),
+        terminal_evidence=_or_none(w.terminal_evidence),
+        triggering_event_ids=() if isinstance(ids, UnsetType) else ids,
+        root_event_id=_or_none(w.root_event_id),
+        parent_event_id=_or_none(w.parent_event_id),
+        started_at=_or_none(w.started_at),
+        adapter_session_id=_or_none(w.adapter_session_id),
+        native_stop_reason=_or_none(w.native_stop_reason),
+        pricing_identity=pricing,
+        context_manifest=_or_none(w.context_manifest),
+    )
+
+
+def _encode_payload(payload: MetricPayload) -> bytes:
+    if not isinstance(payload, MetricPayload):
+        raise MetricError("payload must be a MetricPayload")
+    _validate(payload)
+    try:
+        data = _wire_encoder.encode(_to_wire(payload))
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+        raise MetricError(f"metric payload cannot be encoded: {exc}") from None
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise MetricError(
+            f"metric payload is {len(data)} bytes; the limit is {MAX_PAYLOAD_BYTES} "
+            "(drop or shorten the context manifest)"
+        )
+    return data
+
+
+def _decode_payload(data: bytes) -> MetricPayload:
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise MetricError(f"metric payload is {len(data)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    try:
+        wire = _wire_decoder.decode(data)
+    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError; its text has the path
+        raise MetricError(f"invalid metric payload: {exc}") from None
+    payload = _from_wire(wire)
+    _validate(payload)
+    return payload
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 in the proleptic Gregorian calendar (H. Hinnant's algorithm)."""
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2:
+        leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+        return 29 if leap else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
+def _date_time_ok(year: int, month: int, day: int, hour: int, minute: int, second: int) -> bool:
+    return (
+        1 <= month <= 12
+        and 1 <= day <= _days_in_month(year, month)
+        and hour <= 23
+        and minute <= 59
+        and second <= 59
+    )
+
+
+def created_at_of(timestamp: str) -> int:
+    """Unix seconds of a payload ``timestamp`` (``YYYY-MM-DDTHH:MM:SS.mmmZ``), truncated.
+
+    Raises :class:`MetricError` when the text is not in exactly that form.
+    """
+    match = _TIMESTAMP.fullmatch(timestamp) if isinstance(timestamp, str) else None
+    if match is None:
+        raise MetricError(
+            "timestamp must be RFC 3339 UTC with milliseconds and Z, like 2026-12-02T14:05:09.123Z"
+        )
+    year, month, day, hour, minute, second, _ = (int(g) for g in match.groups())
+    if not _date_time_ok(year, month, day, hour, minute, second):
+        raise MetricError(f"timestamp {timestamp!r} is not a valid date and time")
+    return _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
+
+
+def _check_rfc3339(name: str, value: str) -> None:
+    match = _RFC3339.fullmatch(value)
+    if match is None:
+        raise MetricError(f"{name} must be an RFC 3339 date-time, got {value[:40]!r}")
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    offset_h, offset_m = match.group(9), match.group(10)
+    # RFC 3339 allows a leap second (60); offsets are at most 23:59.
+    if (
+        not _date_time_ok(year, month, day, hour, minute, min(second, 59))
+        or second > 60
+        or (offset_h is not None and (int(offset_h) > 23 or int(offset_m) > 59))
+    ):
+        raise MetricError(f"{name} {value[:40]!r} is not a valid date and time")
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+def _check_counts(name: str, counts: object) -> None:
+    if not isinstance(counts, TokenCounts):
+        raise MetricError(f"{name} must be TokenCounts or null")
+    for field in (
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+    ):
+        value = getattr(counts, field)
+        if value is not None and (not _is_int(value) or not 0 <= value <= _MAX_TOKENS):
+            raise MetricError(f"{name}.{field} must be a non-negative integer or null")
+    cost = counts.cost_usd
+    if cost is not None and (
+        type(cost) is not float or not math.isfinite(cost) or cost < 0  # NaN fails isfinite
+    ):
+        raise MetricError(f"{name}.cost_usd must be a finite number >= 0 or null")
+
+
+def _check_optional_str(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise MetricError(f"{name} must be a string or absent")
+
+
+def _check_event_id(name: str, value: object) -> None:
+    if not isinstance(value, str) or not _EVENT_ID.fullmatch(value):
+        raise MetricError(f"{name} must be an event id (64 lowercase hex characters)")
+
+
+def _validate(p: MetricPayload) -> None:
+    if not isinstance(p.harness, str) or not p.harness:
+        raise MetricError("harness must be a non-empty string")
+    created_at_of(p.timestamp)
+    for name in (
+        "model",
+        "channel_id",
+        "session_id",
+        "turn_id",
+        "adapter_session_id",
+        "native_stop_reason",
+    ):
+        _check_optional_str(name, getattr(p, name))
+    for name, allowed in _ENUMS:
+        value = getattr(p, name)
+        if value is not None and value not in allowed:
+            raise MetricError(f"{name} must be one of {sorted(allowed)}")
+    if p.turn_seq is not None and (not _is_int(p.turn_seq) or not 1 <= p.turn_seq <= _MAX_TOKENS):
+        raise MetricError("turn_seq must be an integer >= 1 or null")
+    if p.turn is not None:
+        _check_counts("turn", p.turn)
+    if p.cumulative is not None:
+        _check_counts("cumulative", p.cumulative)
+        if p.session_id is None or p.turn_seq is None:
+            raise MetricError("cumulative counters need both session_id and turn_seq")
+    if not isinstance(p.delta_reliable, bool):
+        raise MetricError("delta_reliable must be a boolean")
+    if not isinstance(p.triggering_event_ids, tuple):
+        raise MetricError("triggering_event_ids must be a list of event ids")
+    for i, event_id in enumerate(p.triggering_event_ids):
+        _check_event_id(f"triggering_event_ids[{i}]", event_id)
+    for name in ("root_event_id", "parent_event_id"):
+        value = getattr(p, name)
+        if value is not None:
+            _check_event_id(name, value)
+    if p.started_at is not None:
+        if not isinstance(p.started_at, str):
+            raise MetricError("started_at must be an RFC 3339 string or absent")
+        _check_rfc3339("started_at", p.started_at)
+    pi = p.pricing_identity
+    if pi is not None and (
+        not isinstance(pi, PricingIdentity)
+        or not isinstance(pi.authority, str)
+        or not isinstance(pi.model, str)
+        or (pi.cache_class is not None and not isinstance(pi.cache_class, str))
+    ):
+        raise MetricError("pricing_identity must be {authority, model, cache_class?} strings")
+    manifest = p.context_manifest
+    if manifest is not None:
+        if not isinstance(manifest, Manifest):
+            raise MetricError("context_manifest must be a Manifest")
+        if manifest.schema_version != SCHEMA_VERSION:
+            raise MetricError(
+                f"context_manifest schemaVersion {manifest.schema_version} is not supported "
+                f"(expected {SCHEMA_VERSION})"
+            )
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+def _secret(value: object, role: str) -> SecretKey:
+    if isinstance(value, SecretKey):
+        return value
+    if isinstance(value, str):
+        try:
+            return SecretKey.from_str(value)
+        except InvalidKey:
+            pass
+    raise MetricError(f"{role} secret key must be a SecretKey, 64 hex characters or nsec1…")
+
+
+def _public(value: object, role: str) -> PublicKey:
+    if isinstance(value, PublicKey):
+        return value
+    if isinstance(value, str):
+        try:
+            return PublicKey.from_str(value)
+        except InvalidKey as exc:
+            raise MetricError(f"{role} public key is invalid: {exc}") from None
+    raise MetricError(f"{role} public key must be a PublicKey, 64 hex characters or npub1…")
+
+
+def build_metric_event(
+    agent_secret: SecretKey | str,
+    owner_public: PublicKey | str,
+    payload: MetricPayload,
+    *,
+    nonce: bytes | None = None,
+    aux_rand: bytes | None = None,
+) -> Event:
+    """Validate, encrypt (NIP-44 v2, agent → owner) and sign one kind-44200 metric event.
+
+    Tags are exactly ``[["p", owner], ["agent", agent]]`` and ``created_at`` is the payload
+    timestamp truncated to seconds.  ``nonce``/``aux_rand`` pin randomness for tests only.
+    """
+    agent = _secret(agent_secret, "agent")
+    owner = _public(owner_public, "owner")
+    plaintext = _encode_payload(payload).decode("utf-8")
+    try:
+        content = nip44.encrypt(plaintext, nip44.conversation_key(agent, owner), nonce)
+    except Nip44Error as exc:
+        raise MetricError(f"cannot encrypt the metric: {exc}") from None
+    tags = (("p", owner.hex), ("agent", agent.public_key.hex))
+    try:
+        return sign_event(
+            agent,
+            kind=KIND,
+            content=content,
+            tags=tags,
+            created_at=created_at_of(payload.timestamp),
+            aux_rand=aux_rand,
+        )
+    except InvalidEvent as exc:
+        raise MetricError(f"cannot sign the metric event: {exc}") from None
+
+
+def _tags_named(tags: Iterable[tuple[str, ...]], name: str) -> list[tuple[str, ...]]:
+    return [tag for tag in tags if tag and tag[0] == name]
+
+
+def open_metric_event(owner_secret: SecretKey | str, event: Event) -> MetricPayload:
+    """Check the tag layout, decrypt with the owner's key and validate the payload.
+
+    Raises :class:`MetricError` unless: kind 44200; exactly one ``p`` tag, equal to the owner;
+    exactly one ``agent`` tag, equal to ``pubkey``; no ``h`` tag; the content decrypts; the
+    plaintext is at most 65,535 bytes and a valid payload.  ``created_at`` is not compared and
+    the manifest hash is not checked (``payload.context_manifest.hash_matches()`` tells).
+    """
+    owner = _secret(owner_secret, "owner")
+    if not isinstance(event, Event):
+        raise MetricError("expected a verified Event")
+    if event.kind != KIND:
+        raise MetricError(f"not a metric event: kind {event.kind}, expected {KIND}")
+    p_tags = _tags_named(event.tags, "p")
+    if len(p_tags) != 1:
+        raise MetricError(f"a metric event has exactly one p tag, found {len(p_tags)}")
+    if len(p_tags[0]) < 2 or p_tags[0][1] != owner.public_key.hex:
+        raise MetricError("the p tag does not name this owner's public key")
+    agent_tags = _tags_named(event.tags, "agent")
+    if len(agent_tags) != 1:
+        raise MetricError(f"a metric event has exactly one agent tag, found {len(agent_tags)}")
+    if len(agent_tags[0]) < 2 or agent_tags[0][1] != event.pubkey:
+        raise MetricError("the agent tag does not equal the event's pubkey")
+    if _tags_named(event.tags, "h"):
+        raise MetricError("a metric event must not carry an h tag (its channel is private)")
+    try:
+        plaintext = nip44.decrypt(event.content, nip44.conversation_key(owner, event.pubkey))
+    except Nip44Error as exc:
+        raise MetricError(f"cannot decrypt the metric with this owner's key: {exc}") from None
+    return _decode_payload(plaintext.encode("utf-8"))
