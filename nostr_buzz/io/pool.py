@@ -1,0 +1,155 @@
+"""Many relays at once: concurrent publish fan-out and merged, de-duplicated queries.
+
+Each operation opens one :class:`RelayClient` per relay, runs them concurrently, each bounded by
+the pool's timeout (connect plus operation), and closes them all before returning: one dead or
+silent relay never stalls the others, and no task outlives the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from nostr_buzz.errors import RelayError
+from nostr_buzz.event import Event
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip01, nip42
+from nostr_buzz.nips.nip01 import FilterLike
+
+from .relay import CLOSE_TIMEOUT, QueryResult, RelayClient, Verdict
+
+#: Extra time past the timeout before the pool abandons a relay outright (a backstop: the
+#: client already bounds itself; this covers closing the socket).
+_GRACE: Final = CLOSE_TIMEOUT * 3
+
+
+@dataclass
+class PublishResult:
+    """Each relay's verdict; ``ok`` when at least ``min_ok`` relays have the event."""
+
+    event_id: str
+    verdicts: dict[str, Verdict]
+    min_ok: int = 1
+
+    @property
+    def accepted(self) -> list[str]:
+        """Relays that accepted the event or already had it."""
+        return [url for url, v in self.verdicts.items() if v.ok]
+
+    @property
+    def failed(self) -> list[str]:
+        return [url for url, v in self.verdicts.items() if not v.ok]
+
+    @property
+    def ok(self) -> bool:
+        return len(self.accepted) >= self.min_ok
+
+
+@dataclass
+class PoolQueryResult:
+    """Merged events (valid, matching, de-duplicated by id, first arrival wins) and each
+    relay's own :class:`QueryResult`."""
+
+    events: list[Event] = field(default_factory=list)
+    per_relay: dict[str, QueryResult] = field(default_factory=dict)
+
+    @property
+    def any_finished(self) -> bool:
+        return any(r.finished for r in self.per_relay.values())
+
+    @property
+    def rejected(self) -> dict[str, list[str]]:
+        """Verification failures by relay (only relays that had some)."""
+        return {url: r.rejected for url, r in self.per_relay.items() if r.rejected_count}
+
+
+def _unique_urls(urls: Iterable[str]) -> list[str]:
+    """Checked URLs in order, without repeats of the same relay."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for url in urls:
+        checked = nip42.check_relay_url(url)
+        key = nip42.normalize_relay_url(checked)
+        if key not in seen:
+            seen.add(key)
+            out.append(checked)
+    return out
+
+
+def _usable(url: str) -> bool:
+    try:
+        nip42.check_relay_url(url)
+    except RelayError:
+        return False
+    return True
+
+
+class RelayPool:
+    """A set of relays.  Bad URLs raise :class:`~nostr_buzz.errors.RelayError` here."""
+
+    def __init__(
+        self, urls: Iterable[str], *, secret: SecretKey | None = None, timeout: float = 10.0
+    ) -> None:
+        self.urls = _unique_urls(urls)
+        self.secret = secret
+        self.timeout = float(timeout)
+
+    async def publish(
+        self, event: Event, *, min_ok: int = 1, timeout: float | None = None
+    ) -> PublishResult:
+        """Send ``event`` to every relay concurrently and collect the verdicts."""
+        limit = self.timeout if timeout is None else float(timeout)
+
+        async def one(url: str) -> Verdict:
+            client = RelayClient(url, secret=self.secret, timeout=limit)
+            try:
+                async with asyncio.timeout(limit + _GRACE):
+                    return await client.publish(event)
+            except TimeoutError:
+                return Verdict(url, event.id, False, False, "error:", "timeout")
+            finally:
+                await client.close()
+
+        verdicts = await asyncio.gather(*(one(url) for url in self.urls))
+        return PublishResult(event.id, dict(zip(self.urls, verdicts, strict=True)), min_ok)
+
+    async def query(
+        self,
+        filters: FilterLike | Iterable[FilterLike],
+        *,
+        extra_urls: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> PoolQueryResult:
+        """Ask every relay (plus ``extra_urls``, hint relays never authenticated to)."""
+        flts = nip01.as_filters(filters)
+        limit = self.timeout if timeout is None else float(timeout)
+        configured = {nip42.normalize_relay_url(u) for u in self.urls}
+        hints = [
+            u for u in _unique_urls(extra_urls) if nip42.normalize_relay_url(u) not in configured
+        ]
+        targets = [(u, True) for u in self.urls] + [(u, False) for u in hints]
+
+        async def one(url: str, auth: bool) -> QueryResult:
+            client = RelayClient(
+                url, secret=self.secret if auth else None, timeout=limit, auth=auth
+            )
+            try:
+                async with asyncio.timeout(limit + _GRACE):
+                    return await client.query(flts)
+            except TimeoutError:
+                return QueryResult(relay=url, error="timeout")
+            finally:
+                await client.close()
+
+        results = await asyncio.gather(*(one(u, a) for u, a in targets))
+        merged = PoolQueryResult()
+        seen: set[str] = set()
+        for (url, _), result in zip(targets, results, strict=True):
+            merged.per_relay[url] = result
+            for event in result.events:
+                if event.id not in seen:
+                    seen.add(event.id)
+                    merged.events.append(event)
+        return merged

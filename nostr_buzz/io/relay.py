@@ -1,0 +1,630 @@
+"""One relay over WebSocket (NIP-01, NIP-42): publish, query, live subscriptions.
+
+The edge around the pure codec in :mod:`nostr_buzz.nips.nip01`.  A relay is never trusted:
+every ``EVENT`` frame is verified with :meth:`Event.from_dict` and checked against the filters
+that asked for it; failures are dropped and reported on the result, never passed on.  Network
+failures are data (``QueryResult.error``, a ``Verdict`` with prefix ``error:``), not exceptions,
+so that a pool and the CLI can apply their precedence.  Every wait has a deadline, buffers are
+bounded, and :meth:`RelayClient.close` leaves no task running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Final
+
+import websockets
+from websockets.asyncio.client import ClientConnection, connect
+
+from nostr_buzz.errors import InvalidEvent
+from nostr_buzz.event import Event
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip01, nip42
+from nostr_buzz.nips.nip01 import Filter, FilterLike
+
+#: Largest frame accepted from a relay; LocalRelay refuses events over 64 KiB, so 1 MiB is ample.
+MAX_FRAME_BYTES: Final = 1 << 20
+#: Events buffered by one query before it stops and reports ``too many events``.
+MAX_QUERY_EVENTS: Final = 10_000
+#: Events buffered for a live subscription whose consumer is slow; past it the subscription is
+#: closed and re-opened from the last event seen, so nothing is lost and memory stays bounded.
+MAX_LIVE_BUFFER: Final = 1_000
+#: Verification failure texts kept per result (the total is counted separately).
+MAX_REJECTED_KEPT: Final = 100
+#: Ids remembered by a live subscription for de-duplication across reconnects.
+MAX_SEEN_IDS: Final = 50_000
+#: How long to wait for the ``OK`` of an ``AUTH`` (some relays never send one).
+AUTH_OK_TIMEOUT: Final = 1.0
+#: Bound on a graceful WebSocket close before the transport is dropped.
+CLOSE_TIMEOUT: Final = 0.5
+
+_counter = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One relay's answer to one published event.
+
+    ``accepted`` is the relay's ``OK`` boolean; ``duplicate`` is true for a ``duplicate:``
+    prefix (the relay already has it).  Network failures and a missing ``OK`` give
+    ``accepted=False, prefix="error:"`` with the reason in ``message``.
+    """
+
+    relay: str
+    event_id: str
+    accepted: bool
+    duplicate: bool = False
+    prefix: str | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """The relay has the event (accepted now or already)."""
+        return self.accepted or self.duplicate
+
+
+@dataclass
+class QueryResult:
+    """What one relay returned for a query.
+
+    ``events``: valid, matching, de-duplicated by id, in arrival order.  ``finished``: the relay
+    reached ``EOSE`` or a normal ``CLOSED``.  ``error``: why it did not finish or failed
+    (``timeout``, ``connect failed: …``, ``closed: auth-required: …``, ``connection lost: …``,
+    ``too many events: …``).  ``rejected``: verification failures (``bad_id``,
+    ``bad_signature``, ``does not match filter``, …), at most ``MAX_REJECTED_KEPT`` texts;
+    ``rejected_count`` counts them all.  ``malformed_frames``: frames that were not relay
+    messages for this query.
+    """
+
+    relay: str
+    events: list[Event] = field(default_factory=list)
+    finished: bool = False
+    error: str | None = None
+    rejected: list[str] = field(default_factory=list)
+    rejected_count: int = 0
+    malformed_frames: int = 0
+
+
+@dataclass(frozen=True)
+class _Ok:
+    accepted: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class _Lost:
+    reason: str
+
+
+class _Subscription:
+    """State of one ``REQ``: filled by the reader task, drained by query/subscribe."""
+
+    def __init__(self, sub_id: str, filters: list[Filter], *, live: bool, cap: int) -> None:
+        self.id = sub_id
+        self.filters = filters
+        self.live = live
+        self.cap = cap
+        self.events: deque[Event] = deque()
+        self.seen: set[str] = set()  # query only; live de-duplication is done by the caller
+        self.rejected: list[str] = []
+        self.rejected_count = 0
+        self.end: tuple[str, str] | None = None  # (eose|closed|lost|overflow, detail)
+        self.wake = asyncio.Event()
+
+    def finish(self, how: str, detail: str = "") -> None:
+        if self.end is None:
+            self.end = (how, detail)
+        self.wake.set()
+
+    def reject(self, reason: str) -> None:
+        self.rejected_count += 1
+        if len(self.rejected) < MAX_REJECTED_KEPT:
+            self.rejected.append(reason)
+
+    def offer(self, event: Event) -> None:
+        if self.end is not None:
+            return
+        if not self.live:
+            if event.id in self.seen:
+                return
+            self.seen.add(event.id)
+        self.events.append(event)
+        self.wake.set()
+        if len(self.events) >= self.cap:
+            self.finish("overflow", f"stopped after {self.cap} events")
+
+    async def next(self, timeout: float) -> Event | None:
+        """Next buffered event; ``None`` once ended and drained; raises TimeoutError."""
+        async with asyncio.timeout(timeout):
+            while True:
+                if self.events:
+                    return self.events.popleft()
+                if self.end is not None:
+                    return None
+                self.wake.clear()
+                await self.wake.wait()
+
+
+def _describe(exc: BaseException) -> str:
+    """A short human reason for a connection failure."""
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, websockets.exceptions.InvalidStatus):
+        return f"HTTP status {exc.response.status_code}"
+    if isinstance(exc, websockets.exceptions.ConnectionClosed):
+        rcvd, sent = exc.rcvd, exc.sent
+        if (rcvd is not None and rcvd.code == 1009) or (sent is not None and sent.code == 1009):
+            return "frame too large"
+        return "closed by relay" if rcvd is not None else "connection dropped"
+    text = str(exc) or type(exc).__name__
+    return text[:200]
+
+
+class RelayClient:
+    """A client for one relay; use as ``async with RelayClient(url) as relay: ...``.
+
+    ``secret`` and ``auth``: NIP-42 answers challenges only with this key, and only when
+    ``auth`` is true (pass ``auth=False`` for relays the user did not list, e.g. nevent hints).
+    ``timeout`` bounds connecting plus each operation.  A bad URL raises
+    :class:`~nostr_buzz.errors.RelayError`; network trouble never raises.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        secret: SecretKey | None = None,
+        timeout: float = 10.0,
+        auth: bool = True,
+        max_events: int = MAX_QUERY_EVENTS,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ) -> None:
+        self.url = nip42.check_relay_url(url)
+        self.secret = secret
+        self.timeout = float(timeout)
+        self.auth = auth
+        self.max_events = max_events
+        self.max_frame_bytes = max_frame_bytes
+        self.notices: deque[str] = deque(maxlen=20)
+        self.malformed_frames = 0
+        #: Verification failures on this connection (all operations), and the latest texts.
+        self.rejected_count = 0
+        self.recent_rejections: deque[str] = deque(maxlen=MAX_REJECTED_KEPT)
+        self.last_error: str | None = None
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._connect_lock = asyncio.Lock()
+        self._subs: dict[str, _Subscription] = {}
+        self._ended_subs: deque[str] = deque(maxlen=64)
+        self._pending: OrderedDict[str, asyncio.Future[_Ok | _Lost]] = OrderedDict()
+        self._challenge: str | None = None
+        self._challenge_seen = asyncio.Event()
+        self._authenticated = False
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> RelayClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None
+
+    async def connect(self, timeout: float | None = None) -> str | None:
+        """Connect if not connected; returns ``None`` or why it failed (also ``last_error``)."""
+        return await self._ensure_connected(self._deadline(timeout))
+
+    async def close(self) -> None:
+        """Close the connection and stop the reader; safe to call twice."""
+        self._closed = True
+        await self._drop("client closed")
+
+    # -- operations ------------------------------------------------------------------------
+
+    async def publish(self, event: Event, *, timeout: float | None = None) -> Verdict:
+        """Send ``event`` and return the relay's verdict (one AUTH retry on ``auth-required:``)."""
+        deadline = self._deadline(timeout)
+        verdict = await self._publish_once(event, deadline)
+        if verdict.prefix == "auth-required:" and not verdict.accepted:
+            problem = await self._authenticate(deadline)
+            if problem is not None:
+                return Verdict(
+                    self.url,
+                    event.id,
+                    False,
+                    False,
+                    verdict.prefix,
+                    f"{verdict.message} ({problem})",
+                )
+            verdict = await self._publish_once(event, deadline)
+        return verdict
+
+    async def query(
+        self, filters: FilterLike | Iterable[FilterLike], *, timeout: float | None = None
+    ) -> QueryResult:
+        """Stored events matching ``filters``; ends at EOSE, CLOSED or the timeout."""
+        flts = nip01.as_filters(filters)
+        deadline = self._deadline(timeout)
+        result = QueryResult(relay=self.url)
+        problem = await self._ensure_connected(deadline)
+        if problem is not None:
+            result.error = f"connect failed: {problem}"
+            return result
+        malformed_before = self.malformed_frames
+        seen: set[str] = set()
+        retried = False
+        while True:
+            sub = await self._open(flts, live=False, cap=self.max_events, deadline=deadline)
+            timed_out = False
+            try:
+                async with asyncio.timeout(max(0.0, deadline - _now())):
+                    while sub.end is None:
+                        sub.wake.clear()
+                        await sub.wake.wait()
+            except TimeoutError:
+                timed_out = True
+            await self._close_sub(sub)
+            for ev in sub.events:
+                if ev.id not in seen and len(result.events) < self.max_events:
+                    seen.add(ev.id)
+                    result.events.append(ev)
+            result.rejected.extend(sub.rejected[: MAX_REJECTED_KEPT - len(result.rejected)])
+            result.rejected_count += sub.rejected_count
+            how, detail = sub.end or ("timeout", "")
+            if timed_out and sub.end is None:
+                result.error = "timeout"
+            elif how == "eose" or (how == "closed" and not detail):
+                result.finished = True
+            elif how == "closed":
+                prefix, _ = nip01.split_prefix(detail)
+                if prefix == "auth-required:" and not retried:
+                    retried = True
+                    auth_problem = await self._authenticate(deadline)
+                    if auth_problem is None:
+                        continue
+                    result.error = f"closed: {detail} ({auth_problem})"
+                else:
+                    result.error = f"closed: {detail}"
+            elif how == "overflow":
+                result.error = f"too many events: {detail}"
+            else:
+                result.error = f"connection lost: {detail}"
+            break
+        result.malformed_frames = self.malformed_frames - malformed_before
+        if result.error is not None:
+            self.last_error = result.error
+        return result
+
+    async def subscribe(
+        self,
+        filters: FilterLike | Iterable[FilterLike],
+        *,
+        reconnect_delay: float = 0.25,
+        max_reconnect_delay: float = 10.0,
+        max_failures: int = 100,
+    ) -> AsyncIterator[Event]:
+        """Live events matching ``filters``, surviving disconnects.
+
+        After a drop the client reconnects with exponential backoff and re-opens the
+        subscription with ``since`` = the last ``created_at`` seen; events are de-duplicated by
+        id, so each is yielded once.  Ends (see ``last_error``) after ``max_failures``
+        consecutive failed reconnects, or when the relay closes the subscription.
+        """
+        flts = nip01.as_filters(filters)
+        seen: OrderedDict[str, None] = OrderedDict()
+        last_seen: int | None = None
+        failures = 0
+        auth_retried = False
+        while not self._closed:
+            problem = await self._ensure_connected(self._deadline(None))
+            if problem is not None:
+                failures += 1
+                if failures > max_failures:
+                    self.last_error = f"gave up after {max_failures} reconnects: {problem}"
+                    return
+                await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
+                continue
+            current = flts if last_seen is None else [f.with_since(last_seen) for f in flts]
+            sub = await self._open(current, live=True, cap=MAX_LIVE_BUFFER, deadline=None)
+            try:
+                while True:
+                    try:
+                        event = await sub.next(self.timeout)
+                    except TimeoutError:
+                        continue  # the connection's pings detect a dead relay
+                    if event is None:
+                        break
+                    failures = 0
+                    if event.id in seen:
+                        continue
+                    seen[event.id] = None
+                    if len(seen) > MAX_SEEN_IDS:
+                        seen.popitem(last=False)
+                    last_seen = (
+                        event.created_at if last_seen is None else max(last_seen, event.created_at)
+                    )
+                    yield event
+            finally:
+                await self._close_sub(sub)
+            how, detail = sub.end or ("lost", "")
+            if how == "closed":
+                prefix, _ = nip01.split_prefix(detail)
+                if prefix == "auth-required:" and not auth_retried:
+                    auth_retried = True
+                    auth_problem = await self._authenticate(self._deadline(None))
+                    if auth_problem is None:
+                        continue
+                    detail = f"{detail} ({auth_problem})"
+                self.last_error = f"closed: {detail}" if detail else None
+                return
+            if how == "lost":
+                failures += 1
+                if failures > max_failures:
+                    self.last_error = f"gave up after {max_failures} reconnects: {detail}"
+                    return
+                await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
+            # "overflow": re-open at once from the last event seen
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _deadline(self, timeout: float | None) -> float:
+        return _now() + (self.timeout if timeout is None else float(timeout))
+
+    async def _ensure_connected(self, deadline: float) -> str | None:
+        if self._ws is not None:
+            return None
+        if self._closed:
+            return "client closed"
+        async with self._connect_lock:
+            if self._ws is not None:
+                return None
+            remaining = deadline - _now()
+            if remaining <= 0:
+                self.last_error = "timeout"
+                return "timeout"
+            try:
+                async with asyncio.timeout(remaining):
+                    ws = await connect(
+                        self.url,
+                        open_timeout=remaining,
+                        max_size=self.max_frame_bytes,
+                        max_queue=16,
+                        close_timeout=CLOSE_TIMEOUT,
+                        ping_interval=20,
+                        ping_timeout=20,
+                        compression=None,
+                    )
+            except (OSError, TimeoutError, websockets.exceptions.WebSocketException) as exc:
+                self.last_error = _describe(exc)
+                return self.last_error
+            self._ws = ws
+            self._challenge = None
+            self._challenge_seen = asyncio.Event()
+            self._authenticated = False
+            self._reader = asyncio.create_task(self._read(ws), name=f"relay-reader {self.url}")
+            return None
+
+    async def _send(self, text: str, deadline: float | None) -> str | None:
+        """Send one frame; returns why it failed, or ``None``."""
+        ws = self._ws
+        if ws is None:
+            return "not connected"
+        remaining = self.timeout if deadline is None else deadline - _now()
+        try:
+            async with asyncio.timeout(max(0.0, remaining)):
+                await ws.send(text)
+        except (TimeoutError, websockets.exceptions.WebSocketException, OSError) as exc:
+            return _describe(exc)
+        return None
+
+    async def _open(
+        self, filters: list[Filter], *, live: bool, cap: int, deadline: float | None
+    ) -> _Subscription:
+        sub_id = f"buzz{next(_counter)}"
+        sub = _Subscription(sub_id, filters, live=live, cap=cap)
+        self._subs[sub_id] = sub
+        problem = await self._send(nip01.encode_req(sub_id, filters), deadline)
+        if problem is not None:
+            sub.finish("lost", problem)
+        return sub
+
+    async def _close_sub(self, sub: _Subscription) -> None:
+        """Forget ``sub`` and tell the relay, unless the relay already closed it."""
+        if self._subs.pop(sub.id, None) is None:
+            return
+        self._ended_subs.append(sub.id)
+        relay_ended = sub.end is not None and sub.end[0] in ("closed", "lost")
+        sub.finish("lost", "closed by client")
+        if not relay_ended and self._ws is not None:
+            await self._send(nip01.encode_close(sub.id), _now() + CLOSE_TIMEOUT)
+
+    async def _publish_once(self, event: Event, deadline: float) -> Verdict:
+        problem = await self._ensure_connected(deadline)
+        if problem is not None:
+            return Verdict(self.url, event.id, False, False, "error:", f"connect failed: {problem}")
+        answer = await self._request_ok(event.id, nip01.encode_event(event), deadline)
+        if isinstance(answer, _Lost):
+            return Verdict(self.url, event.id, False, False, "error:", answer.reason)
+        prefix, _ = nip01.split_prefix(answer.message)
+        return Verdict(
+            self.url,
+            event.id,
+            answer.accepted,
+            prefix == "duplicate:",
+            prefix,
+            answer.message,
+        )
+
+    async def _request_ok(self, event_id: str, frame: str, deadline: float) -> _Ok | _Lost:
+        """Send an EVENT or AUTH frame and wait for its ``OK`` until ``deadline``."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_Ok | _Lost] = loop.create_future()
+        # A second publish of the same id waits behind the first; keying by id keeps it simple.
+        key = event_id
+        while key in self._pending:
+            key += "+"
+        self._pending[key] = future
+        try:
+            problem = await self._send(frame, deadline)
+            if problem is not None:
+                return _Lost(problem)
+            try:
+                async with asyncio.timeout(max(0.0, deadline - _now())):
+                    return await future
+            except TimeoutError:
+                return _Lost("timeout: no OK from relay")
+        finally:
+            self._pending.pop(key, None)
+
+    async def _authenticate(self, deadline: float) -> str | None:
+        """Answer the relay's NIP-42 challenge; ``None`` on success, else what went wrong."""
+        if not self.auth:
+            return "authentication disabled for this relay"
+        if self.secret is None:
+            return "no key configured to authenticate"
+        if self._ws is None:
+            return "not connected"
+        if self._challenge is None:
+            # The challenge usually precedes the refusal; give a late one a moment.
+            try:
+                async with asyncio.timeout(max(0.0, min(AUTH_OK_TIMEOUT, deadline - _now()))):
+                    await self._challenge_seen.wait()
+            except TimeoutError:
+                return "relay sent no AUTH challenge"
+        challenge = self._challenge
+        assert challenge is not None
+        event = nip42.auth_event(
+            self.secret, relay_url=self.url, challenge=challenge, created_at=int(time.time())
+        )
+        answer = await self._request_ok(
+            event.id, nip01.encode_auth(event), min(deadline, _now() + AUTH_OK_TIMEOUT)
+        )
+        if isinstance(answer, _Ok) and not answer.accepted:
+            return f"AUTH refused: {answer.message or 'no reason given'}"
+        # No OK at all: some relays never acknowledge AUTH; proceed and let the retry tell.
+        self._authenticated = isinstance(answer, _Ok)
+        return None
+
+    async def _read(self, ws: ClientConnection) -> None:
+        reason = "connection dropped"
+        try:
+            async for frame in ws:
+                self._dispatch(nip01.parse_relay_message(frame))
+        except websockets.exceptions.ConnectionClosed as exc:
+            reason = _describe(exc)
+        except (OSError, websockets.exceptions.WebSocketException) as exc:
+            reason = _describe(exc)
+        else:
+            reason = _describe_close(ws)
+        finally:
+            if self._ws is ws:
+                self._ws = None
+            self._fail_all(reason)
+
+    def _dispatch(self, msg: nip01.RelayMessage) -> None:
+        if isinstance(msg, nip01.EventMessage):
+            sub = self._subs.get(msg.subscription_id)
+            if sub is None:
+                if msg.subscription_id not in self._ended_subs:
+                    self.malformed_frames += 1
+                return
+            if sub.end is not None:
+                return
+            try:
+                event = Event.from_dict(msg.event)
+            except InvalidEvent as exc:
+                self._reject(sub, exc.reason)
+                return
+            if not nip01.matches_any(sub.filters, event):
+                self._reject(sub, "does not match filter")
+                return
+            sub.offer(event)
+        elif isinstance(msg, nip01.OkMessage):
+            self._resolve_ok(msg)
+        elif isinstance(msg, (nip01.EoseMessage, nip01.ClosedMessage)):
+            sub = self._subs.get(msg.subscription_id)
+            if sub is None:
+                if msg.subscription_id not in self._ended_subs:
+                    self.malformed_frames += 1
+                return
+            if isinstance(msg, nip01.ClosedMessage):
+                sub.finish("closed", msg.message)
+            elif not sub.live:
+                sub.finish("eose")
+        elif isinstance(msg, nip01.AuthMessage):
+            self._challenge = msg.challenge
+            self._challenge_seen.set()
+        elif isinstance(msg, nip01.NoticeMessage):
+            self.notices.append(msg.message[:500])
+        else:
+            self.malformed_frames += 1
+
+    def _reject(self, sub: _Subscription, reason: str) -> None:
+        sub.reject(reason)
+        self.rejected_count += 1
+        self.recent_rejections.append(reason)
+
+    def _resolve_ok(self, msg: nip01.OkMessage) -> None:
+        answer = _Ok(msg.accepted, msg.message)
+        if msg.event_id:
+            future = self._pending.get(msg.event_id)
+        else:
+            # Some relays refuse with an empty id: it belongs to the oldest pending request.
+            future = next((f for f in self._pending.values() if not f.done()), None)
+        if future is not None and not future.done():
+            future.set_result(answer)
+
+    def _fail_all(self, reason: str) -> None:
+        for sub in list(self._subs.values()):
+            sub.finish("lost", reason)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_result(_Lost(f"connection lost: {reason}"))
+
+    async def _drop(self, reason: str) -> None:
+        ws, reader = self._ws, self._reader
+        self._ws = None
+        self._reader = None
+        if ws is not None:
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT * 2):
+                    await ws.close()
+            except (TimeoutError, OSError, websockets.exceptions.WebSocketException):
+                pass
+            finally:
+                ws.transport.abort()
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        self._fail_all(reason)
+
+
+def _describe_close(ws: ClientConnection) -> str:
+    try:
+        return _describe(ws.close_exc)
+    except Exception:  # close_exc is only defined once the connection is closed
+        return "connection dropped"
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()

@@ -1,0 +1,71 @@
+"""NIP-42 client authentication, pure: the kind 22242 event and relay URL comparison."""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import urlsplit, urlunsplit
+
+from nostr_buzz.errors import RelayError
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.keys import SecretKey
+
+AUTH_KIND: Final = 22242
+_DEFAULT_PORTS: Final = {"ws": 80, "wss": 443}
+
+
+def auth_event(
+    secret: SecretKey,
+    *,
+    relay_url: str,
+    challenge: str,
+    created_at: int,
+    aux_rand: bytes | None = None,
+) -> Event:
+    """The signed kind 22242 event answering ``challenge`` for ``relay_url``."""
+    return sign_event(
+        secret,
+        kind=AUTH_KIND,
+        content="",
+        tags=(("relay", relay_url), ("challenge", challenge)),
+        created_at=created_at,
+        aux_rand=aux_rand,
+    )
+
+
+def check_relay_url(url: str) -> str:
+    """Return ``url`` stripped if it is a usable ``ws://`` or ``wss://`` URL, else raise."""
+    if not isinstance(url, str):
+        raise RelayError("a relay URL must be a string")
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # raises ValueError for a non-numeric or out-of-range port
+    except ValueError:
+        raise RelayError(f"not a valid relay URL: {text!r}") from None
+    if parts.scheme.lower() not in _DEFAULT_PORTS:
+        raise RelayError(f"relay URL must start with ws:// or wss://: {text!r}")
+    if not parts.hostname:
+        raise RelayError(f"relay URL has no host: {text!r}")
+    return text
+
+
+def normalize_relay_url(url: str) -> str:
+    """A comparison form: lowercase scheme and host, default port and a bare ``/`` path dropped.
+
+    ``WSS://Relay.Example:443/`` and ``wss://relay.example`` normalize alike; the query string is
+    kept because some relays route on it.
+    """
+    parts = urlsplit(check_relay_url(url))
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"  # IPv6 literal
+    port = parts.port
+    netloc = host if port is None or port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
+    path = parts.path.rstrip("/")
+    return urlunsplit((scheme, netloc, path, parts.query, ""))
+
+
+def same_relay(a: str, b: str) -> bool:
+    """True when two relay URLs name the same relay (after :func:`normalize_relay_url`)."""
+    return normalize_relay_url(a) == normalize_relay_url(b)
