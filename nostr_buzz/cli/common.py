@@ -1,0 +1,125 @@
+"""Options and plumbing shared by the ``buzz`` commands that read config or talk to relays."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Annotated, Any, NamedTuple, TypeVar
+
+import typer
+
+from nostr_buzz.cli.output import CliFailure, ExitCode
+from nostr_buzz.config import ConfigSources
+from nostr_buzz.errors import SECRET_HINT, Nip19Error, looks_secret
+from nostr_buzz.nips import nip19
+
+T = TypeVar("T")
+
+RelayOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--relay",
+        help="Relay URL (ws:// or wss://); repeat for more. Else $BUZZ_RELAYS, else buzz.toml.",
+        show_default=False,
+    ),
+]
+TimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--timeout", min=0.1, help="Seconds allowed per relay for connecting plus answering."
+    ),
+]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="Configuration file (default: $BUZZ_CONFIG, else ./buzz.toml when present).",
+        show_default=False,
+        dir_okay=False,
+    ),
+]
+KeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        help="Secret key (64-hex or nsec). Else $BUZZ_PRIVATE_KEY, else buzz.toml.",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+DEFAULT_TIMEOUT = 10.0
+
+
+def sources(config: Path | None) -> ConfigSources:
+    """Flags › environment › file, for one command run."""
+    return ConfigSources(config_path=config)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run one command's async body to completion on a fresh event loop."""
+    return asyncio.run(coro)
+
+
+def progress(message: str) -> None:
+    """Progress for a person watching: on stderr, and only when stderr is a terminal."""
+    stream = sys.stderr
+    if stream.isatty():
+        print(message, file=stream, flush=True)
+
+
+class EventRef(NamedTuple):
+    """A parsed event reference: the id plus any relay hints an nevent carried."""
+
+    id: str
+    relays: tuple[str, ...] = ()
+
+
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def describe_input(text: str) -> str:
+    """An input for an error message, unless it looks like a secret key."""
+    if looks_secret(text):
+        return SECRET_HINT
+    return repr(text if len(text) <= 40 else text[:40] + "…")
+
+
+def parse_event_ref(text: str, *, option: str = "--event") -> EventRef:
+    """An event reference (spec 01): 64-hex (either case), ``note1…`` or ``nevent1…``.
+
+    The nevent's author and kind are only hints and are not returned: they never narrow a query.
+    """
+    s = text.strip()
+    if _HEX64.fullmatch(s):
+        return EventRef(s.lower())
+    if looks_secret(s):
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"{option}: expected an event id; the value looks like a secret key (not shown)",
+        )
+    lowered = s.lower()
+    for hrp in ("npub1", "nprofile1"):
+        if lowered.startswith(hrp):
+            raise CliFailure(
+                ExitCode.BAD_INPUT,
+                f"{option}: expected an event id (hex, note1… or nevent1…), got {hrp[:-1]}",
+            )
+    if lowered.startswith(("note1", "nevent1")):
+        try:
+            hrp, value = nip19.decode(s)
+        except Nip19Error as exc:
+            raise CliFailure(
+                ExitCode.BAD_INPUT, f"{option}: invalid event reference: {exc}"
+            ) from None
+        if isinstance(value, nip19.EventPointer):
+            return EventRef(value.id, value.relays)
+        if hrp == "note" and isinstance(value, str):
+            return EventRef(value)
+    raise CliFailure(
+        ExitCode.BAD_INPUT,
+        f"{option}: {describe_input(s)} is not an event id (64 hex characters, note1… or nevent1…)",
+    )
