@@ -60,6 +60,13 @@ def read_input(path: str, what: str) -> bytes:
             ExitCode.BAD_INPUT,
             f"{what} {path} starts with a UTF-8 byte-order mark; save it as UTF-8 without one",
         )
+    try:
+        # msgspec skips ignored members without checking their UTF-8, so check the whole file.
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliFailure(
+            ExitCode.BAD_INPUT, f"{what} {path} is not UTF-8 (invalid byte at offset {exc.start})"
+        ) from None
     return data
 
 
