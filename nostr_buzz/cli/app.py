@@ -39,10 +39,14 @@ def _root(
 
 # Command groups register here (one module per group).
 from nostr_buzz.cli.compile import compile_command  # noqa: E402
+from nostr_buzz.cli.keys import keys_app  # noqa: E402
 from nostr_buzz.cli.manifest import manifest_app  # noqa: E402
+from nostr_buzz.cli.relay import relay_command  # noqa: E402
 
 app.command("compile")(compile_command)
 app.add_typer(manifest_app, name="manifest")
+app.add_typer(keys_app, name="keys")
+app.command("relay")(relay_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
