@@ -93,8 +93,8 @@ def _positional_ref(event: Event) -> ThreadRef:
     ids = [
         tag[1]
         for tag in event.tags
-        if tag[0] == "e"
-        and (len(tag) in (2, 3) or (len(tag) >= 4 and tag[3] == ""))
+        if (len(tag) in (2, 3) or (len(tag) >= 4 and tag[3] == ""))
+        and tag[0] == "e"
         and _valid_id(tag[1])
     ]
     if not ids:
@@ -132,7 +132,7 @@ def channel(event: Event) -> str | None:
     Later ``h`` tags are never consulted, so a bad first one means "no channel".
     """
     for tag in event.tags:
-        if tag[0] == "h" and len(tag) >= 2:
+        if len(tag) >= 2 and tag[0] == "h":
             value = tag[1]
             if is_valid_channel_id(value) and not value.startswith(DIRECT_CHANNEL_PREFIX):
                 return value
@@ -142,4 +142,4 @@ def channel(event: Event) -> str | None:
 
 def mentions(event: Event) -> list[str]:
     """Every ``p`` tag value in tag order, duplicates kept, exactly as written."""
-    return event.tag_values("p")
+    return [tag[1] for tag in event.tags if len(tag) >= 2 and tag[0] == "p"]
