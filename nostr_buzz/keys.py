@@ -6,6 +6,7 @@ input it was parsed from.
 
 from __future__ import annotations
 
+import hmac
 import re
 from typing import Final
 
@@ -164,7 +165,10 @@ class SecretKey:
         return self._key
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SecretKey) and other._key.secret == self._key.secret
+        # Constant-time: comparing secrets must not leak where they differ.
+        return isinstance(other, SecretKey) and hmac.compare_digest(
+            other._key.secret, self._key.secret
+        )
 
     def __hash__(self) -> int:
         return hash(self._public)
