@@ -41,7 +41,10 @@ manifest_app = typer.Typer(
 def _manifest_member(doc: Any, name: str) -> tuple[Any, str]:
     """The manifest object inside a decoded document and where it was found."""
     if not isinstance(doc, dict):
-        raise CliFailure(ExitCode.BAD_INPUT, f"{name}: expected a JSON object")
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"{name}: expected a JSON object (a manifest, a compile output or a metric payload)",
+        )
     if "schemaVersion" in doc:
         return doc, "manifest"
     if "manifest" in doc:
@@ -64,7 +67,8 @@ def load_manifest(data: bytes, name: str) -> Manifest:
     try:
         doc = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, f"{name}: not valid JSON: {exc}") from None
+        hint = " (for buzz compile output use --format json)" if data.lstrip()[:1] == b"<" else ""
+        raise CliFailure(ExitCode.BAD_INPUT, f"{name}: not valid JSON{hint}: {exc}") from None
     obj, where = _manifest_member(doc, name)
     try:
         # The same strict read as Manifest.from_obj, split so that shape (exit 1) and a hash
