@@ -41,11 +41,13 @@ def _root(
 from nostr_buzz.cli.compile import compile_command  # noqa: E402
 from nostr_buzz.cli.keys import keys_app  # noqa: E402
 from nostr_buzz.cli.manifest import manifest_app  # noqa: E402
+from nostr_buzz.cli.messages import messages_app  # noqa: E402
 from nostr_buzz.cli.relay import relay_command  # noqa: E402
 
 app.command("compile")(compile_command)
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(keys_app, name="keys")
+app.add_typer(messages_app, name="messages")
 app.command("relay")(relay_command)
 
 

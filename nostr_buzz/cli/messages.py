@@ -1,0 +1,412 @@
+"""``buzz messages``: fetch raw events, read channels and threads, send chat messages (spec 05).
+
+Every event printed here came through :class:`~nostr_buzz.event.Event` verification in the relay
+client; a relay's own bytes are never echoed, only ``Event.to_json()``.  Exit codes follow spec
+05: 1 bad input, 2 nothing reachable or nobody accepted, 3 not found, 4 verification failure.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+import typer
+
+from nostr_buzz.cli.common import (
+    DEFAULT_TIMEOUT,
+    ConfigOption,
+    EventRef,
+    JsonOption,
+    KeyOption,
+    RelayOption,
+    TimeoutOption,
+    parse_event_ref,
+    progress,
+    run,
+    sources,
+)
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.config import ConfigSources
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip10, nip42
+
+CHAT_KIND = 9  # NIP-C7 chat message, scoped to a channel by its h tag (NIP-29)
+#: LocalRelay served at most 500 events per query in our measurements (spec 05).
+MAX_QUERY_LIMIT = 500
+
+messages_app = typer.Typer(
+    name="messages",
+    help="Fetch raw events, read channels and threads, send chat messages.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+ChannelOption = Annotated[
+    str, typer.Option("--channel", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -.")
+]
+Format = Literal["json", "table"]
+FormatOption = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="json: one canonical event per line; table: for reading.",
+        case_sensitive=False,
+    ),
+]
+
+
+# --- shared steps --------------------------------------------------------------------------
+
+
+def _check_channel(channel: str) -> str:
+    if not nip10.is_valid_channel_id(channel):
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            "--channel: not a valid channel id (1-128 characters from A-Z a-z 0-9 _ -)",
+        )
+    if channel.startswith(nip10.DIRECT_CHANNEL_PREFIX):
+        # Never read from an h tag (spec 01): such a message would belong to no channel.
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"--channel: ids starting with {nip10.DIRECT_CHANNEL_PREFIX!r} are reserved for "
+            "direct channels",
+        )
+    return channel
+
+
+def _check_format(value: str) -> Format:
+    lowered = value.lower()
+    if lowered == "json":
+        return "json"
+    if lowered == "table":
+        return "table"
+    raise CliFailure(ExitCode.BAD_INPUT, "--format: expected json or table")
+
+
+def _usable_hints(hints: Iterable[str]) -> list[str]:
+    """nevent relay hints that are ws:// or wss:// URLs; anything else is skipped (spec 05)."""
+    usable: list[str] = []
+    for hint in hints:
+        try:
+            usable.append(nip42.check_relay_url(hint))
+        except ValueError:
+            continue
+    return usable
+
+
+def _read_setup(
+    cfg: ConfigSources, relay: Sequence[str] | None, key: str | None, hints: Sequence[str] = ()
+) -> tuple[tuple[str, ...], list[str], SecretKey | None]:
+    """Read relays, usable hints and the key used for NIP-42 on the configured relays only."""
+    relays = cfg.relays(relay or (), direction="read")
+    usable = _usable_hints(hints)
+    if not relays and not usable:
+        raise CliFailure(ExitCode.BAD_INPUT, f"no relay configured: give {cfg.RELAY_SOURCES}")
+    return relays, usable, cfg.secret_key(key)
+
+
+def _rejections(result: PoolQueryResult) -> dict[str, str]:
+    """Each misbehaving relay with the checks its events failed."""
+    out: dict[str, str] = {}
+    for url, per in result.per_relay.items():
+        if per.rejected_count:
+            reasons = list(dict.fromkeys(per.rejected))
+            out[url] = f"{per.rejected_count} event(s) failed verification ({', '.join(reasons)})"
+    return out
+
+
+def _unreachable(result: PoolQueryResult) -> list[str]:
+    return [
+        f"{url}: {per.error or 'no answer'}"
+        for url, per in result.per_relay.items()
+        if not per.finished
+    ]
+
+
+def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
+    """Spec 05's precedence for a fetch by id: found (0), verification (4), not found (3), 2."""
+    found = next((e for e in result.events if e.id == event_id), None)
+    rejections = _rejections(result)
+    if found is not None:
+        for url, what in rejections.items():
+            note(f"buzz: warning: relay {url} returned something else: {what}")
+        return found
+    if rejections:
+        lines = [f"relay {url}: {what}" for url, what in rejections.items()]
+        raise CliFailure(
+            ExitCode.VERIFICATION,
+            f"event {event_id}: no relay returned a valid copy; misbehaving relays:\n  "
+            + "\n  ".join(lines),
+        )
+    if result.any_finished:
+        for line in _unreachable(result):
+            note(f"buzz: warning: relay {line}")
+        raise CliFailure(ExitCode.NOT_FOUND, f"event {event_id} not found")
+    raise CliFailure(
+        ExitCode.NETWORK,
+        "no relay answered:\n  " + "\n  ".join(_unreachable(result) or ["no relay to ask"]),
+    )
+
+
+async def _fetch_event(
+    ref: EventRef,
+    relays: Sequence[str],
+    hints: Sequence[str],
+    secret: SecretKey | None,
+    timeout: float,
+) -> tuple[Event, PoolQueryResult]:
+    # Only the id goes into the filter: an nevent's author and kind are hints (spec 05).
+    pool = RelayPool(relays, secret=secret, timeout=timeout)
+    progress(f"asking {len(relays) + len(hints)} relay(s) for {ref.id}…")
+    result = await pool.query({"ids": [ref.id]}, extra_urls=hints, timeout=timeout)
+    return _pick_event(ref.id, result), result
+
+
+def _warn_list_problems(result: PoolQueryResult) -> None:
+    """For list queries: a relay's forged events are dropped and named; dead relays named."""
+    for url, what in _rejections(result).items():
+        note(f"buzz: warning: relay {url}: {what}; those were dropped")
+    if not result.any_finished:
+        raise CliFailure(
+            ExitCode.NETWORK, "no relay answered:\n  " + "\n  ".join(_unreachable(result))
+        )
+    for line in _unreachable(result):
+        note(f"buzz: warning: relay {line}")
+
+
+def _chronological(events: Iterable[Event]) -> list[Event]:
+    return sorted(events, key=lambda e: (e.created_at, e.id))
+
+
+def _one_line(text: str, width: int) -> str:
+    # Control characters could drive the terminal; newlines would break the table.
+    flat = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _render(events: Sequence[Event], fmt: Format) -> str:
+    if fmt == "json":
+        return "".join(e.to_json() + "\n" for e in events)
+    lines = []
+    for e in events:
+        when = datetime.fromtimestamp(e.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"{when}  {e.id[:12]}  {e.pubkey[:12]}  {_one_line(e.content, 80)}\n")
+    return "".join(lines)
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+@messages_app.command("raw")
+def raw(
+    event: Annotated[str, typer.Option("--event", help="Event id: 64-hex, note1… or nevent1….")],
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Fetch one signed event by id and print its canonical JSON (one line) after checking it."""
+    ref = parse_event_ref(event)
+    relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
+    found, _ = run(_fetch_event(ref, relays, hints, secret, timeout))
+    write_stdout(found.to_json() + "\n")
+
+
+@messages_app.command("get")
+def get(
+    channel: ChannelOption,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=MAX_QUERY_LIMIT, help="How many recent messages.")
+    ] = 50,
+    output_format: FormatOption = "json",
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Recent chat messages of a channel (kind 9, h = CHANNEL), oldest first."""
+    channel = _check_channel(channel)
+    fmt = _check_format(output_format)
+    relays, _, secret = _read_setup(sources(config), relay, key)
+
+    async def body() -> list[Event]:
+        pool = RelayPool(relays, secret=secret, timeout=timeout)
+        progress(f"asking {len(relays)} relay(s) for channel {channel}…")
+        flt = {"kinds": [CHAT_KIND], "#h": [channel], "limit": limit}
+        result = await pool.query(flt, timeout=timeout)
+        _warn_list_problems(result)
+        # Relays may pass events whose first h tag is another channel; nip10 decides.
+        mine = [e for e in result.events if nip10.channel(e) == channel]
+        return _chronological(mine)[-limit:]
+
+    write_stdout(_render(run(body()), fmt))
+
+
+@messages_app.command("thread")
+def thread(
+    channel: ChannelOption,
+    event: Annotated[
+        str, typer.Option("--event", help="Any event of the thread: 64-hex, note1… or nevent1….")
+    ],
+    output_format: FormatOption = "json",
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """The thread EVENT belongs to, in CHANNEL: its root, then the replies, oldest first."""
+    channel = _check_channel(channel)
+    fmt = _check_format(output_format)
+    ref = parse_event_ref(event)
+    relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
+
+    async def body() -> list[Event]:
+        start, _ = await _fetch_event(ref, relays, hints, secret, timeout)
+        root_id = nip10.thread_ref(start).root or start.id
+        pool = RelayPool(relays, secret=secret, timeout=timeout)
+        progress(f"asking {len(relays) + len(hints)} relay(s) for thread {root_id}…")
+        replies_filter = {
+            "kinds": [CHAT_KIND],
+            "#h": [channel],
+            "#e": [root_id],
+            "limit": MAX_QUERY_LIMIT,
+        }
+        result = await pool.query(
+            [{"ids": [root_id]}, replies_filter], extra_urls=hints, timeout=timeout
+        )
+        _warn_list_problems(result)
+        by_id = {e.id: e for e in result.events}
+        by_id.setdefault(start.id, start)
+        root = by_id.pop(root_id, None)
+        if root is None:
+            note(f"buzz: warning: the thread's root {root_id} was not found")
+        # An e tag can also be a plain citation: keep only events nip10 routes into this thread.
+        replies = [
+            e
+            for e in by_id.values()
+            if nip10.thread_ref(e).root == root_id and nip10.channel(e) == channel
+        ]
+        return ([root] if root is not None else []) + _chronological(replies)
+
+    write_stdout(_render(run(body()), fmt))
+
+
+def _reply_tags(
+    parent: Event, parent_relay: str, root: Event | None, root_id: str, root_relay: str
+) -> list[list[str]]:
+    """NIP-10 marked e tags (root, plus reply when the parent is not the root) and p tags for
+    the authors replied to (the root's and the parent's)."""
+    if parent.id == root_id:
+        e_tags = [["e", parent.id, parent_relay, "root", parent.pubkey]]
+        authors = [parent.pubkey]
+    else:
+        root_author = root.pubkey if root is not None else ""
+        e_tags = [
+            ["e", root_id, root_relay, "root", root_author]
+            if root_author
+            else ["e", root_id, root_relay, "root"],
+            ["e", parent.id, parent_relay, "reply", parent.pubkey],
+        ]
+        authors = ([root_author] if root_author else []) + [parent.pubkey]
+    p_tags = [["p", pubkey] for pubkey in dict.fromkeys(authors)]
+    return e_tags + p_tags
+
+
+def _first_relay_with(result: PoolQueryResult, event_id: str) -> str:
+    """A relay hint for an e tag: the first relay that served the event, else empty."""
+    for url, per in result.per_relay.items():
+        if any(e.id == event_id for e in per.events):
+            return url
+    return ""
+
+
+def _verdict_lines(published: PublishResult) -> list[str]:
+    # A relay's message is its own text: flattened so it cannot drive the terminal.
+    return [
+        f"{url}: {_one_line(v.message or v.prefix or 'refused', 200)}"
+        for url, v in published.verdicts.items()
+        if not v.ok
+    ]
+
+
+@messages_app.command("send")
+def send(
+    channel: ChannelOption,
+    text: Annotated[str, typer.Argument(help="The message text.", show_default=False)],
+    reply_to: Annotated[
+        str | None,
+        typer.Option(
+            "--reply-to",
+            help="Reply to this event (64-hex, note1… or nevent1…).",
+            show_default=False,
+        ),
+    ] = None,
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Publish a kind 9 chat message to CHANNEL, threaded with NIP-10 marked e tags."""
+    channel = _check_channel(channel)
+    if not text.strip():
+        raise CliFailure(ExitCode.BAD_INPUT, "the message text is empty")
+    ref = parse_event_ref(reply_to, option="--reply-to") if reply_to is not None else None
+    cfg = sources(config)
+    secret = cfg.require_secret_key(key)
+    write_relays = cfg.require_relays(relay or (), direction="write")
+    read_relays = cfg.relays(relay or (), direction="read") or write_relays
+
+    async def body() -> tuple[Event, PublishResult]:
+        tags: list[list[str]] = [["h", channel]]
+        if ref is not None:
+            hints = _usable_hints(ref.relays)
+            parent, found = await _fetch_event(ref, read_relays, hints, secret, timeout)
+            parent_channel = nip10.channel(parent)
+            if parent_channel is not None and parent_channel != channel:
+                raise CliFailure(
+                    ExitCode.BAD_INPUT,
+                    f"--reply-to: that event is in channel {parent_channel}, not {channel}",
+                )
+            root_id = nip10.thread_ref(parent).root or parent.id
+            root: Event | None = parent if root_id == parent.id else None
+            root_relay = _first_relay_with(found, root_id)
+            if root is None:
+                pool = RelayPool(read_relays, secret=secret, timeout=timeout)
+                lookup = await pool.query({"ids": [root_id]}, extra_urls=hints, timeout=timeout)
+                root = next((e for e in lookup.events if e.id == root_id), None)
+                root_relay = _first_relay_with(lookup, root_id)
+            tags += _reply_tags(
+                parent, _first_relay_with(found, parent.id), root, root_id, root_relay
+            )
+        # The clock is read here, at the edge; the library itself never reads one.
+        message = sign_event(
+            secret, kind=CHAT_KIND, content=text, tags=tags, created_at=int(time.time())
+        )
+        pool = RelayPool(write_relays, secret=secret, timeout=timeout)
+        progress(f"publishing {message.id} to {len(write_relays)} relay(s)…")
+        return message, await pool.publish(message, min_ok=1)
+
+    message, published = run(body())
+    if not published.ok:
+        raise CliFailure(
+            ExitCode.NETWORK,
+            f"no relay accepted {message.id}:\n  " + "\n  ".join(_verdict_lines(published)),
+        )
+    for line in _verdict_lines(published):
+        note(f"buzz: warning: not stored on {line}")
+    if json_output:
+        failed = {url: v.message for url, v in published.verdicts.items() if not v.ok}
+        payload = json.dumps(
+            {"id": message.id, "accepted": published.accepted, "failed": failed},
+            ensure_ascii=False,
+        )
+        # The event itself is spliced in as its canonical bytes.
+        write_stdout(payload[:-1] + f',"event":{message.to_json()}}}\n')
+    else:
+        write_stdout(message.id + "\n")
