@@ -369,6 +369,31 @@ def injection_attempts() -> dict[str, Any]:
     }
 
 
+def nip22_comment_and_positional_reply() -> dict[str, Any]:
+    # A kind-1111 comment (root from E, parent from e) followed, in the same batch, by a kind-1
+    # note with positional e tags; the newest event (the note) decides scope and reply_to.
+    comment = sign(
+        RILEY,
+        "Comment on the incident doc.",
+        [["h", CHANNEL], ["E", ROOT.id, "", pk(MORGAN)], ["e", ROOT_REPLY_RILEY.id], ["K", "9"]],
+        T0 + 1200,
+        kind=1111,
+    )
+    note = sign(
+        RILEY,
+        "And a plain note replying positionally.",
+        [["h", CHANNEL], ["e", ROOT.id], ["e", comment.id, "wss://relay.example"], ["p", pk(BUZZ)]],
+        T0 + 1201,
+        kind=1,
+    )
+    return {
+        "events": [item(comment, "@comment"), item(note, "@note")],
+        "channel": ENGINEERING,
+        "profiles": profiles(),
+        "systemPromptSupport": True,
+    }
+
+
 CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "channel_top_level_mention": channel_top_level_mention,
     "thread_reply_with_history": thread_reply_with_history,
@@ -385,6 +410,7 @@ CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "legacy_first_turn": legacy_first_turn,
     "long_description": long_description,
     "injection_attempts": injection_attempts,
+    "nip22_comment_and_positional_reply": nip22_comment_and_positional_reply,
 }
 
 

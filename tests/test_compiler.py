@@ -806,3 +806,12 @@ def test_fixture_files_have_no_carriage_return_translation(tmp_path: Path) -> No
     path = tmp_path / "x.sections.txt"
     path.write_bytes(golden_gen.sections_text(sections).encode())
     assert golden_gen.parse_sections(path.read_bytes().decode()) == sections
+
+
+def test_bom_in_str_and_deep_nesting_are_turn_input_errors() -> None:
+    raw = (TURNS / "channel_top_level_mention.input.json").read_text(encoding="utf-8")
+    with pytest.raises(TurnInputError, match="byte-order mark"):
+        TurnInput.from_json("\ufeff" + raw)
+    deep = '{"ignored": ' + "[" * 100_000 + "]" * 100_000 + "," + raw[1:]
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(deep)
