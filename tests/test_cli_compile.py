@@ -240,6 +240,8 @@ INVALID_FILES: dict[str, bytes] = {
     "byte_order_mark": b"\xef\xbb\xbf" + _shape(lambda d: None),
     "not_utf8_in_ignored_member": _with_raw_member(b'"x": "\xff"'),
     "not_utf8_in_ignored_key": _with_raw_member(b'"\xff": 1'),
+    "deeply_nested_events": b'{"events": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "deeply_nested_ignored": _with_raw_member(b'"x": ' + b"[" * 100_000 + b"]" * 100_000),
     "context_total_negative": _shape(lambda d: d["context"].update(total=-1)),
 }
 

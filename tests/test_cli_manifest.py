@@ -298,6 +298,7 @@ BAD_FILES: dict[str, Any] = {
     "nan": b'{"schemaVersion": NaN, "hash": "", "layers": []}',
     "byte_order_mark": b"\xef\xbb\xbf" + BEFORE.to_json().encode(),
     "not_utf8": b'{"x": "\xff", ' + BEFORE.to_json().encode()[1:],
+    "deeply_nested": b'{"layers": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
     "lone_surrogate": b'{"x": "\\ud800", ' + BEFORE.to_json().encode()[1:],
 }
 

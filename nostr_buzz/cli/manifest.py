@@ -69,6 +69,8 @@ def load_manifest(data: bytes, name: str) -> Manifest:
     except msgspec.DecodeError as exc:
         hint = " (for buzz compile output use --format json)" if data.lstrip()[:1] == b"<" else ""
         raise CliFailure(ExitCode.BAD_INPUT, f"{name}: not valid JSON{hint}: {exc}") from None
+    except RecursionError:  # msgspec's untyped decode recurses per nesting level
+        raise CliFailure(ExitCode.BAD_INPUT, f"{name}: JSON nested too deeply") from None
     obj, where = _manifest_member(doc, name)
     try:
         # The same strict read as Manifest.from_obj, split so that shape (exit 1) and a hash
