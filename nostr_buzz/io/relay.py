@@ -200,6 +200,8 @@ class RelayClient:
         self.rejected_count = 0
         self.recent_rejections: deque[str] = deque(maxlen=MAX_REJECTED_KEPT)
         self.last_error: str | None = None
+        #: WebSocket connections opened so far (reconnects included).
+        self.connections = 0
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self._connect_lock = asyncio.Lock()
@@ -282,6 +284,7 @@ class RelayClient:
                         await sub.wake.wait()
             except TimeoutError:
                 timed_out = True
+            end = sub.end  # read before closing, which marks it ended by the client
             await self._close_sub(sub)
             for ev in sub.events:
                 if ev.id not in seen and len(result.events) < self.max_events:
@@ -289,8 +292,8 @@ class RelayClient:
                     result.events.append(ev)
             result.rejected.extend(sub.rejected[: MAX_REJECTED_KEPT - len(result.rejected)])
             result.rejected_count += sub.rejected_count
-            how, detail = sub.end or ("timeout", "")
-            if timed_out and sub.end is None:
+            how, detail = end or ("timeout", "")
+            if timed_out and end is None:
                 result.error = "timeout"
             elif how == "eose" or (how == "closed" and not detail):
                 result.finished = True
@@ -417,6 +420,7 @@ class RelayClient:
                 self.last_error = _describe(exc)
                 return self.last_error
             self._ws = ws
+            self.connections += 1
             self._challenge = None
             self._challenge_seen = asyncio.Event()
             self._authenticated = False
@@ -605,6 +609,7 @@ class RelayClient:
         self._ws = None
         self._reader = None
         if ws is not None:
+            keepalive = ws.keepalive_task  # websockets cancels it on close but never awaits it
             try:
                 async with asyncio.timeout(CLOSE_TIMEOUT * 2):
                     await ws.close()
@@ -612,6 +617,11 @@ class RelayClient:
                 pass
             finally:
                 ws.transport.abort()
+            if keepalive is not None:
+                keepalive.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    async with asyncio.timeout(CLOSE_TIMEOUT):
+                        await keepalive
         if reader is not None:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
