@@ -7,6 +7,7 @@ subprocess under the C locale to check exit codes, empty stdout on failure and U
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import subprocess
@@ -164,19 +165,21 @@ def test_text_output_shows_control_characters_as_escapes(
     assert terminal_safe("a\tb\nc", multiline=False) == "a\\x09b\\x0ac"
 
 
-def test_stdin(tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: Any) -> None:
+def test_stdin(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write(tmp_path, turn_doc())
     _, expected, _ = run(["compile", "--json", str(path)], capfd)
 
     class Stdin:
-        buffer = open(path, "rb")  # noqa: SIM115
+        buffer = io.BytesIO(path.read_bytes())
 
     monkeypatch.setattr(sys, "stdin", Stdin)
-    try:
-        code, out, _ = run(["compile", "--json", "-"], capfd)
-    finally:
-        Stdin.buffer.close()
-    assert (code, out) == (0, expected)
+    assert run(["compile", "--json", "-"], capfd)[:2] == (0, expected)
+    Stdin.buffer = io.BytesIO(b"{}")
+    code, out, err = run(["compile", "-"], capfd)
+    assert (code, out) == (1, "")
+    assert "standard input" in err and "events" in err
 
 
 def test_golden_fixtures_compile_to_their_manifests(capfd: pytest.CaptureFixture[str]) -> None:

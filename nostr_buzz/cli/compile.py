@@ -47,25 +47,31 @@ def resolve_format(fmt: OutputFormat | None, json_flag: bool) -> OutputFormat:
     return fmt or OutputFormat.text
 
 
+def display_name(path: str) -> str:
+    """How messages name an input."""
+    return "standard input" if path == STDIN else path
+
+
 def read_input(path: str, what: str) -> bytes:
     """The bytes of a file (``-`` is stdin); anything unreadable is bad input (exit 1)."""
+    name = display_name(path) if path == STDIN else f"{what} {path}"
     try:
         data = sys.stdin.buffer.read() if path == STDIN else Path(path).read_bytes()
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise CliFailure(ExitCode.BAD_INPUT, f"cannot read {what} {path}: {reason}") from None
+        raise CliFailure(ExitCode.BAD_INPUT, f"cannot read {name}: {reason}") from None
     if data.startswith(_BOM):
         # Checked here too so the message can say what to do about it.
         raise CliFailure(
             ExitCode.BAD_INPUT,
-            f"{what} {path} starts with a UTF-8 byte-order mark; save it as UTF-8 without one",
+            f"{name} starts with a UTF-8 byte-order mark; save it as UTF-8 without one",
         )
     try:
         # msgspec skips ignored members without checking their UTF-8, so check the whole file.
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CliFailure(
-            ExitCode.BAD_INPUT, f"{what} {path} is not UTF-8 (invalid byte at offset {exc.start})"
+            ExitCode.BAD_INPUT, f"{name} is not UTF-8 (invalid byte at offset {exc.start})"
         ) from None
     return data
 
@@ -181,21 +187,20 @@ def compile_command(
     """
     output = resolve_format(fmt, json_flag)
     data = read_input(turn_file, "turn file")
+    name = display_name(turn_file)
     try:
         compiled = compile_turn(TurnInput.from_json(data))
     except InvalidEvent as exc:
         if exc.reason == "malformed":
-            raise CliFailure(
-                ExitCode.BAD_INPUT, f"{turn_file}: malformed event: {exc.detail}"
-            ) from None
+            raise CliFailure(ExitCode.BAD_INPUT, f"{name}: malformed event: {exc.detail}") from None
         # The detail names the event (events[i] / cancelledEvents[i]) and the failed check;
         # the event itself is never printed.
         raise CliFailure(
             ExitCode.VERIFICATION,
-            f"{turn_file}: event failed verification ({exc.reason}): {exc.detail}",
+            f"{name}: event failed verification ({exc.reason}): {exc.detail}",
         ) from None
     except BuzzError as exc:  # TurnInputError and anything else wrong with the input
-        raise CliFailure(ExitCode.BAD_INPUT, f"{turn_file}: {exc}") from None
+        raise CliFailure(ExitCode.BAD_INPUT, f"{name}: {exc}") from None
     if output is OutputFormat.json:
         write_stdout(render_json(compiled.sections, compiled.manifest))
     else:

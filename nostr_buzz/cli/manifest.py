@@ -20,6 +20,7 @@ from nostr_buzz.cli.compile import (
     STDIN,
     OutputFormat,
     aligned,
+    display_name,
     read_input,
     resolve_format,
     terminal_safe,
@@ -180,13 +181,13 @@ def diff_command(
     output = resolve_format(fmt, json_flag)
     if a == STDIN and b == STDIN:
         raise CliFailure(ExitCode.BAD_INPUT, "only one of A and B can be '-' (standard input)")
-    before = load_manifest(read_input(a, "manifest file"), a)
-    after = load_manifest(read_input(b, "manifest file"), b)
+    before = load_manifest(read_input(a, "manifest file"), display_name(a))
+    after = load_manifest(read_input(b, "manifest file"), display_name(b))
     # Both shapes first, then the hashes: exit 4 only for inputs that are otherwise valid.
     forged = [
         f"{name}: manifest hash {_value(m.hash)} does not match its layers "
         f"({layers_hash(m.layers)})"
-        for name, m in ((a, before), (b, after))
+        for name, m in ((display_name(a), before), (display_name(b), after))
         if not m.hash_matches()
     ]
     if forged:
