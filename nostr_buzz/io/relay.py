@@ -231,6 +231,11 @@ class RelayClient:
     def connected(self) -> bool:
         return self._ws is not None
 
+    @property
+    def authenticated(self) -> bool:
+        """The relay acknowledged our NIP-42 AUTH on the current connection."""
+        return self._authenticated
+
     async def connect(self, timeout: float | None = None) -> str | None:
         """Connect if not connected; returns ``None`` or why it failed (also ``last_error``)."""
         return await self._ensure_connected(self._deadline(timeout))
