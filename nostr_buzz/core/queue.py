@@ -113,6 +113,11 @@ class _Flight:
     flushed_at: float
     redispatch: bool  # the batch's events are the stored cancelled events themselves
 
+    def ids(self) -> list[str]:
+        """Every id the batch holds, once (a re-dispatch holds its cancelled events as events)."""
+        held = self.events if self.redispatch else [*self.cancelled, *self.events]
+        return [e.id for e in held]
+
 
 @dataclass
 class _Channel:
@@ -348,7 +353,7 @@ class DispatchQueue:
         if found is None:
             return None
         ch, fl = found
-        self._remember(e.id for e in (*fl.cancelled, *fl.events))
+        self._remember(fl.ids())
         self._settle(ch, fl)
         return None
 
@@ -361,7 +366,7 @@ class DispatchQueue:
         ch, fl = found
         attempt = fl.batch.attempt
         if attempt + 1 > self.max_attempts:
-            self._remember(e.id for e in (*fl.cancelled, *fl.events))
+            self._remember(fl.ids())
             self._settle(ch, fl)
             return DeadLetter(
                 ch.name, list(fl.batch.events), list(fl.batch.cancelled_events), attempt
