@@ -180,7 +180,23 @@ def _warn_list_problems(result: PoolQueryResult) -> None:
 
 
 def _chronological(events: Iterable[Event]) -> list[Event]:
-    return sorted(events, key=lambda e: (e.created_at, e.id))
+    """Oldest first.  Events of the same second (common in a busy thread) keep their thread
+    order: a reply's depth below other events of the list breaks the tie, then the id."""
+    listed = {e.id: e for e in events}
+    depth: dict[str, int] = {}
+    for event in listed.values():
+        chain: list[str] = []
+        current: str | None = event.id
+        # Bounded walk up the parents that are in the list (ids are hashes: no cycles).
+        while current is not None and current in listed and current not in depth:
+            if len(chain) > len(listed):
+                break
+            chain.append(current)
+            current = nip10.thread_ref(listed[current]).parent
+        base = depth.get(current, -1) if current is not None else -1
+        for offset, node in enumerate(reversed(chain), start=1):
+            depth[node] = base + offset
+    return sorted(listed.values(), key=lambda e: (e.created_at, depth.get(e.id, 0), e.id))
 
 
 def _one_line(text: str, width: int) -> str:
