@@ -38,13 +38,14 @@ def utf8_messages(draw: st.DrawFn) -> str:
         )
     )
     head = draw(st.text(st.characters(codec="utf-8"), min_size=1, max_size=32))
+    filler = draw(st.characters(min_codepoint=0x20, max_codepoint=0x7E))
     head_bytes = head.encode("utf-8")
     if len(head_bytes) >= target:
         # Cut at a character boundary: trim characters until the encoding fits.
         while len(head.encode("utf-8")) > target:
             head = head[:-1]
-        return head or "a"
-    return head + "a" * (target - len(head_bytes))
+        return head or filler
+    return head + filler * (target - len(head_bytes))
 
 
 def _sdk_encrypt(plaintext: str) -> str:
