@@ -81,6 +81,13 @@ class CountingRng:
         return value
 
 
+def plain(b: Batch | None) -> Any:
+    """A batch's contents, for comparing batches of two runs (batches compare by identity)."""
+    if b is None:
+        return None
+    return (b.channel, b.events, b.cancelled_events, b.cancel_reason, b.attempt)
+
+
 def flush(q: DispatchQueue, now: float) -> Batch:
     b = q.flush_next(now)
     assert b is not None
@@ -718,7 +725,7 @@ def test_operations_on_a_settled_batch_do_nothing_and_return_none() -> None:
     live = flush(q, 1)
     # b equals nothing in flight; even an equal-looking copy of the live batch is stale.
     copy = Batch(live.channel, list(live.events), [], None, live.attempt)
-    assert copy == live
+    assert plain(copy) == plain(live) and copy != live and len({copy, live}) == 2
     for stale in (b, copy):
         assert q.complete(stale) is None
         assert q.fail(stale, 2) is None
@@ -726,6 +733,20 @@ def test_operations_on_a_settled_batch_do_nothing_and_return_none() -> None:
     assert rng.draws == [] and q.in_flight(ROOM)
     q.complete(live)
     assert q.fail(live, 3) is None and rng.draws == []
+
+
+def test_mutating_a_batchs_lists_does_not_change_the_queue() -> None:
+    q = DispatchQueue(max_attempts=2, rng=random.Random(1))
+    a = msg(ALICE, 1)
+    q.push(a, now=0)
+    b = flush(q, 0)
+    b.events.clear()
+    q.fail(b, 0)
+    retry = flush(q, 100)
+    assert ids(retry.events) == [a.id]
+    retry.events.append(retry.events[0])
+    dead = q.fail(retry, 100)
+    assert dead is not None and ids(dead.events) == [a.id]
 
 
 # --- snapshot and restore -------------------------------------------------------------------
@@ -752,7 +773,7 @@ def _continue(q: DispatchQueue, events: list[Event]) -> list[Any]:
     for step in range(12):
         now += 50
         b = q.flush_next(now)
-        out.append(b)
+        out.append(plain(b))
         if b is None:
             continue
         if step % 3 == 0:
@@ -809,10 +830,11 @@ def test_restore_returns_in_flight_batches_to_the_front_without_counting_an_atte
     r = DispatchQueue.restore(q.snapshot(), rng=random.Random(1))
     assert not r.in_flight(ROOM) and r.pending(ROOM) == 3
     again = flush(r, 103)
-    assert again == running  # same events, same cancelled events and reason, same attempt
+    # Same events, same cancelled events and reason, same attempt.
+    assert plain(again) == plain(running)
     assert _is_duplicate(r, old) and _is_duplicate(r, a1)
     # The original, once the batch expires, gives the same batch.
-    assert flush(q, 100 + 7300 + 1) == again
+    assert plain(flush(q, 100 + 7300 + 1)) == plain(again)
 
 
 def test_restore_keeps_a_redispatched_set_and_its_count() -> None:
@@ -825,7 +847,7 @@ def test_restore_keeps_a_redispatched_set_and_its_count() -> None:
     assert running.attempt == 2 and running.cancel_reason == "interrupt"
     r = DispatchQueue.restore(q.snapshot(), rng=random.Random(1))
     assert r.pending(ROOM) == 0
-    assert flush(r, 100) == running
+    assert plain(flush(r, 100)) == plain(running)
 
 
 def test_restore_takes_limits_from_the_caller() -> None:

@@ -67,10 +67,14 @@ class PushResult:
     dropped: list[str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Batch:
-    """One turn's worth of events.  Only the object ``flush_next`` returned is live: a copy or
-    an earlier batch of the same channel is stale and every operation on it does nothing."""
+    """One turn's worth of events, and the handle for settling that turn.
+
+    Compared and hashed by identity: only the object ``flush_next`` returned is live, so a
+    batch can key a dict of running turns, and an earlier batch with the same events (before
+    an expiry, say) is a different, stale handle on which every operation does nothing.
+    """
 
     channel: str
     events: list[QueuedEvent]
@@ -368,9 +372,9 @@ class DispatchQueue:
         if attempt + 1 > self.max_attempts:
             self._remember(fl.ids())
             self._settle(ch, fl)
-            return DeadLetter(
-                ch.name, list(fl.batch.events), list(fl.batch.cancelled_events), attempt
-            )
+            # Built from the queue's own records: the caller may have mutated the Batch lists.
+            cancelled = [] if fl.redispatch else _public(fl.cancelled)
+            return DeadLetter(ch.name, _public(fl.events), cancelled, attempt)
         # Exponent clamped so a huge restored count cannot build a huge integer.
         delay = min(_BACKOFF_BASE * 2 ** min(attempt - 1, 16), _BACKOFF_CAP)
         delay *= self._rng.uniform(0.8, 1.2)
