@@ -199,7 +199,7 @@ def parse_relay_message(data: str | bytes) -> RelayMessage:
             return EventMessage(frame[1], frame[2])
         return Malformed("EVENT needs a subscription id and an event")
     if kind == "OK":
-        if 3 <= rest <= 4 and isinstance(frame[1], str) and isinstance(frame[2], bool):
+        if 2 <= rest <= 3 and isinstance(frame[1], str) and isinstance(frame[2], bool):
             message = _optional_text(frame, 3)
             if message is not None:
                 return OkMessage(frame[1], frame[2], message)
