@@ -1,0 +1,246 @@
+"""Configuration: flags › BUZZ_* environment › buzz.toml, never merged; a strict file schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nostr_buzz.cli.app import main
+from nostr_buzz.config import BuzzConfig, ConfigSources, load_config_file, validate_relay_url
+from nostr_buzz.errors import BuzzError, ConfigError
+from nostr_buzz.keys import SecretKey
+
+NSEC = "nsec1vl029mgpspedva04g90vltkh6fvh240zqtv9k0t9af8935ke9laqsnlfe5"
+SECRET_HEX = "67dea2ed018072d675f5415ecfaed7d2597555e202d85b3d65ea4e58d2d92ffa"
+NPUB = "npub10elfcs4fr0l0r8af98jlmgdh9c8tcxjvz9qkw038js35mp4dma8qzvjptg"
+PUB_HEX = "7e7e9c42a91bfef19fa929e5fda1b72e0ebc1a4c1141673e2794234d86addf4e"
+OTHER = SecretKey.from_str("c3" * 32)
+
+FULL = f"""
+key_file = "secrets/agent.key"
+owner = "{NPUB}"
+relays = ["wss://relay.one.example", "ws://127.0.0.1:7777"]
+write_relays = ["wss://relay.write.example"]
+in_flight = "queue"
+context_message_limit = 40
+reply_mode = "agent"
+state_dir = "/var/lib/buzz"
+
+[agent]
+command = "goose"
+args = ["acp"]
+env = {{ GOOSE_MODE = "auto" }}
+pass_env = ["ANTHROPIC_API_KEY"]
+cwd = "/srv/work"
+
+[subscriptions]
+channels = ["engineering-7f3a", "ops"]
+kinds = [9, 1, 1111]
+mentions_required = false
+
+[gate]
+mode = "allowlist"
+allowlist = ["{PUB_HEX}"]
+agents = ["{NPUB}"]
+
+[timeouts]
+relay = 5
+idle = 300.5
+hard = 3600
+
+[context]
+base = "context/base.md"
+persona = "context/persona.md"
+team_instructions = "context/team.md"
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_empty_file_gives_every_default(tmp_path: Path) -> None:
+    config = load_config_file(write(tmp_path / "buzz.toml", ""))
+    assert config == BuzzConfig()
+    assert config.in_flight == "steer"
+    assert config.gate.mode == "owner-only"
+    assert config.context_message_limit == 20
+    assert config.reply_mode == "auto"
+    assert config.subscriptions.mentions_required is True
+    assert config.timeouts.idle == 620 and config.timeouts.hard == 7200
+
+
+def test_full_file(tmp_path: Path) -> None:
+    config = load_config_file(write(tmp_path / "buzz.toml", FULL))
+    assert config.agent.command == "goose" and config.agent.args == ("acp",)
+    assert config.agent.env == {"GOOSE_MODE": "auto"}
+    assert config.agent.pass_env == ("ANTHROPIC_API_KEY",)
+    assert config.subscriptions.kinds == (9, 1, 1111)
+    assert config.gate.allowlist == (PUB_HEX,)
+    assert config.timeouts.relay == 5.0
+    assert config.context.team_instructions == "context/team.md"
+    sources = ConfigSources(config_path=tmp_path / "buzz.toml", environ={})
+    assert sources.relays(direction="read") == config.relays
+    assert sources.relays(direction="write") == ("wss://relay.write.example",)
+    assert sources.owner() is not None and sources.owner().hex == PUB_HEX  # type: ignore[union-attr]
+
+
+def test_unknown_keys_are_all_named(tmp_path: Path) -> None:
+    text = (
+        'relay = ["wss://x.example"]\n[agent]\ncomand = "goose"\n[gate]\nmode = "anyone"\nx = 1\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config_file(write(tmp_path / "buzz.toml", text))
+    message = str(info.value)
+    for key in ("relay", "agent.comand", "gate.x"):
+        assert key in message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("context_message_limit = 0", "context_message_limit"),
+        ('in_flight = "later"', "in_flight"),
+        ("[timeouts]\nidle = -1", "timeouts.idle"),
+        ('relays = "wss://one.example"', "relays"),
+        ("[subscriptions]\nkinds = [70000]", "subscriptions.kinds"),
+        ('[subscriptions]\nchannels = ["no spaces"]', "subscriptions.channels[0]"),
+        ('relays = ["https://relay.example"]', "relays"),
+        ('write_relays = ["ws://"]', "write_relays"),
+        ('[gate]\nmode = "allowlist"', "gate.allowlist"),
+        ('owner = "not a key"', "owner"),
+        (f'secret_key = "{SECRET_HEX}"\nkey_env = "K"', "at most one"),
+        ("this is = not toml", "invalid TOML"),
+    ],
+)
+def test_invalid_files(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_file(write(tmp_path / "buzz.toml", text))
+    assert fragment in str(info.value)
+    assert isinstance(info.value, BuzzError)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'owner = "{NSEC}"',  # a secret where a public key belongs
+        f"secret_key = {NSEC}",  # not even valid TOML
+        f'[gate]\nmode = "allowlist"\nallowlist = ["{NSEC}"]',
+        f'relays = ["{NSEC}"]',
+    ],
+)
+def test_errors_never_repeat_a_secret(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_file(write(tmp_path / "buzz.toml", text))
+    assert NSEC not in str(info.value)
+    assert NSEC[5:25] not in str(info.value)
+
+
+def test_repr_hides_the_secret(tmp_path: Path) -> None:
+    config = load_config_file(write(tmp_path / "buzz.toml", f'secret_key = "{NSEC}"'))
+    assert NSEC not in repr(config) and "hidden" in repr(config)
+
+
+def test_relays_first_source_wins_never_merged(tmp_path: Path) -> None:
+    write(tmp_path / "buzz.toml", 'relays = ["wss://file.example"]')
+    env = {"BUZZ_RELAYS": "wss://env1.example, wss://env2.example,"}
+    sources = ConfigSources(environ=env, cwd=tmp_path)
+    assert sources.relays(["wss://flag.example"]) == ("wss://flag.example",)
+    assert sources.relays() == ("wss://env1.example", "wss://env2.example")
+    for blank in ("", "   ", ",", " , "):
+        sources = ConfigSources(environ={"BUZZ_RELAYS": blank}, cwd=tmp_path)
+        assert sources.relays() == ("wss://file.example",)
+    assert ConfigSources(environ={}, cwd=tmp_path / "nowhere").relays() == ()
+
+
+def test_no_relays_names_three_sources(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        ConfigSources(environ={}, cwd=tmp_path).require_relays()
+    for source in ("--relay", "BUZZ_RELAYS", "buzz.toml"):
+        assert source in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["http://x.example", "x.example", "ws://", "wss://h:99999", ""])
+def test_bad_relay_urls(bad: str) -> None:
+    with pytest.raises(ConfigError):
+        validate_relay_url(bad, source="--relay")
+    with pytest.raises(ConfigError):
+        ConfigSources(environ={"BUZZ_RELAYS": f"wss://ok.example,{bad or 'ws:'}"}).relays()
+
+
+def test_key_sources_in_order(tmp_path: Path) -> None:
+    keyfile = write(tmp_path / "agent.key", f"  {NSEC}\n")
+    write(tmp_path / "buzz.toml", f'key_file = "{keyfile.name}"')
+    file_only = ConfigSources(environ={}, cwd=tmp_path)
+    assert file_only.require_secret_key().hex == SECRET_HEX
+    env = ConfigSources(environ={"BUZZ_PRIVATE_KEY": OTHER.bech32}, cwd=tmp_path)
+    assert env.require_secret_key() == OTHER
+    assert env.require_secret_key(SECRET_HEX.upper()).hex == SECRET_HEX
+    # key_env: the file names the variable that holds the key.
+    write(tmp_path / "buzz.toml", 'key_env = "AGENT_KEY"')
+    assert ConfigSources(environ={"AGENT_KEY": NSEC}, cwd=tmp_path).require_secret_key().hex == (
+        SECRET_HEX
+    )
+    with pytest.raises(ConfigError, match="AGENT_KEY"):
+        ConfigSources(environ={}, cwd=tmp_path).secret_key()
+    with pytest.raises(ConfigError, match="BUZZ_PRIVATE_KEY"):
+        ConfigSources(environ={}, cwd=tmp_path / "none").require_secret_key()
+
+
+def test_key_file_problems_do_not_leak(tmp_path: Path) -> None:
+    write(tmp_path / "buzz.toml", 'key_file = "missing.key"')
+    with pytest.raises(ConfigError, match=r"missing\.key"):
+        ConfigSources(environ={}, cwd=tmp_path).secret_key()
+    broken = NSEC[:-1] + "6"
+    write(tmp_path / "bad.key", broken)
+    write(tmp_path / "buzz.toml", 'key_file = "bad.key"')
+    with pytest.raises(ConfigError) as info:
+        ConfigSources(environ={}, cwd=tmp_path).secret_key()
+    assert broken not in str(info.value) and "bad.key" in str(info.value)
+
+
+def test_owner_sources(tmp_path: Path) -> None:
+    write(tmp_path / "buzz.toml", f'owner = "{NPUB}"')
+    assert ConfigSources(environ={}, cwd=tmp_path).require_owner().hex == PUB_HEX
+    other = OTHER.public_key
+    env = ConfigSources(environ={"BUZZ_OWNER": other.bech32}, cwd=tmp_path)
+    assert env.require_owner() == other
+    assert env.require_owner(PUB_HEX).hex == PUB_HEX
+    with pytest.raises(ConfigError) as info:
+        ConfigSources(environ={"BUZZ_OWNER": NSEC}, cwd=tmp_path).owner()
+    assert "looks like a secret key" in str(info.value) and NSEC not in str(info.value)
+
+
+def test_config_path_sources(tmp_path: Path) -> None:
+    elsewhere = write(tmp_path / "other.toml", 'relays = ["wss://other.example"]')
+    write(tmp_path / "buzz.toml", 'relays = ["wss://cwd.example"]')
+    assert ConfigSources(environ={}, cwd=tmp_path).relays() == ("wss://cwd.example",)
+    via_env = ConfigSources(environ={"BUZZ_CONFIG": str(elsewhere)}, cwd=tmp_path)
+    assert via_env.relays() == ("wss://other.example",)
+    via_flag = ConfigSources(
+        config_path=tmp_path / "buzz.toml", environ={"BUZZ_CONFIG": str(elsewhere)}
+    )
+    assert via_flag.relays() == ("wss://cwd.example",)
+    with pytest.raises(ConfigError, match="not found"):
+        ConfigSources(config_path=tmp_path / "absent.toml", environ={})
+    with pytest.raises(ConfigError, match="not found"):
+        ConfigSources(environ={"BUZZ_CONFIG": str(tmp_path / "absent.toml")})
+
+
+def test_cli_reports_config_errors_with_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("BUZZ_RELAYS", "BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "buzz.toml", f'secret_key = "{NSEC}"\nbogus = true\n')
+    code = main(["keys", "show"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert "bogus" in err and NSEC not in err
+    code = main(["messages", "raw", "--event", "ab" * 32, "--config", str(tmp_path / "no.toml")])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert "not found" in err
