@@ -193,22 +193,50 @@ def test_short_decoded_length_refused() -> None:
     # 132 characters of base64 with padding inside the allowed character range: 98 bytes.
     payload = base64.b64encode(b"\x02" + bytes(97)).decode()
     payload = payload + "=" * ((132 - len(payload)) % 4)
-    assert len(base64.b64decode(payload)) < 99
-    with pytest.raises(Nip44Error):
+    assert len(payload) == 132 and len(base64.b64decode(payload)) < 99
+    with pytest.raises(Nip44Error, match="decoded length"):
         nip44.decrypt(payload, CONV)
+
+
+def _seal(padded: bytes, nonce: bytes = bytes(range(32))) -> str:
+    """An authenticated payload around an arbitrary (possibly malformed) padded plaintext."""
+    keys = nip44.get_message_keys(CONV, nonce)
+    ciphertext = nip44._chacha20(keys.chacha_key, keys.chacha_nonce, padded)
+    mac = hmac.digest(keys.hmac_key, nonce + ciphertext, "sha256")
+    return base64.b64encode(b"\x02" + nonce + ciphertext + mac).decode()
+
+
+def test_sealed_helper_matches_encrypt() -> None:
+    body = b"hello"
+    assert nip44.decrypt(_seal(b"\x00\x05" + body + bytes(27)), CONV) == "hello"
 
 
 def test_invalid_utf8_plaintext_is_nip44_error() -> None:
     """A correctly authenticated payload whose plaintext is not UTF-8 is still refused."""
-    nonce = bytes(range(32))
-    keys = nip44.get_message_keys(CONV, nonce)
-    body = b"\xff\xfe"
-    padded = len(body).to_bytes(2, "big") + body + bytes(30)
-    ciphertext = nip44._chacha20(keys.chacha_key, keys.chacha_nonce, padded)
-    mac = hmac.digest(keys.hmac_key, nonce + ciphertext, "sha256")
-    payload = base64.b64encode(b"\x02" + nonce + ciphertext + mac).decode()
     with pytest.raises(Nip44Error, match="UTF-8"):
-        nip44.decrypt(payload, CONV)
+        nip44.decrypt(_seal(b"\x00\x02\xff\xfe" + bytes(30)), CONV)
+
+
+@pytest.mark.parametrize(
+    ("padded", "why"),
+    [
+        (b"\x00\x00\x00\x00\x00\x05hello" + bytes(27), "extended prefix for a short text"),
+        (b"\x00\x00\x00\x00\x00\x00" + bytes(32), "extended prefix with length 0"),
+        (b"\x00\x05hello" + bytes(59), "too much padding"),
+        (b"\x00\x21" + b"x" * 33 + bytes(30), "too little padding"),
+        (b"\x00\x00\x00\x01\x00\x00" + bytes(32), "extended length, no padding"),
+        (b"\xff\xffhello" + bytes(27), "length larger than the data"),
+    ],
+)
+def test_authenticated_but_badly_padded_refused(padded: bytes, why: str) -> None:
+    with pytest.raises(Nip44Error, match="padding"):
+        nip44.decrypt(_seal(padded), CONV)
+
+
+def test_extended_prefix_accepted_when_sealed_by_hand() -> None:
+    n = 65536
+    padded = b"\x00\x00" + n.to_bytes(4, "big") + b"b" * n
+    assert nip44.decrypt(_seal(padded), CONV) == "b" * n
 
 
 @pytest.mark.parametrize(
