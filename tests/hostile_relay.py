@@ -17,7 +17,6 @@ Behaviours (what it does with a ``REQ``, unless noted):
 - ``endless_valid``: an endless stream of distinct, valid, matching events; never EOSE.
 - ``huge_frame``: one frame larger than the client's frame limit.
 - ``silent``: accepts the WebSocket and says nothing, ever.
-- ``no_ok``: accepts EVENTs and never answers.
 
 :func:`tarpit` is a TCP server that accepts connections and never completes the handshake.
 """
@@ -97,7 +96,7 @@ class HostileRelay:
                 await self._send(ws, ["OK", "", False, "blocked: you are not welcome"])
             elif b == "auth_never_ack":
                 await self._send(ws, ["OK", event_id, False, "auth-required: prove who you are"])
-            elif b != "no_ok":
+            else:
                 await self._send(ws, ["OK", event_id, True, ""])
             return
         if msg[0] != "REQ":

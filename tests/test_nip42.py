@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import pytest
 from relays import local_relay
 
@@ -160,3 +163,24 @@ async def test_relay_url_mismatch_on_read_is_reported_clearly() -> None:
             result = await c.query({"kinds": [1]})
     assert result.error is not None and result.error.startswith("closed: auth-required:")
     assert "AUTH refused: auth-required: invalid authentication event" in result.error
+
+
+async def test_read_mode_live_subscription_authenticates_and_delivers() -> None:
+    first, second = note("first"), sign_event(SECRET, kind=1, content="second", created_at=NOW + 1)
+    async with local_relay(auth="read") as relay:
+        async with RelayClient(relay.url, timeout=2) as writer:
+            assert (await writer.publish(first)).accepted
+        reader = RelayClient(relay.url, secret=SECRET, timeout=2)
+        got: list[str] = []
+        async with contextlib.aclosing(reader.subscribe({"authors": [SECRET.public_key.hex]})) as s:
+            async with asyncio.timeout(3):
+                async for ev in s:
+                    got.append(ev.id)
+                    if len(got) == 1:
+                        async with RelayClient(relay.url, timeout=2) as writer:
+                            assert (await writer.publish(second)).accepted
+                    else:
+                        break
+        assert reader.authenticated
+        await reader.close()
+    assert got == [first.id, second.id]

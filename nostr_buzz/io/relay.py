@@ -116,6 +116,7 @@ class _Subscription:
         self.rejected: list[str] = []
         self.rejected_count = 0
         self.end: tuple[str, str] | None = None  # (eose|closed|lost|overflow, detail)
+        self.eose_seen = False  # live: the relay answered, so the connection worked
         self.wake = asyncio.Event()
 
     def finish(self, how: str, detail: str = "") -> None:
@@ -385,7 +386,10 @@ class RelayClient:
                 self.last_error = f"closed: {detail}" if detail else None
                 return
             if how == "lost":
-                failures += 1
+                if self._closed:
+                    return
+                # A subscription the relay had answered was a working connection: start over.
+                failures = 1 if sub.eose_seen else failures + 1
                 if failures > max_failures:
                     self.last_error = f"gave up after {max_failures} reconnects: {detail}"
                     return
@@ -537,7 +541,10 @@ class RelayClient:
         reason = "connection dropped"
         try:
             async for frame in ws:
-                self._dispatch(nip01.parse_relay_message(frame))
+                try:
+                    self._dispatch(nip01.parse_relay_message(frame))
+                except Exception:  # a frame must never kill the reader; count it and go on
+                    self.malformed_frames += 1
         except websockets.exceptions.ConnectionClosed as exc:
             reason = _describe(exc)
         except (OSError, websockets.exceptions.WebSocketException) as exc:
@@ -577,7 +584,9 @@ class RelayClient:
                 return
             if isinstance(msg, nip01.ClosedMessage):
                 sub.finish("closed", msg.message)
-            elif not sub.live:
+            elif sub.live:
+                sub.eose_seen = True
+            else:
                 sub.finish("eose")
         elif isinstance(msg, nip01.AuthMessage):
             self._challenge = msg.challenge
