@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from hostile_relay import hostile_relay, tarpit
@@ -123,3 +124,23 @@ async def test_a_hint_that_is_also_listed_is_asked_once_as_listed() -> None:
 def test_bad_configured_url_is_bad_input() -> None:
     with pytest.raises(RelayError, match="ws:// or wss://"):
         RelayPool(["ws://127.0.0.1:1", "http://relay.example"])
+
+
+async def test_live_subscription_merges_relays_and_yields_each_event_once() -> None:
+    both, only_b = note("on both", NOW), note("only on b", NOW + 1)
+    async with local_relay() as a, local_relay() as b:
+        pool = RelayPool([a.url, b.url, f"ws://127.0.0.1:{free_port()}"], timeout=1)
+        got: list[str] = []
+        async with contextlib.aclosing(pool.subscribe({"kinds": [1]})) as stream:
+            async with RelayClient(a.url) as ca, RelayClient(b.url) as cb:
+                assert (await ca.publish(both)).accepted
+                assert (await cb.publish(both)).accepted
+                assert (await cb.publish(only_b)).accepted
+            async with asyncio.timeout(3):
+                async for ev in stream:
+                    got.append(ev.id)
+                    if len(got) == 2:
+                        break
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        assert others == []
+    assert sorted(got) == sorted([both.id, only_b.id])

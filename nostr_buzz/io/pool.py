@@ -1,14 +1,16 @@
-"""Many relays at once: concurrent publish fan-out and merged, de-duplicated queries.
+"""Many relays at once: concurrent publish fan-out, merged queries and live subscriptions.
 
 Each operation opens one :class:`RelayClient` per relay, runs them concurrently, each bounded by
 the pool's timeout (connect plus operation), and closes them all before returning: one dead or
-silent relay never stalls the others, and no task outlives the call.
+silent relay never stalls the others, and no task outlives the call (for a live subscription:
+the iterator).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -18,11 +20,13 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip01, nip42
 from nostr_buzz.nips.nip01 import FilterLike
 
-from .relay import CLOSE_TIMEOUT, QueryResult, RelayClient, Verdict
+from .relay import CLOSE_TIMEOUT, MAX_SEEN_IDS, QueryResult, RelayClient, Verdict
 
 #: Extra time past the timeout before the pool abandons a relay outright (a backstop: the
 #: client already bounds itself; this covers closing the socket).
 _GRACE: Final = CLOSE_TIMEOUT * 3
+#: Live events waiting for the consumer of :meth:`RelayPool.subscribe`.
+_LIVE_QUEUE: Final = 1_000
 
 
 @dataclass
@@ -153,3 +157,48 @@ class RelayPool:
                     seen.add(event.id)
                     merged.events.append(event)
         return merged
+
+    async def subscribe(
+        self,
+        filters: FilterLike | Iterable[FilterLike],
+        *,
+        reconnect_delay: float = 0.25,
+        max_reconnect_delay: float = 10.0,
+    ) -> AsyncIterator[Event]:
+        """Live events from every relay, merged and de-duplicated by id.
+
+        Each relay runs :meth:`RelayClient.subscribe` (reconnect with backoff, ``since``
+        resume); a relay that fails does not stop the others.  Use with
+        ``contextlib.aclosing``: closing the iterator closes every connection and task.
+        """
+        flts = nip01.as_filters(filters)
+        queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=_LIVE_QUEUE)
+        clients = [RelayClient(u, secret=self.secret, timeout=self.timeout) for u in self.urls]
+
+        async def pump(client: RelayClient) -> None:
+            async for event in client.subscribe(
+                flts, reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay
+            ):
+                await queue.put(event)  # backpressure: a slow consumer slows the relays down
+
+        tasks = [asyncio.create_task(pump(c), name=f"pool-sub {c.url}") for c in clients]
+        seen: OrderedDict[str, None] = OrderedDict()
+        try:
+            while not all(t.done() for t in tasks) or not queue.empty():
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        event = await queue.get()
+                except TimeoutError:
+                    continue
+                if event.id in seen:
+                    continue
+                seen[event.id] = None
+                if len(seen) > MAX_SEEN_IDS:
+                    seen.popitem(last=False)
+                yield event
+        finally:
+            for client in clients:
+                await client.close()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
