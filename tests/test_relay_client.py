@@ -346,3 +346,19 @@ async def test_live_subscription_skips_forged_events() -> None:
         await c.close()
     assert [e.id for e in got] == [ev.id]
     assert c.rejected_count == 2
+
+
+async def test_live_subscription_to_a_relay_that_keeps_dropping_is_bounded_and_deduplicated() -> (
+    None
+):
+    ev = note()
+    async with hostile_relay("drop_mid_query", [ev]) as relay:
+        c = RelayClient(relay.url, timeout=1)
+        got: list[str] = []
+        async with asyncio.timeout(5):
+            async for e in c.subscribe({"kinds": [1]}, reconnect_delay=0.01, max_failures=3):
+                got.append(e.id)
+        await c.close()
+    assert got == [ev.id]  # served on every connection, yielded once
+    assert relay.connections == 4
+    assert c.last_error == "gave up after 3 reconnects: connection dropped"

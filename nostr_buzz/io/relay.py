@@ -45,6 +45,9 @@ AUTH_OK_TIMEOUT: Final = 1.0
 #: Bound on a graceful WebSocket close before the transport is dropped.
 CLOSE_TIMEOUT: Final = 0.5
 
+#: A live connection that lasted this long (seconds) counts as working for the backoff.
+_WORKING_CONNECTION: Final = 60.0
+
 _counter = itertools.count(1)
 
 
@@ -116,7 +119,6 @@ class _Subscription:
         self.rejected: list[str] = []
         self.rejected_count = 0
         self.end: tuple[str, str] | None = None  # (eose|closed|lost|overflow, detail)
-        self.eose_seen = False  # live: the relay answered, so the connection worked
         self.wake = asyncio.Event()
 
     def finish(self, how: str, detail: str = "") -> None:
@@ -354,6 +356,8 @@ class RelayClient:
                 continue
             current = flts if last_seen is None else [f.with_since(last_seen) for f in flts]
             sub = await self._open(current, live=True, cap=MAX_LIVE_BUFFER, deadline=None)
+            opened_at = _now()
+            progressed = False
             try:
                 while True:
                     try:
@@ -362,9 +366,9 @@ class RelayClient:
                         continue  # the connection's pings detect a dead relay
                     if event is None:
                         break
-                    failures = 0
                     if event.id in seen:
                         continue
+                    progressed = True
                     seen[event.id] = None
                     if len(seen) > MAX_SEEN_IDS:
                         seen.popitem(last=False)
@@ -388,8 +392,11 @@ class RelayClient:
             if how == "lost":
                 if self._closed:
                     return
-                # A subscription the relay had answered was a working connection: start over.
-                failures = 1 if sub.eose_seen else failures + 1
+                # A connection that brought new events or lasted was working: count afresh.
+                # Re-served duplicates are no progress, so a relay that drops every connection
+                # after replaying old events still runs out of attempts.
+                worked = progressed or _now() - opened_at >= _WORKING_CONNECTION
+                failures = 1 if worked else failures + 1
                 if failures > max_failures:
                     self.last_error = f"gave up after {max_failures} reconnects: {detail}"
                     return
@@ -584,9 +591,7 @@ class RelayClient:
                 return
             if isinstance(msg, nip01.ClosedMessage):
                 sub.finish("closed", msg.message)
-            elif sub.live:
-                sub.eose_seen = True
-            else:
+            elif not sub.live:
                 sub.finish("eose")
         elif isinstance(msg, nip01.AuthMessage):
             self._challenge = msg.challenge
