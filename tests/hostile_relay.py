@@ -17,6 +17,7 @@ Behaviours (what it does with a ``REQ``, unless noted):
 - ``endless_valid``: an endless stream of distinct, valid, matching events; never EOSE.
 - ``huge_frame``: one frame larger than the client's frame limit.
 - ``silent``: accepts the WebSocket and says nothing, ever.
+- ``frozen``: completes the handshake, then stops reading: not even a close frame is answered.
 
 :func:`tarpit` is a TCP server that accepts connections and never completes the handshake.
 """
@@ -68,6 +69,7 @@ class HostileRelay:
         self.frames_sent = 0
         self.received: list[Any] = []
         self.connections = 0
+        self.frozen: list[ServerConnection] = []
 
     async def _send(self, ws: ServerConnection, frame: Any) -> None:
         await ws.send(frame if isinstance(frame, str) else json.dumps(frame))
@@ -89,6 +91,10 @@ class HostileRelay:
     async def on_message(self, ws: ServerConnection, msg: list[Any]) -> None:
         b = self.behaviour
         if b == "silent":
+            return
+        if b == "frozen":
+            ws.transport.pause_reading()
+            self.frozen.append(ws)
             return
         if msg[0] == "EVENT":
             event_id = msg[1]["id"]
@@ -190,6 +196,8 @@ async def hostile_relay(
         port = next(iter(server.sockets)).getsockname()[1]
         relay.url = f"ws://127.0.0.1:{port}"
         yield relay
+        for ws in relay.frozen:  # it never reads again, so it would never see a close
+            ws.transport.abort()
         server.close(close_connections=True)
 
 

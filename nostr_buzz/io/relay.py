@@ -215,6 +215,7 @@ class RelayClient:
         self._challenge_seen = asyncio.Event()
         self._authenticated = False
         self._closed = False
+        self._unresponsive = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -292,6 +293,7 @@ class RelayClient:
                         await sub.wake.wait()
             except TimeoutError:
                 timed_out = True
+                self._unresponsive = True
             end = sub.end  # read before closing, which marks it ended by the client
             await self._close_sub(sub)
             for ev in sub.events:
@@ -436,6 +438,7 @@ class RelayClient:
                 self.last_error = _describe(exc)
                 return self.last_error
             self._ws = ws
+            self._unresponsive = False
             self.connections += 1
             self._challenge = None
             self._challenge_seen = asyncio.Event()
@@ -511,6 +514,7 @@ class RelayClient:
                 async with asyncio.timeout(max(0.0, deadline - _now())):
                     return await future
             except TimeoutError:
+                self._unresponsive = True
                 return _Lost("timeout: no OK from relay")
         finally:
             self._pending.pop(key, None)
@@ -630,7 +634,9 @@ class RelayClient:
         if ws is not None:
             keepalive = ws.keepalive_task  # websockets cancels it on close but never awaits it
             try:
-                async with asyncio.timeout(CLOSE_TIMEOUT * 2):
+                # A relay that already let a request time out gets no polite close handshake:
+                # waiting for its answer would push the caller past its timeout.
+                async with asyncio.timeout(0 if self._unresponsive else CLOSE_TIMEOUT * 2):
                     await ws.close()
             except (TimeoutError, OSError, websockets.exceptions.WebSocketException):
                 pass
