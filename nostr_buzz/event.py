@@ -8,6 +8,7 @@ is frozen and its tags are tuples, so a verified event cannot be altered afterwa
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
@@ -124,6 +125,11 @@ class Event(msgspec.Struct, frozen=True):
                 raise InvalidEvent("malformed", "text is not encodable as UTF-8") from None
         elif isinstance(data, (bytes, bytearray, memoryview)):
             raw = data
+            # msgspec skips ignored members without validating their UTF-8: check it all.
+            try:
+                codecs.decode(raw, "utf-8")
+            except UnicodeDecodeError:
+                raise InvalidEvent("malformed", "text is not valid UTF-8") from None
         else:
             raise InvalidEvent("malformed", "expected JSON text as str or bytes")
         try:

@@ -68,10 +68,16 @@ class Manifest(msgspec.Struct, frozen=True, rename="camel"):
     def from_json(cls, text: str | bytes) -> Manifest:
         """Strictly read a manifest; bad shape or hash mismatch: :class:`ManifestError`."""
         try:
-            raw = text.encode("utf-8") if isinstance(text, str) else text
+            if isinstance(text, str):
+                raw = text.encode("utf-8")
+            else:
+                raw = bytes(text)
+                raw.decode("utf-8")  # msgspec does not check the UTF-8 of ignored members
             manifest = msgspec.json.decode(raw, type=Manifest)
-        except (msgspec.DecodeError, UnicodeEncodeError) as exc:
+        except (msgspec.DecodeError, UnicodeError, TypeError) as exc:
             raise ManifestError(f"invalid manifest: {exc}") from None
+        except RecursionError:
+            raise ManifestError("invalid manifest: JSON nested too deeply") from None
         return cls.checked(manifest)
 
     @classmethod

@@ -10,6 +10,7 @@ valid.  Every other problem raises :class:`TurnInputError`.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Literal
 
@@ -187,6 +188,11 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
             raise TurnInputError("turn input must be JSON text (str or bytes)")
         if bytes(raw[:3]) == b"\xef\xbb\xbf":
             raise TurnInputError("turn input must not start with a byte-order mark")
+        # msgspec skips ignored members without validating their UTF-8: check the whole file.
+        try:
+            codecs.decode(raw, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise TurnInputError(f"turn input is not valid UTF-8 (byte {exc.start})") from None
         try:
             wire = _decode_file(raw)
         except msgspec.DecodeError as exc:
