@@ -55,6 +55,7 @@ class RunningRelay:
     relay: Any
     url: str
     port: int
+    database: Any = None
     stopped: bool = False
 
     def stop(self) -> None:
@@ -68,6 +69,7 @@ async def start_relay(
     port: int | None = None,
     auth: AuthMode | None = None,
     db_path: Path | str | None = None,
+    database: Any = None,
     notes_per_minute: int = 100_000,
     max_reqs: int = 1_000,
     allowed_authors: set[str] | None = None,
@@ -76,6 +78,8 @@ async def start_relay(
     """Start a LocalRelay on 127.0.0.1 (a free port unless ``port`` is given).
 
     ``db_path``: an LMDB store, so that events survive a stop/start on the same port.
+    ``database``: an already open store (``RunningRelay.database`` of a stopped relay): restart
+    with it rather than opening the same LMDB path twice in one process, which LMDB forbids.
     ``auth``: NIP-42 mode.  ``allowed_authors``: a write policy admitting only these pubkeys.
     ``configure``: a last hook that receives and returns the builder.
     """
@@ -88,8 +92,9 @@ async def start_relay(
         .port(port)
         .rate_limit(nostr_sdk.RateLimit(max_reqs=max_reqs, notes_per_minute=notes_per_minute))
     )
-    if db_path is not None:
+    if database is None and db_path is not None:
         database = await nostr_sdk.NostrLmdb.open(str(db_path))
+    if database is not None:
         builder = builder.database(database)
     if auth is not None:
         builder = builder.nip42(nostr_sdk.LocalRelayBuilderNip42(mode=_MODES[auth]))
@@ -99,7 +104,7 @@ async def start_relay(
         builder = configure(builder)
     relay = builder.build()
     await relay.run()
-    return RunningRelay(relay=relay, url=f"ws://127.0.0.1:{port}", port=port)
+    return RunningRelay(relay=relay, url=f"ws://127.0.0.1:{port}", port=port, database=database)
 
 
 @asynccontextmanager

@@ -314,11 +314,13 @@ async def test_subscription_survives_a_restart_and_delivers_outage_events_once(t
         relay.stop()
         # The subscriber has noticed and failed one reconnect: it is now backing off (1 s).
         await wait_until(lambda: sub_client.last_error == "connection refused", 2)
-        relay = await start_relay(port=relay.port, db_path=db)
+        relay = await start_relay(port=relay.port, database=relay.database)
         # Same second as `first`: re-opening with since=NOW re-serves `first`, which must be
         # de-duplicated.
         during = [note("during the outage", created_at=NOW), note("also", created_at=NOW + 1)]
         async with RelayClient(relay.url) as pub:
+            # the store kept `first`, so the re-opened subscription (since=NOW) re-serves it
+            assert [e.id for e in (await pub.query({"ids": [first.id]})).events] == [first.id]
             for ev in during:
                 assert (await pub.publish(ev)).accepted
             got = [await asyncio.wait_for(received.get(), 3) for _ in during]
