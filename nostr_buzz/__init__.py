@@ -25,6 +25,7 @@ from nostr_buzz.errors import (
     Nip19Error,
     Nip44Error,
     QueueError,
+    RelayError,
     TurnInputError,
 )
 from nostr_buzz.event import Event, sign_event
@@ -72,6 +73,7 @@ __all__ = [
     "PushResult",
     "QueueError",
     "QueuedEvent",
+    "RelayError",
     "RelayClient",
     "RelayPool",
     "SecretKey",
