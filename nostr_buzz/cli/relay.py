@@ -7,7 +7,10 @@ runs.  The relay's ``ws://`` URL is the one line on stdout; it runs until SIGINT
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,6 +47,7 @@ async def _serve(sdk: Any, *, host: str, port: int, db: Path | None, auth: bool)
     )
     if port:  # without a port the relay picks a free one and reports it in url()
         builder = builder.port(port)
+    database: Any = None
     if db is not None:
         try:
             db.mkdir(parents=True, exist_ok=True)
@@ -78,6 +82,11 @@ async def _serve(sdk: Any, *, host: str, port: int, db: Path | None, auth: bool)
         relay.shutdown()
         for signum in handled:
             loop.remove_signal_handler(signum)
+        # Release nostr-sdk's objects now, while the loop runs: left to interpreter teardown,
+        # the LMDB store was freed from a runtime thread and crashed the process (SIGSEGV in
+        # about one stop in four with --db; about one in a hundred after this).
+        del relay, builder, database
+        gc.collect()
 
 
 def relay_command(
@@ -101,3 +110,10 @@ def relay_command(
     """Run a local Nostr relay and print its ws:// URL; SIGINT or SIGTERM stops it."""
     sdk = _import_nostr_sdk()
     run(_serve(sdk, host=host, port=port, db=db, auth=auth))
+    if db is not None:
+        # nostr-sdk 0.45's LMDB store can still crash the interpreter's teardown from one of
+        # its runtime threads (see above).  The relay has stopped and LMDB commits are durable,
+        # so end the process here, after flushing, instead of risking a SIGSEGV exit status.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
