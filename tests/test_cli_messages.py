@@ -246,6 +246,41 @@ def test_raw_uses_nevent_hints_and_skips_unusable_ones(
     assert (code, out) == (3, "")
 
 
+def test_raw_authenticates_to_configured_relays_only(
+    bg: BackgroundLoop, relay_a: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    guarded = bg.call(_started(auth="both"))
+    try:
+        event = sign_event(ALICE, kind=1, content="behind NIP-42", created_at=1_700_000_025)
+        assert bg.call(RelayPool([guarded.url], secret=ALICE, timeout=5).publish(event)).ok
+        # Listed by the user, with a key: the client answers the challenge.
+        code, out, err = buzz(
+            capsys,
+            "messages",
+            "raw",
+            "--event",
+            event.id,
+            "--relay",
+            guarded.url,
+            "--key",
+            BOB.hex,
+        )
+        assert (code, out) == (0, event.to_json() + "\n"), err
+        # Only a hint: never authenticated to, so it does not finish (2); the key never leaks.
+        nevent = nip19.encode("nevent", event.id, relays=[guarded.url])
+        code, out, err = buzz(capsys, "messages", "raw", "--event", nevent, "--key", BOB.hex)
+        assert (code, out) == (2, "")
+        assert "auth-required" in err
+        assert BOB.hex not in err
+        # A configured relay that answers "not found" makes it a 3.
+        code, out, _ = buzz(
+            capsys, "messages", "raw", "--event", nevent, "--key", BOB.hex, "--relay", relay_a
+        )
+        assert (code, out) == (3, "")
+    finally:
+        bg.call(_stop(guarded))
+
+
 @pytest.mark.parametrize("behaviour", ["forged_sig", "wrong_id", "other_event"])
 def test_raw_good_relay_wins_over_a_forger_and_names_it(
     bg: BackgroundLoop,
