@@ -22,7 +22,7 @@ from nostr_buzz.core.manifest import (
     estimate_tokens,
     manifest_from_layers,
 )
-from nostr_buzz.core.text import WHITESPACE, sanitize_label, trim
+from nostr_buzz.core.text import WHITESPACE, ascii_lower, sanitize_label, trim
 from nostr_buzz.core.turn_input import (
     ChannelInfo,
     ProfileInfo,
@@ -42,7 +42,6 @@ STEER_NOTE: Final = (
 )
 
 DESCRIPTION_LIMIT: Final = 500
-_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _NEWLINES: Final = re.compile(r"[\n\r]")
 _HANDLE: Final = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -59,11 +58,6 @@ class CompiledSteer(msgspec.Struct, frozen=True):
 
     text: str
     manifest: Manifest
-
-
-def ascii_lower(s: str) -> str:
-    """Lowercase A-Z only: profile keys are hex, and non-ASCII must compare unchanged."""
-    return s.translate(_ASCII_LOWER)
 
 
 class _Profiles:
@@ -341,27 +335,27 @@ def slash_command(content: str, known_labels: Sequence[str]) -> str | None:
 # The compiler
 
 
-def compile_turn(ti: TurnInput) -> CompiledTurn:
+def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     """Compile one turn input into its sections and manifest (spec 03, "The sections")."""
-    profiles = _Profiles(ti.profiles)
-    newest = ti.events[-1].event
-    channel_id = ti.channel_id
-    scope = _scope(ti.channel, newest)
+    profiles = _Profiles(turn_input.profiles)
+    newest = turn_input.events[-1].event
+    channel_id = turn_input.channel_id
+    scope = _scope(turn_input.channel, newest)
     layers: list[Layer] = []
     sections: list[str] = []
 
     # 0. slash-command block (raw, no layer)
-    if len(ti.events) == 1 and not ti.cancelled_events:
+    if len(turn_input.events) == 1 and not turn_input.cancelled_events:
         command = slash_command(newest.content, profiles.known_labels())
         if command is not None:
             sections.append(command)
 
     # 1. standing sections (legacy agents, first turn of a session); recorded as layers always
-    standing = _standing_sections(ti.standing)
-    if not ti.system_prompt_support and not ti.standing_context_sent:
+    standing = _standing_sections(turn_input.standing)
+    if not turn_input.system_prompt_support and not turn_input.standing_context_sent:
         sections.extend(text for _, text in standing)
     rendered = dict(standing)
-    base = ti.standing.base
+    base = turn_input.standing.base
     if base is not None and not _is_blank(base):
         layers.append(
             _layer(
@@ -371,9 +365,9 @@ def compile_turn(ti: TurnInput) -> CompiledTurn:
     persona_parts = [
         trim(part)
         for part in (
-            ti.standing.system,
-            ti.standing.team_instructions,
-            ti.standing.huddle_instructions,
+            turn_input.standing.system,
+            turn_input.standing.team_instructions,
+            turn_input.standing.huddle_instructions,
         )
         if part is not None and trim(part)
     ]
@@ -405,11 +399,11 @@ def compile_turn(ti: TurnInput) -> CompiledTurn:
     # 2-3. <buzz-turn> and the ambient context
     sections.append("<buzz-turn>")
     fragments: list[str] = []
-    status = _context_status(ti, scope, channel_id, newest)
+    status = _context_status(turn_input, scope, channel_id, newest)
     fragments.append(status)
     snapshot_layer: Layer | None = None
-    if ti.channel is not None:
-        snapshot, cut = _channel_snapshot(ti.channel)
+    if turn_input.channel is not None:
+        snapshot, cut = _channel_snapshot(turn_input.channel)
         if snapshot:
             fragments.append(snapshot)
             snapshot_layer = _layer(
@@ -439,24 +433,24 @@ def compile_turn(ti: TurnInput) -> CompiledTurn:
     layers.append(
         _layer(6, "context_status", "turn", "delivery_state", "evidence", "current", status)
     )
-    if ti.context is not None:
-        delta = _recent_delta(ti.context, profiles)
+    if turn_input.context is not None:
+        delta = _recent_delta(turn_input.context, profiles)
         fragments.append(delta)
         layers.append(
             _layer(
                 6,
                 "recent_thread_delta",
-                ti.context.kind,
+                turn_input.context.kind,
                 "relay_events",
                 "evidence",
                 "current",
                 delta,
-                version=_delta_version(ti.context),
-                truncated=ti.context.truncated,
+                version=_delta_version(turn_input.context),
+                truncated=turn_input.context.truncated,
             )
         )
-    if ti.cancelled_events:
-        interrupted = _interrupted_turn(ti, profiles)
+    if turn_input.cancelled_events:
+        interrupted = _interrupted_turn(turn_input, profiles)
         fragments.append(interrupted)
         layers.append(
             _layer(
@@ -474,7 +468,7 @@ def compile_turn(ti: TurnInput) -> CompiledTurn:
         sections.append("<ambient-context>\n" + "\n".join(non_blank) + "\n</ambient-context>")
 
     # 4. the current instruction
-    instruction = "\n".join(_event_block(item, profiles) for item in ti.events)
+    instruction = "\n".join(_event_block(item, profiles) for item in turn_input.events)
     sections.append(instruction)
     layers.append(
         _layer(
@@ -485,12 +479,12 @@ def compile_turn(ti: TurnInput) -> CompiledTurn:
             "authoritative",
             "current",
             instruction,
-            version=newest.id if len(ti.events) == 1 else None,
+            version=newest.id if len(turn_input.events) == 1 else None,
         )
     )
 
     # 5-6. the delivery contract and </buzz-turn>
-    delivery = _delivery(ti, scope, channel_id, newest, profiles)
+    delivery = _delivery(turn_input, scope, channel_id, newest, profiles)
     sections.append(delivery)
     layers.append(
         _layer(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["LABEL_MAX_CHARS", "WHITESPACE", "is_blank", "sanitize_label", "trim"]
+__all__ = ["LABEL_MAX_CHARS", "WHITESPACE", "ascii_lower", "is_blank", "sanitize_label", "trim"]
 
 #: The Unicode White_Space property set, as listed in spec 03.
 WHITESPACE: str = (
@@ -17,6 +17,8 @@ WHITESPACE: str = (
     "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
     "\u2028\u2029\u202f\u205f\u3000"
 )
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 #: A sanitized label keeps at most this many characters (Unicode scalar values).
 LABEL_MAX_CHARS: int = 64
@@ -39,3 +41,8 @@ def sanitize_label(s: str) -> str:
     """
     without_controls = "".join(ch for ch in s if unicodedata.category(ch) != "Cc")
     return trim(trim(without_controls)[:LABEL_MAX_CHARS])
+
+
+def ascii_lower(s: str) -> str:
+    """Lowercase A-Z only: profile keys are hex, and non-ASCII must compare unchanged."""
+    return s.translate(_ASCII_LOWER)

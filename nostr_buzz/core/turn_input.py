@@ -11,11 +11,13 @@ valid.  Every other problem raises :class:`TurnInputError`.
 from __future__ import annotations
 
 import codecs
+import json
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Literal
 
 import msgspec
 
+from nostr_buzz.core.text import ascii_lower
 from nostr_buzz.errors import InvalidEvent, TurnInputError
 from nostr_buzz.event import Event, _check_structure, _WireEvent
 from nostr_buzz.nips import nip10
@@ -195,12 +197,13 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
             raise TurnInputError(f"turn input is not valid UTF-8 (byte {exc.start})") from None
         try:
             wire = _decode_file(raw)
+            profile_keys = _profile_keys_in_file_order(raw)
         except msgspec.DecodeError as exc:
             raise TurnInputError(f"invalid turn input: {exc}") from None
         except RecursionError:
             # msgspec walks ignored members too; absurd nesting must not escape untyped.
             raise TurnInputError("invalid turn input: JSON nested too deeply") from None
-        return _from_wire(wire)
+        return _from_wire(wire, profile_keys)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,6 +266,29 @@ class _WireTurnInput(msgspec.Struct, rename="camel"):
 _decode_file = msgspec.json.Decoder(_WireTurnInput).decode
 
 
+class _RawProfiles(msgspec.Struct):
+    profiles: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_decode_raw_profiles = msgspec.json.Decoder(_RawProfiles).decode
+
+
+def _profile_keys_in_file_order(raw: bytes | bytearray | memoryview) -> list[str]:
+    """Every key of ``profiles`` in file order, repeats included.
+
+    A decoded dict keeps a repeated key at its first position, which would let an earlier key
+    win an ASCII-case collision ({"ab": X, "AB": Y, "ab": Z} must give Z: the later key in the
+    file wins, spec 03).  Only called after the typed decode accepted the whole file, so the
+    text is valid JSON with no NaN, Infinity or lone surrogate.
+    """
+    member = _decode_raw_profiles(raw).profiles
+    try:
+        pairs = json.loads(bytes(member), object_pairs_hook=lambda p: p)
+    except ValueError as exc:  # not reachable after the typed decode; stay typed regardless
+        raise TurnInputError(f"invalid turn input: profiles: {exc}") from None
+    return [] if pairs is None else [k for k, _ in pairs]
+
+
 class _TagsOnly(msgspec.Struct, frozen=True):
     """Just enough of an event for :func:`nip10.channel` before the event is verified."""
 
@@ -287,7 +313,7 @@ def _verify(where: str, wire: _WireEvent) -> Event:
         raise InvalidEvent(exc.reason, f"{where}: {exc.detail}") from None
 
 
-def _from_wire(w: _WireTurnInput) -> TurnInput:
+def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
     # Step 1 (cheap): shape of everything, including the channel id.
     if not w.events:
         raise TurnInputError("events must not be empty")
@@ -323,9 +349,16 @@ def _from_wire(w: _WireTurnInput) -> TurnInput:
             total=w.context.total,
             truncated=bool(w.context.truncated),
         )
+    # Keys are lowercased as the file is read; on a collision the later key in the file wins
+    # (re-inserted, so table order follows the file too).  A repeated exact key holds its last
+    # value, as everywhere in JSON decoding.
+    wire_profiles = w.profiles or {}
     profiles: dict[str, ProfileInfo] = {}
-    for key, p in (w.profiles or {}).items():
-        profiles[key] = ProfileInfo(label=p.label, is_agent=bool(p.is_agent))
+    for key in profile_keys:
+        p = wire_profiles[key]
+        lowered = ascii_lower(key)
+        profiles.pop(lowered, None)
+        profiles[lowered] = ProfileInfo(label=p.label, is_agent=bool(p.is_agent))
     ws = w.standing or _WireStanding()
     standing = Standing(
         base=ws.base,
