@@ -11,7 +11,8 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 import msgspec
@@ -194,15 +195,17 @@ def sign_event(
     """
     if not isinstance(secret, SecretKey):
         raise InvalidEvent("malformed", "secret must be a SecretKey")
-    if isinstance(tags, (str, bytes)):
+    # Sets and mappings are iterable but unordered or keyed: iterating them would silently
+    # reorder tags or drop values, so only ordered sequences of lists/tuples are accepted.
+    if isinstance(tags, (str, bytes, bytearray, Mapping, AbstractSet)):
         raise InvalidEvent("malformed", "tags must be a list of lists of strings")
     try:
         tag_list = list(tags)
-        if any(isinstance(t, (str, bytes)) for t in tag_list):
-            raise TypeError
-        tag_tuple: Tags = tuple(tuple(t) for t in tag_list)
     except TypeError:
         raise InvalidEvent("malformed", "tags must be a list of lists of strings") from None
+    if not all(isinstance(t, (list, tuple)) for t in tag_list):
+        raise InvalidEvent("malformed", "every tag must be a list of strings")
+    tag_tuple: Tags = tuple(tuple(t) for t in tag_list)
     pubkey = secret.public_key.hex
     _check_structure("0" * 64, pubkey, created_at, kind, tag_tuple, content, "0" * 128)
     event_id = compute_id(pubkey, created_at, kind, tag_tuple, content)
