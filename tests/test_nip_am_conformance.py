@@ -1123,3 +1123,31 @@ def test_payload_errors_do_not_leak_secret_keys() -> None:
         open_metric_event(STRANGER, _forge())
     assert STRANGER.hex not in str(info.value)
     assert OWNER.hex not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"x": "\xff", "harness": "goose", "timestamp": "' + TS.encode() + b'"}',
+        b'{"harness": "\xed\xa0\x80", "timestamp": "' + TS.encode() + b'"}',
+        '{"harness": "\ud800", "timestamp": "' + TS + '"}',
+        5,
+        None,
+    ],
+    ids=["bad utf-8 in ignored member", "encoded surrogate", "str surrogate", "int", "none"],
+)
+def test_from_json_rejects_non_utf8_with_metric_error(text: Any) -> None:
+    with pytest.raises(MetricError):
+        MetricPayload.from_json(text)
+
+
+def test_negative_zero_cost_is_written_as_zero() -> None:
+    p = MetricPayload(
+        harness="goose",
+        timestamp=TS,
+        turn=TokenCounts(input_tokens=0, output_tokens=0, total_tokens=0, cost_usd=-0.0),
+    )
+    text = p.to_json()
+    assert '"costUsd":0.0' in text and '"costUsd":-0' not in text
+    back = MetricPayload.from_json(text.replace('"costUsd":0.0', '"costUsd":-0.0'))
+    assert back.turn is not None and math.copysign(1.0, back.turn.cost_usd or 0.0) == 1.0

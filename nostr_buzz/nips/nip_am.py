@@ -87,6 +87,9 @@ class TokenCounts(msgspec.Struct, frozen=True):
         # An integral cost is the same amount: keep one type so round trips compare equal.
         if type(self.cost_usd) is int and abs(self.cost_usd) < 2**53:
             msgspec.structs.force_setattr(self, "cost_usd", float(self.cost_usd))
+        # -0.0 is a valid cost (it is >= 0) but must not reach the wire as "-0.0".
+        if type(self.cost_usd) is float and self.cost_usd == 0.0:
+            msgspec.structs.force_setattr(self, "cost_usd", 0.0)
 
 
 class PricingIdentity(msgspec.Struct, frozen=True):
@@ -147,7 +150,15 @@ class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def from_json(cls, text: str | bytes) -> MetricPayload:
         """Decode and validate wire JSON; raises :class:`MetricError`."""
-        return _decode_payload(text.encode("utf-8") if isinstance(text, str) else text)
+        try:
+            if isinstance(text, str):
+                data = text.encode("utf-8")
+            else:
+                data = bytes(text)
+                data.decode("utf-8")  # msgspec does not check the UTF-8 of ignored members
+        except (UnicodeError, TypeError):
+            raise MetricError("invalid metric payload: not UTF-8 text") from None
+        return _decode_payload(data)
 
 
 # --- wire schema ------------------------------------------------------------------------------
