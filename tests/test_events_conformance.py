@@ -874,6 +874,11 @@ def test_over_cap_refused() -> None:
         nip19.decode(s)
     with pytest.raises(Nip19Error):
         nip19.decode("n" * 5001)
+    # The encoder never produces what the decoder refuses.
+    with pytest.raises(Nip19Error):
+        nip19.encode("nevent", EID, relays=tuple(relays))
+    with pytest.raises(Nip19Error):
+        nip19.encode("nprofile", NPUB_HEX, relays=tuple(relays))
 
 
 @pytest.mark.parametrize(

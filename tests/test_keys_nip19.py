@@ -140,8 +140,13 @@ def test_mixed_case_is_rejected() -> None:
 
 def test_strings_over_5000_characters_are_refused() -> None:
     relays = ["wss://" + "r" * 240] * 20
-    long_nevent = nip19.encode("nevent", EVENT_ID, relays=relays)
+    tlv = bytes([0, 32]) + bytes.fromhex(EVENT_ID)
+    tlv += b"".join(bytes([1, len(r)]) + r.encode() for r in relays)
+    long_nevent = _bech32("nevent", tlv)
     assert len(long_nevent) > 5000
+    # encode() refuses to produce what decode() would refuse.
+    with pytest.raises(Nip19Error, match="5000"):
+        nip19.encode("nevent", EVENT_ID, relays=relays)
     with pytest.raises(Nip19Error, match="5000"):
         nip19.decode(long_nevent)
     with pytest.raises(Nip19Error, match="5000"):

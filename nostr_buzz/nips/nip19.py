@@ -96,7 +96,11 @@ def encode(
         if isinstance(kind, bool) or not isinstance(kind, int) or not 0 <= kind < 2**32:
             raise Nip19Error("kind must be an integer from 0 to 2^32-1")
         tlv += bytes([_KIND, 4]) + kind.to_bytes(4, "big")
-    return _bech32(hrp, bytes(tlv))
+    encoded = _bech32(hrp, bytes(tlv))
+    # Never produce what decode() refuses: too many relay hints would break the round trip.
+    if len(encoded) > MAX_LENGTH:
+        raise Nip19Error(f"{hrp} would be longer than {MAX_LENGTH} characters: fewer relay hints")
+    return encoded
 
 
 def _describe(s: str) -> str:
