@@ -1203,7 +1203,9 @@ def test_manifest_from_json_rejects(change: dict[str, Any]) -> None:
         Manifest.from_json(_manifest_text(change))
 
 
-@pytest.mark.parametrize("data", ["", "[]", "{", '{"schemaVersion":1}', "\ud800", b"\xff"])
+@pytest.mark.parametrize(
+    "data", ["", "[]", "{", '{"schemaVersion":1}', "\ud800", b"\xff", None, 10**12, 1.5, ["{}"]]
+)
 def test_manifest_from_json_unreadable(data: Any) -> None:
     with pytest.raises(ManifestError):
         Manifest.from_json(data)
@@ -1246,3 +1248,107 @@ def test_ledger_snapshot() -> None:
     assert snap.hash_matches()
     ledger.reset()
     assert ledger.snapshot() is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels and attribute escaping
+
+
+def test_labels_are_sanitized_and_every_attribute_is_escaped() -> None:
+    long = "  " + "a" * 63 + " b"  # trim, cut to 64 ("a"*63 + " "), trim again
+    ev = sign(
+        MORGAN,
+        "x",
+        [["h", CH], ["p", pk(RILEY)], ["p", ""], ["p", "q\"<&>'\t"], ["p", "1" * 64]],
+    )
+    obj = {
+        "events": [item(ev, "@\n@a'b")],
+        "profiles": {
+            pk(MORGAN): {"label": 'Mo "the" <dev> & co\u0085'},
+            pk(RILEY): {"label": long},
+            "1" * 64: {"label": "\x07\x1b\u3000"},  # nothing left: no label
+        },
+        "context": {
+            "kind": "thread",
+            "messages": [
+                {"pubkey": pk(MORGAN).upper(), "content": "m"},
+                {"pubkey": "<x> & y", "content": "n"},
+            ],
+        },
+    }
+    sections, _ = run(obj)
+    assert sections[2] == (
+        f'<event type=" @a&apos;b" actor="{pk(MORGAN)}" '
+        'author="Mo &quot;the&quot; &lt;dev&gt; &amp; co" '
+        f'event_id="{ev.id}" mentions="{"a" * 63} ({pk(RILEY)}), , '
+        f'q&quot;&lt;&amp;&gt;&apos; , {"1" * 64}">\n'
+        "Content: x\n</event>"
+    )
+    assert sections[1].endswith(
+        '<recent-thread-delta included="2" total="2" truncated="false">\n'
+        'Mo "the" &lt;dev&gt; &amp; co: m\n'
+        "&lt;x&gt; &amp; y: n\n"
+        "</recent-thread-delta>\n</ambient-context>"
+    )
+    # an empty p value is a mention of a non-agent: human-facing
+    assert sections[3] == f'<delivery channel_id="{CH}" scope="channel" reply_to="{ev.id}" />'
+
+
+def test_empty_cancelled_list_is_no_cancellation() -> None:
+    ev = sign(MORGAN, "/go", [["h", CH]])
+    sections, manifest = run(
+        {"events": [item(ev)], "cancelledEvents": [], "cancelReason": "interrupt"}
+    )
+    assert sections[0] == "/go"
+    assert sections[4] == f'<delivery channel_id="{CH}" scope="channel" reply_to="{ev.id}" />'
+    assert "interrupted_turn" not in manifest
+
+
+def test_scope_dm_only_from_channel_type_dm() -> None:
+    ev = sign(MORGAN, "x", [["h", CH], ["e", ROOT_ID, "", "root"]])
+    for type_, scope in (("DM", "thread"), ("stream", "thread"), ("dm", "dm"), (None, "thread")):
+        obj = {"events": [item(ev)], "channel": {"name": "", "type": type_}}
+        assert f'scope="{scope}"' in run(obj)[0][3]
+
+
+# ---------------------------------------------------------------------------------------------
+# `buzz compile`: exit codes and the JSON output
+
+
+def _buzz_compile(
+    tmp_path: Any, capfd: pytest.CaptureFixture[str], text: str, *flags: str
+) -> tuple[int, str]:
+    from nostr_buzz.cli.app import main
+
+    path = tmp_path / "turn.json"
+    path.write_text(text, encoding="utf-8")
+    code = main(["compile", str(path), *flags])
+    return code, capfd.readouterr().out
+
+
+def test_buzz_compile_exit_codes(tmp_path: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    assert _buzz_compile(tmp_path, capfd, _valid_text())[0] == 0
+    for reason in ("bad_id", "bad_pubkey", "bad_signature"):
+        obj: dict[str, Any] = {"events": [{"event": forged(reason)}]}
+        assert _buzz_compile(tmp_path, capfd, json.dumps(obj))[0] == 4
+        obj["cancelReason"] = "later"
+        assert _buzz_compile(tmp_path, capfd, json.dumps(obj))[0] == 1
+    for bad in ('{"events": []}', "not json", '{"x": NaN, "events": []}', '{"events": [{}]}'):
+        assert _buzz_compile(tmp_path, capfd, bad)[0] == 1
+
+
+def test_buzz_compile_json_output(tmp_path: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    ev = sign(MORGAN, "héllo", [["h", CH]])
+    obj = {"events": [item(ev)], "channel": {"name": "ünï"}}
+    sections, manifest = run(obj)
+    for flags in (("--json",), ("--format", "json")):
+        code, out = _buzz_compile(tmp_path, capfd, json.dumps(obj), *flags)
+        assert code == 0
+        expected = (
+            '{"sections":'
+            + json.dumps(sections, separators=(",", ":"), ensure_ascii=False)
+            + ',"manifest":'
+            + manifest
+            + "}\n"
+        )
+        assert out == expected

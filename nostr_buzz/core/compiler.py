@@ -22,7 +22,7 @@ from nostr_buzz.core.manifest import (
     estimate_tokens,
     manifest_from_layers,
 )
-from nostr_buzz.core.text import WHITESPACE, ascii_lower, sanitize_label, trim
+from nostr_buzz.core.text import WHITESPACE, ascii_lower, is_blank, sanitize_label, trim
 from nostr_buzz.core.turn_input import (
     ChannelInfo,
     ProfileInfo,
@@ -109,10 +109,6 @@ def _layer(
     )
 
 
-def _is_blank(s: str) -> bool:
-    return not trim(s)
-
-
 # ---------------------------------------------------------------------------------------------
 # Standing sections
 
@@ -138,11 +134,11 @@ def _standing_sections(standing: Standing) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if standing.base is not None:
         body = standing.base.rstrip(WHITESPACE).lstrip("\n\r")
-        if not _is_blank(body):
+        if not is_blank(body):
             out.append(("base", _section("base", body)))
     if standing.system is not None:
         body = standing.system.strip("\n\r")
-        if not _is_blank(body):
+        if not is_blank(body):
             out.append(("system", _section("system", body)))
     if standing.team_instructions is not None:
         body = trim(standing.team_instructions)
@@ -356,7 +352,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         sections.extend(text for _, text in standing)
     rendered = dict(standing)
     base = turn_input.standing.base
-    if base is not None and not _is_blank(base):
+    if base is not None and not is_blank(base):
         layers.append(
             _layer(
                 1, "platform_contract", "runtime", "base_prompt", "instructions", "configured", base
@@ -463,7 +459,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
                 interrupted,
             )
         )
-    non_blank = [f for f in fragments if not _is_blank(f)]
+    non_blank = [f for f in fragments if not is_blank(f)]
     if non_blank:
         sections.append("<ambient-context>\n" + "\n".join(non_blank) + "\n</ambient-context>")
 

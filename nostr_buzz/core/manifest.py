@@ -65,8 +65,11 @@ class Manifest(msgspec.Struct, frozen=True, rename="camel"):
         return self.hash == layers_hash(self.layers)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Manifest:
+    def from_json(cls, text: str | bytes | bytearray | memoryview) -> Manifest:
         """Strictly read a manifest; bad shape or hash mismatch: :class:`ManifestError`."""
+        if not isinstance(text, (str, bytes, bytearray, memoryview)):
+            # bytes(n) of an int would allocate n zero bytes: refuse anything but text.
+            raise ManifestError("a manifest must be JSON text (str or bytes)")
         try:
             if isinstance(text, str):
                 raw = text.encode("utf-8")
