@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import msgspec
 
-from nostr_buzz.errors import InvalidEvent
+from nostr_buzz.errors import InvalidEvent, InvalidKey
 from nostr_buzz.keys import PublicKey, SecretKey
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
@@ -180,7 +180,7 @@ class Event(msgspec.Struct, frozen=True):
 
 
 def sign_event(
-    secret: SecretKey,
+    secret: SecretKey | str,
     *,
     kind: int,
     content: str,
@@ -193,8 +193,17 @@ def sign_event(
     ``aux_rand`` pins the BIP-340 auxiliary randomness (tests only); by default it comes from
     the OS CSPRNG.  Invalid arguments raise ``InvalidEvent('malformed')``.
     """
+    if isinstance(secret, str):
+        # Spec 01 leaves the secret's type open; accept the forms the rest of the library does
+        # (nip44, nip_am): 64-hex or nsec1….  The message never repeats the value.
+        try:
+            secret = SecretKey.from_str(secret)
+        except InvalidKey:
+            raise InvalidEvent(
+                "malformed", "secret must be a SecretKey, 64 hex characters or nsec1…"
+            ) from None
     if not isinstance(secret, SecretKey):
-        raise InvalidEvent("malformed", "secret must be a SecretKey")
+        raise InvalidEvent("malformed", "secret must be a SecretKey, 64 hex characters or nsec1…")
     # Sets and mappings are iterable but unordered or keyed: iterating them would silently
     # reorder tags or drop values, so only ordered sequences of lists/tuples are accepted.
     if isinstance(tags, (str, bytes, bytearray, Mapping, AbstractSet)):

@@ -333,7 +333,9 @@ def test_sign_event_bad_arguments_are_malformed(overrides: dict[str, Any]) -> No
 
 def test_sign_event_rejects_a_non_key_and_bad_aux() -> None:
     with pytest.raises(InvalidEvent):
-        sign_event(SECRET.hex, kind=1, content="", created_at=0)  # type: ignore[arg-type]
+        sign_event(SECRET.hex[:-1], kind=1, content="", created_at=0)
+    with pytest.raises(InvalidEvent):
+        sign_event(b"\x01" * 32, kind=1, content="", created_at=0)  # type: ignore[arg-type]
     with pytest.raises(InvalidEvent):
         sign_event(SECRET, kind=1, content="", created_at=0, aux_rand=b"short")
 

@@ -632,9 +632,20 @@ def test_sign_event_accepts_any_ordered_iterable_of_tags() -> None:
     assert ev.tags == (("a", "b"),)
 
 
-def test_sign_event_rejects_non_key_secret() -> None:
-    with pytest.raises(BuzzError):
-        sign_event(NSEC_HEX, kind=1, content="x", created_at=1)  # type: ignore[arg-type]
+def test_sign_event_secret_forms() -> None:
+    # The spec does not pin the secret's type: a SecretKey, 64-hex and nsec all sign alike.
+    expected = ref_sign(NSEC_HEX, ref_id(ref_pubkey(NSEC_HEX), 1, 1, [], "x"), AUX0)
+    for secret in (SecretKey.from_str(NSEC_HEX), NSEC_HEX, NSEC_HEX.upper(), NSEC):
+        ev = sign_event(secret, kind=1, content="x", created_at=1, aux_rand=AUX0)
+        assert ev.sig == expected
+
+
+@pytest.mark.parametrize("secret", [NSEC_HEX[:-1], NPUB, None, 5, bytes.fromhex(NSEC_HEX)])
+def test_sign_event_rejects_non_key_secret(secret: Any) -> None:
+    with pytest.raises(InvalidEvent) as info:
+        sign_event(secret, kind=1, content="x", created_at=1)
+    assert info.value.reason == "malformed"
+    assert NSEC_HEX[:-1] not in str(info.value)
 
 
 # --- keys ---------------------------------------------------------------------------------------
