@@ -1151,3 +1151,50 @@ def test_negative_zero_cost_is_written_as_zero() -> None:
     assert '"costUsd":0.0' in text and '"costUsd":-0' not in text
     back = MetricPayload.from_json(text.replace('"costUsd":0.0', '"costUsd":-0.0'))
     assert back.turn is not None and math.copysign(1.0, back.turn.cost_usd or 0.0) == 1.0
+
+
+def test_long_hostile_content_rejected_as_metric_error() -> None:
+    # a 1 MiB plaintext: valid NIP-44 but far over the NIP-AM cap
+    ev = _forge(obj=_sized_obj(1 << 20))
+    with pytest.raises(MetricError):
+        open_metric_event(OWNER, ev)
+
+
+def test_api_signatures_and_keyword_names() -> None:
+    import inspect
+
+    def params(f: Callable[..., Any]) -> list[str]:
+        return list(inspect.signature(f).parameters)
+
+    assert params(nip44.conversation_key)[:2] == ["secret", "public"]
+    assert params(nip44.encrypt)[:3] == ["plaintext", "key", "nonce"]
+    assert inspect.signature(nip44.encrypt).parameters["nonce"].default is None
+    assert params(nip44.decrypt)[:2] == ["payload", "key"]
+    assert params(nip44.calc_padded_len)[:1] == ["n"]
+    assert params(build_metric_event)[:3] == ["agent_secret", "owner_public", "payload"]
+    assert params(open_metric_event)[:2] == ["owner_secret", "event"]
+    assert nip44.Nip44Error is Nip44Error
+    from nostr_buzz.nips import nip_am
+
+    assert nip_am.MetricError is MetricError
+    key = nip44.conversation_key(secret=AGENT, public=OWNER_HEX)
+    payload = nip44.encrypt(plaintext="kw", key=key, nonce=b"\x03" * 32)
+    assert nip44.decrypt(payload=payload, key=key) == "kw"
+    ev = build_metric_event(
+        agent_secret=AGENT,
+        owner_public=OWNER.public_key,
+        payload=MetricPayload(harness="goose", timestamp=TS),
+    )
+    assert open_metric_event(owner_secret=OWNER, event=ev).harness == "goose"
+
+
+@pytest.mark.parametrize("plaintext", [b"bytes", None, 5, "lone \ud800 surrogate"], ids=repr)
+def test_encrypt_bad_plaintext_raises_nip44error(plaintext: Any) -> None:
+    with pytest.raises(Nip44Error):
+        nip44.encrypt(plaintext, CONV_AGENT_OWNER)
+
+
+@pytest.mark.parametrize("n", [1.0, "32", None, True], ids=repr)
+def test_calc_padded_len_non_int_raises_nip44error(n: Any) -> None:
+    with pytest.raises(Nip44Error):
+        nip44.calc_padded_len(n)

@@ -526,3 +526,39 @@ def test_each_source_keeps_its_own_baseline() -> None:
     # turn 2: cumulative source starts from its own zero baseline
     rec = turn_with_cum(t, "s", input_tokens=25, output_tokens=3, total_tokens=28, cost_usd=0.35)
     check(rec, turn=tc(25, 3, 28, 0.35), cumulative=tc(25, 3, 28, 0.35), reliable=True, seq=2)
+
+
+def test_turn_with_only_invalid_values_observed_nothing() -> None:
+    t = UsageTracker()
+    t.session_started("s")
+    t.begin_turn("s")
+    cum(t, "s", input_tokens=-1, cost_usd=float("nan"))
+    t.observe_cost("s", -2.0)
+    assert t.end_turn("s") is None
+
+
+def test_api_keyword_names() -> None:
+    import inspect
+
+    t = UsageTracker()
+    t.session_started("s")
+    t.begin_turn("s")
+    t.observe_turn(
+        "s",
+        input_tokens=1,
+        output_tokens=2,
+        total_tokens=3,
+        cached_read_tokens=None,
+        cached_write_tokens=None,
+    )
+    t.observe_cost("s", cost_usd=0.5)
+    check(t.end_turn("s"), turn=tc(1, 2, 3, 0.5), cumulative=None, reliable=True, seq=1)
+    params = inspect.signature(UsageTracker.observe_cumulative).parameters
+    assert set(params) >= {
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "total_tokens",
+        "cost_usd",
+    }

@@ -66,6 +66,9 @@ _RFC3339: Final = re.compile(
     r"([Zz]|[+-]([0-9]{2}):([0-9]{2}))"
 )
 _EVENT_ID: Final = re.compile(r"[0-9a-f]{64}")
+# The longest NIP-44 content a plaintext within the cap can produce: anything longer is
+# rejected before decrypting (a hostile relay could otherwise make readers decrypt 16 MiB).
+_MAX_CONTENT_CHARS: Final = 4 * -(-(65 + 2 + nip44.calc_padded_len(MAX_PAYLOAD_BYTES)) // 3)
 _MAX_TOKENS: Final = 2**63 - 1
 
 
@@ -575,6 +578,10 @@ def open_metric_event(owner_secret: SecretKey | str, event: Event) -> MetricPayl
         raise MetricError("the agent tag does not equal the event's pubkey")
     if _tags_named(event.tags, "h"):
         raise MetricError("a metric event must not carry an h tag (its channel is private)")
+    if len(event.content) > _MAX_CONTENT_CHARS:
+        raise MetricError(
+            f"metric content is too long: its plaintext exceeds {MAX_PAYLOAD_BYTES} bytes"
+        )
     try:
         plaintext = nip44.decrypt(event.content, nip44.conversation_key(owner, event.pubkey))
     except Nip44Error as exc:
