@@ -7,9 +7,11 @@ asking the code under test what it would produce.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
+import random
 from typing import Any
 
 import pytest
@@ -1352,3 +1354,60 @@ def test_buzz_compile_json_output(tmp_path: Any, capfd: pytest.CaptureFixture[st
             + "}\n"
         )
         assert out == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile files: only typed errors escape
+
+_FULL_VALUES: list[Any] = [None, 0, -1, 1.5, True, "", "x", [], {}, [None], {"a": None}, "dm"]
+
+
+def _full_obj() -> dict[str, Any]:
+    ev = sign(MORGAN, "hi /x", [["h", CH], ["e", ROOT_ID, "", "root"], ["p", "ab"]])
+    return {
+        "events": [item(ev)],
+        "cancelledEvents": [item(ev)],
+        "cancelReason": "steer",
+        "channel": {"id": CH, "name": "n", "type": "stream", "description": "d"},
+        "context": {
+            "kind": "thread",
+            "total": 3,
+            "truncated": True,
+            "messages": [{"eventId": "e", "pubkey": "p", "timestamp": "t", "content": "c"}],
+        },
+        "contextHadDeliveredEvents": True,
+        "profiles": {"ab": {"label": "L", "isAgent": True}},
+        "standing": {"base": "b", "system": "s", "coreMemory": "c", "channelCanvas": "cc"},
+        "systemPromptSupport": False,
+        "standingContextSent": False,
+    }
+
+
+def _mutate(rng: random.Random, node: Any, depth: int = 0) -> None:
+    keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+    if not keys:
+        return
+    k = rng.choice(keys)
+    child = node[k]
+    if depth > 4 or not isinstance(child, (dict, list)) or rng.random() < 0.4:
+        node[k] = rng.choice(_FULL_VALUES)
+    else:
+        _mutate(rng, child, depth + 1)
+
+
+def test_mutated_files_raise_only_typed_errors() -> None:
+    rng = random.Random(20261202)
+    text = json.dumps(_full_obj()).encode()
+    compile_turn(TurnInput.from_json(text))  # the unmutated file is valid
+    for n in range(600):
+        if n % 2:
+            data = bytearray(text)
+            for _ in range(rng.randint(1, 3)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            candidate: bytes | str = bytes(data)
+        else:
+            obj = _full_obj()
+            _mutate(rng, obj)
+            candidate = json.dumps(obj)
+        with contextlib.suppress(BuzzError):
+            compile_turn(TurnInput.from_json(candidate))
