@@ -66,8 +66,17 @@ class ConfigError(BuzzError):
     """Configuration (flags, ``BUZZ_*`` environment, ``buzz.toml``) is missing or invalid."""
 
 
+class OutboxError(BuzzError):
+    """The durable metric outbox (SQLite) could not be opened, read or written."""
+
+
 class RelayError(BuzzError):
     """A relay URL, filter or relay-protocol argument is unusable (not a network failure)."""
+
+
+class AgentError(BuzzError):
+    """The ACP agent could not be started, initialized or asked for a session, or was misused
+    (no agent running, a second prompt in one session)."""
 
 
 def looks_secret(text: str) -> bool:
