@@ -425,7 +425,12 @@ def test_send_then_thread_and_get_show_tags(
     assert [e.id for e in _lines(out)] == [root_id, reply_id, nested_id]
     assert out.splitlines()[0] == root.to_json()
     code, out, _ = buzz(capsys, "messages", "get", "--channel", channel, "--limit", "2")
-    assert [e.id for e in _lines(out)] == [reply_id, nested_id]
+    # Which two are "most recent" is the relay's call when all three share a second; the
+    # output still holds exactly two of them, oldest (then thread order) first.
+    order = [root_id, reply_id, nested_id]
+    limited = [e.id for e in _lines(out)]
+    assert len(limited) == 2 and set(limited) <= set(order)
+    assert limited == sorted(limited, key=order.index)
     code, out, _ = buzz(capsys, "messages", "get", "--channel", channel, "--format", "table")
     assert code == 0
     rows = out.splitlines()
@@ -555,3 +560,28 @@ def test_subprocess_failures_leave_stdout_empty(relay_a: str) -> None:
         done = _run_buzz(*argv)
         assert (done.returncode, done.stdout) == (expected, b""), (argv, done.stderr)
         assert b"Traceback" not in done.stderr
+
+
+def test_same_second_messages_keep_thread_order() -> None:
+    from itertools import permutations
+
+    from nostr_buzz.cli.messages import _chronological
+
+    t = 1_700_000_500
+    root = sign_event(ALICE, kind=9, content="root", tags=[["h", "c"]], created_at=t)
+    reply = sign_event(
+        BOB, kind=9, content="reply", tags=[["h", "c"], ["e", root.id, "", "root"]], created_at=t
+    )
+    nested = sign_event(
+        ALICE,
+        kind=9,
+        content="nested",
+        tags=[["h", "c"], ["e", root.id, "", "root"], ["e", reply.id, "", "reply"]],
+        created_at=t,
+    )
+    earlier = sign_event(BOB, kind=9, content="earlier", tags=[["h", "c"]], created_at=t - 1)
+    for perm in permutations([root, reply, nested, earlier]):
+        assert _chronological(perm) == [earlier, root, reply, nested]
+    # With the middle reply missing, the nested one still follows its root.
+    for perm in permutations([root, nested]):
+        assert _chronological(perm) == [root, nested]

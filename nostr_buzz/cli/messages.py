@@ -181,7 +181,8 @@ def _warn_list_problems(result: PoolQueryResult) -> None:
 
 def _chronological(events: Iterable[Event]) -> list[Event]:
     """Oldest first.  Events of the same second (common in a busy thread) keep their thread
-    order: a reply's depth below other events of the list breaks the tie, then the id."""
+    order: a reply's depth below other events of the list (through its parent, else its root)
+    breaks the tie, then the id."""
     listed = {e.id: e for e in events}
     depth: dict[str, int] = {}
     for event in listed.values():
@@ -192,7 +193,9 @@ def _chronological(events: Iterable[Event]) -> list[Event]:
             if len(chain) > len(listed):
                 break
             chain.append(current)
-            current = nip10.thread_ref(listed[current]).parent
+            ref = nip10.thread_ref(listed[current])
+            # A missing parent falls back to the root, so a reply still sorts after it.
+            current = ref.parent if ref.parent in listed else ref.root
         base = depth.get(current, -1) if current is not None else -1
         for offset, node in enumerate(reversed(chain), start=1):
             depth[node] = base + offset
