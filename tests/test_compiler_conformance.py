@@ -1411,3 +1411,28 @@ def test_mutated_files_raise_only_typed_errors() -> None:
             candidate = json.dumps(obj)
         with contextlib.suppress(BuzzError):
             compile_turn(TurnInput.from_json(candidate))
+
+
+def test_slash_block_comes_before_legacy_standing_sections() -> None:
+    ev = sign(MORGAN, "  /help me", [["h", CH]])
+    obj = {"events": [item(ev)], "standing": {"base": "B", "huddleInstructions": " H "}}
+    sections, manifest = run(obj)
+    assert sections[:4] == [
+        "/help me",
+        "<base>\nB\n</base>",
+        "<huddle-instructions>\nH\n</huddle-instructions>",
+        "<buzz-turn>",
+    ]
+    layers = json.loads(manifest)["layers"]
+    assert layers[:2] == [
+        lay(1, "platform_contract", "runtime", "base_prompt", "instructions", "configured", "B"),
+        lay(
+            2,
+            "persona_and_team_guidance",
+            "agent_community",
+            "agent_configuration",
+            "instructions",
+            "configured",
+            "H",
+        ),
+    ]
