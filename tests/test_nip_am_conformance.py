@@ -1198,3 +1198,80 @@ def test_encrypt_bad_plaintext_raises_nip44error(plaintext: Any) -> None:
 def test_calc_padded_len_non_int_raises_nip44error(n: Any) -> None:
     with pytest.raises(Nip44Error):
         nip44.calc_padded_len(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# property: any valid payload survives build -> open, and its wire JSON follows the rules
+
+from datetime import datetime  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+st_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+st_tokens = st.none() | st.integers(min_value=0, max_value=2**53)
+st_cost = st.none() | st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+st_ids = st.lists(st.binary(min_size=32, max_size=32).map(bytes.hex), max_size=3)
+st_counts = st.builds(
+    TokenCounts,
+    input_tokens=st_tokens,
+    output_tokens=st_tokens,
+    total_tokens=st_tokens,
+    cost_usd=st_cost,
+    cache_read_tokens=st_tokens,
+    cache_write_tokens=st_tokens,
+)
+st_ts = st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(9999, 12, 31)).map(
+    lambda d: d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
+)
+
+
+@st.composite
+def _payloads(draw: st.DrawFn) -> MetricPayload:
+    cumulative = draw(st.none() | st_counts)
+    session = draw(st_text) if cumulative is not None else draw(st.none() | st_text)
+    seq = (
+        draw(st.integers(1, 2**40))
+        if cumulative is not None
+        else draw(st.none() | st.integers(1, 99))
+    )
+    maybe = lambda s: draw(st.none() | s)  # noqa: E731
+    return MetricPayload(
+        harness=draw(st.text(min_size=1, max_size=8)),
+        timestamp=draw(st_ts),
+        model=maybe(st_text),
+        channel_id=maybe(st_text),
+        session_id=session,
+        turn_id=maybe(st_text),
+        turn_seq=seq,
+        turn=maybe(st_counts),
+        cumulative=cumulative,
+        delta_reliable=draw(st.booleans()),
+        stop_reason=maybe(st.sampled_from(["end_turn", "max_tokens", "cancelled", "error"])),
+        outcome=maybe(st.sampled_from(["success", "cancelled", "failed"])),
+        terminal_evidence=maybe(st.sampled_from(["prompt_response", "timeout", "agent_exit"])),
+        triggering_event_ids=tuple(draw(st_ids)),
+        root_event_id=maybe(st.binary(min_size=32, max_size=32).map(bytes.hex)),
+        native_stop_reason=maybe(st_text),
+        pricing_identity=maybe(st.builds(PricingIdentity, st_text, st_text, st.none() | st_text)),
+        context_manifest=maybe(st.just(MANIFEST)),
+    )
+
+
+NULLABLE_KEYS = {"model", "channelId", "sessionId", "turnId", "turnSeq", "turn", "cumulative"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_payloads())
+def test_round_trip_property(payload: MetricPayload) -> None:
+    ev = build_metric_event(AGENT, OWNER.public_key, payload)
+    obj = _plaintext_of(ev)
+    assert set(obj) >= NULLABLE_KEYS and "deltaReliable" in obj
+    assert all(v is not None for k, v in obj.items() if k not in NULLABLE_KEYS)
+    for where in ("turn", "cumulative"):
+        counts = obj[where]
+        if counts is not None:
+            assert {"inputTokens", "outputTokens", "totalTokens", "costUsd"} <= set(counts)
+            assert None not in (counts.get("cacheReadTokens", 0), counts.get("cacheWriteTokens", 0))
+    assert ev.created_at == _epoch(payload.timestamp)
+    assert open_metric_event(OWNER, ev) == payload
