@@ -1178,3 +1178,45 @@ def test_profile_bad_metadata_is_unlabelled_human(raw: str) -> None:
     p = profile(None, raw=raw)
     assert p.label is None
     assert p.is_agent is False
+
+
+# --- more parsing edges -------------------------------------------------------------------------
+
+
+def test_tag_of_one_empty_string_is_valid() -> None:
+    d = make(tags=[[""], ["", ""]])
+    assert Event.from_json(dumps(d)).tags == (("",), ("", ""))
+
+
+def test_escaped_surrogate_pair_is_one_character() -> None:
+    d = make(content="😀")
+    doc = dumps(d).replace("😀", "\\ud83d\\ude00")
+    assert "\\ud83d" in doc
+    ev = Event.from_json(doc)
+    assert ev.content == "😀"
+    assert ev.to_json() == dumps(d)
+
+
+def test_negative_zero_reads_as_zero_and_id_covers_it() -> None:
+    d = make(created_at=0)
+    doc = dumps(d).replace('"created_at":0', '"created_at":-0')
+    assert Event.from_json(doc).to_json() == dumps(d)
+
+
+def test_deeply_nested_unknown_field_is_malformed_not_a_crash() -> None:
+    doc = dumps(make())[:-1] + ',"x":' + "[" * 100_000 + "]" * 100_000 + "}"
+    try:
+        Event.from_json(doc)
+    except InvalidEvent as exc:
+        assert exc.reason == "malformed"
+
+
+def test_lone_surrogate_in_unknown_field_is_malformed() -> None:
+    doc = dumps(make())[:-1] + ',"x":"\\ud800"}'
+    assert reason_of(doc) == "malformed"
+
+
+def test_tag_values() -> None:
+    e = Event.from_json(dumps(make(tags=[["p", A], ["p"], ["t", "x"], ["p", B, "r"]])))
+    assert e.tag_values("p") == [A, B]
+    assert e.tag_values("q") == []

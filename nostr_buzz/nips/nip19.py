@@ -137,16 +137,11 @@ def decode(s: str) -> tuple[str, Decoded]:
             raise Nip19Error(f"{hrp} must hold 32 bytes, got {len(raw)}")
         return hrp, raw.hex()
     if hrp == "nevent":
-        return hrp, _decode_nevent(raw)
+        return hrp, EventPointer(*_read_tlv(raw, "nevent"))
     if hrp == "nprofile":
         special, relays, _, _ = _read_tlv(raw, "nprofile")
         return hrp, ProfilePointer(special, relays)
     raise Nip19Error(f"unsupported NIP-19 prefix {hrp!r}")
-
-
-def _decode_nevent(raw: bytes) -> EventPointer:
-    special, relays, author, kind = _read_tlv(raw, "nevent")
-    return EventPointer(special, relays, author, kind)
 
 
 def _read_tlv(raw: bytes, hrp: str) -> tuple[str, tuple[str, ...], str | None, int | None]:
