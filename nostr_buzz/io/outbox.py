@@ -1,0 +1,297 @@
+"""The durable metric outbox: signed events waiting for enough relays to store them (spec 04).
+
+An edge around one SQLite file (stdlib ``sqlite3``, WAL journal, ``synchronous=FULL``) in the
+state directory.  It holds only signed events as their canonical JSON — for NIP-AM that is the
+NIP-44 ciphertext, never a plaintext payload and never a key.  :meth:`Outbox.add` commits before
+it returns, so the publisher can write an entry *before* the first send and a crash after that
+loses nothing; a new :class:`Outbox` on the same file sees every entry.
+
+The clock and the jitter source are passed in: ``now`` on each call, ``rng`` (a function
+returning a float in [0, 1)) at construction or per call.  The SQL is the only I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Final
+
+from nostr_buzz.errors import InvalidEvent, OutboxError
+from nostr_buzz.event import Event
+
+from .relay import Verdict
+
+__all__ = [
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "Outbox",
+    "OutboxEntry",
+    "backoff_delay",
+]
+
+#: First retry after about this many seconds; each failed attempt doubles it …
+BACKOFF_BASE: Final = 5.0
+#: … up to this cap (15 minutes).
+BACKOFF_CAP: Final = 900.0
+#: Jitter spreads retries over ±20 % so that many agents do not retry in lockstep.
+_JITTER: Final = 0.2
+#: Longest relay message kept as the last error of an entry.
+_ERROR_CHARS: Final = 500
+
+_SCHEMA_VERSION: Final = 1
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS outbox (
+    id           TEXT PRIMARY KEY,          -- the event id (64 hex)
+    event        TEXT NOT NULL,             -- the signed event, canonical JSON
+    kind         INTEGER NOT NULL,
+    created_at   INTEGER NOT NULL,
+    added_at     REAL NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    next_attempt REAL NOT NULL,
+    accepted_by  TEXT NOT NULL DEFAULT '[]', -- JSON list of relays that have the event
+    last_error   TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt);
+"""
+
+Rng = Callable[[], float]
+
+
+def backoff_delay(attempts: int, u: float) -> float:
+    """Seconds to wait after the ``attempts``-th failed attempt (``u`` uniform in [0, 1)).
+
+    ``BACKOFF_BASE · 2^(attempts−1)``, capped at ``BACKOFF_CAP``, times a jitter factor in
+    [0.8, 1.2); the result never exceeds the cap.  Pure.
+    """
+    if attempts < 1:
+        return 0.0
+    # The exponent is bounded so that a long outage cannot overflow the float.
+    base = min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(attempts - 1, 32))
+    u = min(max(u, 0.0), 1.0)
+    return min(BACKOFF_CAP, base * (1.0 - _JITTER + 2 * _JITTER * u))
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    """One event waiting in the outbox.
+
+    ``accepted_by``: relays that answered ``OK true`` or ``duplicate:`` in any attempt so far
+    (they are counted together towards the publisher's ``min_ok``).
+    """
+
+    event: Event
+    added_at: float
+    attempts: int
+    next_attempt: float
+    accepted_by: tuple[str, ...]
+    last_error: str | None
+
+    @property
+    def id(self) -> str:
+        return self.event.id
+
+
+def _summarise(verdicts: Iterable[Verdict]) -> str | None:
+    """The refusals of one attempt, one ``relay: reason`` per failing relay."""
+    parts = [f"{v.relay}: {v.message or v.prefix or 'refused'}" for v in verdicts if not v.ok]
+    if not parts:
+        return None
+    text = "; ".join(parts)
+    return text if len(text) <= _ERROR_CHARS else text[: _ERROR_CHARS - 1] + "…"
+
+
+class Outbox:
+    """A SQLite outbox at ``path`` (its folder is created).  Use as a context manager or
+    call :meth:`close`.  Every method raises :class:`~nostr_buzz.errors.OutboxError` when the
+    database cannot be used; nothing else escapes."""
+
+    def __init__(self, path: str | Path, *, rng: Rng | None = None) -> None:
+        self.path = Path(path)
+        # Jitter needs no cryptographic quality; the OS seeds it unless a test pins it.
+        self._rng: Rng = rng if rng is not None else random.Random().random
+        #: Ids of rows that no longer verify as events (disk damage, manual edits): skipped.
+        self.damaged: set[str] = set()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: transactions are explicit, so each write commits at once.
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
+        except (OSError, sqlite3.Error) as exc:
+            raise OutboxError(f"cannot open the outbox {self.path}: {exc}") from None
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")  # a committed add survives power loss
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, _SCHEMA_VERSION):
+                raise OutboxError(
+                    f"the outbox {self.path} has schema version {version}; this nostr-buzz "
+                    f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
+                )
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise OutboxError(f"cannot open the outbox {self.path}: {exc}") from None
+        except OutboxError:
+            self._db.close()
+            raise
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def add(self, event: Event, *, now: float = 0.0) -> bool:
+        """Store ``event`` durably (committed on return), due at once; idempotent by id.
+
+        Returns True when it was new.  Only signed, verified :class:`Event` objects are
+        accepted, so nothing but ciphertext and signatures ever reaches the file.
+        """
+        if not isinstance(event, Event):
+            raise OutboxError("the outbox stores only signed Event objects")
+        try:
+            cursor = self._db.execute(
+                "INSERT OR IGNORE INTO outbox (id, event, kind, created_at, added_at, "
+                "next_attempt) VALUES (?, ?, ?, ?, ?, ?)",
+                (event.id, event.to_json(), event.kind, event.created_at, now, 0.0),
+            )
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
+        return cursor.rowcount == 1
+
+    def record_attempt(
+        self,
+        event_id: str,
+        now: float,
+        verdicts: Mapping[str, Verdict] | Iterable[Verdict],
+        *,
+        rng: Rng | None = None,
+    ) -> OutboxEntry | None:
+        """Record one send attempt: remember which relays have the event, count the attempt
+        and schedule the next one after :func:`backoff_delay`.  None when ``event_id`` is not
+        in the outbox (already removed)."""
+        listed = list(verdicts.values() if isinstance(verdicts, Mapping) else verdicts)
+        u = (rng or self._rng)()
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute(
+                    "SELECT attempts, accepted_by FROM outbox WHERE id = ?", (event_id,)
+                ).fetchone()
+                if row is None:
+                    self._db.execute("COMMIT")
+                    return None
+                attempts = int(row[0]) + 1
+                accepted = list(
+                    dict.fromkeys([*_relays(row[1]), *(v.relay for v in listed if v.ok)])
+                )
+                self._db.execute(
+                    "UPDATE outbox SET attempts = ?, next_attempt = ?, accepted_by = ?, "
+                    "last_error = ? WHERE id = ?",
+                    (
+                        attempts,
+                        now + backoff_delay(attempts, u),
+                        json.dumps(accepted),
+                        _summarise(listed),
+                        event_id,
+                    ),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
+        return self.get(event_id)
+
+    def remove(self, event_id: str) -> bool:
+        """Forget an entry (enough relays have it); True when it was there."""
+        try:
+            cursor = self._db.execute("DELETE FROM outbox WHERE id = ?", (event_id,))
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
+        return cursor.rowcount == 1
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, event_id: str) -> OutboxEntry | None:
+        rows = self._select("WHERE id = ?", (event_id,))
+        return rows[0] if rows else None
+
+    def due(self, now: float, *, limit: int = 100) -> list[OutboxEntry]:
+        """Entries whose next attempt time has come, oldest schedule first."""
+        return self._select(
+            "WHERE next_attempt <= ? ORDER BY next_attempt, id LIMIT ?", (now, limit)
+        )
+
+    def entries(self) -> list[OutboxEntry]:
+        """Every entry, soonest first (for diagnostics)."""
+        return self._select("ORDER BY next_attempt, id", ())
+
+    def pending_count(self) -> int:
+        try:
+            row = self._db.execute("SELECT count(*) FROM outbox").fetchone()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot read the outbox {self.path}: {exc}") from None
+        return int(row[0])
+
+    def next_due(self) -> float | None:
+        """The earliest next attempt time, or None when the outbox is empty."""
+        try:
+            row = self._db.execute("SELECT min(next_attempt) FROM outbox").fetchone()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot read the outbox {self.path}: {exc}") from None
+        return None if row[0] is None else float(row[0])
+
+    def _select(self, where: str, args: tuple[object, ...]) -> list[OutboxEntry]:
+        query = (
+            "SELECT id, event, added_at, attempts, next_attempt, accepted_by, last_error "
+            f"FROM outbox {where}"
+        )
+        try:
+            rows = self._db.execute(query, args).fetchall()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot read the outbox {self.path}: {exc}") from None
+        entries = []
+        for event_id, text, added_at, attempts, next_attempt, accepted_by, last_error in rows:
+            try:
+                # Re-verified on the way out: a damaged row is never sent as if it were valid.
+                event = Event.from_json(text)
+            except InvalidEvent:
+                # Skipped (not deleted: the file is the user's evidence); listed in ``damaged``.
+                self.damaged.add(str(event_id))
+                continue
+            entries.append(
+                OutboxEntry(
+                    event=event,
+                    added_at=float(added_at),
+                    attempts=int(attempts),
+                    next_attempt=float(next_attempt),
+                    accepted_by=_relays(accepted_by),
+                    last_error=last_error,
+                )
+            )
+        return entries
+
+
+def _relays(text: str) -> tuple[str, ...]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ()
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
