@@ -15,6 +15,8 @@ from typing import Any
 
 import coincurve
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nostr_buzz
 from nostr_buzz import (
@@ -1220,3 +1222,97 @@ def test_tag_values() -> None:
     e = Event.from_json(dumps(make(tags=[["p", A], ["p"], ["t", "x"], ["p", B, "r"]])))
     assert e.tag_values("p") == [A, B]
     assert e.tag_values("q") == []
+
+
+# --- interop: nostr-sdk (rust-nostr) agrees on NIP-19 and key derivation ------------------------
+
+
+def test_nip19_interop_with_nostr_sdk() -> None:
+    import nostr_sdk as sdk
+
+    relays = ("wss://a.example", "wss://b.example/path")
+    ours = nip19.encode("nevent", EID, relays=relays, author=NPUB_HEX, kind=30023)
+    theirs = sdk.Nip19Event.from_bech32(ours)
+    assert theirs.event_id().to_hex() == EID
+    author = theirs.author()
+    assert author is not None and author.to_hex() == NPUB_HEX
+    kind = theirs.kind()
+    assert kind is not None and kind.as_u16() == 30023
+    assert [str(r) for r in theirs.relays()] == list(relays)
+
+    made = sdk.Nip19Event(
+        sdk.EventId.parse(EID),
+        sdk.PublicKey.parse(NPUB_HEX),
+        sdk.Kind(1111),
+        [sdk.RelayUrl.parse("wss://r.one")],
+    ).to_bech32()
+    assert nip19.decode(made) == ("nevent", EventPointer(EID, ("wss://r.one",), NPUB_HEX, 1111))
+
+    profile_b32 = sdk.Nip19Profile(
+        sdk.PublicKey.parse(NPUB_HEX), [sdk.RelayUrl.parse("wss://r.one")]
+    ).to_bech32()
+    assert nip19.decode(profile_b32) == ("nprofile", ProfilePointer(NPUB_HEX, ("wss://r.one",)))
+    assert nip19.encode("nprofile", NPUB_HEX, relays=("wss://r.one",)) == profile_b32
+
+    assert nip19.encode("note", EID) == sdk.EventId.parse(EID).to_bech32()
+    keys = sdk.Keys.parse(NSEC_HEX)
+    assert SecretKey.from_str(NSEC_HEX).public_key.hex == keys.public_key().to_hex()
+    assert SecretKey.from_str(NSEC_HEX).public_key.bech32 == keys.public_key().to_bech32()
+    assert SecretKey.from_str(NSEC_HEX).bech32 == keys.secret_key().to_bech32()
+
+
+# --- profile labels against a reference written from spec 03 ------------------------------------
+
+_WS = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def ref_label(metadata: dict[str, Any]) -> str | None:
+    import unicodedata
+
+    for key in ("display_name", "name", "nip05"):
+        value = metadata.get(key)
+        if isinstance(value, str):
+            s = "".join(c for c in value if unicodedata.category(c) != "Cc")
+            s = s.strip(_WS)[:64].strip(_WS)
+            if s:
+                return s
+    return None
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("\xa0Bob\u3000", "Bob"),
+        ("\u200bBob", "\u200bBob"),  # ZERO WIDTH SPACE is Cf, not White_Space: kept
+        ("\x1cBob\x1f", "Bob"),  # Cc: removed before trimming
+        ("a" * 63 + "\u2003" + "b", "a" * 63),
+        ("\u2028\u2029", None),
+    ],
+)
+def test_profile_label_unicode_whitespace(name: str, label: str | None) -> None:
+    assert profile({"name": name}).label == label
+
+
+_LABEL_ALPHABET = ["a", "é", " ", "\t", "\x00", "\x85", "\u3000", "😀", "\u200b"]
+_label_values = st.one_of(
+    st.none(),
+    st.integers(),
+    st.booleans(),
+    st.text(alphabet=st.sampled_from(_LABEL_ALPHABET), max_size=80),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["display_name", "name", "nip05", "bot", "about"]), _label_values
+    )
+)
+def test_profile_label_matches_reference(metadata: dict[str, Any]) -> None:
+    p = profile(metadata)
+    assert p.label == ref_label(metadata)
+    assert p.is_agent is (metadata.get("bot") is True)
