@@ -1,0 +1,288 @@
+"""Publishing NIP-AM metrics without ever losing one (spec 04, "Publishing: never lose a metric").
+
+:class:`MetricPublisher` builds and signs the metric once, commits it to the durable
+:class:`~nostr_buzz.io.outbox.Outbox` *before* the first send, then sends it to every write
+relay.  The entry is removed once at least ``min_ok`` relays (over all attempts) answered
+``OK true`` or ``duplicate:``; otherwise it stays, and :meth:`MetricPublisher.flush` or the
+:meth:`MetricPublisher.run` loop re-sends it with backoff — also from a new process on the same
+outbox file.  Re-sending is idempotent: the signed event and its id never change.  NIP-42
+(``auth-required:``) is answered by the relay client with the agent's key.
+
+Publishing never raises into the agent's turn and never blocks it past its own timeout:
+failures are data (a :class:`PublishReport`, passed to ``on_report`` and returned by
+:meth:`MetricPublisher.submit` / :meth:`MetricPublisher.flush`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Protocol
+
+from nostr_buzz.errors import MetricError, OutboxError, RelayError
+from nostr_buzz.event import Event
+from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
+
+from .outbox import Outbox, Rng
+from .pool import PublishResult, RelayPool
+from .relay import Verdict
+
+__all__ = ["MetricPublisher", "PoolFactory", "PublishReport", "PublishingPool"]
+
+log = logging.getLogger(__name__)
+
+#: Past its own timeout an attempt gets this much longer before it is abandoned (the pool
+#: already bounds each relay; this is the backstop that keeps the turn unblocked).
+_GRACE: Final = 2.0
+#: Due entries re-sent at the same time by one flush.
+_FLUSH_CONCURRENCY: Final = 8
+
+
+class PublishingPool(Protocol):
+    """What the publisher needs from a relay pool (``RelayPool`` has it)."""
+
+    async def publish(
+        self, event: Event, *, min_ok: int = 1, timeout: float | None = None
+    ) -> PublishResult: ...
+
+
+PoolFactory = Callable[[], PublishingPool]
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    """The outcome of one attempt to publish one metric.
+
+    ``event``: the signed metric (None when the payload was invalid and nothing was built).
+    ``stored``: the event is in the durable outbox (False only when the outbox failed).
+    ``delivered``: at least ``min_ok`` relays have it; it has left the outbox.
+    ``verdicts``: this attempt's answer per relay.  ``attempts``: attempts so far, this one
+    included.  ``next_attempt``: when it will be retried (clock seconds), None when delivered
+    or not stored.  ``error``: what went wrong, for diagnostics (never contains secrets).
+    """
+
+    event: Event | None
+    stored: bool
+    delivered: bool
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    attempts: int = 0
+    next_attempt: float | None = None
+    error: str | None = None
+
+    @property
+    def event_id(self) -> str | None:
+        return None if self.event is None else self.event.id
+
+
+def _refusals(verdicts: dict[str, Verdict]) -> str | None:
+    failed = [
+        f"{url}: {v.message or v.prefix or 'refused'}" for url, v in verdicts.items() if not v.ok
+    ]
+    return "; ".join(failed) or None
+
+
+class MetricPublisher:
+    """Publishes NIP-AM metrics for one agent to one owner.
+
+    ``relays``: the write relay URLs (a :class:`RelayPool` is made per attempt with the agent's
+    key for NIP-42), or a factory returning a pool-like object.  ``outbox``: an :class:`Outbox`
+    or the path of its SQLite file (then the publisher owns and closes it).  ``min_ok``: relays
+    that must have the event before it leaves the outbox.  ``timeout``: per attempt (connect plus
+    ``OK`` per relay).  ``clock`` and ``rng`` pin time and backoff jitter for tests.
+    ``on_report``: called with every :class:`PublishReport` (its exceptions are swallowed).
+    Bad keys, URLs or ``min_ok`` raise here, at set-up, never during a turn.
+    """
+
+    def __init__(
+        self,
+        agent_secret: SecretKey | str,
+        owner_public: PublicKey | str,
+        outbox: Outbox | str | Path,
+        relays: Sequence[str] | PoolFactory,
+        *,
+        min_ok: int = 1,
+        timeout: float = 10.0,
+        clock: Callable[[], float] = time.time,
+        rng: Rng | None = None,
+        on_report: Callable[[PublishReport], None] | None = None,
+    ) -> None:
+        self.agent_secret = (
+            agent_secret
+            if isinstance(agent_secret, SecretKey)
+            else SecretKey.from_str(agent_secret)
+        )
+        self.owner_public = (
+            owner_public
+            if isinstance(owner_public, PublicKey)
+            else PublicKey.from_str(owner_public)
+        )
+        if min_ok < 1:
+            raise RelayError("min_ok must be at least 1")
+        self.min_ok = min_ok
+        self.timeout = float(timeout)
+        self._clock = clock
+        self._rng: Rng = rng if rng is not None else random.Random().random
+        self._on_report = on_report
+        self._owns_outbox = not isinstance(outbox, Outbox)
+        self.outbox = outbox if isinstance(outbox, Outbox) else Outbox(outbox, rng=self._rng)
+        if callable(relays):
+            self._pool_factory: PoolFactory = relays
+        else:
+            urls = [relays] if isinstance(relays, str) else list(relays)
+            pool = RelayPool(urls, secret=self.agent_secret, timeout=self.timeout)  # checks URLs
+            if not pool.urls:
+                raise RelayError("a metric publisher needs at least one write relay")
+            if min_ok > len(pool.urls):
+                raise RelayError(
+                    f"min_ok is {min_ok} but only {len(pool.urls)} write relay(s) are configured"
+                )
+            self._pool_factory = lambda: RelayPool(
+                pool.urls, secret=self.agent_secret, timeout=self.timeout
+            )
+        self._in_flight: set[str] = set()
+        self._wake = asyncio.Event()
+
+    def close(self) -> None:
+        """Close the outbox if this publisher opened it."""
+        if self._owns_outbox:
+            self.outbox.close()
+
+    # -- the turn's side ------------------------------------------------------------------
+
+    async def publish(self, payload: MetricPayload) -> Event | None:
+        """Build, store, then send one metric; returns the signed event (stored for retry when
+        no relay took it), or None when the payload is invalid (reported, nothing stored)."""
+        try:
+            event = build_metric_event(self.agent_secret, self.owner_public, payload)
+        except MetricError as exc:
+            self._report(PublishReport(None, False, False, error=f"invalid metric: {exc}"))
+            return None
+        await self.submit(event)
+        return event
+
+    async def submit(self, event: Event) -> PublishReport:
+        """Store an already signed event in the outbox (committed), then make one attempt."""
+        stored, problem = True, None
+        try:
+            self.outbox.add(event, now=self._clock())
+        except OutboxError as exc:
+            # Sending anyway beats dropping the metric; the report says it is not durable.
+            stored, problem = False, str(exc)
+        self._wake.set()
+        return await self._attempt(event, stored, problem)
+
+    # -- retries --------------------------------------------------------------------------
+
+    def pending_count(self) -> int:
+        """Metrics waiting in the outbox (-1 when the outbox cannot be read)."""
+        try:
+            return self.outbox.pending_count()
+        except OutboxError:
+            return -1
+
+    async def flush(self, now: float | None = None) -> list[PublishReport]:
+        """Re-send every entry that is due at ``now`` (default: the clock); one attempt each."""
+        try:
+            due = self.outbox.due(self._clock() if now is None else now)
+        except OutboxError as exc:
+            report = PublishReport(None, False, False, error=str(exc))
+            self._report(report)
+            return [report]
+        due = [entry for entry in due if entry.id not in self._in_flight]
+        gate = asyncio.Semaphore(_FLUSH_CONCURRENCY)
+
+        async def one(event: Event) -> PublishReport:
+            async with gate:
+                return await self._attempt(event, True, None)
+
+        return list(await asyncio.gather(*(one(entry.event) for entry in due)))
+
+    async def run(self, stop: asyncio.Event, *, idle: float = 30.0) -> None:
+        """Re-send due entries until ``stop`` is set: at start (entries left by an earlier
+        process), whenever one falls due, and at least every ``idle`` seconds.  Never raises."""
+        while not stop.is_set():
+            await self.flush()
+            try:
+                next_due = self.outbox.next_due()
+            except OutboxError:
+                next_due = None
+            wait = idle if next_due is None else min(idle, max(0.0, next_due - self._clock()))
+            self._wake.clear()
+            stop_wait = asyncio.ensure_future(stop.wait())
+            wake_wait = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait(
+                    {stop_wait, wake_wait},
+                    timeout=max(wait, 0.05),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                for task in (stop_wait, wake_wait):
+                    task.cancel()
+                await asyncio.gather(stop_wait, wake_wait, return_exceptions=True)
+
+    # -- one attempt ----------------------------------------------------------------------
+
+    async def _attempt(self, event: Event, stored: bool, problem: str | None) -> PublishReport:
+        if event.id in self._in_flight:
+            # Another attempt is on the wire; it will record the outcome.
+            return PublishReport(event, stored, False, error="already being sent")
+        self._in_flight.add(event.id)
+        try:
+            verdicts, send_problem = await self._send(event)
+            report = self._settle(event, stored, verdicts, problem or send_problem)
+        finally:
+            self._in_flight.discard(event.id)
+        self._report(report)
+        return report
+
+    async def _send(self, event: Event) -> tuple[dict[str, Verdict], str | None]:
+        try:
+            async with asyncio.timeout(self.timeout + _GRACE):
+                pool = self._pool_factory()
+                result = await pool.publish(event, min_ok=self.min_ok, timeout=self.timeout)
+        except TimeoutError:
+            return {}, f"no answer within {self.timeout + _GRACE:g} s"
+        except Exception as exc:
+            # The relay edge reports network trouble as verdicts; anything raised is a bug
+            # or a misconfigured factory, still never the turn's problem.
+            return {}, f"send failed: {type(exc).__name__}: {exc}"
+        return dict(result.verdicts), _refusals(result.verdicts)
+
+    def _settle(
+        self, event: Event, stored: bool, verdicts: dict[str, Verdict], problem: str | None
+    ) -> PublishReport:
+        have_now = [url for url, v in verdicts.items() if v.ok]
+        if not stored:
+            delivered = len(have_now) >= self.min_ok
+            return PublishReport(event, False, delivered, verdicts, 1, None, problem)
+        try:
+            entry = self.outbox.record_attempt(event.id, self._clock(), verdicts, rng=self._rng)
+            if entry is None:  # removed meanwhile (another publisher on the same file)
+                return PublishReport(event, True, True, verdicts, 1, None, problem)
+            if len(entry.accepted_by) >= self.min_ok:
+                self.outbox.remove(event.id)
+                return PublishReport(event, True, True, verdicts, entry.attempts, None, None)
+            return PublishReport(
+                event, True, False, verdicts, entry.attempts, entry.next_attempt, problem
+            )
+        except OutboxError as exc:
+            delivered = len(have_now) >= self.min_ok
+            return PublishReport(event, True, delivered, verdicts, 1, None, str(exc))
+
+    def _report(self, report: PublishReport) -> None:
+        if report.delivered:
+            log.debug("metric %s delivered", report.event_id)
+        else:
+            log.warning("metric %s not delivered yet: %s", report.event_id, report.error)
+        if self._on_report is not None:
+            # A diagnostics sink must not turn into a failure of the agent's turn.
+            with contextlib.suppress(Exception):
+                self._on_report(report)
