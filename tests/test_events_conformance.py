@@ -1316,3 +1316,68 @@ def test_profile_label_matches_reference(metadata: dict[str, Any]) -> None:
     p = profile(metadata)
     assert p.label == ref_label(metadata)
     assert p.is_agent is (metadata.get("bot") is True)
+
+
+# --- routing against a reference written from the spec's table and rules -----------------------
+
+
+def _ref_valid(s: str) -> bool:
+    return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
+
+
+def ref_route(kind: int, tags: list[list[str]]) -> tuple[str | None, str | None]:
+    if kind == 1111:
+        roots = [t[1] for t in tags if len(t) >= 2 and t[0] == "E" and _ref_valid(t[1])]
+        if not roots:
+            return None, None
+        parents = [t[1] for t in tags if len(t) >= 2 and t[0] == "e" and _ref_valid(t[1])]
+        return roots[-1], parents[-1] if parents else roots[-1]
+    marked = [t for t in tags if t[0] == "e" and len(t) >= 4 and _ref_valid(t[1])]
+    roots = [t[1] for t in marked if t[3] == "root"]
+    replies = [t[1] for t in marked if t[3] == "reply"]
+    if roots:
+        return roots[-1], replies[-1] if replies else roots[-1]
+    if replies:
+        return replies[-1], replies[-1]
+    if kind == 1:
+        unmarked = [
+            t[1]
+            for t in tags
+            if t[0] == "e"
+            and (len(t) in (2, 3) or (len(t) >= 4 and t[3] == ""))
+            and _ref_valid(t[1])
+        ]
+        if unmarked:
+            return unmarked[0], unmarked[-1]
+    return None, None
+
+
+def ref_channel(tags: list[list[str]]) -> str | None:
+    import re
+
+    for t in tags:
+        if t[0] == "h" and len(t) >= 2:
+            v = t[1]
+            ok = re.fullmatch(r"[A-Za-z0-9_-]{1,128}", v) and not v.startswith("dm-")
+            return v if ok else None
+    return None
+
+
+_tag = st.tuples(
+    st.sampled_from(["e", "E", "q", "p", "h"]),
+    st.sampled_from([A, B, C, A.upper(), "xyz", "", "dm-x", "grp", "a\n"]),
+    st.sampled_from(["", "wss://r", "root"]),
+    st.sampled_from(["", "root", "reply", "mention", "ROOT", NPUB_HEX]),
+    st.integers(min_value=1, max_value=5),
+).map(lambda t: list(t[:4])[: t[4]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([1, 9, 1111, 7, 11]), st.lists(_tag, max_size=6))
+def test_routing_matches_reference(kind: int, tags: list[list[str]]) -> None:
+    e = ev(kind, tags)
+    root, parent = ref_route(kind, tags)
+    assert nip10.thread_ref(e) == (root, parent)
+    assert nip10.destination(e) == (root if root is not None else e.id)
+    assert nip10.channel(e) == ref_channel(tags)
+    assert nip10.mentions(e) == [t[1] for t in tags if t[0] == "p" and len(t) >= 2]
