@@ -1369,3 +1369,324 @@ def test_push_rejects_a_non_event_with_a_typed_error() -> None:
     with pytest.raises(BuzzError):
         q.push({"id": "0" * 64}, now=0)  # type: ignore[arg-type]
     assert q.flush_next(0) is None
+
+
+# --------------------------------------------------------------------------------------------
+# A reference model written from spec 02 alone, driven side by side with the queue.
+#
+# Readings the model encodes (where 02 leaves room):
+# * a channel's wait is its head pending event when it has one, else its earliest stored one;
+# * a set of cancelled events carried by a batch of new events has no count of its own;
+# * when a push leaves the channel over the cap, it drops earliest-received events until the cap
+#   holds.
+
+
+class _Ref:
+    """The spec's state machine, in the most literal form: lists and linear scans."""
+
+    def __init__(self, rng: random.Random, limits: dict[str, Any]) -> None:
+        self.rng = rng
+        self.max_batch = limits["max_batch"]
+        self.max_pending = limits["max_pending"]
+        self.max_attempts = limits["max_attempts"]
+        self.deadline = limits["deadline"]
+        self.seq = 0
+        self.memory: list[str] = []  # delivered or dead-lettered, oldest first
+        self.chans: dict[str, dict[str, Any]] = {}
+
+    # an entry: (QueuedEvent, push order, authority key)
+
+    def chan(self, name: str) -> dict[str, Any]:
+        return self.chans.setdefault(
+            name,
+            {
+                "pending": [],
+                "held": None,  # (n, count): the first n pending events are a returned set
+                "stored": [],
+                "reason": None,
+                "stored_count": 0,
+                "backoff": None,
+                "flight": None,
+            },
+        )
+
+    def live_ids(self) -> set[str]:
+        out = set()
+        for c in self.chans.values():
+            for e in c["pending"] + c["stored"]:
+                out.add(e[0].event.id)
+            if c["flight"] is not None:
+                for e in c["flight"]["events"] + c["flight"]["cancelled"]:
+                    out.add(e[0].event.id)
+        return out
+
+    def remember(self, entries: list[Any]) -> None:
+        for e in entries:
+            self.memory.append(e[0].event.id)
+        del self.memory[: max(0, len(self.memory) - 10_000)]
+
+    def push(self, event: Event, tag: str, now: float) -> Any:
+        if event.id in self.live_ids() or event.id in self.memory:
+            return ("push", False, True, [])
+        name = _ref_channel(event)
+        c = self.chan(name)
+        key = (event.pubkey, _ref_destination(event))
+        c["pending"].append((QueuedEvent(event, tag, now), self.seq, key))
+        self.seq += 1
+        dropped = []
+        while len(c["pending"]) > self.max_pending:
+            i = min(
+                range(len(c["pending"])),
+                key=lambda j: (c["pending"][j][0].received_at, c["pending"][j][1]),
+            )
+            dropped.append(c["pending"].pop(i)[0].event.id)
+            if c["held"] is not None and i < c["held"][0]:
+                c["held"] = None
+        return ("push", event.id not in dropped, False, sorted(dropped))
+
+    def give_back(self, c: dict[str, Any], fl: dict[str, Any], count: int) -> None:
+        if fl["whole"]:
+            c["stored"], c["reason"], c["stored_count"] = (
+                list(fl["stored_order"]),
+                fl["reason"],
+                count,
+            )
+        else:
+            c["pending"] = fl["events"] + c["pending"]
+            c["held"] = (len(fl["events"]), count)
+            c["stored"], c["reason"] = list(fl["cancelled"]), fl["reason"]
+            c["stored_count"] = 0
+
+    def flush(self, now: float, token: object) -> Any:
+        for c in self.chans.values():
+            fl = c["flight"]
+            if fl is not None and now - fl["start"] > self.deadline:
+                c["flight"] = None
+                self.give_back(c, fl, fl["attempt"] - 1)
+        best = None
+        for name, c in self.chans.items():
+            if c["flight"] is not None or not (c["pending"] or c["stored"]):
+                continue
+            if c["backoff"] is not None and now < c["backoff"]:
+                continue
+            pool = c["pending"][:1] or c["stored"]
+            wait = min((e[0].received_at, e[1]) for e in pool)
+            if best is None or wait < best[0]:
+                best = (wait, name)
+        if best is None:
+            return None
+        name = best[1]
+        c = self.chans[name]
+        c["backoff"] = None
+        if c["pending"]:
+            if c["held"] is not None:
+                n, attempt = c["held"][0], c["held"][1] + 1
+            else:
+                n, attempt = 1, 1
+                head = c["pending"][0][2]
+                while n < min(len(c["pending"]), self.max_batch) and c["pending"][n][2] == head:
+                    n += 1
+            taken, c["pending"], c["held"] = c["pending"][:n], c["pending"][n:], None
+            events = sorted(taken, key=lambda e: e[0].event.created_at)
+            fl = {"events": events, "cancelled": c["stored"], "whole": False}
+        else:
+            events = sorted(c["stored"], key=lambda e: e[0].event.created_at)
+            attempt = c["stored_count"] + 1
+            fl = {"events": events, "cancelled": [], "whole": True, "stored_order": c["stored"]}
+        fl.update(reason=c["reason"], start=now, attempt=attempt, token=token, chan=name)
+        c["stored"], c["reason"], c["stored_count"] = [], None, 0
+        c["flight"] = fl
+        return (
+            "batch",
+            name,
+            [(e[0].event.id, e[0].prompt_tag, e[0].received_at) for e in fl["events"]],
+            [(e[0].event.id, e[0].prompt_tag, e[0].received_at) for e in fl["cancelled"]],
+            fl["reason"],
+            attempt,
+        )
+
+    def live(self, token: object) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        for c in self.chans.values():
+            if c["flight"] is not None and c["flight"]["token"] is token:
+                return c, c["flight"]
+        return None
+
+    def complete(self, token: object) -> Any:
+        found = self.live(token)
+        if found is not None:
+            c, fl = found
+            self.remember(fl["cancelled"] + fl["events"])
+            c["flight"] = None
+        return None
+
+    def fail(self, token: object, now: float) -> Any:
+        found = self.live(token)
+        if found is None:
+            return None
+        c, fl = found
+        c["flight"] = None
+        if fl["attempt"] + 1 > self.max_attempts:
+            self.remember(fl["cancelled"] + fl["events"])
+            return (
+                "dead",
+                fl["chan"],
+                eids([e[0].event for e in fl["events"]]),
+                eids([e[0].event for e in fl["cancelled"]]),
+                fl["attempt"],
+            )
+        delay = base_delay(fl["attempt"]) * self.rng.uniform(0.8, 1.2)
+        self.give_back(c, fl, fl["attempt"])
+        c["backoff"] = now + delay
+        return None
+
+    def requeue(self, token: object, reason: str) -> Any:
+        found = self.live(token)
+        if found is not None:
+            c, fl = found
+            c["flight"] = None
+            c["stored"] = fl["cancelled"] + fl["events"]
+            c["reason"], c["stored_count"] = reason, 0
+        return None
+
+    def steer(self, event_id: str, outcome: str, now: float) -> Any:
+        for c in self.chans.values():
+            if c["flight"] is None:
+                continue
+            for i, e in enumerate(c["pending"]):
+                if e[0].event.id == event_id:
+                    if outcome != "failed":
+                        c["pending"].pop(i)
+                        self.remember([e])
+                        if outcome == "injected":
+                            c["flight"]["start"] = now
+                    return ("queued", event_id)
+        return None
+
+    def restart(self) -> None:
+        for c in self.chans.values():
+            fl = c["flight"]
+            if fl is not None:
+                c["flight"] = None
+                self.give_back(c, fl, fl["attempt"] - 1)
+
+
+def _ref_channel(event: Event) -> str:
+    # 01: the first h tag with a value decides; a valid id not starting with dm- is the channel.
+    for tag in event.tags:
+        if len(tag) >= 2 and tag[0] == "h":
+            v = tag[1]
+            ok = 1 <= len(v) <= 128 and all(
+                ch.isascii() and (ch.isalnum() or ch in "_-") for ch in v
+            )
+            if ok and not v.startswith("dm-"):
+                return v
+            break
+    return f"dm-{event.pubkey}"
+
+
+def _ref_destination(event: Event) -> str:
+    # Only the shapes the model's pool uses: a marked root tag, else top-level.
+    for tag in event.tags:
+        if len(tag) >= 4 and tag[0] == "e" and tag[3] == "root":
+            return tag[1]
+    return event.id
+
+
+def _model_pool() -> list[Event]:
+    keys = [ALICE, BOB, CAROL]
+    pool = []
+    for i in range(24):
+        room = [None, "r0", "r1", "r1"][i % 4]
+        thread = [None, THREAD_1, THREAD_1, THREAD_2][(i // 3) % 4]
+        pool.append(ev(keys[(i // 2) % 3], 100 + (i * 5) % 7, room=room, thread=thread))
+    return pool
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_queue_matches_the_reference_model(seed: int) -> None:
+    pool = _model_pool()
+    r = random.Random(seed)
+    limits = {
+        "max_batch": r.choice([1, 2, 3, 50]),
+        "max_pending": r.choice([1, 2, 4, 500]),
+        "max_attempts": r.choice([1, 2, 3, 10]),
+        "deadline": r.choice([0, 20, 60]),
+    }
+    q_rng, m_rng = random.Random(seed), random.Random(seed)
+    q = DispatchQueue(rng=q_rng, **limits)
+    model = _Ref(m_rng, limits)
+    batches: list[tuple[Batch, object]] = []
+    channels = sorted({_ref_channel(e) for e in pool})
+    now = 0.0
+    for step in range(250):
+        now += r.choice([0, 0, 1, 2.5, 7, 30])
+        op = r.random()
+        if op < 0.35:
+            e = r.choice(pool)
+            tag = r.choice(["@mention", "#room"])
+            at = now - r.choice([0, 0, 0, 0, 45])  # sometimes received "earlier": self-drops
+            got, want = summarize(q.push(e, prompt_tag=tag, now=at)), model.push(e, tag, at)
+        elif op < 0.6:
+            token = object()
+            b = q.flush_next(now)
+            got, want = summarize(b), model.flush(now, token)
+            if b is not None:
+                batches.append((b, token))
+        elif op < 0.9 and batches:
+            b, token = batches[-1] if r.random() < 0.7 else r.choice(batches)
+            which = r.choice(["complete", "fail", "fail", "interrupt", "steer"])
+            if which == "complete":
+                got, want = summarize(q.complete(b)), model.complete(token)
+            elif which == "fail":
+                got, want = summarize(q.fail(b, now)), model.fail(token, now)
+            else:
+                got, want = summarize(q.requeue_cancelled(b, which)), model.requeue(token, which)
+        elif op < 0.97:
+            e = r.choice(pool)
+            outcome = r.choice(["injected", "started_new_turn", "failed"])
+            got = summarize(q.steer_result(e.id, outcome, now))
+            want = model.steer(e.id, outcome, now)
+        else:
+            q = DispatchQueue.restore(q.snapshot(), rng=q_rng, **limits)
+            model.restart()
+            got = want = None
+        assert got == want, f"step {step}"
+        for name in channels:
+            c = model.chans.get(name)
+            assert q.pending(name) == (len(c["pending"]) if c else 0), f"step {step} {name}"
+            assert q.in_flight(name) == (c is not None and c["flight"] is not None), f"step {step}"
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile arguments: whatever the queue refuses, it refuses with a BuzzError (spec 01: bad input
+# never raises a bare TypeError/KeyError from inside the library).
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda q, e: q.push(e, now=math.nan),
+        lambda q, e: q.push(e, now="1"),
+        lambda q, e: q.push(e, prompt_tag=None, now=1),
+        lambda q, e: q.flush_next(None),
+        lambda q, e: q.flush_next(math.inf),
+        lambda q, e: q.complete(None),
+        lambda q, e: q.fail("batch", 1),
+        lambda q, e: q.requeue_cancelled(object(), "interrupt"),
+        lambda q, e: q.in_flight([]),
+        lambda q, e: q.pending({}),
+        lambda q, e: q.steer_result(e.id, ["injected"], 1),
+        lambda q, e: DispatchQueue(max_batch=0),
+        lambda q, e: DispatchQueue(max_pending=-1),
+        lambda q, e: DispatchQueue(max_attempts=1.5),
+        lambda q, e: DispatchQueue(deadline=-1),
+        lambda q, e: DispatchQueue(rng=object()),
+        lambda q, e: DispatchQueue.restore(q.snapshot(), rng=object()),
+    ],
+)
+def test_bad_arguments_raise_buzz_errors_only(call: Any) -> None:
+    q = DispatchQueue(rng=random.Random(0))
+    e = ev(ALICE)
+    q.push(e, now=0)
+    with pytest.raises(BuzzError):
+        call(q, e)

@@ -185,6 +185,12 @@ def _check_now(now: object) -> float:
     return now
 
 
+def _check_channel(channel: object) -> str:
+    if not isinstance(channel, str):
+        raise QueueError("a channel name is a string")
+    return channel
+
+
 def _channel_of(event: Event) -> str:
     return nip10.channel(event) or f"dm-{event.pubkey}"
 
@@ -226,6 +232,9 @@ class DispatchQueue:
         self.max_pending = max_pending
         self.max_attempts = max_attempts
         self.deadline = deadline
+        if rng is not None and not callable(getattr(rng, "uniform", None)):
+            # Checked here, not at the first fail, where an AttributeError would escape.
+            raise QueueError("rng must have a uniform(a, b) method, like random.Random")
         # The OS CSPRNG by default, like the other randomness of the library; tests pin it.
         self._rng: Rng = rng if rng is not None else secrets.SystemRandom()
         self._channels: dict[str, _Channel] = {}
@@ -310,7 +319,9 @@ class DispatchQueue:
             cancelled, reason = ch.cancelled, ch.cancel_reason
             batch = Batch(ch.name, _public(events), [], reason, ch.cancelled_count + 1)
             redispatch = True
-        ch.cancelled, ch.cancel_reason = [], None
+        # The stored set now belongs to this batch: a re-dispatch carries its count in
+        # ``attempt``; riding with new events, it has no count of its own.
+        ch.cancelled, ch.cancel_reason, ch.cancelled_count = [], None, 0
         ch.flight = _Flight(batch, events, cancelled, reason, now, redispatch)
         return batch
 
@@ -337,7 +348,6 @@ class DispatchQueue:
 
     def _settle(self, ch: _Channel, fl: _Flight) -> None:
         ch.flight = None
-        ch.cancelled_count = 0
         if ch.idle():
             del self._channels[ch.name]
 
@@ -397,7 +407,6 @@ class DispatchQueue:
         stored = fl.events if fl.redispatch else [*fl.cancelled, *fl.events]
         ch.cancelled = list(stored)
         ch.cancel_reason = "interrupt" if reason == "interrupt" else "steer"
-        ch.cancelled_count = 0  # settled: a new stored set starts counting afresh
         return None
 
     def steer_result(self, event_id: str, outcome: str, now: float) -> QueuedEvent | None:
@@ -433,12 +442,12 @@ class DispatchQueue:
     # --- inspection ---------------------------------------------------------------------------
 
     def in_flight(self, channel: str) -> bool:
-        ch = self._channels.get(channel)
+        ch = self._channels.get(_check_channel(channel))
         return ch is not None and ch.flight is not None
 
     def pending(self, channel: str) -> int:
         """Pending events of ``channel`` (stored cancelled events are not counted)."""
-        ch = self._channels.get(channel)
+        ch = self._channels.get(_check_channel(channel))
         return len(ch.pending) if ch is not None else 0
 
     # --- replay and restart -------------------------------------------------------------------
