@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 
 import typer
 
 from nostr_buzz.cli.output import CliFailure, ExitCode, note
-from nostr_buzz.errors import BuzzError
+from nostr_buzz.errors import SECRET_HINT, BuzzError
 
 app = typer.Typer(
     name="buzz",
     help="nostr-buzz: verified Nostr events in, auditable agent turns out.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -51,32 +51,56 @@ app.add_typer(messages_app, name="messages")
 app.command("relay")(relay_command)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``buzz`` and return its exit code.
+_SECRET_LIKE = re.compile(r"nsec1[0-9a-z]+", re.IGNORECASE)
+_SECRET_OPTIONS = ("--key",)
 
-    The argument parser reports bad usage with exit 2, which spec 05 reserves for network
-    failures; commands never exit 2 through the parser (they raise :class:`CliFailure`), so a
-    parser exit of 2 is mapped to 1 here.
+
+def _redact(message: str, args: Sequence[str]) -> str:
+    """Parser messages quote arguments; never let one that is or may be a secret through."""
+    secrets = [args[i + 1] for i, a in enumerate(args[:-1]) if a in _SECRET_OPTIONS and args[i + 1]]
+    secrets += [
+        a.split("=", 1)[1] for a in args if a.startswith(tuple(o + "=" for o in _SECRET_OPTIONS))
+    ]
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        message = message.replace(secret, SECRET_HINT)
+    return _SECRET_LIKE.sub(SECRET_HINT, message)
+
+
+def _is_parser_error(exc: BaseException) -> bool:
+    # click's UsageError family (typer may vendor click, so match the shape, not the class).
+    return callable(getattr(exc, "format_message", None)) and isinstance(
+        getattr(exc, "exit_code", None), int
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``buzz`` and return its exit code (spec 05).
+
+    The parser's own errors are formatted here, with anything that looks like a secret key
+    redacted, and mapped to exit 1: the parser's default of 2 is reserved for network failures.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=args, prog_name="buzz", standalone_mode=True)
-    except SystemExit as exc:
-        code = exc.code
-        if code is None:
-            return ExitCode.OK
-        if not isinstance(code, int):
-            note(f"buzz: {code}")
-            return ExitCode.BAD_INPUT
-        return ExitCode.BAD_INPUT if code == 2 else code
+        result = app(args=args, prog_name="buzz", standalone_mode=False)
     except CliFailure as exc:
         note(f"buzz: {exc.message}")
         return int(exc.code)
     except BuzzError as exc:
-        note(f"buzz: {exc}")
+        note(f"buzz: {_redact(str(exc), args)}")
         return ExitCode.BAD_INPUT
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
+        note("buzz: interrupted")
         return 130
+    except Exception as exc:
+        if not _is_parser_error(exc):
+            raise
+        note(f"buzz: {_redact(exc.format_message(), args)}")  # type: ignore[attr-defined]
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            note(f"Try '{ctx.command_path} --help' for help.")
+        return ExitCode.BAD_INPUT
+    if isinstance(result, int) and not isinstance(result, bool):
+        return ExitCode.BAD_INPUT if result == 2 else result
     return ExitCode.OK
 
 

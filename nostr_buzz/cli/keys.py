@@ -18,7 +18,6 @@ from nostr_buzz.keys import SecretKey
 keys_app = typer.Typer(
     name="keys",
     help="Make a key pair; show the public key of the configured key.",
-    no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

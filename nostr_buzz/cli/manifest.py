@@ -32,7 +32,6 @@ from nostr_buzz.core.manifest_diff import LAYER_FIELDS, LayerKey, ManifestDiff, 
 manifest_app = typer.Typer(
     name="manifest",
     help="Inspect context manifests.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},

@@ -42,7 +42,6 @@ MAX_QUERY_LIMIT = 500
 messages_app = typer.Typer(
     name="messages",
     help="Fetch raw events, read channels and threads, send chat messages.",
-    no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
