@@ -1381,3 +1381,117 @@ def test_routing_matches_reference(kind: int, tags: list[list[str]]) -> None:
     assert nip10.destination(e) == (root if root is not None else e.id)
     assert nip10.channel(e) == ref_channel(tags)
     assert nip10.mentions(e) == [t[1] for t in tags if t[0] == "p" and len(t) >= 2]
+
+
+# --- reason precedence: random combinations of faults against a reference classifier ------------
+
+
+def _on_curve(x_hex: str) -> bool:
+    x = int(x_hex, 16)
+    return x < P_FIELD and pow((x**3 + 7) % P_FIELD, (P_FIELD - 1) // 2, P_FIELD) == 1
+
+
+def ref_reason(d: dict[str, Any]) -> str | None:
+    """Spec 01's cheap-first order, written independently; None means valid."""
+
+    def hexn(v: Any, n: int) -> bool:
+        return isinstance(v, str) and len(v) == n and all(c in "0123456789abcdef" for c in v)
+
+    def int_in(v: Any, hi: int) -> bool:
+        return type(v) is int and 0 <= v <= hi
+
+    tags = d["tags"]
+    tags_ok = isinstance(tags, list) and all(
+        isinstance(t, list) and t and all(isinstance(x, str) for x in t) for t in tags
+    )
+    if not (
+        hexn(d["id"], 64)
+        and hexn(d["pubkey"], 64)
+        and hexn(d["sig"], 128)
+        and int_in(d["created_at"], 2**63 - 1)
+        and int_in(d["kind"], 65535)
+        and tags_ok
+        and isinstance(d["content"], str)
+    ):
+        return "malformed"
+    if ref_id(d["pubkey"], d["created_at"], d["kind"], d["tags"], d["content"]) != d["id"]:
+        return "bad_id"
+    if not _on_curve(d["pubkey"]):
+        return "bad_pubkey"
+    try:
+        ok = ref_verify(d["pubkey"], d["id"], d["sig"])
+    except ValueError:
+        ok = False
+    return None if ok else "bad_signature"
+
+
+_FIELD_FAULTS: dict[str, tuple[str, Any]] = {
+    # fault: (field, value) applied before the id is computed; the class each one causes alone.
+    "pub_upper": ("pubkey", ref_pubkey(NSEC_HEX).upper()),  # malformed
+    "pub_short": ("pubkey", "ab"),  # malformed
+    "pub_off_curve": ("pubkey", OFF_CURVE),  # bad_pubkey
+    "pub_not_field_element": ("pubkey", "f" * 64),  # bad_pubkey
+    "pub_other_key": ("pubkey", ref_pubkey(SK2_HEX)),  # bad_signature
+    "created_at_2_63": ("created_at", 2**63),
+    "created_at_negative": ("created_at", -1),
+    "created_at_float": ("created_at", 1.5),
+    "created_at_bool": ("created_at", True),
+    "kind_65536": ("kind", 65536),
+    "kind_float": ("kind", 1.0),
+    "tags_empty_tag": ("tags", [[]]),
+    "tags_number": ("tags", [["e", 1]]),
+    "content_null": ("content", None),
+}
+_LATE_FAULTS = [
+    "id_other",
+    "id_upper",
+    "sig_upper",
+    "sig_short",
+    "sig_zeros",
+    "sig_other_key",
+    "sig_flipped",
+    "content_changed",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sets(st.sampled_from([*_FIELD_FAULTS, *_LATE_FAULTS]), max_size=3))
+def test_reason_precedence_matches_reference(faults: set[str]) -> None:
+    d: dict[str, Any] = {
+        "pubkey": ref_pubkey(NSEC_HEX),
+        "created_at": 1,
+        "kind": 1,
+        "tags": [["t", "\u2028/<"]],
+        "content": "\x00\x7f😀",
+    }
+    for fault in sorted(faults & set(_FIELD_FAULTS)):
+        field, value = _FIELD_FAULTS[fault]
+        d[field] = value
+    eid = ref_id(d["pubkey"], d["created_at"], d["kind"], d["tags"], d["content"])
+    d["id"] = hashlib.sha256(b"x").hexdigest() if "id_other" in faults else eid
+    sig = ref_sign(NSEC_HEX, d["id"])
+    if "id_upper" in faults:
+        d["id"] = d["id"].upper()
+    if "sig_other_key" in faults:
+        sig = ref_sign(SK2_HEX, d["id"].lower())
+    if "sig_zeros" in faults:
+        sig = "0" * 128
+    if "sig_flipped" in faults:
+        sig = sig[:-1] + ("0" if sig[-1] != "0" else "1")
+    if "sig_upper" in faults:
+        sig = sig.upper()
+    if "sig_short" in faults:
+        sig = sig[:-2]
+    d["sig"] = sig
+    if "content_changed" in faults and isinstance(d["content"], str):
+        d["content"] += "!"
+    expected = ref_reason(d)
+    if not faults:
+        assert expected is None
+    doc = json.dumps(d, ensure_ascii=False)
+    if expected is None:
+        assert Event.from_json(doc).to_json() == dumps(
+            {k: d[k] for k in ["id", "pubkey", "created_at", "kind", "tags", "content", "sig"]}
+        )
+    else:
+        assert reason_of(doc) == expected
