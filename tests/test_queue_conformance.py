@@ -1668,6 +1668,9 @@ def test_queue_matches_the_reference_model(seed: int) -> None:
         lambda q, e: q.push(e, now=math.nan),
         lambda q, e: q.push(e, now="1"),
         lambda q, e: q.push(e, prompt_tag=None, now=1),
+        lambda q, e: q.push(e, prompt_tag="\ud800", now=1),  # could never be snapshotted
+        lambda q, e: q.push(e, now=10**400),  # beyond the float range
+        lambda q, e: DispatchQueue(deadline=10**400),
         lambda q, e: q.flush_next(None),
         lambda q, e: q.flush_next(math.inf),
         lambda q, e: q.complete(None),
@@ -1690,3 +1693,82 @@ def test_bad_arguments_raise_buzz_errors_only(call: Any) -> None:
     q.push(e, now=0)
     with pytest.raises(BuzzError):
         call(q, e)
+
+
+# --------------------------------------------------------------------------------------------
+# More of the attempt-count and cap sentences
+
+
+def test_requeue_cancelled_drops_the_attempt_count() -> None:
+    q = DispatchQueue(rng=ScriptedRng([1.0]))
+    a = ev(ALICE)
+    q.push(a, now=0)
+    q.fail(only_batch(q, 0), 0)
+    retry = only_batch(q, 5)
+    assert retry.attempt == 2
+    q.requeue_cancelled(retry, "interrupt")
+    whole = only_batch(q, 5)
+    assert (ids(whole.events), whole.attempt, whole.cancel_reason) == ([a.id], 1, "interrupt")
+
+
+def test_a_redispatched_set_dead_letters_as_events_after_max_attempts() -> None:
+    rng = ScriptedRng([1.0])
+    q = DispatchQueue(max_attempts=2, rng=rng)
+    a1, a2 = ev(ALICE, 9), ev(BOB, 3)
+    q.push(a1, now=0)
+    q.requeue_cancelled(only_batch(q, 0), "interrupt")
+    q.push(a2, now=1)
+    carrier = only_batch(q, 1)
+    q.requeue_cancelled(carrier, "steer")
+    whole = only_batch(q, 2)
+    assert ids(whole.events) == [a2.id, a1.id]
+    assert q.fail(whole, 2) is None
+    again = only_batch(q, 7)
+    assert again.attempt == 2
+    dead = q.fail(again, 8)
+    assert dead == DeadLetter(channel="room", events=again.events, cancelled_events=[], attempts=2)
+    assert len(rng.calls) == 1
+    assert_duplicate(q, a1)
+    assert_duplicate(q, a2)
+
+
+def test_operations_on_an_expired_batch_draw_nothing() -> None:
+    rng = ScriptedRng()
+    q = DispatchQueue(deadline=10, rng=rng)
+    q.push(ev(ALICE), now=0)
+    old = only_batch(q, 0)
+    new = only_batch(q, 11)
+    assert q.fail(old, 12) is None
+    assert rng.calls == []
+    assert q.in_flight("room")
+    assert q.requeue_cancelled(old, "steer") is None
+    assert q.flush_next(12) is None  # nothing was stored by the stale requeue
+    q.complete(new)
+
+
+def test_the_cap_is_enforced_only_by_push_even_after_restore() -> None:
+    q = DispatchQueue(rng=random.Random(0))
+    es = [ev(ALICE, thread=THREAD_1) for _ in range(4)]
+    for i, e in enumerate(es):
+        q.push(e, now=i)
+    r = DispatchQueue.restore(q.snapshot(), rng=random.Random(0), max_pending=2)
+    assert r.pending("room") == 4  # restore drops nothing
+    newest = ev(BOB)
+    res = r.push(newest, now=10)
+    assert res.accepted
+    assert sorted(res.dropped) == sorted(eids(es[:3]))
+    assert r.pending("room") == 2
+
+
+def test_any_accepted_prompt_tag_and_time_survive_a_snapshot() -> None:
+    q = DispatchQueue(rng=random.Random(0))
+    odd = [("", 2**70), ('<tag> & "quotes" \u2028 \U0001f41d', -5), ("\x00\n", 0.1)]
+    for tag, now in odd:
+        q.push(ev(ALICE, thread=THREAD_1), prompt_tag=tag, now=now)
+    r = DispatchQueue.restore(q.snapshot(), rng=random.Random(0))
+    got = only_batch(r, 0)
+    want = only_batch(q, 0)
+    assert summarize(got) == summarize(want)
+    assert sorted((x.prompt_tag, x.received_at) for x in got.events) == sorted(
+        odd, key=lambda t: (t[0], t[1])
+    )

@@ -27,7 +27,7 @@ import secrets
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, Protocol, TypeGuard
 
 import msgspec
 
@@ -179,8 +179,17 @@ _encode_snapshot = msgspec.json.Encoder().encode
 _decode_snapshot = msgspec.json.Decoder(_WireSnapshot).decode
 
 
+def _is_finite_number(x: object) -> TypeGuard[float]:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an int beyond the float range
+        return False
+
+
 def _check_now(now: object) -> float:
-    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+    if not _is_finite_number(now):
         raise QueueError("now must be a finite number of seconds")
     return now
 
@@ -221,12 +230,7 @@ class DispatchQueue:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise QueueError(f"{name} must be an integer of at least 1")
-        if (
-            isinstance(deadline, bool)
-            or not isinstance(deadline, (int, float))
-            or not math.isfinite(deadline)
-            or deadline < 0
-        ):
+        if not _is_finite_number(deadline) or deadline < 0:
             raise QueueError("deadline must be a finite, non-negative number of seconds")
         self.max_batch = max_batch
         self.max_pending = max_pending
@@ -251,6 +255,11 @@ class DispatchQueue:
             raise QueueError("push expects a verified Event")
         if not isinstance(prompt_tag, str):
             raise QueueError("prompt_tag must be a string")
+        try:
+            prompt_tag.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate would make every later snapshot() fail.
+            raise QueueError("prompt_tag must be valid Unicode (no lone surrogates)") from None
         received_at = _check_now(now)
         if event.id in self._live or event.id in self._remembered_set:
             return PushResult(accepted=False, duplicate=True, dropped=[])
