@@ -1,0 +1,290 @@
+"""Local observer diagnostics (spec 06): a JSON Lines feed plus an in-process callback.
+
+Each record is ``{seq, timestamp, kind, channelId, sessionId, turnId, payload}``, one compact
+JSON object per line.  ``seq`` increases by one per record and continues from the last record
+already in the file, so a restarted bot keeps the feed monotonic.  The feed never carries
+secrets (strings that look like secret keys are replaced) nor prompt text, unless the feed was
+opened with ``include_prompt_text=True``.  The clock is injected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, Final
+
+import msgspec
+
+from nostr_buzz.core.manifest import Manifest
+from nostr_buzz.errors import SECRET_HINT, looks_secret
+
+__all__ = ["DiagnosticRecord", "DiagnosticsFeed", "rfc3339_ms"]
+
+#: The kinds of spec 06, plus the driver's own (``agent_started``, ``agent_exited``,
+#: ``session_started``, ``steer_sent``); any other kind is accepted too.
+KINDS: Final = (
+    "turn_started",
+    "prompt_context_delivery",
+    "prompt_context_steer",
+    "turn_completed",
+    "metric_queued",
+    "metric_published",
+    "event_rejected",
+)
+_TAIL_BYTES: Final = 64 * 1024
+
+
+class DiagnosticRecord(msgspec.Struct, frozen=True, rename="camel"):
+    seq: int
+    timestamp: str
+    kind: str
+    channel_id: str | None
+    session_id: str | None
+    turn_id: str | None
+    payload: dict[str, Any]
+
+
+def rfc3339_ms(moment: datetime) -> str:
+    """RFC 3339 UTC with milliseconds and ``Z``, as the NIP-AM timestamps."""
+    if moment.tzinfo is None:
+        raise ValueError("diagnostic timestamps need an aware datetime (UTC)")
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def _scrub(value: Any) -> Any:
+    """Replace anything that looks like a secret key, at any depth."""
+    if isinstance(value, str):
+        return SECRET_HINT if looks_secret(value) else value
+    if isinstance(value, Mapping):
+        return {str(k): _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def _last_seq(path: Path) -> int:
+    """The seq of the file's last complete record, 0 for none."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - _TAIL_BYTES))
+            tail = fh.read()
+    except FileNotFoundError:
+        return 0
+    for line in reversed(tail.split(b"\n")):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a torn last line (crash mid-write) or the cut-off first one
+        if isinstance(record, dict) and type(record.get("seq")) is int:
+            return int(record["seq"])
+    return 0
+
+
+class DiagnosticsFeed:
+    """Append-only JSON Lines observer feed; see the module docstring.
+
+    ``path`` None keeps the feed in-process (callback only).  The callback gets each
+    :class:`DiagnosticRecord` after it was written; an exception from it propagates.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        *,
+        clock: Callable[[], datetime],
+        callback: Callable[[DiagnosticRecord], None] | None = None,
+        include_prompt_text: bool = False,
+    ) -> None:
+        self._path = Path(path) if path is not None else None
+        self._clock = clock
+        self._callback = callback
+        self.include_prompt_text = include_prompt_text
+        self._file: IO[bytes] | None = None
+        self._seq = 0
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._seq = _last_seq(self._path)
+            self._file = open(self._path, "ab")  # noqa: SIM115 (closed by close())
+
+    @property
+    def seq(self) -> int:
+        """The seq of the last record emitted (0 before any)."""
+        return self._seq
+
+    def emit(
+        self,
+        kind: str,
+        *,
+        channel_id: str | None = None,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+    ) -> DiagnosticRecord:
+        self._seq += 1
+        record = DiagnosticRecord(
+            seq=self._seq,
+            timestamp=rfc3339_ms(self._clock()),
+            kind=kind,
+            channel_id=channel_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            payload=_scrub(dict(payload or {})),
+        )
+        if self._file is not None:
+            self._file.write(msgspec.json.encode(record) + b"\n")
+            self._file.flush()
+        if self._callback is not None:
+            self._callback(record)
+        return record
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> DiagnosticsFeed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the kinds of spec 06 -------------------------------------------------------------
+
+    def turn_started(
+        self,
+        triggering_event_ids: Sequence[str],
+        *,
+        channel_id: str | None,
+        session_id: str | None,
+        turn_id: str | None,
+    ) -> DiagnosticRecord:
+        return self.emit(
+            "turn_started",
+            channel_id=channel_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            payload={"triggeringEventIds": list(triggering_event_ids)},
+        )
+
+    def prompt_context_delivery(
+        self,
+        sections: Sequence[str],
+        manifest: Manifest,
+        *,
+        standing_context_included: bool,
+        event_delta_count: int,
+        channel_id: str | None,
+        session_id: str | None,
+        turn_id: str | None,
+    ) -> DiagnosticRecord:
+        """Just before ``session/prompt``: its size and manifest; the text only on request."""
+        payload: dict[str, Any] = {
+            "promptBytes": sum(len(s.encode("utf-8")) for s in sections),
+            "standingContextIncluded": standing_context_included,
+            "eventDeltaCount": event_delta_count,
+            "contextManifest": _manifest_obj(manifest),
+        }
+        if self.include_prompt_text:
+            payload["promptText"] = list(sections)
+        return self.emit(
+            "prompt_context_delivery",
+            channel_id=channel_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            payload=payload,
+        )
+
+    def prompt_context_steer(
+        self,
+        delivery_outcome: str,
+        manifest: Manifest | None,
+        *,
+        channel_id: str | None,
+        session_id: str | None,
+        turn_id: str | None,
+    ) -> DiagnosticRecord:
+        """``injected`` with the ledger snapshot, ``startedNewTurn`` with the steer's own
+        manifest (spec 06 "Response")."""
+        payload: dict[str, Any] = {"deliveryOutcome": delivery_outcome}
+        if manifest is not None:
+            payload["contextManifest"] = _manifest_obj(manifest)
+        return self.emit(
+            "prompt_context_steer",
+            channel_id=channel_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            payload=payload,
+        )
+
+    def turn_completed(
+        self,
+        outcome: str,
+        stop_reason: str,
+        *,
+        channel_id: str | None,
+        session_id: str | None,
+        turn_id: str | None,
+    ) -> DiagnosticRecord:
+        return self.emit(
+            "turn_completed",
+            channel_id=channel_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            payload={"outcome": outcome, "stopReason": stop_reason},
+        )
+
+    def metric_queued(
+        self,
+        event_id: str,
+        *,
+        channel_id: str | None = None,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> DiagnosticRecord:
+        return self.emit(
+            "metric_queued",
+            channel_id=channel_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            payload={"eventId": event_id},
+        )
+
+    def metric_published(
+        self,
+        event_id: str,
+        relays: Iterable[str],
+        *,
+        channel_id: str | None = None,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> DiagnosticRecord:
+        return self.emit(
+            "metric_published",
+            channel_id=channel_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            payload={"eventId": event_id, "relays": list(relays)},
+        )
+
+    def event_rejected(
+        self,
+        reason: str,
+        *,
+        event_id: str | None = None,
+        channel_id: str | None = None,
+    ) -> DiagnosticRecord:
+        payload: dict[str, Any] = {"reason": reason}
+        if event_id is not None:
+            payload["eventId"] = event_id
+        return self.emit("event_rejected", channel_id=channel_id, payload=payload)
+
+
+def _manifest_obj(manifest: Manifest) -> Any:
+    """The manifest as its canonical JSON object (what NIP-AM's ``contextManifest`` holds)."""
+    return json.loads(manifest.to_json())
