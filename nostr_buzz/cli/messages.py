@@ -315,10 +315,15 @@ def thread(
 
 
 def _reply_tags(
-    parent: Event, parent_relay: str, root: Event | None, root_id: str, root_relay: str
+    parent: Event,
+    parent_relay: str,
+    root: Event | None,
+    root_id: str,
+    root_relay: str,
+    sender: str,
 ) -> list[list[str]]:
     """NIP-10 marked e tags (root, plus reply when the parent is not the root) and p tags for
-    the authors replied to (the root's and the parent's)."""
+    the authors replied to (the root's and the parent's), never the sender itself."""
     if parent.id == root_id:
         e_tags = [["e", parent.id, parent_relay, "root", parent.pubkey]]
         authors = [parent.pubkey]
@@ -331,7 +336,7 @@ def _reply_tags(
             ["e", parent.id, parent_relay, "reply", parent.pubkey],
         ]
         authors = ([root_author] if root_author else []) + [parent.pubkey]
-    p_tags = [["p", pubkey] for pubkey in dict.fromkeys(authors)]
+    p_tags = [["p", pubkey] for pubkey in dict.fromkeys(authors) if pubkey != sender]
     return e_tags + p_tags
 
 
@@ -400,7 +405,12 @@ def send(
                 root = next((e for e in lookup.events if e.id == root_id), None)
                 root_relay = _first_relay_with(lookup, root_id)
             tags += _reply_tags(
-                parent, _first_relay_with(found, parent.id), root, root_id, root_relay
+                parent,
+                _first_relay_with(found, parent.id),
+                root,
+                root_id,
+                root_relay,
+                secret.public_key.hex,
             )
         # The clock is read here, at the edge; the library itself never reads one.
         message = sign_event(
