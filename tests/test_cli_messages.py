@@ -412,7 +412,7 @@ def test_send_then_thread_and_get_show_tags(
     )
     assert nip10.thread_ref(nested) == (root_id, reply_id)
     assert nip10.thread_ref(reply) == (root_id, root_id)
-    assert nip10.mentions(nested) == [ALICE.public_key.hex, BOB.public_key.hex]
+    assert nip10.mentions(nested) == [BOB.public_key.hex]
 
     # The same thread from its root, and from the nested reply.
     for start in (root_id, nested_id):
