@@ -16,8 +16,13 @@ Choices where spec 02 is silent or ambiguous (each also noted where it applies):
   dead-lettered ids only, so a dropped event pushed again is accepted again.
 * Cancelled events riding with a batch of new events do not count attempts of their own; a
   set of cancelled events re-dispatched whole keeps its own attempt count while stored.
+* A re-dispatched set that failed or expired is stored again; if new events are pending when
+  the channel flushes next, they form the batch and carry the set (the stored-cancelled rule)
+  instead of the set being retried alone first: cancelled events are evidence, not instructions.
 * ``steer_result`` returns the affected :class:`QueuedEvent` (None for any other id).
-* Bad limits or a bad ``now``/``event``/``prompt_tag`` raise :class:`QueueError` too.
+* ``now + delay`` is the first time a backing-off channel may flush again ("not before").
+* Bad limits, an RNG without ``uniform``, or a bad ``now``/``event``/``prompt_tag``/channel name
+  raise :class:`QueueError` too (a ``prompt_tag`` must be encodable, or no snapshot could hold it).
 """
 
 from __future__ import annotations
