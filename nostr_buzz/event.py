@@ -44,6 +44,15 @@ _decode_wire = msgspec.json.Decoder(_WireEvent).decode
 _encode = msgspec.json.Encoder().encode
 
 
+def _retry_last_wins(raw: bytes | bytearray | memoryview, first_error: str) -> _WireEvent:
+    """Re-read a document the typed decoder refused, keeping the last of duplicated keys."""
+    try:
+        return msgspec.convert(msgspec.json.decode(raw), _WireEvent)
+    except (msgspec.DecodeError, RecursionError):
+        # Report what the typed decoder found: it names the path that failed.
+        raise InvalidEvent("malformed", first_error) from None
+
+
 def _utf8_ok(s: str) -> bool:
     try:
         s.encode("utf-8")
@@ -135,6 +144,11 @@ class Event(msgspec.Struct, frozen=True):
             raise InvalidEvent("malformed", "expected JSON text as str or bytes")
         try:
             wire = _decode_wire(raw)
+        except msgspec.ValidationError as exc:
+            # The typed decoder checks every occurrence of a duplicated key, but the last one
+            # wins (spec 01): judge the document by what a last-wins reader sees.  Only this
+            # error path pays for the second, untyped decode.
+            wire = _retry_last_wins(raw, str(exc))
         except msgspec.DecodeError as exc:
             raise InvalidEvent("malformed", str(exc)) from None
         except RecursionError:

@@ -1495,3 +1495,23 @@ def test_reason_precedence_matches_reference(faults: set[str]) -> None:
         )
     else:
         assert reason_of(doc) == expected
+
+
+@pytest.mark.parametrize("first", ["5", "null", '"XYZ"', "[1]", '{"a":1}', "true"])
+@pytest.mark.parametrize("field", ["id", "pubkey", "created_at", "kind", "tags", "content", "sig"])
+def test_duplicated_key_earlier_value_of_wrong_type_is_discarded(first: str, field: str) -> None:
+    # "for a duplicated key the last one wins": an earlier occurrence, whatever its type, is
+    # not what was read.
+    d = make()
+    doc = "{" + json.dumps(field) + ":" + first + "," + dumps(d)[1:]
+    assert Event.from_json(doc).to_json() == dumps(d)
+
+
+@pytest.mark.parametrize("last", ["5", "null", '"XYZ"', "[1]", "1.5"])
+@pytest.mark.parametrize("field", ["id", "pubkey", "created_at", "kind", "tags", "content", "sig"])
+def test_duplicated_key_last_value_of_wrong_type_is_malformed(last: str, field: str) -> None:
+    d = make()
+    doc = dumps(d)[:-1] + "," + json.dumps(field) + ":" + last + "}"
+    # A well-typed last value is read, and then the id no longer covers it.
+    well_typed = {("created_at", "5"), ("kind", "5"), ("content", '"XYZ"')}
+    assert reason_of(doc) == ("bad_id" if (field, last) in well_typed else "malformed")
