@@ -1515,3 +1515,41 @@ def test_duplicated_key_last_value_of_wrong_type_is_malformed(last: str, field: 
     # A well-typed last value is read, and then the id no longer covers it.
     well_typed = {("created_at", "5"), ("kind", "5"), ("content", '"XYZ"')}
     assert reason_of(doc) == ("bad_id" if (field, last) in well_typed else "malformed")
+
+
+# --- event references (spec 01; parsed by the CLI's shared helper) -------------------------------
+
+
+def test_event_reference_forms() -> None:
+    from nostr_buzz.cli.common import parse_event_ref
+
+    assert parse_event_ref(EID).id == EID
+    assert parse_event_ref(EID.upper()).id == EID
+    assert parse_event_ref(nip19.encode("note", EID)).id == EID
+    assert parse_event_ref(nip19.encode("note", EID).upper()).id == EID
+    ref = parse_event_ref(nip19.encode("nevent", EID, relays=("wss://r.one",), kind=1))
+    assert (ref.id, tuple(ref.relays)) == (EID, ("wss://r.one",))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        NPUB,
+        NSEC,
+        NSEC.upper(),
+        nip19.encode("nprofile", NPUB_HEX, relays=("wss://r",)),
+        EID[:-1],
+        "",
+        nip19.encode("note", EID)[:-1] + "q",
+    ],
+)
+def test_event_reference_bad_input(text: str) -> None:
+    from nostr_buzz.cli.common import parse_event_ref
+    from nostr_buzz.cli.output import CliFailure
+
+    with pytest.raises(CliFailure) as info:
+        parse_event_ref(text)
+    msg = info.value.message
+    if text.lower().startswith("nsec"):
+        assert "looks like a secret key" in msg
+        assert text not in msg and NSEC_HEX not in msg
