@@ -1,0 +1,343 @@
+"""``buzz metrics``: the owner's usage report from NIP-AM metrics (spec 04 and 05).
+
+The owner reads with their own secret key (``--key``, else ``BUZZ_PRIVATE_KEY``, else
+``buzz.toml``): it decrypts the metrics and answers NIP-42 challenges on the listed relays.
+
+Output (stdout; notes about ignored events, manifest mismatches and unreachable relays go to
+stderr):
+
+- ``--format table`` (default): totals per UTC day, agent and model (``--turns``: one row per
+  turn); a rich table on a terminal, aligned plain text otherwise.
+- ``--format csv``: the same rows with a header line of the JSON field names; unknown values
+  are empty cells.
+- ``--format json``: one object::
+
+      {"owner": hex, "since": unix|null, "until": unix|null,
+       "relays": {url: {"finished": bool, "error": str|null, "events": n, "rejected": n}},
+       "totals": [{"day", "agent", "model", "turns", "inputTokens", "outputTokens",
+                   "totalTokens", "costUsd", "unknownTurns"}],
+       "turns": [{"eventId", "agent", "harness", "model", "day", "timestamp", "sessionId",
+                  "turnSeq", "turnId", "channelId", "inputTokens", "outputTokens",
+                  "totalTokens", "costUsd", "deltaSource", "deltaReliable", "stopReason",
+                  "outcome", "manifestHash", "manifestValid"}],
+       "ignored": {"total": n, "byReason": {reason: n}},
+       "manifestMismatches": n}
+
+  Unknown counters are ``null`` and a total is ``null`` when no turn reported that counter.
+
+Exit codes (spec 05): 0 report printed (also when some events were ignored or a manifest is
+flagged: the report shows them); 1 bad input (times, format, key, no relay configured); 2 no
+relay answered.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+import typer
+
+from nostr_buzz.cli.common import (
+    DEFAULT_TIMEOUT,
+    ConfigOption,
+    KeyOption,
+    RelayOption,
+    TimeoutOption,
+    progress,
+    run,
+    sources,
+)
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.core.metrics_report import MetricsReport, TotalRow, TurnRow
+from nostr_buzz.io.metrics_reader import MetricsFetch, read_metrics
+from nostr_buzz.keys import SecretKey
+
+Format = Literal["table", "json", "csv"]
+
+_UNIX: Final = re.compile(r"[0-9]{1,12}")
+_DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_DATE_TIME: Final = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+_DAY: Final = 86_400
+
+_TOTAL_FIELDS: Final = [f.encode_name for f in msgspec.structs.fields(TotalRow)]
+_TURN_FIELDS: Final = [f.encode_name for f in msgspec.structs.fields(TurnRow)]
+
+
+def parse_time(text: str, *, option: str, end_of_day: bool = False) -> int:
+    """Unix seconds from unix seconds, an RFC 3339 date-time (with its offset) or a date.
+
+    A bare date is midnight UTC, or with ``end_of_day`` (for ``--until``) its last second, so
+    ``--since D --until D`` covers the whole day D.
+    """
+    s = text.strip()
+    try:
+        if _UNIX.fullmatch(s):
+            return int(s)
+        if _DATE.fullmatch(s):
+            day = date.fromisoformat(s)
+            start = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp())
+            return start + (_DAY - 1 if end_of_day else 0)
+        if _DATE_TIME.fullmatch(s):
+            # Python reads "Z" and "+hh:mm"; fractions are cut (created_at is whole seconds).
+            moment = datetime.fromisoformat(s[:10] + "T" + s[11:].upper())
+            return int(moment.timestamp() // 1)
+    except ValueError:
+        pass
+    raise CliFailure(
+        ExitCode.BAD_INPUT,
+        f"{option}: {s[:40]!r} is not a time: give unix seconds, a date (2026-12-02) or an "
+        "RFC 3339 date-time with its offset (2026-12-02T10:00:00Z)",
+    )
+
+
+def _check_format(value: str) -> Format:
+    lowered = value.lower()
+    if lowered == "table":
+        return "table"
+    if lowered == "json":
+        return "json"
+    if lowered == "csv":
+        return "csv"
+    raise CliFailure(ExitCode.BAD_INPUT, "--format: expected table, json or csv")
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+
+def _rows(report: MetricsReport, turns: bool) -> tuple[list[str], list[dict[str, Any]]]:
+    rows = report.turns if turns else report.totals
+    fields = _TURN_FIELDS if turns else _TOTAL_FIELDS
+    return fields, [msgspec.to_builtins(row) for row in rows]
+
+
+def render_json(
+    report: MetricsReport,
+    fetch: MetricsFetch,
+    owner: str,
+    since: int | None,
+    until: int | None,
+) -> str:
+    doc = {
+        "owner": owner,
+        "since": since,
+        "until": until,
+        "relays": {
+            url: {
+                "finished": r.finished,
+                "error": r.error,
+                "events": r.events,
+                "rejected": r.rejected,
+            }
+            for url, r in fetch.relays.items()
+        },
+        "totals": msgspec.to_builtins(report.totals),
+        "turns": msgspec.to_builtins(report.turns),
+        "ignored": {"total": report.ignored_total, "byReason": report.ignored},
+        "manifestMismatches": report.manifest_mismatches,
+    }
+    return json.dumps(doc, ensure_ascii=False) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def render_csv(report: MetricsReport, turns: bool) -> str:
+    fields, rows = _rows(report, turns)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(fields)
+    for row in rows:
+        writer.writerow([_cell(row[f]) for f in fields])
+    return out.getvalue()
+
+
+_TABLE_TOTALS: Final = [
+    ("day", "day"),
+    ("agent", "agent"),
+    ("model", "model"),
+    ("turns", "turns"),
+    ("inputTokens", "input"),
+    ("outputTokens", "output"),
+    ("totalTokens", "total"),
+    ("costUsd", "cost USD"),
+    ("unknownTurns", "unknown"),
+]
+_TABLE_TURNS: Final = [
+    ("timestamp", "time (UTC)"),
+    ("agent", "agent"),
+    ("model", "model"),
+    ("sessionId", "session"),
+    ("turnSeq", "seq"),
+    ("inputTokens", "input"),
+    ("outputTokens", "output"),
+    ("totalTokens", "total"),
+    ("costUsd", "cost USD"),
+    ("deltaSource", "delta"),
+    ("manifestValid", "manifest"),
+]
+_NUMERIC: Final = {
+    "turns",
+    "inputTokens",
+    "outputTokens",
+    "totalTokens",
+    "costUsd",
+    "unknownTurns",
+    "turnSeq",
+}
+
+
+def _flat(text: str, width: int) -> str:
+    # Payload strings come from the agent: no control characters reach the terminal.
+    clean = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
+    return clean if len(clean) <= width else clean[: width - 1] + "…"
+
+
+def _table_cell(field: str, value: Any) -> str:
+    if value is None:
+        return "-" if field != "manifestValid" else ""
+    if field == "agent":
+        return str(value)[:12] + "…"
+    if field == "costUsd":
+        return f"{value:.6f}"
+    if field == "manifestValid":
+        return "ok" if value else "MISMATCH"
+    if field == "timestamp":
+        return str(value).replace("T", " ").rstrip("Z")
+    return _flat(str(value), 32)
+
+
+def _table(report: MetricsReport, turns: bool) -> tuple[list[str], list[list[str]], list[bool]]:
+    columns = _TABLE_TURNS if turns else _TABLE_TOTALS
+    _, rows = _rows(report, turns)
+    header = [title for _, title in columns]
+    body = [[_table_cell(f, row[f]) for f, _ in columns] for row in rows]
+    right = [f in _NUMERIC for f, _ in columns]
+    return header, body, right
+
+
+def render_plain_table(report: MetricsReport, turns: bool) -> str:
+    header, body, right = _table(report, turns)
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+        ]
+        return "  ".join(parts).rstrip() + "\n"
+
+    return "".join(line(r) for r in [header, *body])
+
+
+def render_rich_table(report: MetricsReport, turns: bool, *, width: int | None = None) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    header, body, right = _table(report, turns)
+    table = Table(title="turns" if turns else "usage per day, agent and model")
+    for title, is_right in zip(header, right, strict=True):
+        table.add_column(title, justify="right" if is_right else "left")
+    for row in body:
+        table.add_row(*row)
+    buffer = io.StringIO()
+    columns = width if width is not None else max(80, shutil.get_terminal_size().columns)
+    Console(file=buffer, force_terminal=True, width=columns).print(table)
+    return buffer.getvalue()
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def _report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
+    if not fetch.any_finished:
+        lines = [f"{url}: {r.error or 'no answer'}" for url, r in fetch.relays.items()]
+        raise CliFailure(ExitCode.NETWORK, "no relay answered:\n  " + "\n  ".join(lines))
+    for url, r in fetch.relays.items():
+        if r.error is not None:
+            what = "partial result" if r.finished else "not used"
+            note(f"buzz: warning: relay {url}: {r.error} ({what})")
+        if r.rejected:
+            note(
+                f"buzz: warning: relay {url} served {r.rejected} event(s) that failed verification"
+            )
+    if report.ignored:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in report.ignored.items())
+        note(f"buzz: ignored {report.ignored_total} metric event(s): {reasons}")
+    if report.manifest_mismatches:
+        note(
+            f"buzz: warning: {report.manifest_mismatches} metric(s) carry a manifest whose hash "
+            "does not match its layers (manifestValid: false)"
+        )
+
+
+def metrics_command(
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="From this time: unix seconds, a date or an RFC 3339 date-time.",
+            show_default=False,
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until",
+            help="Up to this time, inclusive (a bare date means its end).",
+            show_default=False,
+        ),
+    ] = None,
+    output_format: Annotated[
+        str,
+        typer.Option("--format", help="table, json or csv.", case_sensitive=False),
+    ] = "table",
+    turns: Annotated[
+        bool, typer.Option("--turns", help="table/csv: one row per turn instead of totals.")
+    ] = False,
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """The owner's usage report: NIP-AM metrics decrypted with the owner's key, totalled per
+    agent, model and UTC day."""
+    fmt = _check_format(output_format)
+    start = parse_time(since, option="--since") if since is not None else None
+    end = parse_time(until, option="--until", end_of_day=True) if until is not None else None
+    if start is not None and end is not None and start > end:
+        raise CliFailure(ExitCode.BAD_INPUT, "--since is later than --until")
+    cfg = sources(config)
+    owner: SecretKey = cfg.require_secret_key(key)
+    relays = cfg.require_relays(relay or (), direction="read")
+    progress(f"reading metrics for {owner.public_key.hex[:12]}… from {len(relays)} relay(s)")
+    report, fetch = run(
+        read_metrics(owner, relays, since=start, until=end, timeout=timeout, progress=progress)
+    )
+    _report_problems(report, fetch)
+    if fmt == "json":
+        write_stdout(render_json(report, fetch, owner.public_key.hex, start, end))
+    elif fmt == "csv":
+        write_stdout(render_csv(report, turns))
+    elif not (report.turns if turns else report.totals):
+        note("buzz: no metrics in this window")
+    elif sys.stdout.isatty():
+        write_stdout(render_rich_table(report, turns))
+    else:
+        write_stdout(render_plain_table(report, turns))
