@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from calendar import timegm
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hostile_relay import hostile_relay
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from relays import free_port, local_relay
 
 from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
@@ -197,7 +200,7 @@ def test_sessions_are_ordered_by_turn_seq_and_deltas_come_from_cumulative() -> N
     first, second, third = a1
     assert (first.input_tokens, first.cost_usd, first.delta_source) == (100, 0.01, "reported")
     assert (second.input_tokens, second.output_tokens, second.total_tokens) == (150, 20, 170)
-    assert second.cost_usd == pytest.approx(0.02)
+    assert second.cost_usd == 0.02  # rounded: not 0.019999999999999997
     assert second.delta_source == "cumulative" and second.delta_reliable
     # Input went from 250 down to 200: unknown, never -50, and not the stale report either.
     assert (third.input_tokens, third.output_tokens, third.total_tokens, third.cost_usd) == (
@@ -378,3 +381,63 @@ async def test_unreachable_relays_are_reported_not_raised() -> None:
     report, fetch = await read_metrics(OWNER, [dead], timeout=2)
     assert not fetch.any_finished and report.turns == ()
     assert "connect failed" in (fetch.relays[dead].error or "")
+
+
+# --- properties of the pure report ------------------------------------------------------------
+
+_cumulative = st.tuples(
+    st.integers(0, 10_000),
+    st.integers(0, 10_000),
+    st.one_of(st.none(), st.integers(0, 10_000)),
+    st.one_of(st.none(), st.integers(0, 10_000).map(lambda c: c / 100)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(_cumulative, min_size=1, max_size=8), order=st.randoms())
+def test_report_properties(
+    values: list[tuple[int, int, int | None, float | None]], order: Any
+) -> None:
+    metrics = [
+        OpenedMetric(
+            event_id=f"{seq:064x}",
+            agent=AGENT_A.public_key.hex,
+            created_at=2_000_000_000 - seq,  # never used for ordering
+            payload=MetricPayload(
+                harness="goose",
+                timestamp=f"2026-12-02T10:00:{seq:02d}.000Z",
+                model="m",
+                session_id="s",
+                turn_seq=seq,
+                turn=counts(None, None, None, None),
+                cumulative=counts(*value),
+                delta_reliable=False,
+            ),
+        )
+        for seq, value in enumerate(values, start=1)
+    ]
+    shuffled = list(metrics)
+    order.shuffle(shuffled)
+    report = build_report(shuffled)
+    assert report == build_report(metrics)  # input order does not matter
+    rows = report.turns
+    assert [r.turn_seq for r in rows] == list(range(1, len(values) + 1))
+    for row, before, after in zip(rows[1:], values[:-1], values[1:], strict=True):
+        counters = (row.input_tokens, row.output_tokens, row.total_tokens, row.cost_usd)
+        assert all(v is None or v >= 0 for v in counters)  # never negative
+        grew = after[0] >= before[0] and after[1] >= before[1]
+        cost_fell = None not in (after[3], before[3]) and after[3] < before[3]  # type: ignore[operator]
+        assert row.delta_reliable == (grew and not cost_fell)
+        if row.delta_reliable:
+            assert (row.input_tokens, row.output_tokens) == (
+                after[0] - before[0],
+                after[1] - before[1],
+            )
+    [total] = report.totals
+    assert total.turns == len(values)
+    known_inputs = [r.input_tokens for r in rows if r.input_tokens is not None]
+    assert total.input_tokens == (sum(known_inputs) if known_inputs else None)
+    assert total.unknown_turns == sum(
+        any(v is None for v in (r.input_tokens, r.output_tokens, r.total_tokens, r.cost_usd))
+        for r in rows
+    )

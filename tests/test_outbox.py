@@ -9,7 +9,7 @@ import pytest
 
 from nostr_buzz.errors import OutboxError
 from nostr_buzz.event import Event, sign_event
-from nostr_buzz.io.outbox import BACKOFF_CAP, Outbox, backoff_delay
+from nostr_buzz.io.outbox import BACKOFF_CAP, OUTBOX_FILE, Outbox, backoff_delay
 from nostr_buzz.io.relay import Verdict
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
@@ -182,3 +182,10 @@ def test_signed_events_of_other_kinds_round_trip(tmp_path: Path) -> None:
     with Outbox(tmp_path / "o.db") as box:
         box.add(other)
         assert box.due(0.0)[0].event == other
+
+
+def test_the_file_lives_in_the_state_directory_and_is_private(tmp_path: Path) -> None:
+    with Outbox.in_state_dir(tmp_path / ".buzz") as box:
+        box.add(metric())
+        assert box.path == tmp_path / ".buzz" / OUTBOX_FILE
+    assert (box.path.stat().st_mode & 0o777) == 0o600

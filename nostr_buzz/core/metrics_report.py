@@ -26,6 +26,7 @@ from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_am import KIND, MetricPayload, TokenCounts, open_metric_event
 
 __all__ = [
+    "COST_DECIMALS",
     "IGNORE_REASONS",
     "IgnoreReason",
     "MetricsReport",
@@ -170,10 +171,15 @@ def _diff(after: int | None, before: int | None) -> int | None:
     return after - before
 
 
+#: Costs are rounded to this many decimals after arithmetic, so that 0.03 − 0.01 reads 0.02
+#: rather than 0.019999999999999997 (far below any price's precision).
+COST_DECIMALS: Final = 10
+
+
 def _cost_diff(after: float | None, before: float | None) -> float | None:
     if after is None or before is None or after < before:
         return None
-    return after - before
+    return round(after - before, COST_DECIMALS)
 
 
 def _from_cumulative(
@@ -317,7 +323,7 @@ def _totals(rows: Iterable[TurnRow]) -> list[TotalRow]:
                 input_tokens=inputs,
                 output_tokens=outputs,
                 total_tokens=total,
-                cost_usd=cost,
+                cost_usd=None if cost is None else round(cost, COST_DECIMALS),
                 unknown_turns=unknown,
             )
         )

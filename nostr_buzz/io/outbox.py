@@ -13,6 +13,7 @@ returning a float in [0, 1)) at construction or per call.  The SQL is the only I
 from __future__ import annotations
 
 import json
+import os
 import random
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +30,7 @@ from .relay import Verdict
 __all__ = [
     "BACKOFF_BASE",
     "BACKOFF_CAP",
+    "OUTBOX_FILE",
     "Outbox",
     "OutboxEntry",
     "backoff_delay",
@@ -40,6 +42,8 @@ BACKOFF_BASE: Final = 5.0
 BACKOFF_CAP: Final = 900.0
 #: Jitter spreads retries over ±20 % so that many agents do not retry in lockstep.
 _JITTER: Final = 0.2
+#: The outbox's file name inside the state directory (``state_dir`` in ``buzz.toml``).
+OUTBOX_FILE: Final = "metrics-outbox.sqlite3"
 #: Longest relay message kept as the last error of an entry.
 _ERROR_CHARS: Final = 500
 
@@ -106,9 +110,14 @@ def _summarise(verdicts: Iterable[Verdict]) -> str | None:
 
 
 class Outbox:
-    """A SQLite outbox at ``path`` (its folder is created).  Use as a context manager or
-    call :meth:`close`.  Every method raises :class:`~nostr_buzz.errors.OutboxError` when the
-    database cannot be used; nothing else escapes."""
+    """A SQLite outbox at ``path`` (its folder is created; a new file is private to the
+    user).  Use as a context manager or call :meth:`close`, from one thread at a time.  Every
+    method raises :class:`~nostr_buzz.errors.OutboxError` when the database cannot be used."""
+
+    @classmethod
+    def in_state_dir(cls, state_dir: str | Path, *, rng: Rng | None = None) -> Outbox:
+        """The outbox at ``state_dir / OUTBOX_FILE``."""
+        return cls(Path(state_dir) / OUTBOX_FILE, rng=rng)
 
     def __init__(self, path: str | Path, *, rng: Rng | None = None) -> None:
         self.path = Path(path)
@@ -118,8 +127,15 @@ class Outbox:
         self.damaged: set[str] = set()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Who published what and when is nobody else's business: 0600 (SQLite gives its
+            # -wal and -shm files the same mode).
+            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
             # isolation_level=None: transactions are explicit, so each write commits at once.
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
+            # check_same_thread=False: a bot may open it before starting its event loop's
+            # thread; calls never overlap (the publisher runs on one loop).
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=5.0, check_same_thread=False
+            )
         except (OSError, sqlite3.Error) as exc:
             raise OutboxError(f"cannot open the outbox {self.path}: {exc}") from None
         try:
