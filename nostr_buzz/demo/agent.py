@@ -286,6 +286,8 @@ class DemoAgent:
     # -- extensions -----------------------------------------------------------------------
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        # On stderr (the driver's agent log): tests check that no method is ever probed.
+        print(f"demo-agent: extension method _{method}", file=sys.stderr, flush=True)
         if method == "session/steering" and self._options.steering and not self._options.goose:
             return self._steer(params.get("sessionId"), params.get("prompt"), None)
         if self._options.goose and method == "goose/unstable/session/steer":

@@ -1,0 +1,438 @@
+"""The ACP driver against real agent subprocesses (the bundled demo agent over stdio)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nostr_buzz.core.compiler import compile_steer, compile_turn
+from nostr_buzz.core.ledger import TurnLedger
+from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
+from nostr_buzz.errors import AgentError
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, standing_text
+from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.keys import SecretKey
+
+WAIT = 15.0
+STANDING = Standing(base="Be brief.", system="You are the demo agent.")
+T0 = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)
+
+
+def _clock() -> Callable[[], datetime]:
+    ticks = iter(range(10_000))
+    return lambda: T0 + timedelta(seconds=next(ticks))
+
+
+def _event(content: str, created_at: int = 1_800_000_000) -> Event:
+    return sign_event(
+        SecretKey.generate(),
+        kind=9,
+        content=content,
+        tags=[("h", "general")],
+        created_at=created_at,
+    )
+
+
+def _turn_input(session: SessionStart, *contents: str, first: bool = True) -> TurnInput:
+    events = [_event(c, 1_800_000_000 + i) for i, c in enumerate(contents)]
+    return TurnInput(
+        events=tuple(TurnEvent(e) for e in events),
+        channel=ChannelInfo(name="general", id="general"),
+        standing=STANDING,
+        system_prompt_support=session.system_prompt_support,
+        standing_context_sent=session.standing_context_sent or not first,
+    )
+
+
+@asynccontextmanager
+async def _driver(tmp_path: Path, *flags: str, **kwargs: Any) -> AsyncIterator[AgentDriver]:
+    driver = AgentDriver(
+        sys.executable,
+        ["-m", "nostr_buzz.demo.agent", *flags],
+        cwd=str(tmp_path),
+        log_path=tmp_path / "agent.log",
+        clock=_clock(),
+        **kwargs,
+    )
+    await driver.start()
+    process = driver._process
+    try:
+        yield driver
+    finally:
+        await driver.close()
+        assert process is not None and process.returncode is not None
+
+
+async def _session(driver: AgentDriver, tmp_path: Path) -> SessionStart:
+    return await driver.new_session(str(tmp_path), standing_text(STANDING, str(tmp_path)))
+
+
+def _started() -> tuple[asyncio.Event, Callable[[str], None]]:
+    """An event set once the agent reports progress on the turn (its first update)."""
+    seen = asyncio.Event()
+    return seen, lambda kind: seen.set()
+
+
+async def _wait(event: asyncio.Event) -> None:
+    async with asyncio.timeout(WAIT):
+        await event.wait()
+
+
+async def test_turn_with_usage_both_ways_is_reliable_from_the_first_turn(tmp_path: Path) -> None:
+    async with _driver(tmp_path) as driver:
+        assert driver.info.name == "buzz-demo-agent" and driver.info.protocol_version == 1
+        assert driver.info.steering_supported and driver.info.system_prompt_append
+        session = await _session(driver, tmp_path)
+        assert session.strategy == "claude_meta" and session.system_prompt_support
+        first = compile_turn(_turn_input(session, "hello agent\nsecond line"))
+        assert not first.sections[0].startswith("<base>")  # delivered by the system role
+        result = await driver.run_turn(session.session_id, first.sections)
+        second = await driver.run_turn(
+            session.session_id, compile_turn(_turn_input(session, "again", first=False)).sections
+        )
+    assert (result.stop_reason, result.outcome, result.terminal_evidence) == (
+        "end_turn",
+        "success",
+        "prompt_response",
+    )
+    assert result.native_stop_reason == "end_turn"
+    assert result.adapter_session_id == session.session_id
+    assert result.started_at < result.ended_at and result.started_at.tzinfo is UTC
+    assert "standing context: yes" in result.reply
+    assert "instruction: hello agent" in result.reply and result.final_message == result.reply
+    size = sum(len(s.encode()) for s in first.sections)
+    reply_tokens = (len(result.reply.encode()) + 3) // 4
+    usage = result.usage
+    assert usage is not None
+    assert usage.delta_reliable and usage.turn_seq == 1 and usage.cumulative is None
+    assert usage.turn.input_tokens == (size + 3) // 4
+    assert usage.turn.output_tokens == reply_tokens
+    assert usage.turn.total_tokens == usage.turn.input_tokens + reply_tokens
+    expected_cost = round((usage.turn.input_tokens * 3 + reply_tokens * 15) / 1e6, 9)
+    assert usage.turn.cost_usd == pytest.approx(expected_cost)  # delta from a zero baseline
+    assert second.usage is not None and second.usage.turn_seq == 2
+    out2 = (len(second.reply.encode()) + 3) // 4
+    in2 = second.usage.turn.input_tokens
+    assert in2 is not None and second.usage.turn.output_tokens == out2
+    # The per-turn cost is the delta of the agent's cumulative cost, not the running total.
+    assert second.usage.turn.cost_usd == pytest.approx((in2 * 3 + out2 * 15) / 1e6, abs=1e-9)
+
+
+async def test_legacy_agent_gets_the_standing_sections_in_its_first_turn(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--legacy", "--no-steering") as driver:
+        session = await _session(driver, tmp_path)
+        assert session.strategy == "legacy"
+        assert not session.system_prompt_support and not session.standing_context_sent
+        first = compile_turn(_turn_input(session, "hi"))
+        assert first.sections[0] == "<base>\nBe brief.\n</base>"
+        result = await driver.run_turn(session.session_id, first.sections)
+    assert "standing context: yes" in result.reply
+
+
+def test_standing_text_composes_workspace_and_sections() -> None:
+    text = standing_text(STANDING, "/srv/a&b")
+    assert text == (
+        "<workspace>\nYour working directory is /srv/a&amp;b. Keep the files you create and the "
+        "repositories you clone there.\n</workspace>\n\n<base>\nBe brief.\n</base>\n\n"
+        "<system>\nYou are the demo agent.\n</system>"
+    )
+    assert standing_text(STANDING, "/").startswith("<base>")
+    assert standing_text(STANDING, "relative/dir").startswith("<base>")
+    assert standing_text(Standing(), None) == ""
+
+
+async def test_goose_strategy_steer_and_cumulative_counters(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--goose", "--delay", "20") as driver:
+        assert driver.info.is_goose
+        session = await _session(driver, tmp_path)
+        assert session.strategy == "goose"
+        seen, on_update = _started()
+        compiled = compile_turn(_turn_input(session, "goose job"))
+        turn = asyncio.ensure_future(
+            driver.run_turn(session.session_id, compiled.sections, on_update=on_update)
+        )
+        await _wait(seen)
+        assert driver.can_steer(session.session_id)
+        steer = compile_steer(_event("goose steer"), channel_id="general")
+        assert await driver.steer(session.session_id, steer.text) == "injected"
+        async with asyncio.timeout(WAIT):  # the 20 s turn wraps up at once
+            result = await turn
+        assert not driver.can_steer(session.session_id)  # the run id ended with the turn
+        # Steering the idle goose session: no run id, no native route, no probe.
+        assert await driver.steer(session.session_id, steer.text) == "failed"
+    assert result.run_id is not None and result.run_id.startswith("run-")
+    assert "standing context: yes" in result.reply and "steer: goose steer" in result.reply
+    usage = result.usage
+    assert usage is not None and usage.delta_reliable and usage.cumulative is not None
+    assert usage.cumulative.input_tokens == usage.turn.input_tokens  # from a zero baseline
+    assert usage.turn.cost_usd is not None and usage.turn.cost_usd > 0
+    log = (tmp_path / "agent.log").read_text()
+    assert log.count("_goose/unstable/session/steer") == 1
+    assert "_session/steering" not in log
+
+
+async def test_goose_without_system_prompt_method_falls_back_to_legacy(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--goose", "--legacy") as driver:
+        session = await _session(driver, tmp_path)
+        result = await driver.run_turn(
+            session.session_id, compile_turn(_turn_input(session, "hi")).sections
+        )
+    assert session.strategy == "legacy"
+    assert "standing context: yes" in result.reply  # prepended to the first turn instead
+    assert "_goose/unstable/session/system-prompt/set" in (tmp_path / "agent.log").read_text()
+
+
+async def test_decreasing_cumulative_counters_make_the_turn_unreliable(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--goose", "--decreasing") as driver:
+        session = await _session(driver, tmp_path)
+        first = await driver.run_turn(session.session_id, ["<buzz-turn>", "a" * 400])
+        second = await driver.run_turn(session.session_id, ["<buzz-turn>"])
+    assert first.usage is not None and first.usage.delta_reliable
+    assert second.usage is not None and not second.usage.delta_reliable
+    assert second.usage.turn.input_tokens is None and second.usage.turn.output_tokens is None
+    assert second.usage.turn.cost_usd is None
+    assert second.usage.cumulative is not None and second.usage.turn_seq == 2
+
+
+async def test_cancel_mid_turn_ends_cancelled(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--delay", "20") as driver:
+        session = await _session(driver, tmp_path)
+        seen, on_update = _started()
+        turn = asyncio.ensure_future(
+            driver.run_turn(session.session_id, ["<buzz-turn>"], on_update=on_update)
+        )
+        await _wait(seen)
+        await driver.cancel(session.session_id)
+        async with asyncio.timeout(WAIT):
+            result = await turn
+    assert (result.stop_reason, result.outcome, result.terminal_evidence) == (
+        "cancelled",
+        "cancelled",
+        "cancel_response",
+    )
+    assert result.native_stop_reason == "cancelled"
+    assert result.usage is None  # nothing observed: no metric
+
+
+async def test_steer_mid_turn_is_injected_and_recorded_in_the_ledger(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--delay", "20") as driver:
+        session = await _session(driver, tmp_path)
+        compiled = compile_turn(_turn_input(session, "long task"))
+        ledger = TurnLedger()
+        ledger.set_base(compiled.manifest)
+        seen, on_update = _started()
+        turn = asyncio.ensure_future(
+            driver.run_turn(session.session_id, compiled.sections, on_update=on_update)
+        )
+        await _wait(seen)
+        steer = compile_steer(_event("mind the tests"), channel_id="general")
+        outcome = await driver.steer(session.session_id, steer.text)
+        if outcome == "injected":  # the caller's rule: only injected steers join the ledger
+            ledger.accept_update(steer.manifest)
+        async with asyncio.timeout(WAIT):  # the 20 s turn wraps up at once
+            result = await turn
+    assert outcome == "injected"
+    assert result.outcome == "success"
+    assert result.reply.endswith("instruction: long task\nsteer: mind the tests")
+    snapshot = ledger.snapshot()
+    assert snapshot is not None and snapshot.hash_matches()
+    layers = [layer.layer for layer in snapshot.layers]
+    assert "steer_delivery_contract" in layers
+    assert layers.count("current_instruction") == 2
+    log = (tmp_path / "agent.log").read_text()
+    assert log.count("_session/steering") == 1 and "_goose" not in log
+
+
+async def test_steer_without_a_running_prompt_starts_a_new_turn(tmp_path: Path) -> None:
+    async with _driver(tmp_path) as driver:
+        session = await _session(driver, tmp_path)
+        ledger = TurnLedger()
+        steer = compile_steer(_event("are you there"), channel_id="general")
+        outcome = await driver.steer(session.session_id, steer.text)
+        if outcome == "injected":
+            ledger.accept_update(steer.manifest)
+    assert outcome == "started_new_turn"
+    assert ledger.snapshot() is None
+
+
+async def test_agent_without_steering_gets_no_native_steer_and_no_probe(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--no-steering", "--delay", "20") as driver:
+        session = await _session(driver, tmp_path)
+        seen, on_update = _started()
+        turn = asyncio.ensure_future(
+            driver.run_turn(session.session_id, ["<buzz-turn>"], on_update=on_update)
+        )
+        await _wait(seen)
+        assert not driver.can_steer(session.session_id)
+        assert await driver.steer(session.session_id, "update") == "failed"
+        await driver.cancel(session.session_id)  # the caller's fallback: cancel and merge
+        result = await turn
+    assert result.outcome == "cancelled"
+    assert "extension method" not in (tmp_path / "agent.log").read_text()
+
+
+async def test_agent_crash_fails_the_turn_and_a_restart_works(tmp_path: Path) -> None:
+    records: list[tuple[str, str | None, dict[str, Any]]] = []
+    async with _driver(
+        tmp_path, "--crash-on", "CRASH-NOW", on_diagnostic=lambda *r: records.append(r)
+    ) as driver:
+        session = await _session(driver, tmp_path)
+        result = await driver.run_turn(session.session_id, ["please CRASH-NOW"])
+        assert not driver.alive
+        assert (result.stop_reason, result.outcome, result.terminal_evidence) == (
+            "error",
+            "failed",
+            "agent_exit",
+        )
+        assert result.usage is None
+        with pytest.raises(AgentError, match="already started"):
+            await driver.start()
+        await driver.restart()
+        assert driver.alive
+        fresh = await _session(driver, tmp_path)
+        ok = await driver.run_turn(fresh.session_id, ["<buzz-turn>", "</buzz-turn>"])
+    assert ok.outcome == "success" and ok.usage is not None and ok.usage.delta_reliable
+    kinds = [kind for kind, _, _ in records]
+    assert kinds.count("agent_started") == 2
+    exited = next(payload for kind, _, payload in records if kind == "agent_exited")
+    assert exited["returncode"] == 3
+
+
+async def test_idle_timeout_with_a_never_answering_agent(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--never-answer", idle_timeout=1.0) as driver:
+        session = await _session(driver, tmp_path)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        result = await driver.run_turn(session.session_id, ["<buzz-turn>"])
+        took = loop.time() - began
+    assert (result.stop_reason, result.outcome, result.terminal_evidence) == (
+        "error",
+        "failed",
+        "timeout",
+    )
+    assert result.error == "idle timeout"
+    assert 1.0 <= took < 5.0
+
+
+async def test_hard_timeout_bounds_a_busy_turn(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--delay", "20", hard_timeout=1.0) as driver:
+        session = await _session(driver, tmp_path)
+        result = await driver.run_turn(session.session_id, ["<buzz-turn>"])
+    assert (result.outcome, result.terminal_evidence, result.error) == (
+        "failed",
+        "timeout",
+        "hard timeout",
+    )
+
+
+async def test_one_prompt_per_session_and_errors_before_start(tmp_path: Path) -> None:
+    driver = AgentDriver(sys.executable, ["-m", "nostr_buzz.demo.agent"])
+    with pytest.raises(AgentError, match="not started"):
+        await driver.run_turn("s", ["x"])
+    async with _driver(tmp_path, "--delay", "20") as driver:
+        session = await _session(driver, tmp_path)
+        seen, on_update = _started()
+        turn = asyncio.ensure_future(
+            driver.run_turn(session.session_id, ["<buzz-turn>"], on_update=on_update)
+        )
+        await _wait(seen)
+        with pytest.raises(AgentError, match="already running"):
+            await driver.run_turn(session.session_id, ["again"])
+        await driver.cancel(session.session_id)
+        await turn
+
+
+async def test_only_the_configured_environment_reaches_the_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BUZZ_TEST_NAMED_KEY", "named-value")
+    monkeypatch.setenv("BUZZ_TEST_UNNAMED", "must-not-leak")
+    out = tmp_path / "env.txt"
+    script = f"import os, json; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"
+    driver = AgentDriver(
+        sys.executable,
+        ["-c", script],
+        env_names=["BUZZ_TEST_NAMED_KEY", "BUZZ_TEST_ABSENT"],
+        env={"BUZZ_TEST_EXPLICIT": "explicit"},
+        request_timeout=WAIT,
+    )
+    with pytest.raises(AgentError, match="failed to initialize"):
+        await driver.start()  # the script exits without speaking ACP
+    seen = json.loads(out.read_text())
+    assert seen["BUZZ_TEST_NAMED_KEY"] == "named-value"
+    assert seen["BUZZ_TEST_EXPLICIT"] == "explicit"
+    assert "BUZZ_TEST_UNNAMED" not in seen and "BUZZ_TEST_ABSENT" not in seen
+    assert driver.pid is None
+
+
+async def test_a_missing_command_is_an_agent_error(tmp_path: Path) -> None:
+    driver = AgentDriver(str(tmp_path / "no-such-agent"))
+    with pytest.raises(AgentError, match="cannot start the agent"):
+        await driver.start()
+
+
+async def test_diagnostics_feed_carries_no_prompt_text(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "diagnostics.jsonl"
+    feed = DiagnosticsFeed(path, clock=_clock())
+
+    def forward(kind: str, session_id: str | None, payload: dict[str, Any]) -> None:
+        feed.emit(kind, session_id=session_id, payload=payload)
+
+    secret_words = "the secret plan of the user"
+    async with _driver(tmp_path, on_diagnostic=forward) as driver:
+        session = await _session(driver, tmp_path)
+        compiled = compile_turn(_turn_input(session, secret_words))
+        ids = {"channel_id": "general", "session_id": session.session_id, "turn_id": "t-1"}
+        feed.turn_started([compiled.manifest.hash], **ids)
+        feed.prompt_context_delivery(
+            compiled.sections,
+            compiled.manifest,
+            standing_context_included=not session.standing_context_sent,
+            event_delta_count=0,
+            **ids,
+        )
+        result = await driver.run_turn(session.session_id, compiled.sections)
+        feed.turn_completed(result.outcome, result.stop_reason, **ids)
+    feed.close()
+    text = path.read_text(encoding="utf-8")
+    assert secret_words not in text and "Be brief" not in text
+    records = [json.loads(line) for line in text.splitlines()]
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    kinds = [r["kind"] for r in records]
+    assert kinds == [
+        "agent_started",
+        "session_started",
+        "turn_started",
+        "prompt_context_delivery",
+        "turn_completed",
+        "agent_exited",
+    ]
+    assert records[1]["payload"] == {"standingStrategy": "claude_meta"}
+
+
+async def test_close_leaves_no_process_and_no_task(tmp_path: Path) -> None:
+    async with _driver(tmp_path, "--delay", "20") as driver:
+        session = await _session(driver, tmp_path)
+        pid = driver.pid
+        assert pid is not None
+        seen, on_update = _started()
+        turn = asyncio.ensure_future(
+            driver.run_turn(session.session_id, ["<buzz-turn>"], on_update=on_update)
+        )
+        await _wait(seen)
+    result = await turn  # closing the agent ends the running turn
+    assert result.terminal_evidence == "agent_exit"
+    assert not driver.alive and driver.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert asyncio.all_tasks() == {asyncio.current_task()}
