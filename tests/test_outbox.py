@@ -125,6 +125,8 @@ def test_relays_that_took_the_event_add_up_across_attempts(tmp_path: Path) -> No
         assert entry is not None
         assert entry.accepted_by == ("ws://a", "ws://b")
         assert entry.last_error == "ws://a: error: down"
+        entry = box.record_attempt(event.id, 3.0, [], error="send failed: " + "x" * 600)
+        assert entry is not None and len(entry.last_error or "") == 500
 
 
 def test_the_file_holds_only_signed_ciphertext(tmp_path: Path) -> None:

@@ -117,6 +117,8 @@ async def test_all_down_keeps_the_metric_and_resends_after_the_relays_return(
     assert first.next_attempt == clock.now + 5.0
     assert first.error is not None and "connect failed" in first.error
     assert pub.pending_count() == 1
+    entry = pub.outbox.get(event.id)
+    assert entry is not None and entry.last_error == first.error
 
     relays = [await start_relay(port=p) for p in ports]
     try:

@@ -105,7 +105,10 @@ def _summarise(verdicts: Iterable[Verdict]) -> str | None:
     parts = [f"{v.relay}: {v.message or v.prefix or 'refused'}" for v in verdicts if not v.ok]
     if not parts:
         return None
-    text = "; ".join(parts)
+    return _clip("; ".join(parts))
+
+
+def _clip(text: str) -> str:
     return text if len(text) <= _ERROR_CHARS else text[: _ERROR_CHARS - 1] + "…"
 
 
@@ -197,10 +200,12 @@ class Outbox:
         verdicts: Mapping[str, Verdict] | Iterable[Verdict],
         *,
         rng: Rng | None = None,
+        error: str | None = None,
     ) -> OutboxEntry | None:
         """Record one send attempt: remember which relays have the event, count the attempt
-        and schedule the next one after :func:`backoff_delay`.  None when ``event_id`` is not
-        in the outbox (already removed)."""
+        and schedule the next one after :func:`backoff_delay`.  ``error``: what went wrong,
+        kept as the entry's ``last_error`` (default: the relays' refusals).  None when
+        ``event_id`` is not in the outbox (already removed)."""
         listed = list(verdicts.values() if isinstance(verdicts, Mapping) else verdicts)
         u = (rng or self._rng)()
         try:
@@ -223,7 +228,7 @@ class Outbox:
                         attempts,
                         now + backoff_delay(attempts, u),
                         json.dumps(accepted),
-                        _summarise(listed),
+                        _clip(error) if error else _summarise(listed),
                         event_id,
                     ),
                 )

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 #: Past its own timeout an attempt gets this much longer before it is abandoned (the pool
 #: already bounds each relay; this is the backstop that keeps the turn unblocked).
 _GRACE: Final = 2.0
+#: Shortest pause of the retry loop between two flushes (seconds).
+_MIN_WAIT: Final = 0.5
 #: Due entries re-sent at the same time by one flush.
 _FLUSH_CONCURRENCY: Final = 8
 
@@ -147,7 +149,6 @@ class MetricPublisher:
                 pool.urls, secret=self.agent_secret, timeout=self.timeout
             )
         self._in_flight: set[str] = set()
-        self._wake = asyncio.Event()
 
     def close(self) -> None:
         """Close the outbox if this publisher opened it."""
@@ -175,7 +176,6 @@ class MetricPublisher:
         except OutboxError as exc:
             # Sending anyway beats dropping the metric; the report says it is not durable.
             stored, problem = False, str(exc)
-        self._wake.set()
         return await self._attempt(event, stored, problem)
 
     # -- retries --------------------------------------------------------------------------
@@ -213,20 +213,14 @@ class MetricPublisher:
                 next_due = self.outbox.next_due()
             except OutboxError:
                 next_due = None
-            wait = idle if next_due is None else min(idle, max(0.0, next_due - self._clock()))
-            self._wake.clear()
-            stop_wait = asyncio.ensure_future(stop.wait())
-            wake_wait = asyncio.ensure_future(self._wake.wait())
-            try:
-                await asyncio.wait(
-                    {stop_wait, wake_wait},
-                    timeout=max(wait, 0.05),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                for task in (stop_wait, wake_wait):
-                    task.cancel()
-                await asyncio.gather(stop_wait, wake_wait, return_exceptions=True)
+            # The floor keeps an entry that is due but cannot be sent right now (on the wire
+            # already, or damaged) from turning this into a busy loop.
+            wait = idle
+            if next_due is not None:
+                wait = min(idle, max(_MIN_WAIT, next_due - self._clock()))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await stop.wait()
 
     # -- one attempt ----------------------------------------------------------------------
 
@@ -264,7 +258,9 @@ class MetricPublisher:
             delivered = len(have_now) >= self.min_ok
             return PublishReport(event, False, delivered, verdicts, 1, None, problem)
         try:
-            entry = self.outbox.record_attempt(event.id, self._clock(), verdicts, rng=self._rng)
+            entry = self.outbox.record_attempt(
+                event.id, self._clock(), verdicts, rng=self._rng, error=problem
+            )
             if entry is None:  # removed meanwhile (another publisher on the same file)
                 return PublishReport(event, True, True, verdicts, 1, None, problem)
             if len(entry.accepted_by) >= self.min_ok:
