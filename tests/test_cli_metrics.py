@@ -369,3 +369,20 @@ def test_real_process_prints_no_progress_when_stderr_is_not_a_terminal(
     assert proc.stdout.startswith("day,agent,model,")
     assert "reading metrics" not in proc.stderr and "so far" not in proc.stderr
     assert proc.stderr.startswith("buzz: ignored 4 metric event(s)")
+
+
+def test_buzz_toml_is_used_and_the_environment_wins_over_it(
+    capsys: pytest.CaptureFixture[str],
+    relays: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "buzz.toml").write_text(
+        f'secret_key = "{OWNER.hex}"\nrelays = ["{relays[0]}"]\n', encoding="utf-8"
+    )
+    code, out, err = buzz(capsys, "--format", "json")
+    assert code == 0, err
+    assert len(json.loads(out)["turns"]) == 6
+    monkeypatch.setenv("BUZZ_RELAYS", dead_url())  # replaces the file's list, never merged
+    code, out, err = buzz(capsys, "--format", "json", "--timeout", "2")
+    assert (code, out) == (2, "")

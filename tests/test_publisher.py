@@ -291,3 +291,17 @@ async def test_run_delivers_what_an_earlier_process_left_and_stops_when_asked(
         assert pub.pending_count() == 0
         assert await stored_on(relay.url, event.id) == event
         pub.close()
+
+
+async def test_a_broken_outbox_still_sends_and_says_it_is_not_durable(tmp_path: Path) -> None:
+    async with local_relay() as relay:
+        reports: list[PublishReport] = []
+        pub = publisher(tmp_path / "o.db", [relay.url], reports)
+        pub.outbox.close()  # as if the disk went away
+        event = await pub.publish(payload())
+        assert event is not None
+        [report] = reports
+        assert not report.stored and report.delivered
+        assert report.error is not None and "outbox" in report.error
+        assert await stored_on(relay.url, event.id) == event
+        assert pub.pending_count() == -1
