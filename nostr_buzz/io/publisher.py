@@ -115,7 +115,7 @@ class MetricPublisher:
         rng: Rng | None = None,
         on_report: Callable[[PublishReport], None] | None = None,
     ) -> None:
-        self.agent_secret = (
+        self._agent_secret = (
             agent_secret
             if isinstance(agent_secret, SecretKey)
             else SecretKey.from_str(agent_secret)
@@ -138,7 +138,7 @@ class MetricPublisher:
             self._pool_factory: PoolFactory = relays
         else:
             urls = [relays] if isinstance(relays, str) else list(relays)
-            pool = RelayPool(urls, secret=self.agent_secret, timeout=self.timeout)  # checks URLs
+            pool = RelayPool(urls, secret=self._agent_secret, timeout=self.timeout)  # checks URLs
             if not pool.urls:
                 raise RelayError("a metric publisher needs at least one write relay")
             if min_ok > len(pool.urls):
@@ -146,7 +146,7 @@ class MetricPublisher:
                     f"min_ok is {min_ok} but only {len(pool.urls)} write relay(s) are configured"
                 )
             self._pool_factory = lambda: RelayPool(
-                pool.urls, secret=self.agent_secret, timeout=self.timeout
+                pool.urls, secret=self._agent_secret, timeout=self.timeout
             )
         self._in_flight: set[str] = set()
 
@@ -161,7 +161,7 @@ class MetricPublisher:
         """Build, store, then send one metric; returns the signed event (stored for retry when
         no relay took it), or None when the payload is invalid (reported, nothing stored)."""
         try:
-            event = build_metric_event(self.agent_secret, self.owner_public, payload)
+            event = build_metric_event(self._agent_secret, self.owner_public, payload)
         except MetricError as exc:
             self._report(PublishReport(None, False, False, error=f"invalid metric: {exc}"))
             return None
