@@ -13,6 +13,7 @@ from nostr_buzz.core.compiler import CompiledSteer, CompiledTurn, compile_steer,
 from nostr_buzz.core.escape import escape_attribute, escape_text
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
+from nostr_buzz.core.metrics_report import MetricsReport, build_report
 from nostr_buzz.core.queue import Batch, DeadLetter, DispatchQueue, PushResult, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
@@ -24,6 +25,7 @@ from nostr_buzz.errors import (
     MetricError,
     Nip19Error,
     Nip44Error,
+    OutboxError,
     QueueError,
     RelayError,
     TurnInputError,
@@ -34,14 +36,24 @@ from nostr_buzz.nips.nip_am import MetricPayload, PricingIdentity, TokenCounts
 from nostr_buzz.profile import Profile
 
 if TYPE_CHECKING:
+    from nostr_buzz.io.metrics_reader import read_metrics
+    from nostr_buzz.io.outbox import Outbox
     from nostr_buzz.io.pool import RelayPool
+    from nostr_buzz.io.publisher import MetricPublisher, PublishReport
     from nostr_buzz.io.relay import RelayClient
 
-_LAZY = {"RelayClient": "nostr_buzz.io.relay", "RelayPool": "nostr_buzz.io.pool"}
+# The edges pull in websockets and sqlite3; load them only when someone asks for them.
+_LAZY = {
+    "MetricPublisher": "nostr_buzz.io.publisher",
+    "Outbox": "nostr_buzz.io.outbox",
+    "PublishReport": "nostr_buzz.io.publisher",
+    "RelayClient": "nostr_buzz.io.relay",
+    "RelayPool": "nostr_buzz.io.pool",
+    "read_metrics": "nostr_buzz.io.metrics_reader",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # The relay edge pulls in websockets; load it only when someone asks for it.
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'nostr_buzz' has no attribute {name!r}")
@@ -65,11 +77,16 @@ __all__ = [
     "ManifestError",
     "MetricError",
     "MetricPayload",
+    "MetricPublisher",
+    "MetricsReport",
     "Nip19Error",
     "Nip44Error",
+    "Outbox",
+    "OutboxError",
     "PricingIdentity",
     "Profile",
     "PublicKey",
+    "PublishReport",
     "PushResult",
     "QueueError",
     "QueuedEvent",
@@ -83,10 +100,12 @@ __all__ = [
     "TurnLedger",
     "UsageRecord",
     "UsageTracker",
+    "build_report",
     "compile_steer",
     "compile_turn",
     "escape_attribute",
     "escape_text",
     "manifest_from_layers",
+    "read_metrics",
     "sign_event",
 ]
