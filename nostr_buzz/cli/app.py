@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -57,14 +58,23 @@ _SECRET_LIKE = re.compile(r"nsec1[0-9a-z]+", re.IGNORECASE)
 _SECRET_OPTIONS = ("--key",)
 
 
+_SECRET_VARIABLES = ("BUZZ_PRIVATE_KEY",)
+#: Shorter values are not redacted: they cannot be keys, and replacing them would garble text.
+_MIN_REDACTED = 8
+
+
 def _redact(message: str, args: Sequence[str]) -> str:
-    """Parser messages quote arguments; never let one that is or may be a secret through."""
+    """Messages may quote arguments; never let one that is or may be a secret through (spec 01:
+    nsec1…, or the value of a secret-key option or variable, even when used elsewhere)."""
     secrets = [args[i + 1] for i, a in enumerate(args[:-1]) if a in _SECRET_OPTIONS and args[i + 1]]
     secrets += [
         a.split("=", 1)[1] for a in args if a.startswith(tuple(o + "=" for o in _SECRET_OPTIONS))
     ]
-    for secret in sorted(filter(None, secrets), key=len, reverse=True):
-        message = message.replace(secret, SECRET_HINT)
+    secrets += [os.environ.get(name, "") for name in _SECRET_VARIABLES]
+    candidates = {s for secret in secrets for s in (secret, secret.strip())}
+    for secret in sorted(candidates, key=len, reverse=True):
+        if len(secret) >= _MIN_REDACTED:
+            message = message.replace(secret, SECRET_HINT)
     return _SECRET_LIKE.sub(SECRET_HINT, message)
 
 
@@ -85,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = app(args=args, prog_name="buzz", standalone_mode=False)
     except CliFailure as exc:
-        note(f"buzz: {exc.message}")
+        note(f"buzz: {_redact(exc.message, args)}")
         return int(exc.code)
     except BuzzError as exc:
         note(f"buzz: {_redact(str(exc), args)}")

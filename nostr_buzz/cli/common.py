@@ -18,6 +18,8 @@ from nostr_buzz.nips import nip19
 
 T = TypeVar("T")
 
+MAX_TIMEOUT = 86_400.0
+
 RelayOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -29,7 +31,11 @@ RelayOption = Annotated[
 TimeoutOption = Annotated[
     float,
     typer.Option(
-        "--timeout", min=0.1, help="Seconds allowed per relay for connecting plus answering."
+        "--timeout",
+        min=0.1,
+        # Finite, so that every wait has a bound (spec 05): "inf" would let a tarpit hang us.
+        max=MAX_TIMEOUT,
+        help="Seconds allowed per relay for connecting plus answering.",
     ),
 ]
 ConfigOption = Annotated[
