@@ -236,12 +236,17 @@ async def test_steer_mid_turn_is_injected_and_recorded_in_the_ledger(tmp_path: P
         )
         await _wait(seen)
         steer = compile_steer(_event("mind the tests"), channel_id="general")
-        outcome = await driver.steer(session.session_id, steer.text)
+        other = compile_steer(_event("a second steer"), channel_id="general")
+        # At most one steer in flight per turn: the one sent meanwhile is released.
+        outcome, second = await asyncio.gather(
+            driver.steer(session.session_id, steer.text),
+            driver.steer(session.session_id, other.text),
+        )
         if outcome == "injected":  # the caller's rule: only injected steers join the ledger
             ledger.accept_update(steer.manifest)
         async with asyncio.timeout(WAIT):  # the 20 s turn wraps up at once
             result = await turn
-    assert outcome == "injected"
+    assert (outcome, second) == ("injected", "released")
     assert result.outcome == "success"
     assert result.reply.endswith("instruction: long task\nsteer: mind the tests")
     snapshot = ledger.snapshot()
@@ -436,3 +441,95 @@ async def test_close_leaves_no_process_and_no_task(tmp_path: Path) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+# A bare JSON-RPC agent (no acp package): it claims protocol version 2, answers each prompt
+# with the stop reason its text names, and logs every frame it receives to a file.
+RAW_AGENT = r"""
+import json, sys
+log = open(sys.argv[1], "a")
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+waiting = {}
+for line in sys.stdin:
+    msg = json.loads(line)
+    log.write(line)
+    log.flush()
+    method, mid = msg.get("method"), msg.get("id")
+    if method is None:
+        send({"jsonrpc": "2.0", "id": waiting.pop(mid), "result": {"stopReason": "end_turn"}})
+    elif method == "initialize":
+        info = {"name": "raw-v2", "version": "1"}
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": 2, "agentInfo": info}})
+    elif method == "session/new":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": "raw-1"}})
+    elif method == "session/prompt":
+        text = msg["params"]["prompt"][0]["text"]
+        if text == "error":
+            send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32603, "message": "boom"}})
+        elif text == "permission":
+            options = [
+                {"optionId": "no", "name": "No", "kind": "reject_once"},
+                {"optionId": "yes", "name": "Yes", "kind": "allow_once"},
+            ]
+            call = {"toolCallId": "t1", "title": "write a file"}
+            params = {"sessionId": "raw-1", "toolCall": call, "options": options}
+            send({"jsonrpc": "2.0", "id": 900, "method": "session/request_permission",
+                  "params": params})
+            waiting[900] = mid
+        elif text == "garbage":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"nothing": True}})
+        else:
+            send({"jsonrpc": "2.0", "id": mid, "result": {"stopReason": text}})
+    elif mid is not None:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no"}})
+"""
+
+
+async def test_protocol_v2_system_prompt_and_the_outcome_table(tmp_path: Path) -> None:
+    script, frames = tmp_path / "raw_agent.py", tmp_path / "frames.jsonl"
+    script.write_text(RAW_AGENT)
+    driver = AgentDriver(sys.executable, [str(script), str(frames)], clock=_clock())
+    async with driver:
+        assert driver.info.protocol_version == 2 and not driver.info.steering_supported
+        session = await _session(driver, tmp_path)
+        assert session.strategy == "system_prompt"
+        results = {
+            text: await driver.run_turn(session.session_id, [text])
+            for text in (
+                "end_turn",
+                "max_tokens",
+                "refusal",
+                "max_turn_requests",
+                "something_new",
+                "cancelled",
+                "error",
+                "garbage",
+                "permission",
+            )
+        }
+        assert await driver.steer(session.session_id, "x") == "failed"  # nothing advertised
+    table = {
+        text: (r.stop_reason, r.outcome, r.terminal_evidence, r.native_stop_reason)
+        for text, r in results.items()
+    }
+    assert table == {
+        "end_turn": ("end_turn", "success", "prompt_response", "end_turn"),
+        "max_tokens": ("max_tokens", "success", "prompt_response", "max_tokens"),
+        "refusal": ("unknown", "success", "prompt_response", "refusal"),
+        "max_turn_requests": ("unknown", "success", "prompt_response", "max_turn_requests"),
+        "something_new": ("unknown", "success", "prompt_response", "something_new"),
+        "cancelled": ("cancelled", "cancelled", "prompt_response", "cancelled"),
+        "error": ("error", "failed", "error", None),
+        "garbage": ("error", "failed", "error", None),
+        "permission": ("end_turn", "success", "prompt_response", "end_turn"),
+    }
+    assert all(r.usage is None for r in results.values())  # the agent reported none
+    received = [json.loads(line) for line in frames.read_text().splitlines()]
+    new = next(f for f in received if f.get("method") == "session/new")
+    assert new["params"]["systemPrompt"] == standing_text(STANDING, str(tmp_path))
+    assert "_meta" not in new["params"]
+    answer = next(f for f in received if f.get("id") == 900 and "method" not in f)
+    assert answer["result"] == {"outcome": {"outcome": "selected", "optionId": "yes"}}
+    assert not any(f.get("method", "").startswith("_") for f in received)  # never probed
