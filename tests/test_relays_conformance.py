@@ -928,3 +928,54 @@ def test_subprocess_raw_prints_utf8_under_the_c_locale(good: ScriptedRelay) -> N
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (canonical(NOTE) + "\n").encode("utf-8")
+
+
+def test_help_and_version_never_read_configuration(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BUZZ_RELAYS", "http://not-a-relay")
+    monkeypatch.setenv("BUZZ_PRIVATE_KEY", "garbage-key-value")
+    Path("buzz.toml").write_text("this is [not toml", encoding="utf-8")
+    for argv in (("messages", "raw", "--help"), ("keys", "show", "--help")):
+        assert buzz(capsys, *argv)[0] == 0
+    code, out, _ = buzz(capsys, "--version")
+    assert code == 0 and out.startswith("buzz ")  # asked-for data goes to stdout
+
+
+def test_send_refused_everywhere_is_2_with_each_reason(
+    bg: BackgroundLoop, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def empty_id(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "EVENT":
+            await conn.send(["OK", "", False, "blocked: not you"])
+
+    async def limited(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "EVENT":
+            await conn.send(["OK", msg[1]["id"], False, "rate-limited: slow down"])
+
+    a, b = bg.relay(empty_id), bg.relay(limited)
+    code, _, err = buzz(
+        capsys,
+        "messages", "send", "--channel", "general", "--key", ALICE.hex,
+        "--relay", a.url, "--relay", b.url, "--timeout", "3", "hello",
+    )  # fmt: skip
+    assert code == 2
+    assert "blocked: not you" in err and "rate-limited: slow down" in err
+    assert len(a.frames("EVENT")) == 1 and len(b.frames("EVENT")) == 1
+
+
+async def test_closing_leaves_no_task_running() -> None:
+    before = asyncio.all_tasks()
+
+    async def script(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "REQ":
+            await conn.send(["NOTICE", "hi"])  # and never EOSE
+
+    async with scripted_relay(script) as relay:
+        client = RelayClient(relay.url, timeout=0.3)
+        await client.query({"kinds": [1]})
+        await client.publish(NOTE)
+        await client.close()
+        await RelayPool([relay.url, refused_url()], timeout=0.3).query({"kinds": [1]})
+    leftover = [t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()]
+    assert leftover == []

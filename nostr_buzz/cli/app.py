@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import typer
 
-from nostr_buzz.cli.output import CliFailure, ExitCode, note
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.errors import SECRET_HINT, BuzzError
 
 app = typer.Typer(
@@ -25,7 +25,7 @@ def _version(value: bool) -> None:
     if value:
         from importlib.metadata import version
 
-        note(f"buzz {version('nostr-buzz')}")
+        write_stdout(f"buzz {version('nostr-buzz')}\n")  # asked-for data: stdout (spec 05)
         raise typer.Exit(0)
 
 
