@@ -912,6 +912,13 @@ def test_usage_errors_are_exit_1_with_empty_stdout(
     assert code == 1 and out == ""
 
 
+async def test_a_single_url_string_is_one_relay() -> None:
+    async with scripted_relay(serving(NOTE)) as relay:
+        pool = RelayPool(relay.url, timeout=3)
+        result = await pool.query({"ids": [NOTE.id]})
+    assert pool.urls == [relay.url] and [e.id for e in result.events] == [NOTE.id]
+
+
 def test_public_signatures() -> None:
     params = inspect.signature(RelayPool).parameters
     assert "timeout" in params and "secret" in params

@@ -71,6 +71,8 @@ class PoolQueryResult:
 
 def _unique_urls(urls: Iterable[str]) -> list[str]:
     """Checked URLs in order, without repeats of the same relay."""
+    if isinstance(urls, str):  # one URL, not an iterable of its characters
+        urls = [urls]
     out: list[str] = []
     seen: set[str] = set()
     for url in urls:
