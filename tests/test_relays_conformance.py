@@ -986,3 +986,30 @@ async def test_closing_leaves_no_task_running() -> None:
         await RelayPool([relay.url, refused_url()], timeout=0.3).query({"kinds": [1]})
     leftover = [t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()]
     assert leftover == []
+
+
+_STALLED_DNS = """
+import socket, sys, time
+real = socket.getaddrinfo
+def stalled(host, *args, **kwargs):
+    if host == "stalled-dns.invalid":
+        time.sleep(8)  # a DNS server that never answers in time
+    return real(host, *args, **kwargs)
+socket.getaddrinfo = stalled
+from nostr_buzz.cli.app import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_stalled_dns_lookup_costs_at_most_the_timeout() -> None:
+    # Name resolution runs in a thread that cannot be cancelled; the command must not wait for
+    # it at exit (spec 05: --timeout bounds connecting plus querying).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+    start = now()
+    proc = subprocess.run(
+        [sys.executable, "-c", _STALLED_DNS, "messages", "raw", "--event", NOTE.id,
+         "--relay", "ws://stalled-dns.invalid:7447", "--timeout", "1"],
+        capture_output=True, env=env, timeout=WAIT, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert now() - start < 5
