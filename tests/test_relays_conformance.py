@@ -1013,3 +1013,12 @@ def test_a_stalled_dns_lookup_costs_at_most_the_timeout() -> None:
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stdout == b""
     assert now() - start < 5
+
+
+def test_relay_text_on_stderr_cannot_drive_the_terminal(
+    bg: BackgroundLoop, capsys: pytest.CaptureFixture[str]
+) -> None:
+    relay = bg.relay(serving(eose=False, closed="blocked: \x1b[2J\nbuzz: all good\r"))
+    code, _, err = raw(capsys, NOTE.id, relay.url)
+    assert code == 2 and "blocked:" in err
+    assert "\x1b" not in err and "\r" not in err and "\nbuzz: all good" not in err

@@ -115,13 +115,17 @@ def _rejections(result: PoolQueryResult) -> dict[str, str]:
     for url, per in result.per_relay.items():
         if per.rejected_count:
             reasons = list(dict.fromkeys(per.rejected))
-            out[url] = f"{per.rejected_count} event(s) failed verification ({', '.join(reasons)})"
+            out[_one_line(url, 200)] = (
+                f"{per.rejected_count} event(s) failed verification ({', '.join(reasons)})"
+            )
     return out
 
 
 def _unreachable(result: PoolQueryResult) -> list[str]:
+    # A relay's CLOSED reason and a hint's URL are a stranger's text: flattened, so that they
+    # cannot drive the terminal or forge lines of our own.
     return [
-        f"{url}: {per.error or 'no answer'}"
+        f"{_one_line(url, 200)}: {_one_line(per.error or 'no answer', 300)}"
         for url, per in result.per_relay.items()
         if not per.finished
     ]
@@ -351,7 +355,7 @@ def _first_relay_with(result: PoolQueryResult, event_id: str) -> str:
 def _verdict_lines(published: PublishResult) -> list[str]:
     # A relay's message is its own text: flattened so it cannot drive the terminal.
     return [
-        f"{url}: {_one_line(v.message or v.prefix or 'refused', 200)}"
+        f"{_one_line(url, 200)}: {_one_line(v.message or v.prefix or 'refused', 200)}"
         for url, v in published.verdicts.items()
         if not v.ok
     ]
