@@ -29,6 +29,7 @@ from hostile_relay2 import Conn, ScriptedRelay, scripted_relay
 from relays import free_port
 
 from nostr_buzz.cli.app import main
+from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import RelayClient
@@ -1022,3 +1023,12 @@ def test_relay_text_on_stderr_cannot_drive_the_terminal(
     code, _, err = raw(capsys, NOTE.id, relay.url)
     assert code == 2 and "blocked:" in err
     assert "\x1b" not in err and "\r" not in err and "\nbuzz: all good" not in err
+
+
+@pytest.mark.parametrize("url", [NSEC, NSEC.upper(), "http://" + NSEC, "wss://x:" + NSEC])
+def test_relay_url_errors_never_repeat_a_secret(url: str) -> None:
+    for make in (lambda: RelayPool([url]), lambda: RelayClient(url)):
+        with pytest.raises(ValueError) as info:
+            make()
+        assert isinstance(info.value, BuzzError)
+        assert NSEC not in str(info.value).lower()

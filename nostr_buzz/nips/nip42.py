@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
-from nostr_buzz.errors import RelayError
+from nostr_buzz.errors import SECRET_HINT, RelayError, looks_secret
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 
@@ -32,6 +32,13 @@ def auth_event(
     )
 
 
+def _shown(text: str) -> str:
+    """A URL for an error message; a secret key pasted in the wrong place is never repeated."""
+    if looks_secret(text) or "nsec1" in text.lower():  # also inside a mangled URL
+        return SECRET_HINT
+    return repr(text if len(text) <= 100 else text[:100] + "…")
+
+
 def check_relay_url(url: str) -> str:
     """Return ``url`` stripped if it is a usable ``ws://`` or ``wss://`` URL, else raise."""
     if not isinstance(url, str):
@@ -41,11 +48,11 @@ def check_relay_url(url: str) -> str:
         parts = urlsplit(text)
         _ = parts.port  # raises ValueError for a non-numeric or out-of-range port
     except ValueError:
-        raise RelayError(f"not a valid relay URL: {text!r}") from None
+        raise RelayError(f"not a valid relay URL: {_shown(text)}") from None
     if parts.scheme.lower() not in _DEFAULT_PORTS:
-        raise RelayError(f"relay URL must start with ws:// or wss://: {text!r}")
+        raise RelayError(f"relay URL must start with ws:// or wss://: {_shown(text)}")
     if not parts.hostname:
-        raise RelayError(f"relay URL has no host: {text!r}")
+        raise RelayError(f"relay URL has no host: {_shown(text)}")
     return text
 
 
