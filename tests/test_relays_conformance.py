@@ -672,8 +672,9 @@ def test_raw_closed_after_eose_is_not_waited_for(
     good: ScriptedRelay, capsys: pytest.CaptureFixture[str]
 ) -> None:
     start = now()
-    code, out, _ = raw(capsys, NOTE.id, good.url, timeout="8")
+    code, out, err = raw(capsys, NOTE.id, good.url, timeout="8")
     assert code == 0 and out == canonical(NOTE) + "\n"
+    assert err == ""  # no progress lines when stderr is not a terminal
     assert now() - start < 3
 
 
