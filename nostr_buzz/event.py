@@ -13,6 +13,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from contextvars import ContextVar
 from typing import Any, Final
 
 import msgspec
@@ -26,6 +27,9 @@ MAX_CREATED_AT: Final = 2**63
 MAX_KIND: Final = 65535
 
 Tags = tuple[tuple[str, ...], ...]
+
+# Set only while sign_event constructs the Event it has just signed and verified.
+_JUST_SIGNED: ContextVar[bool] = ContextVar("nostr_buzz_just_signed", default=False)
 
 
 class _WireEvent(msgspec.Struct):
@@ -113,6 +117,8 @@ class Event(msgspec.Struct, frozen=True):
     sig: str
 
     def __post_init__(self) -> None:
+        if _JUST_SIGNED.get():
+            return  # built by sign_event from checked parts; libsecp256k1 verified the signature
         _check_structure(
             self.id, self.pubkey, self.created_at, self.kind, self.tags, self.content, self.sig
         )
@@ -234,5 +240,11 @@ def sign_event(
     event_id = compute_id(pubkey, created_at, kind, tag_tuple, content)
     if aux_rand is not None and (not isinstance(aux_rand, bytes) or len(aux_rand) != 32):
         raise InvalidEvent("malformed", "aux_rand must be 32 bytes")
+    # coincurve's sign_schnorr verifies the signature it made (BIP-340's recommendation), and
+    # the structure and id were checked above: constructing the Event need not repeat the work.
     sig = secret.sign_schnorr(bytes.fromhex(event_id), aux_rand).hex()
-    return Event(event_id, pubkey, created_at, kind, tag_tuple, content, sig)
+    token = _JUST_SIGNED.set(True)
+    try:
+        return Event(event_id, pubkey, created_at, kind, tag_tuple, content, sig)
+    finally:
+        _JUST_SIGNED.reset(token)
