@@ -61,6 +61,7 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     env: dict[str, str] = {}  # variables set for the agent (values written here)
     pass_env: tuple[str, ...] = ()  # names copied from buzz's own environment (API keys)
     cwd: str | None = None  # the agent's working directory, used exactly as written
+    model: str | None = None  # the model the agent runs, reported in metrics when known
 
 
 class SubscriptionsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
