@@ -427,8 +427,8 @@ class BuzzPlugin:
 
     async def run(self) -> None:
         """Subscribe to the read relays and serve until :meth:`stop` (or ``!shutdown``)."""
-        await self.start()
         try:
+            await self.start()
             subscription = asyncio.create_task(self._subscribe(), name="buzz-subscription")
             stopper = asyncio.create_task(self._stop.wait())
             await asyncio.wait({subscription, stopper}, return_when=asyncio.FIRST_COMPLETED)

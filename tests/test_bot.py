@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -352,3 +355,53 @@ async def test_shard_serves_only_its_destinations(world: World) -> None:
     async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
         queued = [await plugin.handle_event(e) for e in events]
     assert [e for e, q in zip(events, queued, strict=True) if q] == mine
+
+
+async def test_buzz_run_serves_from_buzz_toml_and_stops_cleanly_on_sigterm(world: World) -> None:
+    (world.tmp / "agent.key").write_text(world.agent.hex + "\n", encoding="utf-8")
+    config = world.tmp / "buzz.toml"
+    config.write_text(
+        f'key_file = "agent.key"\nowner = "{world.owner.public_key.bech32}"\n'
+        f'relays = ["{world.relay.url}"]\nstate_dir = "state"\n'
+        f"[agent]\ncommand = {json.dumps(sys.executable)}\n"
+        'args = ["-m", "nostr_buzz.demo.agent"]\n[timeouts]\nrelay = 3\n',
+        encoding="utf-8",
+    )
+    # A persisted position from "an earlier run": the mention below is replayed on start.
+    (world.tmp / "state").mkdir()
+    position = {"position": int(time.time()) - 5}
+    (world.tmp / "state" / "bot-state.json").write_text(json.dumps(position), encoding="utf-8")
+    mention = world.message(world.owner, "hello from the command line")
+    await world.publish(mention)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "nostr_buzz", "run", "--config", str(config),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        pool = RelayPool([world.relay.url], timeout=3.0)
+        replies = pool.subscribe({"kinds": [9], "authors": [world.agent.public_key.hex]})
+        async with asyncio.timeout(WAIT):
+            reply = await anext(replies)
+        await replies.aclose()  # type: ignore[attr-defined]
+        assert nip10.thread_ref(reply).root == mention.id
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), WAIT)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, stderr.decode()
+    assert stdout == b""
+    assert b"stopped" in stderr
+
+
+def test_buzz_run_without_configuration_is_bad_input(tmp_path: Path, monkeypatch: Any) -> None:
+    from nostr_buzz.cli.app import main
+
+    for name in ("BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_RELAYS", "BUZZ_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run"]) == 1
+    assert main(["run", "--config", str(tmp_path / "missing.toml")]) == 1
+    assert main(["run", "--shard", "2/2"]) == 1

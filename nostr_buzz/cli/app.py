@@ -45,6 +45,7 @@ from nostr_buzz.cli.manifest import manifest_app  # noqa: E402
 from nostr_buzz.cli.messages import messages_app  # noqa: E402
 from nostr_buzz.cli.metrics import metrics_command  # noqa: E402
 from nostr_buzz.cli.relay import relay_command  # noqa: E402
+from nostr_buzz.cli.run import run_command  # noqa: E402
 
 app.command("compile")(compile_command)
 app.add_typer(manifest_app, name="manifest")
@@ -52,6 +53,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(messages_app, name="messages")
 app.command("relay")(relay_command)
 app.command("metrics")(metrics_command)
+app.command("run")(run_command)
 
 
 _SECRET_LIKE = re.compile(r"nsec1[0-9a-z]+", re.IGNORECASE)
