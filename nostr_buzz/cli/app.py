@@ -40,6 +40,7 @@ def _root(
 
 # Command groups register here (one module per group).
 from nostr_buzz.cli.compile import compile_command  # noqa: E402
+from nostr_buzz.cli.demo import demo_command  # noqa: E402
 from nostr_buzz.cli.keys import keys_app  # noqa: E402
 from nostr_buzz.cli.manifest import manifest_app  # noqa: E402
 from nostr_buzz.cli.messages import messages_app  # noqa: E402
@@ -54,6 +55,7 @@ app.add_typer(messages_app, name="messages")
 app.command("relay")(relay_command)
 app.command("metrics")(metrics_command)
 app.command("run")(run_command)
+app.command("demo")(demo_command)
 
 
 _SECRET_LIKE = re.compile(r"nsec1[0-9a-z]+", re.IGNORECASE)

@@ -1,0 +1,45 @@
+"""``buzz demo``: the whole pipeline on loopback in one command (spec 06, "`buzz demo`").
+
+No configuration is read: the demo makes its own relay, keys and state directory and removes
+them afterwards.  The report goes to stdout; a failed step exits 1 with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Annotated
+
+import typer
+
+from nostr_buzz.cli.common import run
+from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
+from nostr_buzz.demo.script import DemoFailure, run_demo
+
+
+def demo_command(
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            help='An ACP agent command to use instead of the bundled demo agent, e.g. "goose acp".',
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run the whole pipeline on an embedded relay: mention, burst, second person, steer,
+    manifests, metrics read back by the owner, and one raw message."""
+    command: list[str] | None = None
+    if agent is not None:
+        try:
+            command = shlex.split(agent)
+        except ValueError as exc:
+            raise CliFailure(ExitCode.BAD_INPUT, f"--agent: {exc}") from None
+        if not command:
+            raise CliFailure(ExitCode.BAD_INPUT, "--agent: the agent command is empty")
+    # Collected and written at the end: on failure stdout stays empty (spec 05).
+    report: list[str] = []
+    try:
+        run(run_demo(report.append, command))
+    except DemoFailure as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"demo failed: {exc}") from None
+    write_stdout("".join(report))

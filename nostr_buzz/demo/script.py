@@ -1,0 +1,392 @@
+"""The ``buzz demo`` script: the whole pipeline on loopback in one command (spec 06).
+
+An embedded relay (nostr-sdk's LocalRelay on 127.0.0.1), fresh keys in a temporary state
+directory, the bot with the bundled demo agent (or any ACP command), and a human who posts a
+mention, a burst of replies in one thread, a reply by a second person and a message while a turn
+is running.  The script prints the first turn's envelope, every manifest, the usage table the
+owner reads back from the metrics, and one message fetched with ``buzz messages raw``.
+
+Every wait is bounded; any failure raises :class:`DemoFailure` with what went wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from nostr_buzz.bot import BuzzPlugin, PluginConfig
+from nostr_buzz.cli.common import progress
+from nostr_buzz.cli.compile import layer_table, terminal_safe
+from nostr_buzz.cli.metrics import render_plain_table
+from nostr_buzz.core.manifest import Manifest
+from nostr_buzz.core.turn_input import Standing
+from nostr_buzz.errors import BuzzError
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.diagnostics import DiagnosticRecord
+from nostr_buzz.io.metrics_reader import read_metrics
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.keys import SecretKey
+
+__all__ = ["DEMO_DELAY", "DemoFailure", "bundled_agent_command", "run_demo"]
+
+#: How long each turn of the bundled agent works (a steer ends it early): long enough for the
+#: steer to land while the turn runs, short enough for the demo to finish in seconds.
+DEMO_DELAY: Final = 1.5
+CHANNEL: Final = "demo"
+#: Per step: the bundled agent answers in seconds; a real agent may think for a while.
+BUNDLED_STEP_TIMEOUT: Final = 30.0
+EXTERNAL_STEP_TIMEOUT: Final = 180.0
+RELAY_TIMEOUT: Final = 5.0
+#: Standing context: it travels in the agent's system role and shows in every manifest.
+STANDING: Final = Standing(
+    base="You are buzz, an agent on a Nostr team chat. Reply in the thread you were asked in.",
+    system="Be brief and concrete.",
+)
+
+Write = Callable[[str], None]
+
+
+class DemoFailure(BuzzError):
+    """The demo could not complete a step; the message says which and why."""
+
+
+def bundled_agent_command(delay: float = DEMO_DELAY) -> list[str]:
+    return [sys.executable, "-m", "nostr_buzz.demo.agent", "--delay", f"{delay:g}"]
+
+
+@dataclass
+class _Feed:
+    """The bot's diagnostics, with bounded waits on them."""
+
+    records: list[DiagnosticRecord] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    bot: asyncio.Task[None] | None = None
+
+    def watch(self, bot: asyncio.Task[None]) -> None:
+        """Stop waiting as soon as the bot itself ends (e.g. its agent could not start)."""
+        self.bot = bot
+        bot.add_done_callback(lambda _: self.changed.set())
+
+    def __call__(self, record: DiagnosticRecord) -> None:
+        self.records.append(record)
+        self.changed.set()
+
+    def of(self, kind: str) -> list[DiagnosticRecord]:
+        return [r for r in self.records if r.kind == kind]
+
+    async def wait_for(self, kind: str, count: int, timeout: float, step: str) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.of(kind)) < count:
+            if self.bot is not None and self.bot.done():
+                problem = None if self.bot.cancelled() else self.bot.exception()
+                raise DemoFailure(f"{step}: the bot stopped: {problem or 'no reason given'}")
+            failed = self.of("turn_failed")
+            if failed:
+                raise DemoFailure(f"{step}: the turn failed: {failed[-1].payload.get('error')}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DemoFailure(
+                    f"{step}: no {kind!r} after {timeout:g} s (see the agent log for clues)"
+                )
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), remaining)
+
+
+def _heading(write: Write, number: int, title: str) -> None:
+    write(f"\n== {number}. {title} ==\n")
+    progress(f"buzz demo: {number}. {title}…")
+
+
+def _manifest_lines(title: str, manifest: Manifest) -> str:
+    count = len(manifest.layers)
+    lines = [f"{title}: {manifest.hash} ({count} layer{'' if count == 1 else 's'})"]
+    lines += ["  " + line for line in layer_table(manifest.layers)]
+    return "\n".join(lines) + "\n"
+
+
+def _manifest_of(record: DiagnosticRecord) -> Manifest:
+    return Manifest.from_json(json.dumps(record.payload["contextManifest"]))
+
+
+async def _start_relay() -> tuple[Any, str]:
+    try:
+        import nostr_sdk
+    except ImportError:
+        raise DemoFailure(
+            "the embedded relay needs nostr-sdk: pip install 'nostr-buzz[relay]'"
+        ) from None
+    nostr_sdk.uniffi_set_event_loop(asyncio.get_running_loop())
+    builder = (
+        nostr_sdk.LocalRelayBuilder()
+        .addr("127.0.0.1")
+        # The default 60 events per minute would throttle the burst and the metrics.
+        .rate_limit(nostr_sdk.RateLimit(max_reqs=500, notes_per_minute=100_000))
+    )
+    relay = builder.build()
+    try:
+        await relay.run()
+        url = str(await relay.url())
+    except Exception as exc:  # the binding raises its own error types
+        raise DemoFailure(f"cannot start the embedded relay: {exc}") from None
+    return relay, url
+
+
+class _Demo:
+    def __init__(self, write: Write, agent: Sequence[str], bundled: bool, state: Path) -> None:
+        self.write = write
+        self.agent = list(agent)
+        self.bundled = bundled
+        self.state = state
+        self.step_timeout = BUNDLED_STEP_TIMEOUT if bundled else EXTERNAL_STEP_TIMEOUT
+        self.owner = SecretKey.generate()
+        self.agent_key = SecretKey.generate()
+        self.human = SecretKey.generate()
+        self.second = SecretKey.generate()
+        self.feed = _Feed()
+        self.url = ""
+
+    def sign(
+        self,
+        author: SecretKey,
+        content: str,
+        *,
+        root: Event | None = None,
+        kind: int = 9,
+        tags: Sequence[Sequence[str]] | None = None,
+    ) -> Event:
+        if tags is None:
+            built: list[list[str]] = [["h", CHANNEL]]
+            if root is not None:
+                built.append(["e", root.id, "", "root", root.pubkey])
+            built.append(["p", self.agent_key.public_key.hex])
+            tags = built
+        return sign_event(
+            author, kind=kind, content=content, tags=tags, created_at=int(time.time())
+        )
+
+    async def publish(self, *events: Event) -> None:
+        pool = RelayPool([self.url], timeout=RELAY_TIMEOUT)
+        results = await asyncio.gather(*(pool.publish(e) for e in events))
+        for event, result in zip(events, results, strict=True):
+            if not result.ok:
+                verdicts = "; ".join(f"{u}: {v.message}" for u, v in result.verdicts.items())
+                raise DemoFailure(f"the relay refused event {event.id}: {verdicts}")
+
+    async def turn(self, number: int, step: str) -> DiagnosticRecord:
+        await self.feed.wait_for("turn_completed", number, self.step_timeout, step)
+        return self.feed.of("turn_completed")[number - 1]
+
+    def config(self) -> PluginConfig:
+        return PluginConfig(
+            agent_secret=self.agent_key,
+            owner=self.owner.public_key,
+            read_relays=(self.url,),
+            write_relays=(self.url,),
+            agent_command=self.agent[0],
+            agent_args=tuple(self.agent[1:]),
+            agent_pass_env=_API_KEY_NAMES,
+            state_dir=self.state / "bot",
+            gate="allowlist",
+            allowlist=frozenset({self.human.public_key.hex, self.second.public_key.hex}),
+            in_flight="steer",
+            standing=STANDING,
+            relay_timeout=RELAY_TIMEOUT,
+            idle_timeout=self.step_timeout,
+            hard_timeout=self.step_timeout * 2,
+        )
+
+    async def run(self) -> None:
+        relay, self.url = await _start_relay()
+        try:
+            await self._script()
+        finally:
+            relay.shutdown()
+            del relay
+            gc.collect()
+
+    async def _script(self) -> None:
+        write = self.write
+        _heading(write, 1, "setup")
+        write(f"relay      {self.url} (embedded, loopback only)\n")
+        write(f"state dir  {self.state}\n")
+        write(f"owner      {self.owner.public_key.bech32}\n")
+        write(f"agent      {self.agent_key.public_key.bech32}\n")
+        write(f"alex       {self.human.public_key.bech32} (human)\n")
+        write(f"sam        {self.second.public_key.bech32} (human)\n")
+        write(f"agent cmd  {shlex.join(self.agent)}\n")
+        await self.publish(
+            self.sign(self.human, json.dumps({"name": "Alex"}), kind=0, tags=[]),
+            self.sign(self.second, json.dumps({"name": "Sam"}), kind=0, tags=[]),
+            self.sign(self.agent_key, json.dumps({"name": "buzz", "bot": True}), kind=0, tags=[]),
+            self.sign(
+                self.owner,
+                "",
+                kind=39000,
+                tags=[["d", CHANNEL], ["name", "demo"], ["about", "Where the demo happens."]],
+            ),
+        )
+        plugin = BuzzPlugin(self.config(), on_diagnostic=self.feed, include_prompt_text=True)
+        runner = asyncio.create_task(plugin.run(), name="buzz-demo-bot")
+        self.feed.watch(runner)
+        try:
+            await self._conversation()
+            await self._metrics_and_raw()
+        finally:
+            plugin.stop()
+            try:
+                await asyncio.wait_for(runner, RELAY_TIMEOUT * 4)
+            except TimeoutError:
+                runner.cancel()
+                raise DemoFailure("the bot did not stop in time") from None
+            except asyncio.CancelledError:
+                raise
+            except BuzzError:
+                pass  # already reported by the step that saw the bot stop
+
+    async def _conversation(self) -> None:
+        write = self.write
+        _heading(write, 2, "a mention (turn 1)")
+        mention = self.sign(self.human, "Hi buzz, why did last night's deploy fail?")
+        await self.publish(mention)
+        await self.turn(1, "the mention")
+        delivery = self.feed.of("prompt_context_delivery")[0]
+        write(f"alex: {mention.content}\n")
+        write("\nthe envelope the agent received (one text block each):\n")
+        for section in delivery.payload.get("promptText", []):
+            write(terminal_safe(section, multiline=True) + "\n\n")
+        write(_manifest_lines("manifest of turn 1", _manifest_of(delivery)))
+
+        _heading(write, 3, "a burst of replies in one thread (coalesced: turn 2)")
+        burst = [
+            self.sign(self.human, text, root=mention)
+            for text in ("It was the migration step.", "Logs are in #ops.", "Can you retry it?")
+        ]
+        await self.publish(*burst)
+        await self.turn(2, "the burst")
+        started = self.feed.of("turn_started")[1].payload["triggeringEventIds"]
+        write(f"alex posted {len(burst)} replies; turn 2 was triggered by {len(started)}\n")
+        if self.bundled and started != [e.id for e in burst]:
+            raise DemoFailure(f"the burst became a turn of {len(started)} event(s), not 3")
+        write(_manifest_lines("manifest of turn 2", _manifest_of(self._delivery(2))))
+
+        _heading(write, 4, "a reply by a second person (a separate turn: turn 3)")
+        sam = self.sign(self.second, "I can help with the migration too.", root=mention)
+        await self.publish(sam)
+        await self.turn(3, "the second person's reply")
+        started = self.feed.of("turn_started")[2].payload["triggeringEventIds"]
+        if started != [sam.id]:
+            raise DemoFailure("the second person's reply did not get a turn of its own")
+        write(f"sam: {sam.content}\n")
+        write(_manifest_lines("manifest of turn 3", _manifest_of(self._delivery(3))))
+
+        _heading(write, 5, "a message while a turn is running (a steer into turn 4)")
+        task = self.sign(self.human, "Please run the migration again.")
+        await self.publish(task)
+        await self.feed.wait_for(
+            "prompt_context_delivery", 4, self.step_timeout, "the running turn"
+        )
+        steer = self.sign(self.human, "Use the staging database for it.", root=task)
+        await self.publish(steer)
+        await self.feed.wait_for("prompt_context_steer", 1, self.step_timeout, "the steer")
+        await self.turn(4, "the steered turn")
+        record = self.feed.of("prompt_context_steer")[0]
+        outcome = record.payload["deliveryOutcome"]
+        write(f"alex: {task.content}\nalex (while it runs): {steer.content}\n")
+        write(f"steer delivery: {outcome}\n")
+        write(_manifest_lines("manifest of turn 4", _manifest_of(self._delivery(4))))
+        if "contextManifest" in record.payload:
+            write(_manifest_lines("turn 4 ledger after the steer", _manifest_of(record)))
+        if self.bundled and outcome != "injected":
+            raise DemoFailure(f"the steer was not injected into the running turn ({outcome})")
+        # When the agent could not take the steer natively, the message is its own next turn.
+        turns = len(self.feed.of("turn_started"))
+        await self.feed.wait_for("turn_completed", turns, self.step_timeout, "the last turn")
+
+    def _delivery(self, turn: int) -> DiagnosticRecord:
+        return self.feed.of("prompt_context_delivery")[turn - 1]
+
+    async def _metrics_and_raw(self) -> None:
+        write = self.write
+        _heading(write, 6, "metrics: published by the agent, read back by the owner")
+        queued = len(self.feed.of("metric_queued"))
+        await self.feed.wait_for("metric_published", queued, self.step_timeout, "the metrics")
+        write(f"{queued} metric event(s) (kind 44200, NIP-44 encrypted to the owner) published\n")
+        report, fetch = await read_metrics(self.owner, [self.url], timeout=RELAY_TIMEOUT)
+        if not fetch.any_finished:
+            raise DemoFailure("the relay did not answer the owner's metrics query")
+        if len(report.turns) != queued:
+            raise DemoFailure(f"the owner read {len(report.turns)} metric(s), expected {queued}")
+        if report.manifest_mismatches:
+            raise DemoFailure(f"{report.manifest_mismatches} metric manifest(s) do not match")
+        write("\nper turn:\n" + render_plain_table(report, turns=True))
+        write("\ntotals:\n" + render_plain_table(report, turns=False))
+
+        _heading(write, 7, "one message, fetched with `buzz messages raw --event`")
+        replies = self.feed.of("reply_published")
+        if not replies:
+            raise DemoFailure("the agent published no reply")
+        event_id = str(replies[0].payload["eventId"])
+        command = [sys.executable, "-m", "nostr_buzz", "messages", "raw"]
+        command += ["--event", event_id, "--relay", self.url, "--timeout", f"{RELAY_TIMEOUT:g}"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=self.state,  # no stray ./buzz.toml is read
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), RELAY_TIMEOUT * 4)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise DemoFailure("buzz messages raw did not finish in time") from None
+        if proc.returncode != 0:
+            raise DemoFailure(
+                f"buzz messages raw exited {proc.returncode}: {err.decode(errors='replace')}"
+            )
+        write(f"$ buzz messages raw --event {event_id} --relay {self.url}\n")
+        raw = out.decode("utf-8")
+        Event.from_json(raw)  # the printed event verifies (id and signature)
+        write(raw)
+
+
+#: Variables an external agent usually needs (its API keys); only those set are passed.
+_API_KEY_NAMES: Final = (
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GEMINI_API_KEY",
+    "OPENROUTER_API_KEY",
+    "GOOSE_PROVIDER",
+    "GOOSE_MODEL",
+)
+
+
+async def run_demo(write: Write, agent: Sequence[str] | None = None) -> None:
+    """Run the whole demo, writing its report through ``write``; raises :class:`DemoFailure`.
+
+    ``agent``: an ACP command (argv) instead of the bundled demo agent.
+    """
+    bundled = agent is None
+    command = bundled_agent_command() if agent is None else list(agent)
+    if not command:
+        raise DemoFailure("--agent: the agent command is empty")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="buzz-demo-") as state:
+        await _Demo(write, command, bundled, Path(state)).run()
+    _heading(write, 8, "done")
+    write(f"demo finished in {time.monotonic() - started:.1f} s\n")

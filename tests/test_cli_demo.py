@@ -1,0 +1,71 @@
+"""``buzz demo`` as a real subprocess: the whole pipeline on loopback, well under a minute."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from nostr_buzz.event import Event
+
+SECTIONS = [
+    "== 1. setup ==",
+    "== 2. a mention (turn 1) ==",
+    "== 3. a burst of replies in one thread (coalesced: turn 2) ==",
+    "== 4. a reply by a second person (a separate turn: turn 3) ==",
+    "== 5. a message while a turn is running (a steer into turn 4) ==",
+    "== 6. metrics: published by the agent, read back by the owner ==",
+    "== 7. one message, fetched with `buzz messages raw --event` ==",
+    "== 8. done ==",
+]
+
+
+def _buzz(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+    return subprocess.run(
+        [sys.executable, "-m", "nostr_buzz", *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def test_buzz_demo_runs_the_whole_pipeline_and_exits_0() -> None:
+    started = time.monotonic()
+    done = _buzz("demo")
+    assert time.monotonic() - started < 60
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    positions = [out.index(section) for section in SECTIONS]
+    assert positions == sorted(positions)
+    # The first turn's envelope and every manifest (hash + layer table).
+    assert "<buzz-turn>" in out and "</buzz-turn>" in out
+    assert "Content: Hi buzz, why did last night" in out
+    for turn in (1, 2, 3, 4):
+        assert f"manifest of turn {turn}: sha256:" in out
+    assert "platform_contract" in out and "current_instruction" in out
+    assert "alex posted 3 replies; turn 2 was triggered by 3" in out
+    assert "steer delivery: injected" in out
+    assert "steer_delivery_contract" in out
+    # Metrics read back by the owner: four turns, every manifest valid.
+    assert "4 metric event(s)" in out
+    per_turn = out.split("per turn:\n")[1].split("\n\n")[0].splitlines()
+    assert len(per_turn) == 1 + 4 and all(line.endswith("ok") for line in per_turn[1:])
+    # The raw message is one canonical, verifiable event: the agent's first reply.
+    raw_line = out.split("== 7.")[1].splitlines()[2]
+    event = Event.from_json(raw_line)
+    assert event.kind == 9 and json.loads(raw_line)["content"].startswith("demo-agent turn 1")
+    assert "demo finished in" in out
+
+
+def test_buzz_demo_with_an_agent_that_cannot_start_fails_clearly() -> None:
+    done = _buzz("demo", "--agent", "/nonexistent/agent acp")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "demo failed" in done.stderr and "cannot start the agent" in done.stderr
+    assert _buzz("demo", "--agent", "  ").returncode == 1
