@@ -67,7 +67,7 @@ from nostr_buzz.core.turn_input import (
     TurnEvent,
     TurnInput,
 )
-from nostr_buzz.errors import BuzzError, ConfigError, QueueError
+from nostr_buzz.errors import BuzzError, ConfigError, QueueError, RelayError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, TurnResult, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed, rfc3339_ms
@@ -432,9 +432,17 @@ class BuzzPlugin:
             subscription = asyncio.create_task(self._subscribe(), name="buzz-subscription")
             stopper = asyncio.create_task(self._stop.wait())
             await asyncio.wait({subscription, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            lost = subscription.done() and not self._stop.is_set()
             for task in (subscription, stopper):
                 task.cancel()
-            await asyncio.gather(subscription, stopper, return_exceptions=True)
+            outcomes = await asyncio.gather(subscription, stopper, return_exceptions=True)
+            if lost:
+                problem = outcomes[0] if isinstance(outcomes[0], Exception) else None
+                # Every relay gave up reconnecting (or closed the subscription): nothing to serve.
+                raise RelayError(
+                    "the subscription to every read relay ended"
+                    + (f": {problem}" if problem else "; check the relays")
+                )
         finally:
             await self.close()
 

@@ -2,7 +2,8 @@
 
 Configuration comes from flags, then ``BUZZ_*`` environment, then ``buzz.toml``.  The bot runs
 until SIGINT or SIGTERM (or the owner's ``!shutdown``) and exits 0 after a clean stop; bad
-configuration exits 1 and an agent that cannot be started exits 1 with the reason.
+configuration exits 1, an agent that cannot be started exits 1 with the reason, and losing
+every read relay for good (each gave up reconnecting) exits 2.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import typer
 from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
 from nostr_buzz.cli.common import ConfigOption, KeyOption, RelayOption, progress, run, sources
 from nostr_buzz.cli.output import CliFailure, ExitCode, note
-from nostr_buzz.errors import AgentError, ConfigError
+from nostr_buzz.errors import AgentError, ConfigError, RelayError
 
 
 async def serve(plugin: BuzzPlugin) -> None:
@@ -87,4 +88,6 @@ def run_command(
         run(body())
     except AgentError as exc:
         raise CliFailure(ExitCode.BAD_INPUT, f"the agent could not be started: {exc}") from None
+    except RelayError as exc:
+        raise CliFailure(ExitCode.NETWORK, str(exc)) from None
     note("buzz: stopped")

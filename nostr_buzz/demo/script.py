@@ -202,6 +202,8 @@ class _Demo:
             allowlist=frozenset({self.human.public_key.hex, self.second.public_key.hex}),
             in_flight="steer",
             standing=STANDING,
+            # The burst is published at once; a wider window keeps it one turn on a busy host.
+            coalesce_window=0.5,
             relay_timeout=RELAY_TIMEOUT,
             idle_timeout=self.step_timeout,
             hard_timeout=self.step_timeout * 2,
