@@ -186,18 +186,26 @@ async def test_burst_in_one_thread_is_one_turn_and_two_actors_are_two(world: Wor
     config = world.config(gate="anyone", in_flight="queue")
     root = world.message(world.owner, "root of the thread", mention=False)
     await world.publish(root)
-    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+    async with BuzzPlugin(config, on_diagnostic=rec, include_prompt_text=True) as plugin:
         burst = [world.message(world.human, f"part {i}", reply_to=root) for i in range(3)]
         other = SecretKey.generate()
         second = world.message(other, "a separate voice", reply_to=root)
+        await world.publish(*burst)  # on the relay too, as thread history for later turns
         for event in [*burst, second]:
             assert await plugin.handle_event(event)
         await rec.kind("turn_completed", 2)
     started = [r.payload["triggeringEventIds"] for r in rec.of("turn_started")]
     assert started == [[e.id for e in burst], [second.id]]
-    # The second turn sees the thread: the root and the burst are its history.
-    second_manifest = rec.of("prompt_context_delivery")[1].payload["contextManifest"]
-    assert "recent_thread_delta" in [layer["layer"] for layer in second_manifest["layers"]]
+    # The first turn sees the root as thread history (the burst itself is the instruction).
+    first, second_turn = rec.of("prompt_context_delivery")
+    first_layers = [layer["layer"] for layer in first.payload["contextManifest"]["layers"]]
+    assert "recent_thread_delta" in first_layers
+    first_text = "\n".join(first.payload["promptText"])
+    assert "root of the thread" in first_text and 'included="1" total="4"' in first_text
+    # The same session never gets what it was already given: root and burst are filtered out.
+    second_text = "\n".join(second_turn.payload["promptText"])
+    assert "root of the thread" not in second_text and "part 0" not in second_text
+    assert "Content: a separate voice" in second_text
 
 
 async def test_steer_mid_turn_is_injected_and_its_layer_reaches_the_metric(world: World) -> None:
