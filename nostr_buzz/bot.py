@@ -47,6 +47,7 @@ import os
 import re
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -97,6 +98,7 @@ _RESTART_CAP: Final = 30.0
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 _LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@\S+)")
 _KNOWN_HARNESSES: Final = ("goose", "codex", "claude")
+REMEMBERED_COMMANDS: Final = 100
 
 
 @dataclass(frozen=True)
@@ -317,7 +319,9 @@ class BuzzPlugin:
             include_prompt_text=include_prompt_text,
         )
         self.queue = self._load_queue()
-        self._position = self._load_position()
+        self._position, commands = self._load_state()
+        #: Owner commands already obeyed (persisted): replays after a restart are ignored.
+        self._commands: deque[str] = deque(commands, maxlen=REMEMBERED_COMMANDS)
         # A first start serves what arrives from its creation on (nothing older is replayed).
         self._first_since = int(self._clock())
         self.pool = RelayPool(
@@ -484,6 +488,9 @@ class BuzzPlugin:
         await self.start()
         command = self._command_of(event)
         if command is not None:
+            if event.id in self._commands:
+                return False  # replayed after a restart: a command is obeyed once
+            self._commands.append(event.id)
             self._advance(event)
             await self._owner_command(command, event)
             return True
@@ -554,8 +561,11 @@ class BuzzPlugin:
         return None
 
     def _advance(self, event: Event) -> None:
-        if self._position is None or event.created_at > self._position:
-            self._position = event.created_at
+        # Capped at the clock: an event dated in the future must not make a restart skip
+        # everything sent before that date.
+        seen = min(event.created_at, int(self._clock()))
+        if self._position is None or seen > self._position:
+            self._position = seen
         self._persist()
 
     async def _owner_command(self, command: str, event: Event) -> None:
@@ -1083,20 +1093,26 @@ class BuzzPlugin:
             self.diagnostics.emit("queue_snapshot_corrupt", payload={"error": str(exc)})
             return DispatchQueue()
 
-    def _load_position(self) -> int | None:
+    def _load_state(self) -> tuple[int | None, list[str]]:
         try:
             raw = json.loads((self.config.state_dir / STATE_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return None
-        position = raw.get("position") if isinstance(raw, dict) else None
-        return position if isinstance(position, int) and position >= 0 else None
+            return None, []
+        if not isinstance(raw, dict):
+            return None, []
+        position = raw.get("position")
+        commands = raw.get("commands")
+        ids = [c for c in commands if isinstance(c, str)] if isinstance(commands, list) else []
+        valid = isinstance(position, int) and not isinstance(position, bool) and position >= 0
+        return (position if valid else None), ids
 
     def _persist(self) -> None:
         state = self.config.state_dir
         try:
             _write_atomic(state / QUEUE_FILE, self.queue.snapshot())
             if self._position is not None:
-                body = json.dumps({"position": self._position}).encode("utf-8")
+                state_obj = {"position": self._position, "commands": list(self._commands)}
+                body = json.dumps(state_obj).encode("utf-8")
                 _write_atomic(state / STATE_FILE, body)
         except OSError as exc:
             log.warning("cannot persist the bot state in %s: %s", state, exc)

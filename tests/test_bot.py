@@ -330,6 +330,20 @@ async def test_owner_commands_are_handled_never_queued(world: World) -> None:
         await asyncio.wait_for(runner, WAIT)
     assert [r.payload["command"] for r in rec.of("owner_command")] == ["cancel", "shutdown"]
     assert len(rec.of("turn_started")) == 1
+    # After a restart the stored !shutdown is replayed from the relay but not obeyed again.
+    rec2 = Recorder()
+    plugin2 = BuzzPlugin(world.config(), on_diagnostic=rec2)
+    runner2 = asyncio.create_task(plugin2.run())
+    try:
+        after = world.message(world.owner, "still there?")
+        await world.publish(after)
+        await rec2.kind("turn_completed")
+        assert not runner2.done()
+    finally:
+        plugin2.stop()
+        await asyncio.wait_for(runner2, WAIT)
+    assert rec2.of("owner_command") == []
+    assert [r.payload["triggeringEventIds"] for r in rec2.of("turn_started")] == [[after.id]]
 
 
 async def test_direct_message_gets_a_dm_channel_and_a_reply_without_h(world: World) -> None:
