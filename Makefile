@@ -24,3 +24,6 @@ clean:
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
+
+demo: $(STAMP)
+	$(BIN)/buzz demo

@@ -36,6 +36,7 @@ from nostr_buzz.nips.nip_am import MetricPayload, PricingIdentity, TokenCounts
 from nostr_buzz.profile import Profile
 
 if TYPE_CHECKING:
+    from nostr_buzz.bot import BuzzPlugin, PluginConfig
     from nostr_buzz.io.metrics_reader import read_metrics
     from nostr_buzz.io.outbox import Outbox
     from nostr_buzz.io.pool import RelayPool
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 
 # The edges pull in websockets and sqlite3; load them only when someone asks for them.
 _LAZY = {
+    "BuzzPlugin": "nostr_buzz.bot",
+    "PluginConfig": "nostr_buzz.bot",
     "MetricPublisher": "nostr_buzz.io.publisher",
     "Outbox": "nostr_buzz.io.outbox",
     "PublishReport": "nostr_buzz.io.publisher",
@@ -65,6 +68,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Batch",
     "BuzzError",
+    "BuzzPlugin",
     "CompiledSteer",
     "CompiledTurn",
     "DeadLetter",
@@ -83,6 +87,7 @@ __all__ = [
     "Nip44Error",
     "Outbox",
     "OutboxError",
+    "PluginConfig",
     "PricingIdentity",
     "Profile",
     "PublicKey",
