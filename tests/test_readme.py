@@ -38,7 +38,10 @@ def test_the_pure_core_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     ]
 
 
-def test_the_plugin_example_builds_a_plugin() -> None:
+def test_the_plugin_example_builds_a_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the default state directory is ./.buzz
     source = _block("BuzzPlugin(config)")
     source = source.replace('"nsec1…"', repr(SecretKey.from_str("08" * 32).bech32))
     source = source.replace('"npub1…"', repr(SecretKey.from_str("09" * 32).public_key.bech32))
