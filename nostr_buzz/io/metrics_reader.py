@@ -100,13 +100,27 @@ async def _fetch_relay(
                 report.error = "timeout"
                 break
             report.pages += 1
-            report.rejected += result.rejected_count
+            fresh = [e for e in result.events if e.id not in seen]
+            # A later page that brings nothing new repeats what the previous page already
+            # served (the boundary second, or all of it from a relay that ignores ``until``):
+            # its verification failures were counted there.
+            if fresh or report.pages == 1:
+                report.rejected += result.rejected_count
             if not result.finished:
                 report.error = result.error or "no answer"
                 break
             report.finished = True
-            fresh = [e for e in result.events if e.id not in seen]
             if not fresh:
+                if (
+                    upper is not None
+                    and len(result.events) >= page_limit
+                    and min(e.created_at for e in result.events) == upper
+                ):
+                    # A full page all within the boundary second: that second holds more than
+                    # a page, and paging by ``until`` cannot reach the rest of it; go on below
+                    # it rather than stop and lose every older metric.
+                    upper -= 1
+                    continue
                 break
             seen.update(e.id for e in fresh)
             events.extend(fresh)
