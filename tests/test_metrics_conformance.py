@@ -847,3 +847,27 @@ async def test_progress_goes_to_stderr_only_when_it_is_a_terminal(tmp_path: Path
     assert out.decode().startswith("day,")
     assert terminal.strip()  # something about the fetch was shown to the person watching
     assert b"day," not in terminal  # and no data went there
+
+
+async def test_an_unknown_model_and_an_empty_model_name_are_different_totals() -> None:
+    events = [
+        raw_metric(AGENT, wire(model=None, turn=tc(1, 1, 2, None)), created_at=1_796_119_201),
+        raw_metric(AGENT, wire(model="", turn=tc(10, 10, 20, None)), created_at=1_796_119_202),
+        raw_metric(AGENT, wire(model="", turn=tc(100, 100, 200, None)), created_at=1_796_119_203),
+    ]
+    async with local_relay() as relay:
+        await put(relay.url, events)
+        report, _ = await read_metrics(OWNER, [relay.url], timeout=5)
+    by_model = {r.model: (r.turns, r.input_tokens) for r in report.totals}
+    assert by_model == {None: (1, 1), "": (2, 110)}
+
+
+async def test_the_report_does_not_depend_on_which_relay_answered_first() -> None:
+    events = session_world() + cli_events()
+    async with local_relay() as one, local_relay() as two:
+        await put(one.url, events[::2])
+        await put(two.url, events[1::2])
+        forward, _ = await read_metrics(OWNER, [one.url, two.url], timeout=5)
+        backward, _ = await read_metrics(OWNER, [two.url, one.url], timeout=5)
+    assert forward == backward
+    assert len(forward.turns) == len(events)

@@ -299,11 +299,12 @@ def _add_cost(total: float | None, value: float | None) -> float | None:
 
 
 def _totals(rows: Iterable[TurnRow]) -> list[TotalRow]:
-    groups: dict[tuple[str, str, str], list[TurnRow]] = defaultdict(list)
+    # An unknown model (null) and a model named "" are different groups; unknown sorts first.
+    groups: dict[tuple[str, str, bool, str], list[TurnRow]] = defaultdict(list)
     for row in rows:
-        groups[(row.day, row.agent, row.model or "")].append(row)
+        groups[(row.day, row.agent, row.model is not None, row.model or "")].append(row)
     totals: list[TotalRow] = []
-    for (day, agent, _), members in sorted(groups.items()):
+    for (day, agent, _, _), members in sorted(groups.items()):
         inputs = outputs = total = None
         cost: float | None = None
         unknown = 0
