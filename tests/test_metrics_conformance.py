@@ -754,9 +754,17 @@ def test_no_relay_reachable_exits_2_with_nothing_on_stdout(
 
 
 async def test_every_relay_refusing_or_silent_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    async with hostile_relay("auth_never_ack") as refusing, hostile_relay("silent") as silent:
+    async def closes(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "REQ":
+            await conn.send(["CLOSED", msg[1], "restricted: members only"])
+
+    async with (
+        hostile_relay("auth_never_ack") as refusing,
+        hostile_relay("silent") as silent,
+        scripted_relay(closes) as closing,
+    ):
         argv = [
-            *("metrics", "--relay", refusing.url, "--relay", silent.url),
+            *("metrics", "--relay", refusing.url, "--relay", silent.url, "--relay", closing.url),
             *("--key", OWNER.hex, "--timeout", "1", "--format", "json"),
         ]
         started = time.monotonic()
@@ -764,7 +772,7 @@ async def test_every_relay_refusing_or_silent_exits_2(capsys: pytest.CaptureFixt
         elapsed = time.monotonic() - started
     out, err = capsys.readouterr()
     assert (code, out) == (2, "")
-    assert refusing.url in err and silent.url in err
+    assert refusing.url in err and silent.url in err and closing.url in err
     assert elapsed < 8
 
 
@@ -774,6 +782,7 @@ async def test_every_relay_refusing_or_silent_exits_2(capsys: pytest.CaptureFixt
         ["--key", "nsec1notakey"],
         ["--key", "00" * 32],  # zero is not a valid secret key
         ["--key", "zz" * 32],
+        ["--key", AGENT.public_key.bech32],  # a public key cannot decrypt
         ["--relay", "http://127.0.0.1:1"],
         ["--relay", "ws://"],
         ["--relay", "ws://127.0.0.1:99999"],
@@ -871,3 +880,34 @@ async def test_the_report_does_not_depend_on_which_relay_answered_first() -> Non
         backward, _ = await read_metrics(OWNER, [two.url, one.url], timeout=5)
     assert forward == backward
     assert len(forward.turns) == len(events)
+
+
+async def test_a_forging_relay_next_to_an_honest_one_is_named_and_the_report_printed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    events = cli_events()
+    async with local_relay() as honest, hostile_relay("forged_sig", stored=events) as liar:
+        await put(honest.url, events)
+        argv = [
+            *("metrics", "--relay", honest.url, "--relay", liar.url),
+            *("--key", OWNER.hex, "--format", "json"),
+        ]
+        code = await asyncio.to_thread(main, argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert len(json.loads(out)["turns"]) == 3
+    assert liar.url in err and honest.url not in err
+    assert events[0].content not in err  # never the event itself
+
+
+async def test_an_ok_for_another_event_is_not_a_delivery(tmp_path: Path) -> None:
+    async def script(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "EVENT":
+            await conn.send(["OK", "ab" * 32, True, ""])
+
+    async with scripted_relay(script) as confused:
+        pub = publisher(tmp_path, [confused.url], timeout=1.0)
+        event = await pub.publish(payload())
+        assert event is not None
+        assert [e.id for e in pub.outbox.entries()] == [event.id]
+        pub.close()
