@@ -791,6 +791,7 @@ async def test_every_relay_refusing_or_silent_exits_2(capsys: pytest.CaptureFixt
         ["--until", "2026-13-01"],
         ["--since", "2026-12-02", "--until", "2026-12-01"],
         ["--format", "yaml"],
+        ["--json", "--format", "csv"],
         ["--timeout"],
         ["--bogus"],
     ],
@@ -911,3 +912,12 @@ async def test_an_ok_for_another_event_is_not_a_delivery(tmp_path: Path) -> None
         assert event is not None
         assert [e.id for e in pub.outbox.entries()] == [event.id]
         pub.close()
+
+
+def test_json_flag_is_format_json(capsys: pytest.CaptureFixture[str], cli_relay: str) -> None:
+    args = ("--relay", cli_relay, "--key", OWNER.hex)
+    code, by_flag, err = buzz(capsys, *args, "--json")
+    assert code == 0, err
+    code, by_format, _ = buzz(capsys, *args, "--format", "JSON")
+    assert code == 0
+    assert json.loads(by_flag) == json.loads(by_format)

@@ -112,6 +112,16 @@ def _check_format(value: str) -> Format:
     raise CliFailure(ExitCode.BAD_INPUT, "--format: expected table, json or csv")
 
 
+def _resolve_format(value: str | None, json_flag: bool) -> Format:
+    """``--json`` is ``--format json`` (spec 05); with another ``--format`` it is bad usage."""
+    fmt = _check_format(value) if value is not None else None
+    if json_flag:
+        if fmt not in (None, "json"):
+            raise CliFailure(ExitCode.BAD_INPUT, f"--json conflicts with --format {fmt}")
+        return "json"
+    return fmt or "table"
+
+
 # --- rendering --------------------------------------------------------------------------------
 
 
@@ -305,9 +315,15 @@ def metrics_command(
         ),
     ] = None,
     output_format: Annotated[
-        str,
-        typer.Option("--format", help="table, json or csv.", case_sensitive=False),
-    ] = "table",
+        str | None,
+        typer.Option(
+            "--format",
+            help="table (default), json or csv.",
+            case_sensitive=False,
+            show_default=False,
+        ),
+    ] = None,
+    json_flag: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
     turns: Annotated[
         bool, typer.Option("--turns", help="table/csv: one row per turn instead of totals.")
     ] = False,
@@ -318,7 +334,7 @@ def metrics_command(
 ) -> None:
     """The owner's usage report: NIP-AM metrics decrypted with the owner's key, totalled per
     agent, model and UTC day."""
-    fmt = _check_format(output_format)
+    fmt = _resolve_format(output_format, json_flag)
     start = parse_time(since, option="--since") if since is not None else None
     end = parse_time(until, option="--until", end_of_day=True) if until is not None else None
     if start is not None and end is not None and start > end:
