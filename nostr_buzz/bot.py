@@ -311,7 +311,8 @@ class BuzzPlugin:
         self.config = config
         self._clock = clock
         self.agent_hex = config.agent_secret.public_key.hex
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        # Nothing is created on disk before start(): the feed opens its file on the first
+        # record, the outbox is opened by start().
         self.diagnostics = DiagnosticsFeed(
             config.state_dir / DIAGNOSTICS_FILE,
             clock=lambda: datetime.fromtimestamp(self._clock(), UTC),
@@ -330,15 +331,10 @@ class BuzzPlugin:
         self.write_pool = RelayPool(
             config.write_relays, secret=config.agent_secret, timeout=config.relay_timeout
         )
+        if not self.write_pool.urls:
+            raise RelayError("a metric publisher needs at least one write relay")
         self._metric_context: dict[str, tuple[str | None, str | None, str | None]] = {}
-        self.publisher = MetricPublisher(
-            config.agent_secret,
-            config.owner,
-            config.state_dir / OUTBOX_FILE,
-            list(config.write_relays),
-            timeout=config.relay_timeout,
-            on_report=self._on_publish_report,
-        )
+        self.publisher: MetricPublisher | None = None  # opened by start()
         self.driver = AgentDriver(
             config.agent_command,
             config.agent_args,
@@ -375,6 +371,15 @@ class BuzzPlugin:
         if self._closed:
             raise BuzzError("this plugin is closed; create a new one")
         self._started = True
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.publisher = MetricPublisher(
+            self.config.agent_secret,
+            self.config.owner,
+            self.config.state_dir / OUTBOX_FILE,
+            list(self.config.write_relays),
+            timeout=self.config.relay_timeout,
+            on_report=self._on_publish_report,
+        )
         info = await self.driver.start()
         self.harness = _harness(self.config.agent_command, self.config.agent_args, info.name)
         self._worker = asyncio.create_task(self._work(), name="buzz-worker")
@@ -407,8 +412,10 @@ class BuzzPlugin:
         if pending:
             await asyncio.wait(pending, timeout=self.config.relay_timeout + 5)
         await self.driver.close()
-        self._persist()
-        self.publisher.close()
+        if self._started:  # a plugin never started leaves nothing on disk
+            self._persist()
+        if self.publisher is not None:
+            self.publisher.close()
         self.diagnostics.close()
 
     async def __aenter__(self) -> BuzzPlugin:
@@ -1057,7 +1064,8 @@ class BuzzPlugin:
             event.id, channel_id=ids[0], session_id=ids[1], turn_id=ids[2]
         )
         # Stored in the outbox before the first send; never blocks the turn (spec 04).
-        self._spawn(self.publisher.submit(event), "buzz-metric")
+        if self.publisher is not None:  # always, while started
+            self._spawn(self.publisher.submit(event), "buzz-metric")
 
     def _on_publish_report(self, report: PublishReport) -> None:
         event_id = report.event_id

@@ -271,6 +271,7 @@ class AgentDriver:
         self._turns: dict[str, _Turn] = {}
         self._run_ids: dict[str, str] = {}
         self._lost = False  # the connection ended (agent exit) before close()
+        self._generation = 0  # one per agent process: see _usage_key
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -326,6 +327,7 @@ class AgentDriver:
                 "check the agent command and working directory"
             ) from None
         self._stack, self._conn, self._process = stack, conn, process
+        self._generation += 1
         try:
             raw = await self._request(
                 "initialize",
@@ -433,7 +435,9 @@ class AgentDriver:
                 )
             except (acp.RequestError, ConnectionError, OSError, TimeoutError):
                 strategy = "legacy"  # −32601 (or any failure): the first turn carries it
-        self.usage.session_started(session_id)  # a session this harness created: zero baseline
+        self.usage.session_started(
+            self._usage_key(session_id)
+        )  # a session this harness created: zero baseline
         self._diagnostic("session_started", session_id, {"standingStrategy": strategy})
         return SessionStart(session_id=session_id, strategy=strategy)
 
@@ -471,7 +475,7 @@ class AgentDriver:
             on_update=on_update,
         )
         self._turns[session_id] = turn
-        self.usage.begin_turn(session_id)
+        self.usage.begin_turn(self._usage_key(session_id))
         params = {
             "sessionId": session_id,
             "prompt": [{"type": "text", "text": s} for s in sections],
@@ -488,7 +492,7 @@ class AgentDriver:
             self._run_ids.pop(session_id, None)
         if ending.evidence == "timeout" and ending.outcome == "failed":
             await self._notify("session/cancel", {"sessionId": session_id})
-        usage = self.usage.end_turn(session_id)
+        usage = self.usage.end_turn(self._usage_key(session_id))
         result = TurnResult(
             reply="".join(turn.chunks),
             final_message="".join(turn.final),
@@ -567,7 +571,7 @@ class AgentDriver:
                 parsed = None  # malformed usage is not observed (spec 04: absent)
             if parsed is not None:
                 self.usage.observe_turn(
-                    turn.session_id,
+                    self._usage_key(turn.session_id),
                     input_tokens=parsed.input_tokens,
                     output_tokens=parsed.output_tokens,
                     total_tokens=parsed.total_tokens,
@@ -653,6 +657,15 @@ class AgentDriver:
         self._diagnostic("steer_sent", session_id, {"method": method, "result": outcome})
         return outcome
 
+    def _usage_key(self, session_id: str) -> str:
+        """The usage tracker's key of a session of the current agent process.
+
+        Agents may reuse session ids across processes (the demo agent numbers them from 1): a
+        restarted agent's session must start from a zero baseline and ``turn_seq`` 1, never
+        continue the dead process's counters.
+        """
+        return f"{self._generation}:{session_id}"
+
     # -- the wire -------------------------------------------------------------------------
 
     async def _request(self, method: str, params: dict[str, Any]) -> Any:
@@ -712,7 +725,7 @@ class AgentDriver:
         elif isinstance(update, schema.UsageUpdate):
             cost = update.cost
             if cost is not None and cost.currency.upper() == "USD":
-                self.usage.observe_cost(session_id, cost.amount)
+                self.usage.observe_cost(self._usage_key(session_id), cost.amount)
         elif isinstance(update, schema.SessionInfoUpdate):
             run_id = _goose_run_id(update.field_meta)
             if run_id is not None:
@@ -729,7 +742,7 @@ class AgentDriver:
         if update.get("sessionUpdate") != "usage_update":
             return
         self.usage.observe_cumulative(
-            session_id,
+            self._usage_key(session_id),
             input_tokens=update.get("accumulatedInputTokens"),
             output_tokens=update.get("accumulatedOutputTokens"),
             cache_read_tokens=update.get("accumulatedCacheReadTokens"),

@@ -86,6 +86,12 @@ def _last_seq(path: Path) -> int:
     return 0
 
 
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
 class DiagnosticsFeed:
     """Append-only JSON Lines observer feed; see the module docstring.
 
@@ -107,14 +113,24 @@ class DiagnosticsFeed:
         self.include_prompt_text = include_prompt_text
         self._file: IO[bytes] | None = None
         self._seq = 0
+        self._closed = False
+        # The file is opened by the first record, not here: creating a feed (and the bot
+        # plugin that owns one) creates nothing on disk.
+        self._opened = self._path is None
+        if self._path is not None:
+            self._seq = _last_seq(self._path)
+
+    def _open(self) -> None:
+        self._opened = True
         if self._path is not None:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._seq = _last_seq(self._path)
             self._file = open(self._path, "ab")  # noqa: SIM115 (closed by close())
+            if self._file.tell() > 0 and not _ends_with_newline(self._path):
+                self._file.write(b"\n")  # a torn last line must not swallow the next record
 
     @property
     def seq(self) -> int:
-        """The seq of the last record emitted (0 before any)."""
+        """The seq of the last record (emitted, or already in the file; 0 for none)."""
         return self._seq
 
     def emit(
@@ -126,6 +142,8 @@ class DiagnosticsFeed:
         turn_id: str | None = None,
         payload: Mapping[str, Any] | None = None,
     ) -> DiagnosticRecord:
+        if not self._opened and not self._closed:
+            self._open()
         self._seq += 1
         record = DiagnosticRecord(
             seq=self._seq,
@@ -144,6 +162,8 @@ class DiagnosticsFeed:
         return record
 
     def close(self) -> None:
+        """Close the file; later records reach only the callback."""
+        self._closed = True
         if self._file is not None:
             self._file.close()
             self._file = None
