@@ -305,3 +305,18 @@ async def test_a_broken_outbox_still_sends_and_says_it_is_not_durable(tmp_path: 
         assert report.error is not None and "outbox" in report.error
         assert await stored_on(relay.url, event.id) == event
         assert pub.pending_count() == -1
+
+
+async def test_store_commits_before_any_send_so_a_crash_cannot_lose_the_metric(
+    tmp_path: Path,
+) -> None:
+    from nostr_buzz.nips.nip_am import build_metric_event
+
+    path = tmp_path / "outbox.sqlite3"
+    event = build_metric_event(AGENT, OWNER.public_key, payload())
+    assert publisher(path, [dead_url()]).store(event) is None
+    # No send was attempted: a fresh process opening the same file finds the signed event.
+    reopened = Outbox(path, rng=lambda: 0.5)
+    assert [entry.event.id for entry in reopened.entries()] == [event.id]
+    report = await publisher(path, [dead_url()]).send_stored(event, None)
+    assert report.stored and not report.delivered

@@ -170,13 +170,25 @@ class MetricPublisher:
 
     async def submit(self, event: Event) -> PublishReport:
         """Store an already signed event in the outbox (committed), then make one attempt."""
-        stored, problem = True, None
+        return await self.send_stored(event, self.store(event))
+
+    def store(self, event: Event) -> str | None:
+        """Commit a signed event to the outbox now, synchronously; None, or what went wrong.
+
+        A caller that sends in the background stores first, so that a crash before the
+        background task runs cannot lose the metric.
+        """
         try:
             self.outbox.add(event, now=self._clock())
         except OutboxError as exc:
-            # Sending anyway beats dropping the metric; the report says it is not durable.
-            stored, problem = False, str(exc)
-        return await self._attempt(event, stored, problem)
+            return str(exc)
+        return None
+
+    async def send_stored(self, event: Event, store_problem: str | None) -> PublishReport:
+        """One attempt to send an event that :meth:`store` has handled (``store_problem`` is
+        what it returned: sending anyway beats dropping the metric, and the report then says
+        it is not durable)."""
+        return await self._attempt(event, store_problem is None, store_problem)
 
     # -- retries --------------------------------------------------------------------------
 
