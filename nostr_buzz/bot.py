@@ -690,8 +690,9 @@ class BuzzPlugin:
             self.diagnostics.prompt_context_delivery(
                 compiled.sections,
                 compiled.manifest,
+                # Legacy delivery prepends every non-blank standing section to this prompt.
                 standing_context_included=not turn_input.standing_context_sent
-                and bool(self.config.standing.base or self.config.standing.system),
+                and bool(standing_text(self.config.standing, None)),
                 event_delta_count=len(turn_input.context.messages) if turn_input.context else 0,
                 channel_id=ids["channel"],
                 session_id=ids["session"],
@@ -862,7 +863,9 @@ class BuzzPlugin:
             ]
             replies.sort(key=lambda e: (e.created_at, e.id))
             truncated = len(replies) > limit
-            total = (1 if root is not None else 0) + len(replies)
+            # Spec 06: 1 (the root, which exists even when the relay no longer returns it)
+            # + the replies the fetch proved to exist.
+            total = 1 + len(replies)
             history = ([root] if root is not None else []) + replies[-limit:]
         elif channel is None:
             kind = "dm"

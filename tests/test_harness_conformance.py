@@ -880,3 +880,62 @@ async def test_diagnostics_records_have_the_spec_shape_and_no_prompt(world: Worl
     assert world.agent.hex not in feed and world.agent.bech32 not in feed
     published = records[kinds.index("metric_published")]["payload"]
     assert published["relays"] == [world.relay.url]
+
+
+def prompt_text(agent: Scripted, index: int) -> str:
+    blocks = agent.requests("session/prompt")[index]["params"]["prompt"]
+    return "\n".join(b["text"] for b in blocks)
+
+
+async def test_thread_history_total_and_truncation(world: World) -> None:
+    agent = Scripted(world.tmp, {"turns": [{"usage": USAGE}]})
+    rec = Recorder()
+    root = world.message("the root", author=world.human)
+    earlier = [world.message(f"earlier {i}", reply_to=root, author=world.human) for i in range(4)]
+    await world.publish(root, *earlier)
+    config = world.config(agent.args, context_message_limit=2)
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+        trigger = world.message("go", reply_to=root)
+        await world.publish(trigger)
+        await plugin.handle_event(trigger)
+        await rec.kind("turn_completed")
+    # fetched: the root + the 3 newest replies (limit + 1 proves truncation): total 1 + 3;
+    # kept: the root and the newest 2 replies minus the trigger itself
+    text = prompt_text(agent, 0)
+    assert 'included="2" total="4"' in text
+    assert "the root" in text and "earlier 3" in text and "earlier 2" not in text
+    assert text.index("the root") < text.index("earlier 3")
+
+
+async def test_thread_total_counts_a_root_the_relay_does_not_return(world: World) -> None:
+    agent = Scripted(world.tmp, {"turns": [{"usage": USAGE}]})
+    rec = Recorder()
+    root = world.message("never published", author=world.human)
+    earlier = world.message("earlier", reply_to=root, author=world.human)
+    await world.publish(earlier)
+    async with BuzzPlugin(world.config(agent.args), on_diagnostic=rec) as plugin:
+        trigger = world.message("go", reply_to=root)
+        await world.publish(trigger)
+        await plugin.handle_event(trigger)
+        await rec.kind("turn_completed")
+    assert 'included="1" total="3"' in prompt_text(agent, 0)
+
+
+async def test_legacy_standing_sections_lead_the_first_prompt_only(world: World) -> None:
+    agent = Scripted(world.tmp, {"turns": [{"usage": USAGE}]})  # protocol 1, no _meta: legacy
+    rec = Recorder()
+    standing = Standing(team_instructions="T")
+    config = world.config(agent.args, standing=standing, agent_cwd=str(world.tmp))
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+        await plugin.handle_event(world.message("one"))
+        await rec.kind("turn_completed")
+        await plugin.handle_event(world.message("two"))
+        await rec.kind("turn_completed", 2)
+    first, second = (agent.requests("session/prompt")[i]["params"]["prompt"] for i in (0, 1))
+    assert first[0] == {"type": "text", "text": "<team-instructions>\nT\n</team-instructions>"}
+    assert first[1]["text"] == "<buzz-turn>" and second[0]["text"] == "<buzz-turn>"
+    assert "<workspace>" not in prompt_text(agent, 0)  # the system role only
+    deliveries = rec.of("prompt_context_delivery")
+    assert [d.payload["standingContextIncluded"] for d in deliveries] == [True, False]
+    [new] = agent.requests("session/new")
+    assert new["params"]["cwd"] == str(world.tmp) and "_meta" not in new["params"]
