@@ -939,3 +939,52 @@ async def test_legacy_standing_sections_lead_the_first_prompt_only(world: World)
     assert [d.payload["standingContextIncluded"] for d in deliveries] == [True, False]
     [new] = agent.requests("session/new")
     assert new["params"]["cwd"] == str(world.tmp) and "_meta" not in new["params"]
+
+
+async def test_dm_history_total_and_truncation(world: World) -> None:
+    agent = Scripted(world.tmp, {"turns": [{"usage": USAGE}]})
+    rec = Recorder()
+    earlier = [world.message(f"dm {i}", channel=None) for i in range(3)]
+    await world.publish(*earlier)
+    config = world.config(agent.args, context_message_limit=2)
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+        trigger = world.message("go", channel=None)
+        await world.publish(trigger)
+        await plugin.handle_event(trigger)
+        await rec.kind("turn_completed")
+    # the newest 2 of the channel are [dm 2, go]: the limit was reached, so total = 2 + 1;
+    # the trigger itself is part of the batch and filtered out
+    text = prompt_text(agent, 0)
+    assert 'included="1" total="3"' in text
+    assert "dm 2" in text and "dm 1" not in text
+
+
+async def test_channel_metadata_39000_names_the_channel(world: World) -> None:
+    agent = Scripted(world.tmp, {"turns": [{"usage": USAGE}]})
+    rec = Recorder()
+    metadata = sign_event(
+        world.human,
+        kind=39000,
+        content="",
+        created_at=world.clock,
+        tags=[["d", "eng"], ["name", "Engineering"], ["about", "builds things"]],
+    )
+    await world.publish(metadata)
+    async with BuzzPlugin(world.config(agent.args), on_diagnostic=rec) as plugin:
+        await plugin.handle_event(world.message("hello"))
+        await rec.kind("turn_completed")
+    text = prompt_text(agent, 0)
+    assert "Engineering" in text and "builds things" in text
+
+
+async def test_reply_mode_agent_posts_nothing_itself(world: World) -> None:
+    agent = Scripted(world.tmp, {"turns": [{"updates": [chunk("an answer")], "usage": USAGE}]})
+    rec = Recorder()
+    config = world.config(agent.args, reply_mode="agent")
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+        await plugin.handle_event(world.message("hello"))
+        await rec.kind("metric_published")
+    assert rec.of("reply_published") == [] and rec.of("reply_failed") == []
+    pool = RelayPool([world.relay.url], timeout=3.0)
+    mine = await pool.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
+    assert mine.events == []
