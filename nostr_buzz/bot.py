@@ -345,6 +345,8 @@ class BuzzPlugin:
             idle_timeout=config.idle_timeout,
             hard_timeout=config.hard_timeout,
             on_diagnostic=self._on_driver_diagnostic,
+            # One clock for the metric's startedAt (taken here) and timestamp (the driver's).
+            clock=lambda: datetime.fromtimestamp(self._clock(), UTC),
         )
         self._sessions: dict[str, _Session] = {}
         self._running: dict[str, _Running] = {}

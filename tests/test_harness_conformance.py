@@ -988,3 +988,27 @@ async def test_reply_mode_agent_posts_nothing_itself(world: World) -> None:
     pool = RelayPool([world.relay.url], timeout=3.0)
     mine = await pool.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
     assert mine.events == []
+
+
+async def test_metric_times_come_from_the_plugin_clock(world: World) -> None:
+    from datetime import datetime
+
+    agent = Scripted(world.tmp, {"turns": [{"usage": USAGE}]})
+    rec = Recorder()
+    offset = 10 * 86400.0
+
+    def clock() -> float:
+        return time.time() - offset
+
+    before = clock() - 0.001
+    async with BuzzPlugin(world.config(agent.args), on_diagnostic=rec, clock=clock) as plugin:
+        await plugin.handle_event(world.message("hello"))
+        await rec.kind("metric_published")
+    after = clock() + 0.001
+    [metric] = await world.metrics(1)
+
+    def seconds(stamp: str | None) -> float:
+        assert stamp is not None and TIMESTAMP.match(stamp)
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+    assert before <= seconds(metric.started_at) <= seconds(metric.timestamp) <= after
