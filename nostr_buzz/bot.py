@@ -256,6 +256,11 @@ class _Running:
     cancel_reason: Literal["interrupt", "steer", "owner"] | None = None
     steer_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     steered: list[str] = field(default_factory=list)  # ids injected into this turn
+    ended: bool = False  # the prompt answered: no new steer may start
+    steer_idle: asyncio.Event = field(default_factory=asyncio.Event)  # no steer on the wire
+
+    def __post_init__(self) -> None:
+        self.steer_idle.set()
 
 
 def _utc(ts: int) -> str:
@@ -708,6 +713,13 @@ class BuzzPlugin:
             if running.cancel_reason is not None:
                 await self.driver.cancel(session_id)
             result = await turn
+            running.ended = True
+            # A steer the agent answered before its prompt response belongs to this turn's
+            # ledger: let it finish (bounded by the driver's request timeout) before the
+            # metric takes the snapshot and the batch settles.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.driver.request_timeout + 1):
+                    await running.steer_idle.wait()
             session.turns += 1
             self.diagnostics.turn_completed(
                 result.outcome,
@@ -792,36 +804,50 @@ class BuzzPlugin:
                 live.cancel()
                 done.cancel()
             session = running.session
-            if running.done.is_set() or session is None or running.cancel_reason is not None:
+            if (
+                running.done.is_set()
+                or running.ended
+                or session is None
+                or running.cancel_reason is not None
+            ):
                 return  # the event stays pending: it rides with the channel's next batch
-            session_id = session.start.session_id
-            steer = compile_steer(
-                event,
-                channel_id=running.channel_id,
-                channel_type=running.channel_type,
-                prompt_tag=prompt_tag,
-            )
-            outcome = await self.driver.steer(session_id, steer.text)
-            ids = dict(
-                channel_id=running.channel_id,
-                session_id=session.harness_id,
-                turn_id=running.turn_id,
-            )
-            now = self._clock()
-            if outcome == "injected":
-                running.ledger.accept_update(steer.manifest)  # before acknowledging (spec 06)
-                running.steered.append(event.id)
-                self._steer_result(event.id, "injected", now)
-                self.diagnostics.prompt_context_steer("injected", running.ledger.snapshot(), **ids)
-            elif outcome == "started_new_turn":
-                self._steer_result(event.id, "started_new_turn", now)
-                self.diagnostics.prompt_context_steer("startedNewTurn", steer.manifest, **ids)
-            elif outcome == "failed":
-                self.diagnostics.prompt_context_steer("failed", None, **ids)
-                await self._cancel_turn(running, "steer")
-            else:  # released: the event stays pending
-                self.diagnostics.prompt_context_steer("released", None, **ids)
-            self._persist()
+            running.steer_idle.clear()
+            try:
+                await self._deliver_steer(running, session, event, prompt_tag)
+            finally:
+                running.steer_idle.set()
+
+    async def _deliver_steer(
+        self, running: _Running, session: _Session, event: Event, prompt_tag: str
+    ) -> None:
+        session_id = session.start.session_id
+        steer = compile_steer(
+            event,
+            channel_id=running.channel_id,
+            channel_type=running.channel_type,
+            prompt_tag=prompt_tag,
+        )
+        outcome = await self.driver.steer(session_id, steer.text)
+        ids = dict(
+            channel_id=running.channel_id,
+            session_id=session.harness_id,
+            turn_id=running.turn_id,
+        )
+        now = self._clock()
+        if outcome == "injected":
+            running.ledger.accept_update(steer.manifest)  # before acknowledging (spec 06)
+            running.steered.append(event.id)
+            self._steer_result(event.id, "injected", now)
+            self.diagnostics.prompt_context_steer("injected", running.ledger.snapshot(), **ids)
+        elif outcome == "started_new_turn":
+            self._steer_result(event.id, "started_new_turn", now)
+            self.diagnostics.prompt_context_steer("startedNewTurn", steer.manifest, **ids)
+        elif outcome == "failed":
+            self.diagnostics.prompt_context_steer("failed", None, **ids)
+            await self._cancel_turn(running, "steer")
+        else:  # released: the event stays pending
+            self.diagnostics.prompt_context_steer("released", None, **ids)
+        self._persist()
 
     def _steer_result(self, event_id: str, outcome: str, now: float) -> None:
         with contextlib.suppress(QueueError):

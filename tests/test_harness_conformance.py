@@ -87,7 +87,11 @@ async def run_prompt(msg):
             await asyncio.sleep(0.1)
     if then == "wait":
         STATE["wake"] = asyncio.Event()
+        STATE["prompt"] = (msg["id"], script)
         await STATE["wake"].wait()
+        if STATE["prompt"] is None:
+            return  # already answered (prompt_first)
+        STATE["prompt"] = None
     if STATE["cancelled"]:
         STATE["cancelled"] = False
         for upd in script.get("cancel_updates", []):
@@ -124,6 +128,16 @@ async def handle(msg):
             STATE["wake"].set()
     elif method == CFG.get("steer_method"):
         answer = CFG["steer_answer"]
+        if CFG.get("prompt_first") and STATE["prompt"] is not None:
+            # the prompt's response goes out first, the steer's answer right after it
+            pid, script = STATE["prompt"]
+            STATE["prompt"] = None
+            result = {"stopReason": "end_turn", "usage": script["usage"]}
+            send({"jsonrpc": "2.0", "id": pid, "result": result})
+            STATE["wake"].set()
+            await asyncio.sleep(CFG.get("steer_delay", 0))
+            send({"jsonrpc": "2.0", "id": mid, **answer})
+            return
         send({"jsonrpc": "2.0", "id": mid, **answer})
         outcome = answer.get("result", {}).get("outcome")
         wrap_up = outcome in ("injected", "startedNewTurn") or CFG.get("name") == "goose"
@@ -1012,3 +1026,22 @@ async def test_metric_times_come_from_the_plugin_clock(world: World) -> None:
         return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
     assert before <= seconds(metric.started_at) <= seconds(metric.timestamp) <= after
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3])
+async def test_an_injected_steer_answered_after_the_prompt_end_reaches_the_metric(
+    world: World, delay: float
+) -> None:
+    # The agent answers the prompt, then (at once, or 0.3 s later) says the steer was injected:
+    # the turn's metric waits for the steer in flight, so its snapshot has the steer's layers
+    # and equals the one the steer diagnostic reported.
+    agent = steer_agent(
+        world, {"result": {"outcome": "injected"}}, prompt_first=True, steer_delay=delay
+    )
+    rec, first, _ = await _steer_scenario(world, agent)
+    [diag] = rec.of("prompt_context_steer")
+    assert diag.payload["deliveryOutcome"] == "injected"
+    [metric] = await world.metrics(1)
+    assert metric.context_manifest == manifest_of(diag)
+    assert "steer_delivery_contract" in [layer.layer for layer in metric.context_manifest.layers]
+    assert [r.payload["triggeringEventIds"] for r in rec.of("turn_started")] == [[first.id]]
