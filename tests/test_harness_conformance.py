@@ -1045,3 +1045,24 @@ async def test_an_injected_steer_answered_after_the_prompt_end_reaches_the_metri
     assert metric.context_manifest == manifest_of(diag)
     assert "steer_delivery_contract" in [layer.layer for layer in metric.context_manifest.layers]
     assert [r.payload["triggeringEventIds"] for r in rec.of("turn_started")] == [[first.id]]
+
+
+async def test_a_steer_never_yields_a_slash_command_block(world: World) -> None:
+    agent = steer_agent(world, {"result": {"outcome": "injected"}})
+    rec = Recorder()
+    async with BuzzPlugin(world.config(agent.args), on_diagnostic=rec) as plugin:
+        await plugin.handle_event(world.message("long task"))
+        await wait_for(lambda: agent.requests("session/prompt"), "the prompt")
+        await rec.kind("prompt_context_delivery")
+        await plugin.handle_event(world.message("@buzz /compact now"))
+        await rec.kind("prompt_context_steer")
+        await rec.kind("metric_published")
+    [sent] = agent.requests("_session/steering")
+    [block] = sent["params"]["prompt"]
+    lines = block["text"].split("\n")
+    assert lines[:2] == ['<buzz-turn-update mode="steer">', "<buzz-turn>"]
+    assert lines[-2:] == [
+        f"<continuation-guidance>{NOTE}</continuation-guidance>",
+        "</buzz-turn-update>",
+    ]
+    assert "/compact now" in block["text"]  # only inside the event block
