@@ -1091,12 +1091,15 @@ class BuzzPlugin:
             )
             return
         self._metric_context[event.id] = ids
+        if self.publisher is None:  # never, while started
+            return
+        # Committed to the outbox here, before the first send and before this coroutine can be
+        # interrupted; the send runs in the background and never blocks the turn (spec 04).
+        store_problem = self.publisher.store(event)
         self.diagnostics.metric_queued(
             event.id, channel_id=ids[0], session_id=ids[1], turn_id=ids[2]
         )
-        # Stored in the outbox before the first send; never blocks the turn (spec 04).
-        if self.publisher is not None:  # always, while started
-            self._spawn(self.publisher.submit(event), "buzz-metric")
+        self._spawn(self.publisher.send_stored(event, store_problem), "buzz-metric")
 
     def _on_publish_report(self, report: PublishReport) -> None:
         event_id = report.event_id
