@@ -32,7 +32,7 @@ Tags = tuple[tuple[str, ...], ...]
 _JUST_SIGNED: ContextVar[bool] = ContextVar("nostr_buzz_just_signed", default=False)
 
 
-class _WireEvent(msgspec.Struct):
+class WireEvent(msgspec.Struct):
     """What a relay or a user sends: typed but not yet checked.  Extra fields are ignored."""
 
     id: str
@@ -44,14 +44,14 @@ class _WireEvent(msgspec.Struct):
     sig: str
 
 
-_decode_wire = msgspec.json.Decoder(_WireEvent).decode
+_decode_wire = msgspec.json.Decoder(WireEvent).decode
 _encode = msgspec.json.Encoder().encode
 
 
-def _retry_last_wins(raw: bytes | bytearray | memoryview, first_error: str) -> _WireEvent:
+def _retry_last_wins(raw: bytes | bytearray | memoryview, first_error: str) -> WireEvent:
     """Re-read a document the typed decoder refused, keeping the last of duplicated keys."""
     try:
-        return msgspec.convert(msgspec.json.decode(raw), _WireEvent)
+        return msgspec.convert(msgspec.json.decode(raw), WireEvent)
     except (msgspec.DecodeError, RecursionError):
         # Report what the typed decoder found: it names the path that failed.
         raise InvalidEvent("malformed", first_error) from None
@@ -65,7 +65,7 @@ def _utf8_ok(s: str) -> bool:
     return True
 
 
-def _check_structure(
+def check_structure(
     id: object,
     pubkey: object,
     created_at: object,
@@ -119,7 +119,7 @@ class Event(msgspec.Struct, frozen=True):
     def __post_init__(self) -> None:
         if _JUST_SIGNED.get():
             return  # built by sign_event from checked parts; libsecp256k1 verified the signature
-        _check_structure(
+        check_structure(
             self.id, self.pubkey, self.created_at, self.kind, self.tags, self.content, self.sig
         )
         if compute_id(self.pubkey, self.created_at, self.kind, self.tags, self.content) != self.id:
@@ -163,7 +163,7 @@ class Event(msgspec.Struct, frozen=True):
         return cls.from_wire(wire)
 
     @classmethod
-    def from_wire(cls, wire: _WireEvent) -> Event:
+    def from_wire(cls, wire: WireEvent) -> Event:
         return cls(
             wire.id, wire.pubkey, wire.created_at, wire.kind, wire.tags, wire.content, wire.sig
         )
@@ -172,7 +172,7 @@ class Event(msgspec.Struct, frozen=True):
     def from_dict(cls, obj: Any) -> Event:
         """Verify an event already decoded from JSON (a dict); raises :class:`InvalidEvent`."""
         try:
-            wire = msgspec.convert(obj, _WireEvent)
+            wire = msgspec.convert(obj, WireEvent)
         except msgspec.ValidationError as exc:
             raise InvalidEvent("malformed", str(exc)) from None
         except RecursionError:
@@ -236,7 +236,7 @@ def sign_event(
         raise InvalidEvent("malformed", "every tag must be a list of strings")
     tag_tuple: Tags = tuple(tuple(t) for t in tag_list)
     pubkey = secret.public_key.hex
-    _check_structure("0" * 64, pubkey, created_at, kind, tag_tuple, content, "0" * 128)
+    check_structure("0" * 64, pubkey, created_at, kind, tag_tuple, content, "0" * 128)
     event_id = compute_id(pubkey, created_at, kind, tag_tuple, content)
     if aux_rand is not None and (not isinstance(aux_rand, bytes) or len(aux_rand) != 32):
         raise InvalidEvent("malformed", "aux_rand must be 32 bytes")

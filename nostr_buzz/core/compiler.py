@@ -129,7 +129,7 @@ def _prerendered_or_section(tag: str, raw: str | None) -> str | None:
     return _section(tag, body)
 
 
-def _standing_sections(standing: Standing) -> list[tuple[str, str]]:
+def standing_sections(standing: Standing) -> list[tuple[str, str]]:
     """(tag, rendered section) in the table's order, blank ones omitted."""
     out: list[tuple[str, str]] = []
     if standing.base is not None:
@@ -347,7 +347,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
             sections.append(command)
 
     # 1. standing sections (legacy agents, first turn of a session); recorded as layers always
-    standing = _standing_sections(turn_input.standing)
+    standing = standing_sections(turn_input.standing)
     if not turn_input.system_prompt_support and not turn_input.standing_context_sent:
         sections.extend(text for _, text in standing)
     rendered = dict(standing)

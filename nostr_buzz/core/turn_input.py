@@ -19,7 +19,7 @@ import msgspec
 
 from nostr_buzz.core.text import ascii_lower
 from nostr_buzz.errors import InvalidEvent, TurnInputError
-from nostr_buzz.event import Event, _check_structure, _WireEvent
+from nostr_buzz.event import Event, WireEvent, check_structure
 from nostr_buzz.nips import nip10
 
 CancelReason = Literal["interrupt", "steer"]
@@ -211,7 +211,7 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _WireTurnEvent(msgspec.Struct, rename="camel"):
-    event: _WireEvent
+    event: WireEvent
     prompt_tag: str | None = None
 
 
@@ -296,9 +296,9 @@ class _TagsOnly(msgspec.Struct, frozen=True):
     tags: tuple[tuple[str, ...], ...]
 
 
-def _check_event_shape(where: str, wire: _WireEvent) -> None:
+def _check_event_shape(where: str, wire: WireEvent) -> None:
     try:
-        _check_structure(
+        check_structure(
             wire.id, wire.pubkey, wire.created_at, wire.kind, wire.tags, wire.content, wire.sig
         )
     except InvalidEvent as exc:
@@ -306,7 +306,7 @@ def _check_event_shape(where: str, wire: _WireEvent) -> None:
         raise TurnInputError(f"{where}: malformed event: {exc.detail}") from None
 
 
-def _verify(where: str, wire: _WireEvent) -> Event:
+def _verify(where: str, wire: WireEvent) -> Event:
     try:
         return Event.from_wire(wire)
     except InvalidEvent as exc:

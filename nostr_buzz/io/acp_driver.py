@@ -50,7 +50,7 @@ from acp import schema
 from acp.connection import Connection
 from pydantic import ValidationError
 
-from nostr_buzz.core.compiler import _standing_sections
+from nostr_buzz.core.compiler import standing_sections
 from nostr_buzz.core.escape import escape_text
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
@@ -100,7 +100,7 @@ def standing_text(standing: Standing, cwd: str | None) -> str:
     parts: list[str] = []
     if cwd is not None and os.path.isabs(cwd) and cwd != "/":
         parts.append(f"<workspace>\n{escape_text(WORKSPACE_BODY.format(cwd=cwd))}\n</workspace>")
-    parts.extend(text for _, text in _standing_sections(standing))
+    parts.extend(text for _, text in standing_sections(standing))
     return "\n\n".join(parts)
 
 
