@@ -8,7 +8,6 @@ is frozen and its tags are tuples, so a verified event cannot be altered afterwa
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,6 +17,7 @@ from typing import Any, Final
 
 import msgspec
 
+from nostr_buzz.core.text import is_utf8_encodable, utf8_document
 from nostr_buzz.errors import InvalidEvent, InvalidKey
 from nostr_buzz.keys import PublicKey, SecretKey
 
@@ -57,14 +57,6 @@ def _retry_last_wins(raw: bytes | bytearray | memoryview, first_error: str) -> W
         raise InvalidEvent("malformed", first_error) from None
 
 
-def _utf8_ok(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def check_structure(
     id: object,
     pubkey: object,
@@ -85,7 +77,7 @@ def check_structure(
         raise InvalidEvent("malformed", "created_at must be an integer from 0 to 2^63-1")
     if type(kind) is not int or not 0 <= kind <= MAX_KIND:
         raise InvalidEvent("malformed", "kind must be an integer from 0 to 65535")
-    if not isinstance(content, str) or not _utf8_ok(content):
+    if not isinstance(content, str) or not is_utf8_encodable(content):
         raise InvalidEvent("malformed", "content must be a string encodable as UTF-8")
     if not isinstance(tags, tuple):
         raise InvalidEvent("malformed", "tags must be a list of lists of strings")
@@ -93,7 +85,7 @@ def check_structure(
         if not isinstance(tag, tuple) or not tag:
             raise InvalidEvent("malformed", f"tags[{i}] must be a non-empty list of strings")
         for item in tag:
-            if not isinstance(item, str) or not _utf8_ok(item):
+            if not isinstance(item, str) or not is_utf8_encodable(item):
                 raise InvalidEvent("malformed", f"tags[{i}] must hold only UTF-8 strings")
 
 
@@ -134,20 +126,12 @@ class Event(msgspec.Struct, frozen=True):
     @classmethod
     def from_json(cls, data: str | bytes | bytearray | memoryview) -> Event:
         """Strictly parse and verify one event from JSON text; raises :class:`InvalidEvent`."""
-        if isinstance(data, str):
-            try:
-                raw: bytes | bytearray | memoryview = data.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidEvent("malformed", "text is not encodable as UTF-8") from None
-        elif isinstance(data, (bytes, bytearray, memoryview)):
-            raw = data
-            # msgspec skips ignored members without validating their UTF-8: check it all.
-            try:
-                codecs.decode(raw, "utf-8")
-            except UnicodeDecodeError:
-                raise InvalidEvent("malformed", "text is not valid UTF-8") from None
-        else:
-            raise InvalidEvent("malformed", "expected JSON text as str or bytes")
+        try:
+            raw = utf8_document(data)
+        except UnicodeError:
+            raise InvalidEvent("malformed", "text is not valid UTF-8") from None
+        except TypeError:
+            raise InvalidEvent("malformed", "expected JSON text as str or bytes") from None
         try:
             wire = _decode_wire(raw)
         except msgspec.ValidationError as exc:

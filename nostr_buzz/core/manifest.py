@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from nostr_buzz.core.text import utf8_document
 from nostr_buzz.errors import ManifestError
 
 SCHEMA_VERSION = 1
@@ -67,17 +68,11 @@ class Manifest(msgspec.Struct, frozen=True, rename="camel"):
     @classmethod
     def from_json(cls, text: str | bytes | bytearray | memoryview) -> Manifest:
         """Strictly read a manifest; bad shape or hash mismatch: :class:`ManifestError`."""
-        if not isinstance(text, (str, bytes, bytearray, memoryview)):
-            # bytes(n) of an int would allocate n zero bytes: refuse anything but text.
-            raise ManifestError("a manifest must be JSON text (str or bytes)")
         try:
-            if isinstance(text, str):
-                raw = text.encode("utf-8")
-            else:
-                raw = bytes(text)
-                raw.decode("utf-8")  # msgspec does not check the UTF-8 of ignored members
-            manifest = msgspec.json.decode(raw, type=Manifest)
-        except (msgspec.DecodeError, UnicodeError, TypeError) as exc:
+            manifest = msgspec.json.decode(utf8_document(text), type=Manifest)
+        except TypeError:
+            raise ManifestError("a manifest must be JSON text (str or bytes)") from None
+        except (msgspec.DecodeError, UnicodeError) as exc:
             raise ManifestError(f"invalid manifest: {exc}") from None
         except RecursionError:
             raise ManifestError("invalid manifest: JSON nested too deeply") from None

@@ -36,6 +36,7 @@ from typing import Final, Literal, Protocol, TypeGuard
 
 import msgspec
 
+from nostr_buzz.core.text import is_utf8_encodable
 from nostr_buzz.errors import BuzzError, QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
@@ -260,11 +261,9 @@ class DispatchQueue:
             raise QueueError("push expects a verified Event")
         if not isinstance(prompt_tag, str):
             raise QueueError("prompt_tag must be a string")
-        try:
-            prompt_tag.encode("utf-8")
-        except UnicodeEncodeError:
+        if not is_utf8_encodable(prompt_tag):
             # A lone surrogate would make every later snapshot() fail.
-            raise QueueError("prompt_tag must be valid Unicode (no lone surrogates)") from None
+            raise QueueError("prompt_tag must be valid Unicode (no lone surrogates)")
         received_at = _check_now(now)
         if event.id in self._live or event.id in self._remembered_set:
             return PushResult(accepted=False, duplicate=True, dropped=[])

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["LABEL_MAX_CHARS", "WHITESPACE", "ascii_lower", "is_blank", "sanitize_label", "trim"]
+__all__ = [
+    "LABEL_MAX_CHARS",
+    "WHITESPACE",
+    "ascii_lower",
+    "is_blank",
+    "is_utf8_encodable",
+    "sanitize_label",
+    "trim",
+    "utf8_document",
+]
 
 #: The Unicode White_Space property set, as listed in spec 03.
 WHITESPACE: str = (
@@ -46,3 +55,29 @@ def sanitize_label(s: str) -> str:
 def ascii_lower(s: str) -> str:
     """Lowercase A-Z only: profile keys are hex, and non-ASCII must compare unchanged."""
     return s.translate(_ASCII_LOWER)
+
+
+def is_utf8_encodable(s: str) -> bool:
+    """False for a str holding a lone surrogate, which no UTF-8 encoder accepts."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def utf8_document(data: object) -> bytes:
+    """The bytes of a JSON document given as ``str`` or bytes-like, its UTF-8 checked whole.
+
+    msgspec validates the UTF-8 of the strings it decodes but skips ignored members unchecked,
+    so every reader of a document starts here.  Raises ``UnicodeError`` for text that is not
+    UTF-8 (or a ``str`` with a lone surrogate) and ``TypeError`` for anything but text (never
+    ``bytes(n)`` of an int, which would allocate n zero bytes).
+    """
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        raw.decode("utf-8")
+        return raw
+    raise TypeError("expected JSON text as str or bytes")

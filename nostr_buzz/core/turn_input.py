@@ -10,14 +10,13 @@ valid.  Every other problem raises :class:`TurnInputError`.
 
 from __future__ import annotations
 
-import codecs
 import json
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Literal
 
 import msgspec
 
-from nostr_buzz.core.text import ascii_lower
+from nostr_buzz.core.text import ascii_lower, is_utf8_encodable, utf8_document
 from nostr_buzz.errors import InvalidEvent, TurnInputError
 from nostr_buzz.event import Event, WireEvent, check_structure
 from nostr_buzz.nips import nip10
@@ -86,17 +85,9 @@ class Standing(msgspec.Struct, frozen=True):
     channel_canvas: str | None = None
 
 
-def _utf8_ok(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _require_utf8(what: str, values: Iterable[str | None]) -> None:
     for value in values:
-        if value is not None and not _utf8_ok(value):
+        if value is not None and not is_utf8_encodable(value):
             raise TurnInputError(f"{what} is not encodable as UTF-8 (lone surrogate)")
 
 
@@ -179,22 +170,15 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def from_json(cls, data: str | bytes | bytearray | memoryview) -> TurnInput:
         """Read a turn-input file's text; see the module docstring for the error contract."""
-        if isinstance(data, str):
-            try:
-                raw: bytes | bytearray | memoryview = data.encode("utf-8")
-            except UnicodeEncodeError:
-                raise TurnInputError("turn input is not encodable as UTF-8") from None
-        elif isinstance(data, (bytes, bytearray, memoryview)):
-            raw = data
-        else:
-            raise TurnInputError("turn input must be JSON text (str or bytes)")
-        if bytes(raw[:3]) == b"\xef\xbb\xbf":
-            raise TurnInputError("turn input must not start with a byte-order mark")
-        # msgspec skips ignored members without validating their UTF-8: check the whole file.
         try:
-            codecs.decode(raw, "utf-8")
-        except UnicodeDecodeError as exc:
-            raise TurnInputError(f"turn input is not valid UTF-8 (byte {exc.start})") from None
+            raw = utf8_document(data)
+        except UnicodeError as exc:
+            where = f" (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else ""
+            raise TurnInputError(f"turn input is not valid UTF-8{where}") from None
+        except TypeError:
+            raise TurnInputError("turn input must be JSON text (str or bytes)") from None
+        if raw.startswith(b"\xef\xbb\xbf"):
+            raise TurnInputError("turn input must not start with a byte-order mark")
         try:
             wire = _decode_file(raw)
             profile_keys = _profile_keys_in_file_order(raw)

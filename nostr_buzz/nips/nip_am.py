@@ -22,6 +22,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from nostr_buzz.core.manifest import SCHEMA_VERSION, Manifest
+from nostr_buzz.core.text import utf8_document
 from nostr_buzz.errors import InvalidEvent, InvalidKey, MetricError, Nip44Error
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import PublicKey, SecretKey
@@ -154,11 +155,7 @@ class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
     def from_json(cls, text: str | bytes) -> MetricPayload:
         """Decode and validate wire JSON; raises :class:`MetricError`."""
         try:
-            if isinstance(text, str):
-                data = text.encode("utf-8")
-            else:
-                data = bytes(text)
-                data.decode("utf-8")  # msgspec does not check the UTF-8 of ignored members
+            data = utf8_document(text)
         except (UnicodeError, TypeError):
             raise MetricError("invalid metric payload: not UTF-8 text") from None
         return _decode_payload(data)
