@@ -15,7 +15,7 @@ from acp import schema
 
 from nostr_buzz.core.compiler import compile_steer, compile_turn
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
-from nostr_buzz.demo.agent import summarize_prompt
+from nostr_buzz.demo.agent import DemoAgent, DemoOptions, summarize_prompt
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 
@@ -178,6 +178,92 @@ async def test_steer_without_a_running_prompt_starts_a_new_turn() -> None:
         await client.until(lambda: "usage_update" in client.kinds())
     assert answer == {"outcome": "startedNewTurn"}
     assert "started by a steer" in client.text()
+
+
+class _SteerWhileAnswering:
+    """An in-process client that steers at the exact instant the reply is being written."""
+
+    def __init__(self, agent: DemoAgent, steer: str) -> None:
+        self.agent = agent
+        self.steer = steer
+        self.outcomes: list[dict[str, Any]] = []
+        self.texts: list[str] = []
+        self.usage_updates = 0
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if update.session_update == "agent_message_chunk":
+            self.texts.append(update.content.text)
+            if not self.outcomes:
+                self.outcomes.append(
+                    await self.agent.ext_method(
+                        "session/steering", {"sessionId": session_id, "prompt": self.steer}
+                    )
+                )
+        elif update.session_update == "usage_update":
+            self.usage_updates += 1
+
+
+async def test_a_steer_arriving_while_the_reply_is_written_starts_a_new_turn() -> None:
+    sections, _ = _sections("answer this")
+    steer = compile_steer(_event("too late for the reply"), channel_id="general")
+    agent = DemoAgent(DemoOptions())
+    client = _SteerWhileAnswering(agent, steer.text)
+    agent.on_connect(client)
+    await agent.initialize(protocol_version=acp.PROTOCOL_VERSION)
+    sid = (await agent.new_session(cwd="/tmp")).session_id
+    response = await agent.prompt(_blocks(sections), sid)
+    # The reply was already composed: the steer is honestly not "injected" into it ...
+    assert client.outcomes == [{"outcome": "startedNewTurn"}]
+    assert response.stop_reason == "end_turn"
+    assert "too late" not in client.texts[0]
+    assert client.texts[0].endswith("instruction: answer this")
+    # ... and it is answered by a turn of its own, with its own usage, once the prompt returned.
+    async with asyncio.timeout(WAIT):
+        while client.usage_updates < 2:
+            await asyncio.sleep(0.01)
+    assert client.texts[1].startswith("demo-agent turn 2 (started by a steer)")
+    assert client.texts[1].endswith("steer: too late for the reply")
+
+
+async def test_a_steer_after_the_prompt_response_is_answered_in_its_own_turn() -> None:
+    sections, _ = _sections("quick one")
+    async with _agent() as (conn, client):
+        _, sid = await _session(conn)
+        await conn.prompt(session_id=sid, prompt=_blocks(sections))
+        answered = len(client.updates)
+        steer = compile_steer(_event("afterthought"), channel_id="general")
+        answer = await conn.ext_method("session/steering", {"sessionId": sid, "prompt": steer.text})
+        await client.until(lambda: client.kinds()[answered:].count("usage_update") == 1)
+    assert answer == {"outcome": "startedNewTurn"}
+    first, second = client.text().split("demo-agent turn 2")
+    assert "afterthought" not in first
+    assert second.endswith("steer: afterthought")
+
+
+async def test_goose_steer_once_the_reply_is_written_is_refused() -> None:
+    sections, _ = _sections("goose answer")
+    agent = DemoAgent(DemoOptions(goose=True))
+    outcomes: list[str] = []
+
+    class _Late:
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            if update.session_update == "session_info_update":
+                self.run_id = update.field_meta["goose"]["activeRunId"]
+            if update.session_update == "agent_message_chunk":
+                with pytest.raises(acp.RequestError) as info:
+                    await agent.ext_method(
+                        "goose/unstable/session/steer",
+                        {"sessionId": session_id, "expectedRunId": self.run_id, "prompt": "x"},
+                    )
+                outcomes.append(str(info.value))
+
+        async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+            return None
+
+    agent.on_connect(_Late())
+    sid = (await agent.new_session(cwd="/tmp")).session_id
+    await agent.prompt(_blocks(sections), sid)
+    assert len(outcomes) == 1 and "no active run" in outcomes[0]
 
 
 async def test_cancel_ends_the_turn_as_cancelled() -> None:

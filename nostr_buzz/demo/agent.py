@@ -14,12 +14,17 @@ Standing context: the demo honours ``_meta.systemPrompt = {"append": text}`` in
 ``--legacy`` turns both off: the driver then prepends the standing sections to the first turn.
 
 Steering: the initialize result advertises ``_meta.steering.supported``; ``_session/steering``
-``{sessionId, prompt}`` answers ``{"outcome": "injected"}`` while a prompt runs (the running
-turn wraps up at once and its reply mentions the steer) and ``{"outcome": "startedNewTurn"}``
-when none does (a short turn for the steer runs in the background).
+``{sessionId, prompt}`` answers ``{"outcome": "injected"}`` only while the running prompt's
+answer is still being produced: the turn then wraps up at once and its reply has one line per
+injected steer, so a steer answered ``injected`` always shows in the reply.  Once the answer is
+being written (or no prompt runs) the turn has ended for steering purposes: the steer answers
+``{"outcome": "startedNewTurn"}`` and a short turn of its own runs in the background, after the
+running prompt has returned its response, with its own reply text and usage.  In goose mode
+such a steer is refused with "no active run".
 
 Test behaviours (flags, or the environment variables named in ``--help``): ``--delay`` (each
-turn waits up to that many seconds, ended early by a steer or a cancel), ``--crash-on TEXT``
+turn waits up to that many seconds, ended early by a steer or a cancel; 0, the default, is an
+instant agent with no artificial wait, for load tests), ``--crash-on TEXT``
 (exit abruptly when a prompt contains TEXT), ``--never-answer`` (never respond to a prompt,
 even when cancelled), ``--decreasing`` (cumulative counters go down after the first turn),
 ``--legacy`` (no system-prompt support), ``--no-steering`` (advertise no steering) and
@@ -70,6 +75,8 @@ class _Running:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: bool = False
     steers: list[str] = field(default_factory=list)
+    answering: bool = False  # the reply is being written: no steer can reach it any more
+    finished: asyncio.Event = field(default_factory=asyncio.Event)  # the prompt has returned
 
 
 @dataclass
@@ -216,11 +223,15 @@ class DemoAgent:
             if self._options.delay > 0 and not running.steers:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(running.wake.wait(), self._options.delay)
+            # From here on no steer is injected: the reply is composed from what arrived so
+            # far (set before the next await, so no steer can slip in between).
+            running.answering = True
             if running.cancelled:
                 return schema.PromptResponse(stop_reason="cancelled")
-            return await self._finish_turn(session_id, state, texts, running.steers)
+            return await self._finish_turn(session_id, state, texts, list(running.steers))
         finally:
             state.running = None
+            running.finished.set()
 
     async def _finish_turn(
         self, session_id: str, state: _Session, texts: list[str], steers: list[str]
@@ -313,23 +324,34 @@ class DemoAgent:
         if state is None or not texts:
             raise acp.RequestError.invalid_params({"details": "sessionId and prompt"})
         running = state.running
+        open_turn = running is not None and not running.cancelled and not running.answering
         if self._options.goose:
-            if running is None or running.run_id != run_id:
+            if running is None or not open_turn or running.run_id != run_id:
                 raise acp.RequestError(-32603, "no active run", "no active run for the session")
             running.steers.append("\n".join(texts))
             running.wake.set()
             return {}
-        if running is not None and not running.cancelled:
+        if running is not None and open_turn:
             running.steers.append("\n".join(texts))
             running.wake.set()  # wrap the turn up now, taking the steer into account
             return {"outcome": "injected"}
-        task = asyncio.create_task(self._steer_turn(session_id, state, texts))  # type: ignore[arg-type]
+        ending = running.finished if running is not None else None
+        task = asyncio.create_task(self._steer_turn(session_id, state, texts, ending))  # type: ignore[arg-type]
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return {"outcome": "startedNewTurn"}
 
-    async def _steer_turn(self, session_id: str, state: _Session, texts: list[str]) -> None:
-        """The new turn a steer started while the session was idle."""
+    async def _steer_turn(
+        self,
+        session_id: str,
+        state: _Session,
+        texts: list[str],
+        ending: asyncio.Event | None,
+    ) -> None:
+        """The new turn a steer started when no prompt could take it.  It waits for a prompt
+        that is still finishing, so its text never mixes into that prompt's reply."""
+        if ending is not None:
+            await ending.wait()
         state.turns += 1
         _, line = summarize_prompt(texts)
         reply = f"demo-agent turn {state.turns} (started by a steer)\nsteer: {line}"
@@ -352,7 +374,8 @@ def _parse(argv: Sequence[str] | None) -> DemoOptions:
         "--delay",
         type=float,
         default=float(os.environ.get(_ENV_PREFIX + "DELAY", "0") or 0),
-        help="seconds each turn waits before replying (a steer or cancel ends it early)",
+        help="seconds each turn waits before replying (a steer or cancel ends it early); "
+        "0, the default, answers at once",
     )
     parser.add_argument(
         "--crash-on",
