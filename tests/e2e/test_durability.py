@@ -1,0 +1,399 @@
+"""Durability under real faults: ``buzz run`` and ``buzz relay --db`` as real processes.
+
+Each scenario publishes signed mentions from the owner, an allowlisted friend and a stranger,
+injects faults (SIGKILL of the bot at random instants and within milliseconds of a turn's end,
+relay restarts on the same store and port, a relay down for 30 s, spam while the bot is down),
+then counts on the relays what the bot published: every accepted mention must be answered by
+exactly one metered turn with exactly one reply, no turn metered twice, and nothing a stranger
+sent answered.  Helpers: ``procs.py`` in this folder.
+
+Random choices come from one seeded RNG per scenario; the seed is printed, and
+``BUZZ_E2E_SEED=<seed>`` replays the same choices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from random import Random
+from typing import Any
+
+from procs import (
+    BotProcess,
+    Cast,
+    Counter44200,
+    DiagnosticsTail,
+    RelayProcess,
+    Tally,
+    evidence,
+    mention,
+    publish,
+    seeded_rng,
+    wait_answered,
+    write_config,
+)
+
+from nostr_buzz.event import Event
+from nostr_buzz.nips import nip10
+
+#: Records that mark a turn's end, in the order the bot writes them: killing right after each
+#: probes the crash windows between the outcome, the metric, the batch and the reply.
+TURN_END_KINDS = ("turn_completed", "metric_queued")
+TURN_LIVE_KINDS = ("prompt_context_delivery",)
+START_KINDS = ("agent_started",)
+
+
+@dataclass
+class Bot:
+    process: BotProcess
+    tail: DiagnosticsTail
+    directory: Path
+
+
+@dataclass
+class Stage:
+    """The processes of one scenario; everything still running is ended on exit."""
+
+    tmp: Path
+    cast: Cast = field(default_factory=Cast.generate)
+    relays: list[RelayProcess] = field(default_factory=list)
+    bots: list[Bot] = field(default_factory=list)
+
+    async def relay(self, name: str) -> RelayProcess:
+        relay = RelayProcess(self.tmp / f"{name}-db", self.tmp / f"{name}.log")
+        self.relays.append(relay)
+        await relay.start()
+        return relay
+
+    async def bot(
+        self, name: str, relays: Sequence[str], *args: str, agent_args: Sequence[str] = ()
+    ) -> Bot:
+        directory = self.tmp / name
+        config = write_config(directory, self.cast, relays, agent_args=agent_args)
+        bot = Bot(
+            BotProcess(config, self.tmp / f"{name}.log", *args),
+            DiagnosticsTail(directory / "state" / "diagnostics.jsonl"),
+            directory,
+        )
+        self.bots.append(bot)
+        await start(bot)
+        return bot
+
+    async def close(self) -> None:
+        for bot in self.bots:
+            if bot.process.running:
+                await bot.process.kill()
+        for relay in self.relays:
+            await relay.stop()
+
+
+@asynccontextmanager
+async def stage(tmp: Path) -> AsyncIterator[Stage]:
+    st = Stage(tmp)
+    try:
+        yield st
+    finally:
+        await st.close()
+
+
+async def start(bot: Bot, timeout: float = 30.0) -> None:
+    """Start the bot and wait until its agent runs (its subscription follows at once)."""
+    bot.tail.poll()
+    await bot.process.start()
+    try:
+        await bot.tail.next_record(lambda r: r.get("kind") in START_KINDS, timeout, "agent start")
+    except AssertionError:
+        raise AssertionError(f"the bot did not start:\n{bot.process.log_tail()}") from None
+
+
+async def kill_when(bot: Bot, kinds: Sequence[str], delay: float, timeout: float = 15.0) -> str:
+    """SIGKILL the bot ``delay`` seconds after its next record of one of ``kinds`` (at a
+    random instant if none comes in time); says what it did."""
+    try:
+        record = await bot.tail.next_record(lambda r: r.get("kind") in kinds, timeout, str(kinds))
+    except AssertionError:
+        await bot.process.kill()
+        return f"kill (no {kinds} within {timeout} s)"
+    if delay > 0:
+        await asyncio.sleep(delay)  # deliberate fault timing
+    await bot.process.kill()
+    return f"kill {delay * 1000:.1f} ms after {record['kind']}"
+
+
+def report(name: str, seed: int, tally: Tally, began: float, extra: str = "") -> None:
+    print(
+        f"[{name}] seed {seed}: {tally.summary()}; {time.monotonic() - began:.1f} s {extra}",
+        flush=True,
+    )
+
+
+def check(tally: Tally, bots: Sequence[Bot], seed: int, events: Sequence[Event]) -> None:
+    tails = [b.tail for b in bots]
+    assert tally.ok, f"seed {seed}: " + evidence(tally, tails, events)
+
+
+# -- a. SIGKILLs at random instants and at turn ends, two relay restarts --------------------
+
+
+def _round(
+    rng: Random, cast: Cast, channels: Sequence[str], roots: dict[str, list[Event]], n: int
+) -> tuple[list[Event], list[Event]]:
+    """``n`` admitted mentions (new threads and replies in earlier ones) and two strangers'."""
+    admitted: list[Event] = []
+    for _ in range(n):
+        channel = rng.choice(channels)
+        author = rng.choice([cast.owner, cast.owner, cast.friend])
+        root = rng.choice(roots[channel]) if roots[channel] and rng.random() < 0.5 else None
+        event = mention(
+            cast, author, f"question {rng.randrange(10**6)}", channel=channel, root=root
+        )
+        admitted.append(event)
+        if root is None:
+            roots[channel].append(event)
+    strangers = [
+        mention(cast, cast.stranger, "let me in", channel=rng.choice(channels)) for _ in range(2)
+    ]
+    return admitted, strangers
+
+
+async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
+    tmp_path: Path,
+) -> None:
+    rng, seed = seeded_rng("sigkills")
+    began = time.monotonic()
+    async with stage(tmp_path) as st:
+        relay = await st.relay("relay")
+        bot = await st.bot("bot", [relay.url], agent_args=["--delay", "0.3"])
+        channels = ["alpha", "beta", "gamma", "delta"]
+        roots: dict[str, list[Event]] = {c: [] for c in channels}
+        accepted: list[Event] = []
+        refused: list[Event] = []
+        faults: list[str] = []
+        modes = ["random", "live", "turn_completed", "metric_queued"]
+        for index in range(8):
+            admitted, strangers = _round(rng, st.cast, channels, roots, 6)
+            accepted += admitted
+            refused += strangers
+            await publish([relay.url], [*admitted, *strangers])
+            if not bot.process.running:
+                await start(bot)
+            if index in (2, 5):  # the relay restarts while turns run (same store, same port)
+                await asyncio.sleep(rng.uniform(0.0, 0.6))
+                await relay.restart()
+                faults.append("relay restart")
+            mode = modes[index % len(modes)]
+            if mode == "random":
+                await asyncio.sleep(rng.uniform(0.0, 1.5))
+                await bot.process.kill()
+                faults.append("kill at a random instant")
+            elif mode == "live":
+                faults.append(await kill_when(bot, TURN_LIVE_KINDS, rng.uniform(0.0, 0.25)))
+            else:
+                faults.append(await kill_when(bot, (mode,), rng.uniform(0.0, 0.005)))
+            if rng.random() < 0.6 or index == 7:
+                await start(bot)  # else the next round is published while the bot is down
+        counter = Counter44200(st.cast, [relay.url])
+        tally = await wait_answered(
+            counter, accepted, refused=refused, timeout=60, tails=[bot.tail]
+        )
+        report("sigkills", seed, tally, began, f"kills {bot.process.kills}; faults {faults}")
+        assert bot.process.kills >= 6 and relay.starts == 3
+        check(tally, [bot], seed, accepted)
+
+
+# -- b. the relay is down for 30 s while turns run -------------------------------------------
+
+
+async def test_relay_down_30s_while_turns_run_every_answer_and_metric_follow(
+    tmp_path: Path,
+) -> None:
+    rng, seed = seeded_rng("relay-down")
+    began = time.monotonic()
+    async with stage(tmp_path) as st:
+        relay = await st.relay("relay")
+        bot = await st.bot("bot", [relay.url], agent_args=["--delay", "2"])
+        accepted = [
+            mention(
+                st.cast, rng.choice([st.cast.owner, st.cast.friend]), f"task {i}", channel=f"c{i}"
+            )
+            for i in range(6)
+        ]
+        await publish([relay.url], accepted)
+        live = await _records(bot.tail, TURN_LIVE_KINDS, 6, timeout=20)
+        await relay.stop()
+        down_at = time.monotonic()
+        # The turns end while the relay is away: their replies and metrics cannot be sent.
+        ended = await _records(bot.tail, ("turn_completed",), 6, timeout=25)
+        await asyncio.sleep(max(0.0, 30.0 - (time.monotonic() - down_at)))  # the outage
+        await relay.start()
+        counter = Counter44200(st.cast, [relay.url])
+        tally = await wait_answered(counter, accepted, timeout=45, tails=[bot.tail])
+        report("relay-down", seed, tally, began, f"turns live {live}, ended while down {ended}")
+        check(tally, [bot], seed, accepted)
+
+
+async def _records(tail: DiagnosticsTail, kinds: Sequence[str], count: int, timeout: float) -> int:
+    """Wait (bounded) for ``count`` new records of ``kinds``; returns how many came."""
+    tail.poll()
+    seen = len(tail.of(*kinds))
+    deadline = time.monotonic() + timeout
+    while len(tail.of(*kinds)) - seen < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return len(tail.of(*kinds)) - seen
+
+
+# -- c. the bot is down while 30 owner mentions and 600 strangers' arrive -----------------------
+
+
+async def test_bot_down_while_owner_and_spam_arrive_answers_all_owner_mentions(
+    tmp_path: Path,
+) -> None:
+    rng, seed = seeded_rng("spam-while-down")
+    began = time.monotonic()
+    async with stage(tmp_path) as st:
+        relay = await st.relay("relay")
+        bot = await st.bot("bot", [relay.url])
+        counter = Counter44200(st.cast, [relay.url])
+        first = [mention(st.cast, st.cast.owner, "are you there?", channel="c0")]
+        await publish([relay.url], first)
+        warm = await wait_answered(counter, first, timeout=20, tails=[bot.tail])
+        assert warm.ok, warm.summary()
+        assert await bot.process.stop() == 0
+        owner = [
+            mention(st.cast, st.cast.owner, f"while you were out {i}", channel=f"c{i % 5}")
+            for i in range(30)
+        ]
+        spam = [
+            mention(st.cast, st.cast.stranger, f"spam {i}", channel=f"c{rng.randrange(5)}")
+            for i in range(600)
+        ]
+        await publish([relay.url], owner)
+        await publish([relay.url], spam)
+        await start(bot)
+        accepted = [*first, *owner]
+        tally = await wait_answered(counter, accepted, refused=spam, timeout=40, tails=[bot.tail])
+        report("spam-while-down", seed, tally, began)
+        check(tally, [bot], seed, accepted)
+
+
+# -- d. 600 owner mentions over 20 channels and 1,100 strangers' events, instant agent ---------
+
+
+async def test_600_owner_mentions_among_1100_stranger_events_are_all_answered(
+    tmp_path: Path,
+) -> None:
+    rng, seed = seeded_rng("load")
+    began = time.monotonic()
+    async with stage(tmp_path) as st:
+        relay = await st.relay("relay")
+        bot = await st.bot("bot", [relay.url])
+        channels = [f"room{i:02d}" for i in range(20)]
+        owner = [
+            mention(st.cast, st.cast.owner, f"load {i}", channel=channels[i % 20])
+            for i in range(600)
+        ]
+        strangers = [
+            mention(
+                st.cast,
+                st.cast.stranger,
+                f"noise {i}",
+                channel=rng.choice(channels),
+                mentions_agent=rng.random() < 0.8,
+            )
+            for i in range(1100)
+        ]
+        mixed = [*owner, *strangers]
+        rng.shuffle(mixed)
+        for chunk in range(0, len(mixed), 100):
+            await publish([relay.url], mixed[chunk : chunk + 100])
+        counter = Counter44200(st.cast, [relay.url])
+        tally = await wait_answered(
+            counter, owner, refused=strangers, timeout=120, tails=[bot.tail]
+        )
+        report("load", seed, tally, began)
+        check(tally, [bot], seed, owner)
+
+
+# -- e. clock skew both ways, then a relay reconnect --------------------------------------------
+
+
+async def test_skewed_mentions_and_a_mention_after_reconnect_are_answered(
+    tmp_path: Path,
+) -> None:
+    _, seed = seeded_rng("skew")
+    began = time.monotonic()
+    async with stage(tmp_path) as st:
+        relay = await st.relay("relay")
+        bot = await st.bot("bot", [relay.url])
+        now = int(time.time())
+        skewed = [
+            mention(
+                st.cast, st.cast.owner, "from a slow clock", channel="c1", created_at=now - 300
+            ),
+            mention(st.cast, st.cast.owner, "from tomorrow", channel="c2", created_at=now + 86_400),
+        ]
+        await publish([relay.url], skewed)
+        counter = Counter44200(st.cast, [relay.url])
+        first = await wait_answered(counter, skewed, timeout=20, tails=[bot.tail])
+        await relay.restart()
+        later = [mention(st.cast, st.cast.owner, "after the reconnect", channel="c3")]
+        await publish([relay.url], later)
+        accepted = [*skewed, *later]
+        tally = await wait_answered(counter, accepted, timeout=40, tails=[bot.tail])
+        report("skew", seed, tally, began, f"before the reconnect: {first.summary()}")
+        check(tally, [bot], seed, accepted)
+
+
+# -- f. two shards on two relays; a SIGKILLed shard catches up --------------------------------
+
+
+def _shard(event: Event, count: int) -> int:
+    from nostr_buzz.bot import shard_of
+
+    return shard_of(nip10.destination(event), count)
+
+
+async def test_two_shards_split_the_load_and_a_killed_shard_catches_up(tmp_path: Path) -> None:
+    rng, seed = seeded_rng("shards")
+    began = time.monotonic()
+    async with stage(tmp_path) as st:
+        relays = [await st.relay("relay-a"), await st.relay("relay-b")]
+        urls = [r.url for r in relays]
+        shards = [
+            await st.bot(f"shard{i}", urls, "--shard", f"{i}/2", agent_args=["--delay", "0.3"])
+            for i in range(2)
+        ]
+        channels = [f"team{i}" for i in range(8)]
+        roots: dict[str, list[Event]] = {c: [] for c in channels}
+        first, refused = _round(rng, st.cast, channels, roots, 20)
+        await publish(urls, [*first, *refused])
+        victim = shards[1]
+        fault = await kill_when(victim, TURN_LIVE_KINDS, rng.uniform(0.0, 0.2))
+        second, spam = _round(rng, st.cast, channels, roots, 20)
+        await publish(urls, [*second, *spam])
+        await start(victim)
+        accepted = [*first, *second]
+        counter = Counter44200(st.cast, urls)
+        tally = await wait_answered(
+            counter, accepted, refused=[*refused, *spam], timeout=60, tails=[s.tail for s in shards]
+        )
+        served = [_turn_events(s.tail) for s in shards]
+        report("shards", seed, tally, began, f"{fault}; turns per shard {[len(s) for s in served]}")
+        check(tally, shards, seed, accepted)
+        by_id = {e.id: e for e in accepted}
+        for index, ids in enumerate(served):
+            wrong = [i for i in ids if i in by_id and _shard(by_id[i], 2) != index]
+            assert not wrong, f"seed {seed}: shard {index} served {len(wrong)} of the other's"
+        assert all(served), f"seed {seed}: a shard served nothing: {[len(s) for s in served]}"
+
+
+def _turn_events(tail: DiagnosticsTail) -> set[str]:
+    ids: set[str] = set()
+    for record in tail.of("turn_started"):
+        payload: dict[str, Any] = record.get("payload") or {}
+        ids.update(payload.get("triggeringEventIds") or [])
+    return ids
