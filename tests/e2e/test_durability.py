@@ -110,7 +110,7 @@ async def start(bot: Bot, timeout: float = 30.0) -> None:
         raise AssertionError(f"the bot did not start:\n{bot.process.log_tail()}") from None
 
 
-async def kill_when(bot: Bot, kinds: Sequence[str], delay: float, timeout: float = 15.0) -> str:
+async def kill_when(bot: Bot, kinds: Sequence[str], delay: float, timeout: float = 8.0) -> str:
     """SIGKILL the bot ``delay`` seconds after its next record of one of ``kinds`` (at a
     random instant if none comes in time); says what it did."""
     try:
@@ -292,10 +292,15 @@ async def test_600_owner_mentions_among_1100_stranger_events_are_all_answered(
         relay = await st.relay("relay")
         bot = await st.bot("bot", [relay.url])
         channels = [f"room{i:02d}" for i in range(20)]
-        owner = [
-            mention(st.cast, st.cast.owner, f"load {i}", channel=channels[i % 20])
-            for i in range(600)
-        ]
+        roots: dict[str, list[Event]] = {c: [] for c in channels}
+        owner: list[Event] = []
+        for i in range(600):  # half start a thread, half follow up in one of the channel's
+            channel = channels[i % 20]
+            root = rng.choice(roots[channel]) if roots[channel] and rng.random() < 0.5 else None
+            event = mention(st.cast, st.cast.owner, f"load {i}", channel=channel, root=root)
+            owner.append(event)
+            if root is None:
+                roots[channel].append(event)
         strangers = [
             mention(
                 st.cast,
@@ -308,8 +313,10 @@ async def test_600_owner_mentions_among_1100_stranger_events_are_all_answered(
         ]
         mixed = [*owner, *strangers]
         rng.shuffle(mixed)
+        # Paced over a few seconds, so that mentions arrive while turns run (steering).
         for chunk in range(0, len(mixed), 100):
             await publish([relay.url], mixed[chunk : chunk + 100])
+            await asyncio.sleep(0.3)  # deliberate load shape, not synchronisation
         counter = Counter44200(st.cast, [relay.url])
         tally = await wait_answered(
             counter, owner, refused=strangers, timeout=120, tails=[bot.tail]
