@@ -7,8 +7,11 @@ agent itself (:func:`nostr_buzz.nips.nip10.reply_tags`, shared with ``buzz messa
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.event import Event, sign_event
@@ -20,7 +23,33 @@ from nostr_buzz.nips.nip_am import MetricPayload
 
 from .config import CHAT_KIND
 
-__all__ = ["TurnIds", "build_reply", "metric_payload", "reply_tags", "reply_text"]
+__all__ = [
+    "TurnIds",
+    "build_reply",
+    "dead_letter_notice",
+    "metric_payload",
+    "redact",
+    "reply_tags",
+    "reply_text",
+    "split_text",
+    "tagged_parts",
+    "too_large",
+]
+
+#: What a relay's refusal says when an event is over its size limit (strfry, nostr-rs-relay,
+#: nostr-sdk's relay, khatru…): "too large", "too big", "exceeds maximum allowed size", ….
+_TOO_LARGE: Final = re.compile(
+    r"too (?:large|big|long)|exceeds|size limit|max(?:imum)?[ _]?(?:allowed )?(?:event )?size",
+    re.IGNORECASE,
+)
+_MAX_BYTES: Final = re.compile(r"max\w*[^()\d]*\(?(\d{3,9}) ?bytes", re.IGNORECASE)
+#: Bytes of a reply part's content when the relay did not say its limit.
+DEFAULT_PART_BYTES: Final = 16_384
+_MIN_PART_BYTES: Final = 512
+_SECRET_PATTERNS: Final = re.compile(
+    r"nsec1[0-9a-z]{20,}|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{12,}|\bBearer\s+[A-Za-z0-9._~+/=-]{8,}"
+    r"|\b[0-9a-fA-F]{64}\b",
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +87,77 @@ def build_reply(secret: SecretKey, target: Event, text: str, created_at: int) ->
     """The signed kind 9 reply to ``target``."""
     tags = reply_tags(target, secret.public_key.hex)
     return sign_event(secret, kind=CHAT_KIND, content=text, tags=tags, created_at=created_at)
+
+
+def too_large(refusal: str) -> int | None:
+    """When a relay's refusal says the event is too large: the content size to split to (its
+    stated limit with room for tags and signature, else a default); otherwise None."""
+    if not _TOO_LARGE.search(refusal):
+        return None
+    stated = _MAX_BYTES.search(refusal)
+    if stated is None:
+        return DEFAULT_PART_BYTES
+    return max(_MIN_PART_BYTES, int(stated.group(1)) * 3 // 4 - 1_024)
+
+
+def split_text(text: str, max_bytes: int) -> list[str]:
+    """``text`` cut into ordered parts of at most ``max_bytes`` UTF-8 bytes each, at a
+    paragraph, line or word break when there is one in the second half of a part."""
+    max_bytes = max(max_bytes, 16)
+    parts: list[str] = []
+    rest = text
+    while len(rest.encode("utf-8")) > max_bytes:
+        cut = len(rest.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore"))
+        for sep in ("\n\n", "\n", " "):
+            at = rest.rfind(sep, cut // 2, cut)
+            if at > 0:
+                cut = at + len(sep)
+                break
+        parts.append(rest[:cut])
+        rest = rest[cut:]
+    parts.append(rest)
+    return [p for p in parts if p] or [""]
+
+
+def reply_parts(
+    secret: SecretKey, target: Event, text: str, created_at: int, max_bytes: int
+) -> list[Event]:
+    """The reply to ``target`` as ordered parts that each fit ``max_bytes`` of content (one
+    event when it fits)."""
+    tags = reply_tags(target, secret.public_key.hex)
+    return tagged_parts(secret, tags, text, created_at, max_bytes)
+
+
+def tagged_parts(
+    secret: SecretKey, tags: list[list[str]], text: str, created_at: int, max_bytes: int
+) -> list[Event]:
+    """Kind 9 events with ``tags`` carrying ``text`` in order: ``[k/n]`` leads each part, and
+    part k is dated ``created_at + k - 1`` so that readers keep the order."""
+    chunks = split_text(text, max_bytes - 16) if len(text.encode("utf-8")) > max_bytes else [text]
+    total = len(chunks)
+
+    def part(k: int, chunk: str) -> Event:
+        content = chunk if total == 1 else f"[{k}/{total}]\n{chunk}"
+        when = created_at + k - 1
+        return sign_event(secret, kind=CHAT_KIND, content=content, tags=tags, created_at=when)
+
+    return [part(k, chunk) for k, chunk in enumerate(chunks, start=1)]
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` without the given secret values and without anything shaped like a key or
+    token (nsec1…, sk-…, Bearer …, 64-hex)."""
+    for secret in sorted((s for s in secrets if len(s) >= 6), key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    return _SECRET_PATTERNS.sub("[redacted]", text)
+
+
+def dead_letter_notice(attempts: int) -> str:
+    """The short reply a dead-lettered batch gets, so that nobody is left waiting."""
+    return (
+        f"Sorry, I could not answer this: it failed {attempts} times and I have given up on "
+        "it. Please ask again later or tell my owner."
+    )
 
 
 def metric_payload(

@@ -115,7 +115,7 @@ class BuzzPlugin:
         store = self.store = BotStore(self.config.state_dir)
         for problem in store.import_problems:
             self.diagnostics.emit("state_import_failed", payload={"error": problem})
-        self.queue = store.load_queue()
+        self.queue = store.load_queue(max_attempts=self.config.max_attempts)
         self._position = store.position()
         self._commands.extend(store.commands())
         delivery = Delivery(self.config, store, self.diagnostics, self._spawn, self._clock)

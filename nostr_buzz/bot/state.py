@@ -318,7 +318,7 @@ class BotStore:
                 ),
             )
 
-    def load_queue(self, rng: Rng | None = None) -> DispatchQueue:
+    def load_queue(self, rng: Rng | None = None, *, max_attempts: int = 10) -> DispatchQueue:
         """The queue rebuilt from the rows (batches that were running are back in front)."""
         meta: dict[str, tuple[int, int, str | None, int, float | None]] = {}
         for name, size, count, reason, cancelled_count, until in self._exec(
@@ -366,7 +366,9 @@ class BotStore:
         ]
         next_seq = self._meta("next_seq") or 0
         try:
-            return DispatchQueue.rebuild(states, remembered, next_seq, rng)
+            return DispatchQueue.rebuild(
+                states, remembered, next_seq, rng, max_attempts=max_attempts
+            )
         except QueueError as exc:
             raise StateError(f"the bot state {self.path} is inconsistent: {exc}") from None
 

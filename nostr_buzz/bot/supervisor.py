@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,14 @@ from nostr_buzz.io.diagnostics import DiagnosticsFeed
 
 from .config import PluginConfig
 
-__all__ = ["AGENT_LOG", "AgentSupervisor", "Session", "harness_name", "restart_delay"]
+__all__ = [
+    "AGENT_LOG",
+    "AgentSupervisor",
+    "Session",
+    "harness_name",
+    "restart_delay",
+    "secret_values",
+]
 
 AGENT_LOG: Final = "agent.log"
 _RESTART_BASE: Final = 0.5
@@ -40,6 +48,15 @@ def harness_name(command: str, args: Sequence[str], agent_name: str | None) -> s
     if agent_name:
         return agent_name
     return Path(command).name or command
+
+
+def secret_values(config: PluginConfig) -> list[str]:
+    """Values no diagnostic may repeat: the agent's key and what the agent's environment
+    carries (``[agent] env`` values, the variables passed through by name)."""
+    secret = config.agent_secret
+    values = [secret.hex, secret.bech32, *config.agent_env.values()]
+    values += [os.environ[name] for name in config.agent_pass_env if name in os.environ]
+    return [v for v in values if v]
 
 
 def restart_delay(failures: int) -> float:

@@ -38,13 +38,14 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.acp_driver import TurnResult, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip_am import MetricPayload
 
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
-from .outputs import TurnIds, metric_payload, reply_text
+from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
 from .state import BotStore
-from .supervisor import AgentSupervisor, Session
+from .supervisor import AgentSupervisor, Session, secret_values
 
 __all__ = ["CancelWhy", "Phase", "Turn", "TurnRunner"]
 
@@ -151,6 +152,7 @@ class TurnRunner:
         self._clock = clock
         self._spawn = spawn
         self._wake = wake
+        self._secrets = secret_values(config)
         #: The running turn of each queue channel.
         self.running: dict[str, Turn] = {}
 
@@ -164,7 +166,7 @@ class TurnRunner:
         try:
             prepared = await self._prepare(turn)
             if prepared is None:  # cancelled before the prompt went out
-                self._settle_cancelled(turn)
+                self._commit(turn, lambda: self._settle_cancelled(turn))
                 return
             compiled, history_ids = prepared
             result = await self._prompt(turn, compiled)
@@ -173,21 +175,42 @@ class TurnRunner:
             raise
         except Exception as exc:  # resolution, session or compile trouble: retry the batch
             log.warning("turn in %s failed: %s", batch.channel, exc)
-            self.diagnostics.emit(
-                "turn_failed",
-                channel_id=turn.channel_id,
-                turn_id=turn.turn_id,
-                payload={"error": f"{type(exc).__name__}: {exc}"},
-            )
-            self._fail(batch)
+            self._report_failure(turn, f"{type(exc).__name__}: {exc}", None)
+            self._commit(turn, lambda: self._fail(batch))
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
         finally:
             turn.advance(Phase.SETTLED)
             if self.running.get(batch.channel) is turn:
                 del self.running[batch.channel]
-            self.store.sync_channel(self.queue, batch.channel)
             self._wake()
+
+    def _commit(
+        self,
+        turn: Turn,
+        settle: Callable[[], list[Event]],
+        *,
+        payload: MetricPayload | None = None,
+        reply: str | None = None,
+    ) -> None:
+        """Record the turn's outcome, its metric and its reply in one durable transaction,
+        then send them: a crash before the commit leaves the batch to run again with nothing
+        published; after it, the outbox holds exactly this turn's reply and metric."""
+        ids = turn.ids
+        target = turn.batch.events[-1].event
+        with self.store.transaction(durable=True):
+            metric = self.delivery.store_metric(payload, ids) if payload is not None else None
+            replies = self.delivery.store_reply(target, reply, ids) if reply is not None else []
+            notices = settle()
+            self.store.sync_channel(self.queue, turn.batch.channel)
+        self.delivery.send([*replies, *notices, *([metric] if metric is not None else [])])
+
+    def _report_failure(self, turn: Turn, error: str, result: TurnResult | None) -> None:
+        """``turn_failed`` with the error, secrets removed (a failure is never silent)."""
+        payload: dict[str, Any] = {"error": redact(error, self._secrets)}
+        if result is not None:
+            payload["terminalEvidence"] = result.terminal_evidence
+        self.diagnostics.emit("turn_failed", **turn.ids.as_kwargs(), payload=payload)
 
     async def _prepare(self, turn: Turn) -> tuple[CompiledTurn, list[str]] | None:
         """Session, context, compile; the compiled turn, or None when cancelled meanwhile."""
@@ -238,10 +261,13 @@ class TurnRunner:
     def _finish(
         self, turn: Turn, result: TurnResult, history_ids: list[str], started_at: datetime
     ) -> None:
-        assert turn.session is not None
-        turn.session.turns += 1
+        session = turn.session
+        assert session is not None
+        session.turns += 1
         ids = turn.ids
         self.diagnostics.turn_completed(result.outcome, result.stop_reason, **ids.as_kwargs())
+        if result.outcome == "failed":
+            self._report_failure(turn, result.error or result.terminal_evidence, result)
         payload = metric_payload(
             harness=self.supervisor.harness,
             model=self.config.model,
@@ -251,19 +277,22 @@ class TurnRunner:
             manifest=turn.ledger.snapshot(),
             started_at=started_at,
         )
-        metric = self.delivery.store_metric(payload, ids) if payload is not None else None
-        self._settle(turn, result, turn.session, history_ids)
-        if metric is not None:
-            self.delivery.send_metric(metric)
-        text = reply_text(result) if self.config.reply_mode == "auto" else None
-        if text is not None:
-            self.delivery.send_reply(turn.batch.events[-1].event, text)
+        reply = reply_text(result) if self.config.reply_mode == "auto" else None
+        self._commit(
+            turn,
+            lambda: self._settle(turn, result, session, history_ids),
+            payload=payload,
+            reply=reply,
+        )
         if self.supervisor.needs_restart(result):
             self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
 
     # -- settling -------------------------------------------------------------------------
 
-    def _settle(self, turn: Turn, result: TurnResult, session: Session, history: list[str]) -> None:
+    def _settle(
+        self, turn: Turn, result: TurnResult, session: Session, history: list[str]
+    ) -> list[Event]:
+        """Record the outcome in the queue; the dead-letter notice to send, if any."""
         batch = turn.batch
         if result.outcome == "success":
             self.queue.complete(batch)
@@ -271,26 +300,32 @@ class TurnRunner:
             session.delivered.update(q.event.id for q in batch.cancelled_events)
             session.delivered.update(history)
             session.delivered.update(turn.steered)
-        elif result.outcome == "cancelled":
-            self._settle_cancelled(turn)
-        else:
-            self._fail(batch)
+            return []
+        if result.outcome == "cancelled":
+            return self._settle_cancelled(turn)
+        return self._fail(batch)
 
-    def _settle_cancelled(self, turn: Turn) -> None:
+    def _settle_cancelled(self, turn: Turn) -> list[Event]:
         reason = turn.cancel_reason
         if reason == "interrupt" or reason == "steer":
             self.queue.requeue_cancelled(turn.batch, reason)
         else:  # the owner's !cancel, or the agent cancelled on its own: dropped, not retried
             self.queue.complete(turn.batch)
+        return []
 
-    def _fail(self, batch: Batch) -> None:
+    def _fail(self, batch: Batch) -> list[Event]:
+        """Back to the queue with backoff; a dead letter gets one short notice in its thread
+        (stored with the settlement, sent after it)."""
         dead = self.queue.fail(batch, self._clock())
-        if dead is not None:
-            self.diagnostics.emit(
-                "event_dead_lettered",
-                channel_id=dead.channel,
-                payload={"eventIds": [q.event.id for q in dead.events], "attempts": dead.attempts},
-            )
+        if dead is None:
+            return []
+        self.diagnostics.emit(
+            "event_dead_lettered",
+            channel_id=dead.channel,
+            payload={"eventIds": [q.event.id for q in dead.events], "attempts": dead.attempts},
+        )
+        target = dead.events[-1].event
+        return self.delivery.store_reply(target, dead_letter_notice(dead.attempts))
 
     # -- cancel and steer -----------------------------------------------------------------
 
@@ -340,7 +375,8 @@ class TurnRunner:
             await self.cancel(turn, "steer")
         else:  # released: the event stays pending
             self.diagnostics.prompt_context_steer("released", None, **ids)
-        self.store.sync_channel(self.queue, turn.batch.channel)
+        # Nothing is written here: an injected steer's row stays until the turn's outcome
+        # (and the reply that answers it) commits, so a crash before that runs it again.
 
     def _steer_result(self, event_id: str, outcome: str, now: float) -> None:
         with contextlib.suppress(QueueError):
