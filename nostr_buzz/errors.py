@@ -70,6 +70,10 @@ class OutboxError(BuzzError):
     """The durable metric outbox (SQLite) could not be opened, read or written."""
 
 
+class StateError(BuzzError):
+    """The bot's state database could not be opened, read or written, or is inconsistent."""
+
+
 class RelayError(BuzzError):
     """A relay URL, filter or relay-protocol argument is unusable (not a network failure)."""
 

@@ -564,7 +564,7 @@ def test_subprocess_failures_leave_stdout_empty(relay_a: str) -> None:
 def test_same_second_messages_keep_thread_order() -> None:
     from itertools import permutations
 
-    from nostr_buzz.cli.messages import _chronological
+    from nostr_buzz.nips.nip10 import chronological as _chronological
 
     t = 1_700_000_500
     root = sign_event(ALICE, kind=9, content="root", tags=[["h", "c"]], created_at=t)

@@ -182,29 +182,6 @@ def _warn_list_problems(result: PoolQueryResult) -> None:
         note(f"buzz: warning: relay {line}")
 
 
-def _chronological(events: Iterable[Event]) -> list[Event]:
-    """Oldest first.  Events of the same second (common in a busy thread) keep their thread
-    order: a reply's depth below other events of the list (through its parent, else its root)
-    breaks the tie, then the id."""
-    listed = {e.id: e for e in events}
-    depth: dict[str, int] = {}
-    for event in listed.values():
-        chain: list[str] = []
-        current: str | None = event.id
-        # Bounded walk up the parents that are in the list (ids are hashes: no cycles).
-        while current is not None and current in listed and current not in depth:
-            if len(chain) > len(listed):
-                break
-            chain.append(current)
-            ref = nip10.thread_ref(listed[current])
-            # A missing parent falls back to the root, so a reply still sorts after it.
-            current = ref.parent if ref.parent in listed else ref.root
-        base = depth.get(current, -1) if current is not None else -1
-        for offset, node in enumerate(reversed(chain), start=1):
-            depth[node] = base + offset
-    return sorted(listed.values(), key=lambda e: (e.created_at, depth.get(e.id, 0), e.id))
-
-
 def _one_line(text: str, width: int) -> str:
     # Control characters could drive the terminal; newlines would break the table.
     flat = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
@@ -264,7 +241,7 @@ def get(
         _warn_list_problems(result)
         # Relays may pass events whose first h tag is another channel; nip10 decides.
         mine = [e for e in result.events if nip10.channel(e) == channel]
-        return _chronological(mine)[-limit:]
+        return nip10.chronological(mine)[-limit:]
 
     write_stdout(_render(run(body()), fmt))
 
@@ -304,44 +281,13 @@ def thread(
         _warn_list_problems(result)
         by_id = {e.id: e for e in result.events}
         by_id.setdefault(start.id, start)
-        root = by_id.pop(root_id, None)
-        if root is None:
+        # An e tag can also be a plain citation: only events nip10 routes into this thread.
+        history = nip10.thread_history(by_id.values(), root_id, channel)
+        if history.root is None:
             note(f"buzz: warning: the thread's root {root_id} was not found")
-        # An e tag can also be a plain citation: keep only events nip10 routes into this thread.
-        replies = [
-            e
-            for e in by_id.values()
-            if nip10.thread_ref(e).root == root_id and nip10.channel(e) == channel
-        ]
-        return ([root] if root is not None else []) + _chronological(replies)
+        return ([history.root] if history.root is not None else []) + history.replies
 
     write_stdout(_render(run(body()), fmt))
-
-
-def _reply_tags(
-    parent: Event,
-    parent_relay: str,
-    root: Event | None,
-    root_id: str,
-    root_relay: str,
-    sender: str,
-) -> list[list[str]]:
-    """NIP-10 marked e tags (root, plus reply when the parent is not the root) and p tags for
-    the authors replied to (the root's and the parent's), never the sender itself."""
-    if parent.id == root_id:
-        e_tags = [["e", parent.id, parent_relay, "root", parent.pubkey]]
-        authors = [parent.pubkey]
-    else:
-        root_author = root.pubkey if root is not None else ""
-        e_tags = [
-            ["e", root_id, root_relay, "root", root_author]
-            if root_author
-            else ["e", root_id, root_relay, "root"],
-            ["e", parent.id, parent_relay, "reply", parent.pubkey],
-        ]
-        authors = ([root_author] if root_author else []) + [parent.pubkey]
-    p_tags = [["p", pubkey] for pubkey in dict.fromkeys(authors) if pubkey != sender]
-    return e_tags + p_tags
 
 
 def _first_relay_with(result: PoolQueryResult, event_id: str) -> str:
@@ -408,13 +354,12 @@ def send(
                 lookup = await pool.query({"ids": [root_id]}, extra_urls=hints, timeout=timeout)
                 root = next((e for e in lookup.events if e.id == root_id), None)
                 root_relay = _first_relay_with(lookup, root_id)
-            tags += _reply_tags(
+            tags += nip10.reply_tags(
                 parent,
-                _first_relay_with(found, parent.id),
-                root,
-                root_id,
-                root_relay,
-                secret.public_key.hex,
+                sender=secret.public_key.hex,
+                root=root,
+                parent_relay=_first_relay_with(found, parent.id),
+                root_relay=root_relay,
             )
         # The clock is read here, at the edge; the library itself never reads one.
         message = sign_event(

@@ -98,6 +98,33 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class StoredEvent:
+    """A live event as a store keeps it: the queued event and its push order number."""
+
+    queued: QueuedEvent
+    seq: int
+
+
+@dataclass(frozen=True)
+class ChannelState:
+    """One channel's state as :meth:`DispatchQueue.channel_state` exports it.
+
+    A batch in flight is shown as already returned (its events at the front of ``pending``,
+    its cancelled events stored, no attempt counted), exactly as :meth:`DispatchQueue.snapshot`
+    writes it: this is what a restart must continue from.
+    """
+
+    name: str
+    pending: list[StoredEvent]
+    retry_size: int
+    retry_count: int
+    cancelled: list[StoredEvent]
+    cancel_reason: CancelReason | None
+    cancelled_count: int
+    backoff_until: float | None
+
+
+@dataclass(frozen=True)
 class _Entry:
     """A queued event with what the queue derives from it once."""
 
@@ -465,6 +492,46 @@ class DispatchQueue:
 
     # --- replay and restart -------------------------------------------------------------------
 
+    def channel_names(self) -> list[str]:
+        """Channels with anything pending, stored or in flight."""
+        return list(self._channels)
+
+    def channel_state(self, channel: str) -> ChannelState | None:
+        """``channel``'s state as a restart must see it (None when the channel is idle)."""
+        ch = self._channels.get(_check_channel(channel))
+        if ch is None:
+            return None
+        pending, cancelled = ch.pending, ch.cancelled
+        retry_size, retry_count = ch.retry_size, ch.retry_count
+        reason, count = ch.cancel_reason, ch.cancelled_count
+        fl = ch.flight
+        if fl is not None:
+            cancelled, reason = fl.cancelled, fl.reason
+            if fl.redispatch:
+                count = fl.batch.attempt - 1
+            else:
+                pending = [*fl.events, *pending]
+                retry_size, retry_count = len(fl.events), fl.batch.attempt - 1
+        return ChannelState(
+            name=ch.name,
+            pending=[StoredEvent(e.queued, e.seq) for e in pending],
+            retry_size=retry_size,
+            retry_count=retry_count,
+            cancelled=[StoredEvent(e.queued, e.seq) for e in cancelled],
+            cancel_reason=reason,
+            cancelled_count=count,
+            backoff_until=ch.backoff_until,
+        )
+
+    def is_remembered(self, event_id: str) -> bool:
+        """Whether ``event_id`` is among the remembered delivered or dead-lettered ids."""
+        return event_id in self._remembered_set
+
+    @property
+    def next_seq(self) -> int:
+        """The push order number the next accepted event gets."""
+        return self._next_seq
+
     def snapshot(self) -> bytes:
         """Everything needed to continue, as JSON bytes.
 
@@ -472,32 +539,35 @@ class DispatchQueue:
         stored, no attempt counted): the process that ran them will be gone after a restore.
         """
         channels = []
-        for ch in self._channels.values():
-            pending, cancelled = ch.pending, ch.cancelled
-            retry_size, retry_count = ch.retry_size, ch.retry_count
-            reason, count = ch.cancel_reason, ch.cancelled_count
-            fl = ch.flight
-            if fl is not None:
-                cancelled, reason = fl.cancelled, fl.reason
-                if fl.redispatch:
-                    count = fl.batch.attempt - 1
-                else:
-                    pending = [*fl.events, *pending]
-                    retry_size, retry_count = len(fl.events), fl.batch.attempt - 1
-            channels.append(
-                _WireChannel(
-                    name=ch.name,
-                    pending=[_wire_entry(e) for e in pending],
-                    retry_size=retry_size,
-                    retry_count=retry_count,
-                    cancelled=[_wire_entry(e) for e in cancelled],
-                    cancel_reason=reason,
-                    cancelled_count=count,
-                    backoff_until=ch.backoff_until,
-                )
-            )
+        for name in self._channels:
+            state = self.channel_state(name)
+            assert state is not None
+            channels.append(_wire_channel(state))
         snap = _WireSnapshot(_SNAPSHOT_VERSION, self._next_seq, channels, list(self._remembered))
         return _encode_snapshot(snap)
+
+    @classmethod
+    def rebuild(
+        cls,
+        channels: Iterable[ChannelState],
+        remembered: Iterable[str],
+        next_seq: int,
+        rng: Rng | None = None,
+        *,
+        max_batch: int = 50,
+        max_pending: int = 500,
+        max_attempts: int = 10,
+        deadline: float = 7300,
+    ) -> DispatchQueue:
+        """A queue from exported channel states (what a store kept of
+        :meth:`channel_state`), remembered ids (oldest first) and ``next_seq``; checked
+        exactly like :meth:`restore`, so any inconsistency raises :class:`QueueError`."""
+        q = cls(max_batch, max_pending, max_attempts, deadline, rng)
+        snap = _WireSnapshot(
+            _SNAPSHOT_VERSION, next_seq, [_wire_channel(c) for c in channels], list(remembered)
+        )
+        q._load(snap)
+        return q
 
     @classmethod
     def restore(
@@ -598,5 +668,18 @@ class DispatchQueue:
         self._next_seq = snap.next_seq
 
 
-def _wire_entry(e: _Entry) -> _WireEntry:
+def _wire_entry(e: StoredEvent) -> _WireEntry:
     return _WireEntry(e.queued.event, e.queued.prompt_tag, e.queued.received_at, e.seq)
+
+
+def _wire_channel(state: ChannelState) -> _WireChannel:
+    return _WireChannel(
+        name=state.name,
+        pending=[_wire_entry(e) for e in state.pending],
+        retry_size=state.retry_size,
+        retry_count=state.retry_count,
+        cancelled=[_wire_entry(e) for e in state.cancelled],
+        cancel_reason=state.cancel_reason,
+        cancelled_count=state.cancelled_count,
+        backoff_until=state.backoff_until,
+    )

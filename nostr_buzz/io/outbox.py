@@ -122,12 +122,47 @@ class Outbox:
         """The outbox at ``state_dir / OUTBOX_FILE``."""
         return cls(Path(state_dir) / OUTBOX_FILE, rng=rng)
 
-    def __init__(self, path: str | Path, *, rng: Rng | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        rng: Rng | None = None,
+        connection: sqlite3.Connection | None = None,
+    ) -> None:
+        """``connection``: an open connection to ``path`` to share (its owner keeps it open and
+        closes it; its own transactions may then include this outbox's writes), else the
+        outbox opens and owns one."""
         self.path = Path(path)
         # Jitter needs no cryptographic quality; the OS seeds it unless a test pins it.
         self._rng: Rng = rng if rng is not None else random.Random().random
         #: Ids of rows that no longer verify as events (disk damage, manual edits): skipped.
         self.damaged: set[str] = set()
+        self._owns_db = connection is None
+        if connection is not None:
+            self._db = connection
+        else:
+            self._db = self._connect()
+        try:
+            if self._owns_db:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")  # a committed add survives power loss
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if self._owns_db and version not in (0, _SCHEMA_VERSION):
+                raise OutboxError(
+                    f"the outbox {self.path} has schema version {version}; this nostr-buzz "
+                    f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
+                )
+            self._db.executescript(_SCHEMA)
+            if self._owns_db:
+                self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            self.close()
+            raise OutboxError(f"cannot open the outbox {self.path}: {exc}") from None
+        except OutboxError:
+            self.close()
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Who published what and when is nobody else's business: 0600 (SQLite gives its
@@ -136,28 +171,11 @@ class Outbox:
             # isolation_level=None: transactions are explicit, so each write commits at once.
             # check_same_thread=False: a bot may open it before starting its event loop's
             # thread; calls never overlap (the publisher runs on one loop).
-            self._db = sqlite3.connect(
+            return sqlite3.connect(
                 self.path, isolation_level=None, timeout=5.0, check_same_thread=False
             )
         except (OSError, sqlite3.Error) as exc:
             raise OutboxError(f"cannot open the outbox {self.path}: {exc}") from None
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # a committed add survives power loss
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, _SCHEMA_VERSION):
-                raise OutboxError(
-                    f"the outbox {self.path} has schema version {version}; this nostr-buzz "
-                    f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
-                )
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
-        except sqlite3.Error as exc:
-            self._db.close()
-            raise OutboxError(f"cannot open the outbox {self.path}: {exc}") from None
-        except OutboxError:
-            self._db.close()
-            raise
 
     def __enter__(self) -> Outbox:
         return self
@@ -171,7 +189,9 @@ class Outbox:
         self.close()
 
     def close(self) -> None:
-        self._db.close()
+        """Close the connection, unless it is shared (its owner closes it)."""
+        if self._owns_db:
+            self._db.close()
 
     # -- writes ---------------------------------------------------------------------------
 

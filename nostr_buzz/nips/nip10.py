@@ -9,6 +9,7 @@ never gets two spellings of its destination.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from nostr_buzz.event import Event
@@ -17,11 +18,15 @@ __all__ = [
     "COMMENT_KIND",
     "DIRECT_CHANNEL_PREFIX",
     "TEXT_NOTE_KIND",
+    "ThreadHistory",
     "ThreadRef",
     "channel",
+    "chronological",
     "destination",
     "is_valid_channel_id",
     "mentions",
+    "reply_tags",
+    "thread_history",
     "thread_ref",
 ]
 
@@ -143,3 +148,87 @@ def channel(event: Event) -> str | None:
 def mentions(event: Event) -> list[str]:
     """Every ``p`` tag value in tag order, duplicates kept, exactly as written."""
     return [tag[1] for tag in event.tags if len(tag) >= 2 and tag[0] == "p"]
+
+
+def reply_tags(
+    parent: Event,
+    *,
+    sender: str,
+    root: Event | None = None,
+    parent_relay: str = "",
+    root_relay: str = "",
+) -> list[list[str]]:
+    """The thread tags of a reply to ``parent`` sent by ``sender`` (hex pubkey).
+
+    NIP-10 marked ``e`` tags: ``root`` alone when
+    the parent starts its thread, else ``root`` then ``reply``, each with its author's pubkey
+    when known (``root``: the root event, if the caller has it); ``p`` tags for the authors
+    replied to (the root's, then the parent's), each once, never the sender.  The relay hints
+    default to empty.  The caller adds the channel's ``h`` tag.
+    """
+    tags: list[list[str]] = []
+    root_id = thread_ref(parent).root or parent.id
+    if root_id == parent.id:
+        tags.append(["e", parent.id, parent_relay, "root", parent.pubkey])
+        authors = [parent.pubkey]
+    else:
+        root_author = root.pubkey if root is not None and root.id == root_id else ""
+        root_tag = ["e", root_id, root_relay, "root"] + ([root_author] if root_author else [])
+        tags.append(root_tag)
+        tags.append(["e", parent.id, parent_relay, "reply", parent.pubkey])
+        authors = ([root_author] if root_author else []) + [parent.pubkey]
+    tags.extend(["p", pubkey] for pubkey in dict.fromkeys(authors) if pubkey != sender)
+    return tags
+
+
+def chronological(events: Iterable[Event]) -> list[Event]:
+    """Oldest first, each id once.  Events of the same second (common in a busy thread) keep
+    their thread order: a reply's depth below other events of the list (through its parent,
+    else its root) breaks the tie, then the id."""
+    listed = {e.id: e for e in events}
+    depth: dict[str, int] = {}
+    for event in listed.values():
+        chain: list[str] = []
+        current: str | None = event.id
+        # Bounded walk up the parents that are in the list (ids are hashes: no cycles).
+        while current is not None and current in listed and current not in depth:
+            if len(chain) > len(listed):
+                break
+            chain.append(current)
+            ref = thread_ref(listed[current])
+            # A missing parent falls back to the root, so a reply still sorts after it.
+            current = ref.parent if ref.parent in listed else ref.root
+        base = depth.get(current, -1) if current is not None else -1
+        for offset, node in enumerate(reversed(chain), start=1):
+            depth[node] = base + offset
+    return sorted(listed.values(), key=lambda e: (e.created_at, depth.get(e.id, 0), e.id))
+
+
+class ThreadHistory(NamedTuple):
+    """A thread as fetched: its root (when found), the newest replies kept, oldest first,
+    how many replies the fetch proved to exist, and whether some were left out."""
+
+    root: Event | None
+    replies: list[Event]
+    found: int
+    truncated: bool
+
+
+def thread_history(
+    events: Iterable[Event], root_id: str, group: str | None, limit: int | None = None
+) -> ThreadHistory:
+    """Select one thread from fetched ``events``: the root by id, and the replies that NIP-10
+    routes into ``root_id`` within channel ``group`` (an ``e`` tag alone may be a citation),
+    in :func:`chronological` order; with ``limit``, only the newest ``limit`` replies."""
+    listed = list(events)
+    root = next((e for e in listed if e.id == root_id), None)
+    replies = chronological(
+        e
+        for e in listed
+        if e.id != root_id and thread_ref(e).root == root_id and channel(e) == group
+    )
+    found = len(replies)
+    truncated = limit is not None and found > limit
+    if limit is not None:
+        replies = replies[-limit:] if limit > 0 else []
+    return ThreadHistory(root, replies, found, truncated)

@@ -1,0 +1,152 @@
+"""What the bot needs, resolved: :class:`PluginConfig` (from ``buzz.toml``, the environment and
+flags) and the ``--shard i/n`` split of destinations between processes."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from nostr_buzz.config import AuthorGate, ConfigSources, InFlightPolicy, ReplyMode
+from nostr_buzz.core.turn_input import Standing
+from nostr_buzz.errors import ConfigError
+from nostr_buzz.keys import PublicKey, SecretKey
+
+__all__ = ["CHAT_KIND", "PluginConfig", "Shard", "parse_shard", "shard_of"]
+
+CHAT_KIND: Final = 9
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    count: int
+
+
+def parse_shard(text: str) -> Shard:
+    """``"i/n"`` with 0 ≤ i < n; raises :class:`ConfigError`."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if match is None:
+        raise ConfigError(f"--shard: expected i/n (e.g. 0/2), got {text[:20]!r}")
+    index, count = int(match.group(1)), int(match.group(2))
+    if count < 1 or index >= count:
+        raise ConfigError("--shard: i/n needs n ≥ 1 and 0 ≤ i < n")
+    return Shard(index, count)
+
+
+def shard_of(destination: str, count: int) -> int:
+    """The stable shard of a destination: sha256 of its UTF-8 bytes, as an integer, mod n."""
+    return int.from_bytes(hashlib.sha256(destination.encode("utf-8")).digest(), "big") % count
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """Everything the plugin needs, already resolved (keys parsed, files read)."""
+
+    agent_secret: SecretKey
+    owner: PublicKey
+    read_relays: tuple[str, ...]
+    write_relays: tuple[str, ...]
+    agent_command: str
+    agent_args: tuple[str, ...] = ()
+    agent_env: Mapping[str, str] = field(default_factory=dict)
+    agent_pass_env: tuple[str, ...] = ()
+    agent_cwd: str | None = None
+    state_dir: Path = Path(".buzz")
+    channels: tuple[str, ...] = ()
+    kinds: tuple[int, ...] = (CHAT_KIND,)
+    mentions_required: bool = True
+    gate: AuthorGate = "owner-only"
+    allowlist: frozenset[str] = frozenset()
+    agents: frozenset[str] = frozenset()
+    in_flight: InFlightPolicy = "steer"
+    context_message_limit: int = 20
+    relay_timeout: float = 10.0
+    idle_timeout: float = 620.0
+    hard_timeout: float = 7200.0
+    standing: Standing = field(default_factory=Standing)
+    reply_mode: ReplyMode = "auto"
+    model: str | None = None
+    shard: Shard | None = None
+    #: A new event waits this long before its channel is flushed, so that a burst of
+    #: messages sent together becomes one turn (spec 02 coalesces only what is queued).
+    coalesce_window: float = 0.25
+    #: A batch that failed this many times is dead-lettered (a notice goes to its thread).
+    max_attempts: int = 10
+
+    def __repr__(self) -> str:  # never the secret key
+        return (
+            f"PluginConfig(agent={self.agent_secret.public_key.hex}, owner={self.owner.hex}, "
+            f"command={self.agent_command!r}, state_dir={str(self.state_dir)!r}, …)"
+        )
+
+    @classmethod
+    def from_sources(
+        cls,
+        sources: ConfigSources,
+        *,
+        key: str | None = None,
+        owner: str | None = None,
+        relays: Sequence[str] = (),
+        shard: Shard | None = None,
+        state_dir: str | None = None,
+    ) -> PluginConfig:
+        """Resolve flags › environment › ``buzz.toml``; every problem is a ConfigError."""
+        file = sources.file
+        secret = sources.require_secret_key(key)
+        owner_key = sources.require_owner(owner)
+        read = sources.require_relays(relays, direction="read")
+        write = sources.relays(relays, direction="write") or read
+        if file.agent.command is None:
+            raise ConfigError("no agent command configured: set [agent] command in buzz.toml")
+        base_dir = sources.path.parent if sources.path is not None else Path.cwd()
+
+        def read_text(name: str, value: str | None) -> str | None:
+            if value is None:
+                return None
+            path = Path(value).expanduser()
+            path = path if path.is_absolute() else base_dir / path
+            try:
+                return path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+                raise ConfigError(f"context.{name}: cannot read {path} ({why})") from None
+
+        standing = Standing(
+            base=read_text("base", file.context.base),
+            system=read_text("persona", file.context.persona),
+            team_instructions=read_text("team_instructions", file.context.team_instructions),
+        )
+        state = Path(state_dir or file.state_dir).expanduser()
+        if not state.is_absolute():
+            state = base_dir / state
+        return cls(
+            agent_secret=secret,
+            owner=owner_key,
+            read_relays=read,
+            write_relays=write,
+            agent_command=file.agent.command,
+            agent_args=file.agent.args,
+            agent_env=dict(file.agent.env),
+            agent_pass_env=file.agent.pass_env,
+            agent_cwd=file.agent.cwd,
+            state_dir=state,
+            channels=file.subscriptions.channels,
+            kinds=file.subscriptions.kinds,
+            mentions_required=file.subscriptions.mentions_required,
+            gate=file.gate.mode,
+            allowlist=frozenset(PublicKey.from_str(k).hex for k in file.gate.allowlist),
+            agents=frozenset(PublicKey.from_str(k).hex for k in file.gate.agents),
+            in_flight=file.in_flight,
+            context_message_limit=file.context_message_limit,
+            relay_timeout=file.timeouts.relay,
+            idle_timeout=file.timeouts.idle,
+            hard_timeout=file.timeouts.hard,
+            standing=standing,
+            reply_mode=file.reply_mode,
+            model=file.agent.model,
+            shard=shard,
+        )

@@ -1,0 +1,251 @@
+"""Context resolution: what the compiler gets besides the batch's own events.
+
+Thread history for a threaded newest event (the root by id plus the newest ``limit`` replies in
+the thread and channel; ``limit + 1`` are fetched so that truncation is proven, not guessed),
+DM history for a direct message, nothing for a top-level channel message; profiles (kind 0) of
+every author and mention; channel metadata (kind 39000).  A real channel without metadata gets
+no ``channel`` input (no snapshot).  The queries are the only I/O; selecting and shaping what
+they returned are pure functions below.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from nostr_buzz.core.queue import Batch
+from nostr_buzz.core.turn_input import (
+    ChannelInfo,
+    ContextMessage,
+    ProfileInfo,
+    Standing,
+    TurnContext,
+    TurnEvent,
+    TurnInput,
+)
+from nostr_buzz.event import Event
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.nips import nip10
+from nostr_buzz.profile import Profile
+
+from .supervisor import Session
+
+__all__ = ["ContextResolver", "History", "select_dm_history", "select_thread_history"]
+
+METADATA_KIND: Final = 0
+GROUP_METADATA_KIND: Final = 39000
+_HEX64: Final = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class History:
+    """Fetched history: its kind, the messages (chronological), ``total`` and ``truncated`` as
+    the fetch proved them (spec: filtering later keeps them)."""
+
+    kind: Literal["thread", "dm"] | None
+    messages: list[Event]
+    total: int
+    truncated: bool
+
+
+NO_HISTORY: Final = History(None, [], 0, False)
+
+
+def select_thread_history(
+    events: Iterable[Event], root_id: str, channel: str | None, limit: int
+) -> History:
+    """The root (when a relay returned it) and the newest ``limit`` replies; ``total`` = 1
+    (the root exists even when no relay returns it) + the replies the fetch proved to exist."""
+    thread = nip10.thread_history(events, root_id, channel, limit)
+    root = [thread.root] if thread.root is not None else []
+    return History("thread", root + thread.replies, 1 + thread.found, thread.truncated)
+
+
+def select_dm_history(events: Iterable[Event], limit: int) -> History:
+    """The newest ``limit`` direct messages, chronological; ``truncated`` when the limit was
+    reached, and then ``total`` counts one more."""
+    direct = nip10.chronological(e for e in events if nip10.channel(e) is None)
+    kept = direct[-limit:] if limit > 0 else []
+    truncated = len(kept) >= limit
+    return History("dm", kept, len(kept) + (1 if truncated else 0), truncated)
+
+
+def _utc(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def turn_context(history: History, delivered: set[str], in_batch: set[str]) -> TurnContext | None:
+    """The compiler's context: history minus what the session was already given and what the
+    batch itself holds; None when nothing is left."""
+    kept = [e for e in history.messages if e.id not in delivered and e.id not in in_batch]
+    if history.kind is None or not kept:
+        return None
+    return TurnContext(
+        kind=history.kind,
+        messages=tuple(
+            ContextMessage(
+                pubkey=e.pubkey, content=e.content, event_id=e.id, timestamp=_utc(e.created_at)
+            )
+            for e in kept
+        ),
+        total=history.total,
+        truncated=history.truncated,
+    )
+
+
+def people_of(events: Iterable[Event], agent: str) -> list[str]:
+    """Every author and hex mention of ``events``, the agent first, each once."""
+    people: dict[str, None] = {agent: None}
+    for event in events:
+        people[event.pubkey] = None
+        for mention in nip10.mentions(event):
+            lowered = mention.lower()
+            if _HEX64.fullmatch(lowered):
+                people[lowered] = None
+    return list(people)
+
+
+def newest_profiles(found: Iterable[Event], people: Sequence[str]) -> dict[str, Event]:
+    wanted = set(people)
+    newest: dict[str, Event] = {}
+    for event in found:
+        if event.kind == METADATA_KIND and event.pubkey in wanted:
+            known = newest.get(event.pubkey)
+            if known is None or event.created_at > known.created_at:
+                newest[event.pubkey] = event
+    return newest
+
+
+def channel_info(
+    found: Iterable[Event], channel: str | None, actor: str, actor_label: str | None
+) -> ChannelInfo | None:
+    """A DM's synthetic channel, a channel's kind 39000 metadata (newest), or None."""
+    if channel is None:
+        return ChannelInfo(name=actor_label or actor, id=f"dm-{actor}", type="dm")
+    metadata: Event | None = None
+    for event in found:
+        if (
+            event.kind == GROUP_METADATA_KIND
+            and channel in event.tag_values("d")
+            and (metadata is None or event.created_at > metadata.created_at)
+        ):
+            metadata = event
+    if metadata is None:
+        return None
+    names = metadata.tag_values("name")
+    about = metadata.tag_values("about")
+    return ChannelInfo(
+        name=names[0] if names else channel,
+        id=channel,
+        type="stream",
+        description=about[0] if about else None,
+    )
+
+
+class ContextResolver:
+    """Resolves a batch's context through the read relays."""
+
+    def __init__(
+        self,
+        pool: RelayPool,
+        *,
+        agent: str,
+        kinds: tuple[int, ...],
+        limit: int,
+        timeout: float,
+        standing: Standing,
+        known_agents: set[str],
+    ) -> None:
+        self.pool = pool
+        self.agent = agent
+        self.kinds = list(kinds)
+        self.limit = limit
+        self.timeout = timeout
+        self.standing = standing
+        #: Agents known from configuration or a NIP-24 ``bot`` profile seen (shared, grows).
+        self.known_agents = known_agents
+
+    async def history(self, newest: Event) -> History:
+        root_id = nip10.thread_ref(newest).root
+        channel = nip10.channel(newest)
+        if root_id is not None:
+            replies: dict[str, Any] = {
+                "kinds": self.kinds,
+                "#e": [root_id],
+                "limit": self.limit + 1,
+            }
+            if channel is not None:
+                replies["#h"] = [channel]
+            found = await self.pool.query([{"ids": [root_id]}, replies], timeout=self.timeout)
+            return select_thread_history(found.events, root_id, channel, self.limit)
+        if channel is not None:
+            return NO_HISTORY
+        actor = newest.pubkey
+        flt = {"kinds": self.kinds, "limit": self.limit}
+        found = await self.pool.query(
+            [
+                {**flt, "authors": [actor], "#p": [self.agent]},
+                {**flt, "authors": [self.agent], "#p": [actor]},
+            ],
+            timeout=self.timeout,
+        )
+        return select_dm_history(found.events, self.limit)
+
+    async def resolve(self, batch: Batch, session: Session) -> tuple[TurnInput, list[str]]:
+        """The compiler's input for ``batch``, and the ids of the history messages fetched
+        (committed as delivered after a successful turn)."""
+        events = [q.event for q in batch.events]
+        cancelled = [q.event for q in batch.cancelled_events]
+        newest = events[-1]
+        history = await self.history(newest)
+        fetched_ids = [e.id for e in history.messages]
+        in_batch = {e.id for e in events} | {e.id for e in cancelled}
+        context = turn_context(history, session.delivered, in_batch)
+        kept = list(context.messages) if context is not None else []
+        kept_events = [e for e in history.messages if e.id in {m.event_id for m in kept}]
+        profiles, info = await self.profiles_and_channel(
+            [*events, *cancelled, *kept_events], nip10.channel(newest), newest.pubkey
+        )
+        start = session.start
+        turn_input = TurnInput(
+            events=tuple(TurnEvent(q.event, q.prompt_tag) for q in batch.events),
+            cancelled_events=tuple(
+                TurnEvent(q.event, q.prompt_tag) for q in batch.cancelled_events
+            ),
+            cancel_reason=batch.cancel_reason or "steer",
+            channel=info,
+            context=context,
+            context_had_delivered_events=any(i in session.delivered for i in fetched_ids),
+            profiles=profiles,
+            standing=self.standing,
+            system_prompt_support=start.system_prompt_support,
+            standing_context_sent=start.standing_context_sent or session.turns > 0,
+        )
+        return turn_input, fetched_ids
+
+    async def profiles_and_channel(
+        self, events: Sequence[Event], channel: str | None, actor: str
+    ) -> tuple[dict[str, ProfileInfo], ChannelInfo | None]:
+        people = people_of(events, self.agent)
+        filters: list[dict[str, Any]] = [{"kinds": [METADATA_KIND], "authors": people}]
+        if channel is not None:
+            filters.append({"kinds": [GROUP_METADATA_KIND], "#d": [channel]})
+        found = (await self.pool.query(filters, timeout=self.timeout)).events
+        newest = newest_profiles(found, people)
+        profiles: dict[str, ProfileInfo] = {}
+        for pubkey in people:
+            label: str | None = None
+            is_agent = pubkey in self.known_agents or pubkey == self.agent
+            source = newest.get(pubkey)
+            if source is not None:
+                profile = Profile.from_event(source)
+                label = profile.label
+                if profile.is_agent:
+                    is_agent = True
+                    self.known_agents.add(pubkey)
+            profiles[pubkey] = ProfileInfo(label=label, is_agent=is_agent)
+        info = channel_info(found, channel, actor, profiles.get(actor, ProfileInfo()).label)
+        return profiles, info

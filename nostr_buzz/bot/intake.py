@@ -1,0 +1,180 @@
+"""Intake: what becomes of an incoming verified event, as pure decisions.
+
+:func:`decide` says, for one event, whether it is an owner command, refused (with the reason
+reported as an ``event_rejected`` diagnostic), served by another shard (silently), or admitted
+to the queue.  The rules:
+
+* **Owner commands.** A kind 9 from the owner that mentions the agent and whose content, after
+  leading ``nostr:npub…``/``@name`` tokens, starts with ``!cancel`` or ``!shutdown``.  Commands
+  are never queued and bypass the shard filter.
+* **Gate.** The agent's own events never start a turn (no loops).  Other agents (``gate.agents``
+  or a NIP-24 ``bot`` profile seen earlier) start one only when they mention this agent, even
+  with ``mentions_required = false``.  ``owner-only`` admits the owner, ``allowlist`` the owner
+  and the listed keys, ``anyone`` every key.
+* **Subscriptions.** ``channels`` restricts channel events; events without a channel (direct
+  messages) are accepted when they mention the agent.
+* **Shard** ``i/n``: a destination belongs to shard ``int(sha256(destination)) mod n``.
+
+Also here: the position a handled event moves the bot to (never later than the clock), and the
+relay filters the gate implies (who could be admitted at all).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from nostr_buzz.config import AuthorGate
+from nostr_buzz.event import Event
+from nostr_buzz.nips import nip10
+
+from .config import CHAT_KIND, PluginConfig, Shard, shard_of
+
+__all__ = [
+    "Admit",
+    "Command",
+    "Decision",
+    "Gate",
+    "Refuse",
+    "advance",
+    "decide",
+    "owner_command",
+    "queue_channel",
+    "refusal",
+]
+
+_LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@\S+)")
+
+CommandName = Literal["cancel", "shutdown"]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The part of the configuration intake decides with."""
+
+    agent: str  # hex pubkeys
+    owner: str
+    kinds: frozenset[int]
+    channels: frozenset[str]
+    mentions_required: bool
+    mode: AuthorGate
+    allowlist: frozenset[str]
+    shard: Shard | None = None
+
+    @classmethod
+    def of(cls, config: PluginConfig) -> Gate:
+        return cls(
+            agent=config.agent_secret.public_key.hex,
+            owner=config.owner.hex,
+            kinds=frozenset(config.kinds),
+            channels=frozenset(config.channels),
+            mentions_required=config.mentions_required,
+            mode=config.gate,
+            allowlist=config.allowlist,
+            shard=config.shard,
+        )
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Queue it, in ``channel``."""
+
+    channel: str
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Do not queue it; ``reason`` is reported (None: another shard serves it, say nothing)."""
+
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Command:
+    """An owner command: obey it once, never queue it."""
+
+    name: CommandName
+
+
+Decision = Admit | Refuse | Command
+
+
+def queue_channel(event: Event) -> str:
+    """The queue's channel: the ``h`` tag, else the author's direct channel ``dm-{pubkey}``."""
+    return nip10.channel(event) or f"dm-{event.pubkey}"
+
+
+def owner_command(content: str) -> CommandName | None:
+    """``cancel`` or ``shutdown`` when the content is an owner command, else None."""
+    rest = content
+    while (match := _LEADING_MENTION.match(rest)) is not None:
+        rest = rest[match.end() :]
+    word = rest.strip().split(maxsplit=1)
+    if word and word[0] == "!cancel":
+        return "cancel"
+    if word and word[0] == "!shutdown":
+        return "shutdown"
+    return None
+
+
+def refusal(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -> str | None:
+    """Why the gate refuses an event, or None."""
+    actor = event.pubkey
+    if actor == gate.agent:
+        return "own_event"
+    if event.kind not in gate.kinds:
+        return "kind_not_subscribed"
+    mentioned = gate.agent in nip10.mentions(event)
+    if gate.mentions_required and not mentioned:
+        return "not_mentioned"
+    if actor in known_agents and not mentioned:
+        return "agent_not_mentioning"
+    channel = nip10.channel(event)
+    if channel is None and not mentioned:
+        return "direct_without_mention"
+    if channel is not None and gate.channels and channel not in gate.channels:
+        return "channel_not_subscribed"
+    if gate.mode == "owner-only" and actor != gate.owner:
+        return "author_not_owner"
+    if gate.mode == "allowlist" and actor != gate.owner and actor not in gate.allowlist:
+        return "author_not_allowed"
+    return None
+
+
+def decide(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -> Decision:
+    """Command, refusal (with its reason), another shard's (reason None), or admission."""
+    if (
+        event.kind == CHAT_KIND
+        and event.pubkey == gate.owner
+        and gate.agent in nip10.mentions(event)
+    ):
+        command = owner_command(event.content)
+        if command is not None:
+            return Command(command)
+    reason = refusal(event, gate, known_agents)
+    if reason is not None:
+        return Refuse(reason)
+    shard = gate.shard
+    if shard is not None and shard_of(nip10.destination(event), shard.count) != shard.index:
+        return Refuse(None)
+    return Admit(queue_channel(event))
+
+
+def advance(position: int | None, created_at: int, now: float) -> int:
+    """The position after handling an event dated ``created_at``: the newest date handled,
+    capped at the clock, so that an event dated in the future never makes a restart or a
+    reconnect skip everything sent before that date."""
+    seen = min(created_at, int(now))
+    return seen if position is None or seen > position else position
+
+
+def subscription_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[dict[str, Any]]:
+    """What the bot asks the relays for, from ``since`` on."""
+    base: dict[str, Any] = {"kinds": sorted(gate.kinds), "since": since}
+    mentioned = {**base, "#p": [gate.agent]}
+    if gate.mentions_required:
+        return [mentioned]
+    if channels:
+        return [mentioned, {**base, "#h": list(channels)}]
+    return [base]

@@ -1,0 +1,199 @@
+"""What a turn leaves behind, built without I/O: the reply's tags and event, the metric payload.
+
+A reply answers the batch's newest event: ``h`` (its channel), NIP-10 marked ``e`` tags (root,
+plus reply when the target is not the root) and ``p`` for the people replied to, never the
+agent itself (:func:`nostr_buzz.nips.nip10.reply_tags`, shared with ``buzz messages send``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from nostr_buzz.core.manifest import Manifest
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.acp_driver import TurnResult
+from nostr_buzz.io.diagnostics import rfc3339_ms
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip_am import MetricPayload
+
+from .config import CHAT_KIND
+
+__all__ = [
+    "TurnIds",
+    "build_reply",
+    "dead_letter_notice",
+    "metric_payload",
+    "redact",
+    "reply_tags",
+    "reply_text",
+    "split_text",
+    "tagged_parts",
+    "too_large",
+]
+
+#: What a relay's refusal says when an event is over its size limit (strfry, nostr-rs-relay,
+#: nostr-sdk's relay, khatru…): "too large", "too big", "exceeds maximum allowed size", ….
+_TOO_LARGE: Final = re.compile(
+    r"too (?:large|big|long)|exceeds|size limit|max(?:imum)?[ _]?(?:allowed )?(?:event )?size",
+    re.IGNORECASE,
+)
+_MAX_BYTES: Final = re.compile(r"max\w*[^()\d]*\(?(\d{3,9}) ?bytes", re.IGNORECASE)
+#: Bytes of a reply part's content when the relay did not say its limit.
+DEFAULT_PART_BYTES: Final = 16_384
+_MIN_PART_BYTES: Final = 512
+_SECRET_PATTERNS: Final = re.compile(
+    r"nsec1[0-9a-z]{20,}|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{12,}|\bBearer\s+[A-Za-z0-9._~+/=-]{8,}"
+    r"|\b[0-9a-fA-F]{64}\b",
+)
+
+
+@dataclass(frozen=True)
+class TurnIds:
+    """The ids a turn's diagnostics and metric carry."""
+
+    channel_id: str
+    session_id: str | None
+    turn_id: str
+
+    def as_kwargs(self) -> dict[str, str | None]:
+        return {
+            "channel_id": self.channel_id,
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+        }
+
+
+def reply_tags(target: Event, agent: str, root: Event | None = None) -> list[list[str]]:
+    """Tags of the agent's reply to ``target`` (``root``: the thread's root, when known)."""
+    channel = nip10.channel(target)
+    tags: list[list[str]] = [["h", channel]] if channel is not None else []
+    return tags + nip10.reply_tags(target, sender=agent, root=root)
+
+
+def reply_text(result: TurnResult) -> str | None:
+    """What the agent answered, when the turn succeeded with a non-blank answer."""
+    if result.outcome != "success":
+        return None
+    text = result.final_message or result.reply
+    return text if text.strip() else None
+
+
+def build_reply(secret: SecretKey, target: Event, text: str, created_at: int) -> Event:
+    """The signed kind 9 reply to ``target``."""
+    tags = reply_tags(target, secret.public_key.hex)
+    return sign_event(secret, kind=CHAT_KIND, content=text, tags=tags, created_at=created_at)
+
+
+def too_large(refusal: str) -> int | None:
+    """When a relay's refusal says the event is too large: the content size to split to (its
+    stated limit with room for tags and signature, else a default); otherwise None."""
+    if not _TOO_LARGE.search(refusal):
+        return None
+    stated = _MAX_BYTES.search(refusal)
+    if stated is None:
+        return DEFAULT_PART_BYTES
+    return max(_MIN_PART_BYTES, int(stated.group(1)) * 3 // 4 - 1_024)
+
+
+def split_text(text: str, max_bytes: int) -> list[str]:
+    """``text`` cut into ordered parts of at most ``max_bytes`` UTF-8 bytes each, at a
+    paragraph, line or word break when there is one in the second half of a part."""
+    max_bytes = max(max_bytes, 16)
+    parts: list[str] = []
+    rest = text
+    while len(rest.encode("utf-8")) > max_bytes:
+        cut = len(rest.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore"))
+        for sep in ("\n\n", "\n", " "):
+            at = rest.rfind(sep, cut // 2, cut)
+            if at > 0:
+                cut = at + len(sep)
+                break
+        parts.append(rest[:cut])
+        rest = rest[cut:]
+    parts.append(rest)
+    return [p for p in parts if p] or [""]
+
+
+def reply_parts(
+    secret: SecretKey, target: Event, text: str, created_at: int, max_bytes: int
+) -> list[Event]:
+    """The reply to ``target`` as ordered parts that each fit ``max_bytes`` of content (one
+    event when it fits)."""
+    tags = reply_tags(target, secret.public_key.hex)
+    return tagged_parts(secret, tags, text, created_at, max_bytes)
+
+
+def tagged_parts(
+    secret: SecretKey, tags: list[list[str]], text: str, created_at: int, max_bytes: int
+) -> list[Event]:
+    """Kind 9 events with ``tags`` carrying ``text`` in order: ``[k/n]`` leads each part, and
+    part k is dated ``created_at + k - 1`` so that readers keep the order."""
+    chunks = split_text(text, max_bytes - 16) if len(text.encode("utf-8")) > max_bytes else [text]
+    total = len(chunks)
+
+    def part(k: int, chunk: str) -> Event:
+        content = chunk if total == 1 else f"[{k}/{total}]\n{chunk}"
+        when = created_at + k - 1
+        return sign_event(secret, kind=CHAT_KIND, content=content, tags=tags, created_at=when)
+
+    return [part(k, chunk) for k, chunk in enumerate(chunks, start=1)]
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` without the given secret values and without anything shaped like a key or
+    token (nsec1…, sk-…, Bearer …, 64-hex)."""
+    for secret in sorted((s for s in secrets if len(s) >= 6), key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    return _SECRET_PATTERNS.sub("[redacted]", text)
+
+
+def dead_letter_notice(attempts: int) -> str:
+    """The short reply a dead-lettered batch gets, so that nobody is left waiting."""
+    return (
+        f"Sorry, I could not answer this: it failed {attempts} times and I have given up on "
+        "it. Please ask again later or tell my owner."
+    )
+
+
+def metric_payload(
+    *,
+    harness: str,
+    model: str | None,
+    ids: TurnIds,
+    result: TurnResult,
+    triggering: list[Event],
+    manifest: Manifest | None,
+    started_at: datetime,
+) -> MetricPayload | None:
+    """The NIP-AM payload of a turn whose usage was observed (None when none was)."""
+    usage = result.usage
+    if usage is None:
+        return None
+    ref = nip10.thread_ref(triggering[-1])
+    return MetricPayload(
+        harness=harness,
+        timestamp=rfc3339_ms(result.ended_at),
+        model=model,
+        channel_id=ids.channel_id,
+        session_id=ids.session_id,
+        turn_id=ids.turn_id,
+        turn_seq=usage.turn_seq,
+        turn=usage.turn,
+        cumulative=usage.cumulative,
+        delta_reliable=usage.delta_reliable,
+        stop_reason=result.stop_reason,
+        outcome=result.outcome,
+        terminal_evidence=result.terminal_evidence,
+        triggering_event_ids=tuple(e.id for e in triggering),
+        root_event_id=ref.root,
+        parent_event_id=ref.parent,
+        started_at=rfc3339_ms(started_at),
+        adapter_session_id=result.adapter_session_id,
+        native_stop_reason=result.native_stop_reason,
+        context_manifest=manifest,
+    )

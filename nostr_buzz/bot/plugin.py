@@ -1,0 +1,339 @@
+""":class:`BuzzPlugin`: wires the bot's parts together.
+
+subscribe → verify (the relay client) → :mod:`.intake` (gate, owner commands, shard) → the
+:class:`DispatchQueue` and the state database (:mod:`.state`) → :mod:`.turn` (context from
+:mod:`.context`, compile, the agent from :mod:`.supervisor`, steering) → :mod:`.outputs` and
+:mod:`.delivery` (reply, NIP-AM metric) → diagnostics.
+
+It runs on its own (:meth:`BuzzPlugin.run` subscribes to the read relays) or embedded in an
+existing bot that feeds it verified events (:meth:`BuzzPlugin.handle_event`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from nostr_buzz.core.manifest import Manifest
+from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
+from nostr_buzz.errors import BuzzError, RelayError
+from nostr_buzz.event import Event
+from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.nips import nip10
+
+from . import intake
+from .config import PluginConfig
+from .context import ContextResolver
+from .delivery import Delivery
+from .state import REMEMBERED_COMMANDS, BotStore
+from .supervisor import AgentSupervisor
+from .turn import TurnRunner
+
+__all__ = ["DIAGNOSTICS_FILE", "BuzzPlugin"]
+
+DIAGNOSTICS_FILE: Final = "diagnostics.jsonl"
+#: The worker re-checks the queue at least this often (backoffs end without a wake-up).
+_POLL: Final = 0.5
+
+
+class BuzzPlugin:
+    """The agent bot: see the package docstring.
+
+    ``clock``: wall-clock seconds (queue times, reply ``created_at``).  ``on_diagnostic``: an
+    in-process observer of every diagnostic record.  Use ``async with BuzzPlugin(cfg) as bot``
+    or :meth:`start`/:meth:`close`; :meth:`run` does both around its subscription.
+    """
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        *,
+        on_diagnostic: Callable[[DiagnosticRecord], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        include_prompt_text: bool = False,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self.agent_hex = config.agent_secret.public_key.hex
+        # Nothing is created on disk before start(): the feed opens its file on the first
+        # record, the state database is opened by start().
+        self.diagnostics = DiagnosticsFeed(
+            config.state_dir / DIAGNOSTICS_FILE,
+            clock=lambda: datetime.fromtimestamp(self._clock(), UTC),
+            callback=on_diagnostic,
+            include_prompt_text=include_prompt_text,
+        )
+        self._gate = intake.Gate.of(config)
+        self._known_agents: set[str] = set(config.agents)
+        self.queue = DispatchQueue()  # replaced by the stored one at start()
+        self._position: int | None = None
+        self._commands: deque[str] = deque(maxlen=REMEMBERED_COMMANDS)
+        # A first start serves what arrives from its creation on (nothing older is replayed).
+        self._first_since = int(self._clock())
+        self.pool = RelayPool(
+            config.read_relays, secret=config.agent_secret, timeout=config.relay_timeout
+        )
+        if not RelayPool(config.write_relays).urls:
+            raise RelayError("a metric publisher needs at least one write relay")
+        self._stop = asyncio.Event()
+        self._delivery_stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.supervisor = AgentSupervisor(config, self.diagnostics, clock, self._stop)
+        self.resolver = ContextResolver(
+            self.pool,
+            agent=self.agent_hex,
+            kinds=config.kinds,
+            limit=config.context_message_limit,
+            timeout=config.relay_timeout,
+            standing=config.standing,
+            known_agents=self._known_agents,
+        )
+        self.store: BotStore | None = None
+        self.delivery: Delivery | None = None
+        self._runner: TurnRunner | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._last_push = 0.0
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the state, start the agent, the worker and the retry loop (idempotent)."""
+        if self._started:
+            return
+        if self._closed:
+            raise BuzzError("this plugin is closed; create a new one")
+        self._started = True
+        store = self.store = BotStore(self.config.state_dir)
+        for problem in store.import_problems:
+            self.diagnostics.emit("state_import_failed", payload={"error": problem})
+        self.queue = store.load_queue(max_attempts=self.config.max_attempts)
+        self._position = store.position()
+        self._commands.extend(store.commands())
+        delivery = Delivery(self.config, store, self.diagnostics, self._spawn, self._clock)
+        self.delivery = delivery
+        self._runner = TurnRunner(
+            self.config,
+            self.queue,
+            store,
+            self.supervisor,
+            self.resolver,
+            delivery,
+            self.diagnostics,
+            clock=self._clock,
+            spawn=self._spawn,
+            wake=self._wake.set,
+        )
+        await self.supervisor.start()
+        self._loops = [
+            asyncio.create_task(self._work(), name="buzz-worker"),
+            asyncio.create_task(delivery.run(self._delivery_stop), name="buzz-retry"),
+        ]
+
+    async def close(self) -> None:
+        """Stop everything; running turns are abandoned (their batches run again after a
+        restart, from the state database).  Sends in progress get a bounded wait."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._delivery_stop.set()
+        self._wake.set()
+        if self._loops:
+            self._loops[0].cancel()
+        turns = [t for t in self._tasks if t.get_name().startswith("buzz-turn")]
+        for task in turns:
+            task.cancel()
+        others = [t for t in self._tasks if t not in turns]
+        if others:  # sends and steers: each already bounded by its own timeout
+            await asyncio.wait(others, timeout=self.config.relay_timeout + 3)
+            for task in others:
+                task.cancel()
+        pending = [*self._loops, *self._tasks]
+        if pending:
+            await asyncio.wait(pending, timeout=self.config.relay_timeout + 5)
+        await self.supervisor.close()
+        if self.store is not None:
+            with contextlib.suppress(BuzzError):
+                if self._position is not None:
+                    self.store.save_position(self._position)
+            self.store.close()
+        self.diagnostics.close()
+
+    async def __aenter__(self) -> BuzzPlugin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (what ``!shutdown`` and signal handlers do)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    async def wait_stopped(self) -> None:
+        await self._stop.wait()
+
+    async def run(self) -> None:
+        """Subscribe to the read relays and serve until :meth:`stop` (or ``!shutdown``)."""
+        try:
+            await self.start()
+            subscription = asyncio.create_task(self._subscribe(), name="buzz-subscription")
+            stopper = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({subscription, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            lost = subscription.done() and not self._stop.is_set()
+            for task in (subscription, stopper):
+                task.cancel()
+            outcomes = await asyncio.gather(subscription, stopper, return_exceptions=True)
+            if lost:
+                problem = outcomes[0] if isinstance(outcomes[0], Exception) else None
+                # Every relay gave up reconnecting (or closed the subscription): nothing to serve.
+                raise RelayError(
+                    "the subscription to every read relay ended"
+                    + (f": {problem}" if problem else "; check the relays")
+                )
+        finally:
+            await self.close()
+
+    def subscription_filters(self) -> list[dict[str, Any]]:
+        """What :meth:`run` asks the relays for, from the persisted position on."""
+        since = self._position if self._position is not None else self._first_since
+        return intake.subscription_filters(self._gate, since, self.config.channels)
+
+    async def _subscribe(self) -> None:
+        filters = self.subscription_filters()
+        if self._position is None and self.store is not None:
+            self._position = int(filters[0]["since"])
+            self.store.save_position(self._position)
+        events = self.pool.subscribe(filters)
+        try:
+            async for event in events:
+                await self.handle_event(event)
+                if self._stop.is_set():
+                    return
+        finally:
+            # Closing the generator closes every relay connection and task (RelayPool).
+            await events.aclose()  # type: ignore[attr-defined]
+
+    # -- intake -------------------------------------------------------------------------
+
+    async def handle_event(self, event: Event, prompt_tag: str = "@mention") -> bool:
+        """Gate, route and queue one verified event; True when it was queued (or was an owner
+        command).  Starts the plugin on first use."""
+        if not isinstance(event, Event):
+            raise BuzzError("handle_event expects a verified Event")
+        if self._closed:
+            return False
+        await self.start()
+        assert self.store is not None and self._runner is not None
+        decision = intake.decide(event, self._gate, self._known_agents)
+        now = self._clock()
+        if isinstance(decision, intake.Refuse):
+            if decision.reason is None:
+                return False  # another process serves it: no diagnostic, no position change
+            self.diagnostics.event_rejected(
+                decision.reason, event_id=event.id, channel_id=nip10.channel(event)
+            )
+            self._position = intake.advance(self._position, event.created_at, now)
+            return False
+        if isinstance(decision, intake.Command):
+            if event.id in self._commands:
+                return False  # replayed after a restart: a command is obeyed once
+            self._commands.append(event.id)
+            self._position = intake.advance(self._position, event.created_at, now)
+            self.store.remember_command(event.id, self._position)
+            await self._obey(decision.name, event)
+            return True
+        result = self.queue.push(event, prompt_tag, now=now)
+        for dropped in result.dropped:
+            self.diagnostics.event_rejected("queue_full_dropped", event_id=dropped)
+        self._position = intake.advance(self._position, event.created_at, now)
+        if result.accepted or result.dropped:
+            queued = QueuedEvent(event, prompt_tag, now) if result.accepted else None
+            self.store.record_push(self.queue, queued, result.dropped, self._position)
+        if not result.accepted:
+            return False
+        self._last_push = time.monotonic()
+        turn = self._runner.running.get(decision.channel)
+        if turn is not None and self.queue.in_flight(decision.channel):
+            if self.config.in_flight == "steer":
+                self._spawn(self._runner.steer(turn, event, prompt_tag), "buzz-steer")
+            elif self.config.in_flight == "interrupt":
+                await self._runner.cancel(turn, "interrupt")
+        self._wake.set()
+        return True
+
+    async def _obey(self, command: intake.CommandName, event: Event) -> None:
+        assert self._runner is not None
+        self.diagnostics.emit(
+            "owner_command",
+            channel_id=nip10.channel(event),
+            payload={"command": command, "eventId": event.id},
+        )
+        if command == "shutdown":
+            self.stop()
+            return
+        running = self._runner.running
+        channel = intake.queue_channel(event)
+        targets = [running[channel]] if channel in running else list(running.values())
+        for turn in targets:
+            await self._runner.cancel(turn, "owner")
+
+    # -- the worker ---------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _work(self) -> None:
+        assert self._runner is not None
+        while not self._stop.is_set():
+            quiet_for = time.monotonic() - self._last_push
+            if quiet_for < self.config.coalesce_window:
+                # A burst may still be arriving: a deliberate debounce, bounded by the window.
+                await asyncio.sleep(self.config.coalesce_window - quiet_for)
+                continue
+            batch = self.queue.flush_next(self._clock())
+            if batch is None:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_POLL):
+                        await self._wake.wait()
+                continue
+            self._spawn(self._runner.run(batch), f"buzz-turn {batch.channel}")
+
+    # -- introspection (tests, the demo) ------------------------------------------------
+
+    @property
+    def position(self) -> int | None:
+        """The newest ``created_at`` handled (persisted)."""
+        return self._position
+
+    @property
+    def harness(self) -> str:
+        return self.supervisor.harness
+
+    def running_channels(self) -> list[str]:
+        return list(self._runner.running) if self._runner is not None else []
+
+    def ledger_snapshot(self, channel: str) -> Manifest | None:
+        turn = self._runner.running.get(channel) if self._runner is not None else None
+        return turn.ledger.snapshot() if turn is not None else None
+
+    @staticmethod
+    def queued(batch: Batch) -> list[QueuedEvent]:
+        return list(batch.events)

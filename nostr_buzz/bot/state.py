@@ -1,0 +1,476 @@
+"""The bot's durable state: one SQLite database (WAL) in the state directory.
+
+One file, ``bot.sqlite3``, holds everything a restarted bot continues from, so that a change
+and its consequences commit together or not at all:
+
+* ``queued`` — a journal of the admitted events that are still live (pending, in flight or
+  stored as cancelled): the signed event, its prompt tag, when it was received and its push
+  order number ``seq``; ``cancelled_ord`` is NULL for a pending event, else its place among
+  the channel's stored cancelled events.  An admitted event costs one ``INSERT`` (plus the
+  position in ``meta``); nothing rewrites the whole queue.
+* ``channels`` — per channel, what the pure :class:`DispatchQueue` keeps beyond its events:
+  the retry set's size and attempt count, the cancel reason and its count, the backoff time.
+* ``remembered`` — delivered and dead-lettered event ids (the queue's duplicate memory, the
+  newest 10,000) and obeyed owner commands (the newest 100).
+* ``meta`` — the position (newest ``created_at`` handled, never later than the clock) and the
+  queue's next push order number.
+* ``outbox`` — signed events waiting for a relay to accept them (the
+  :class:`~nostr_buzz.io.outbox.Outbox` table, on this same connection).
+
+How the pure queue maps onto rows: the queue is never serialised whole.  Intake appends its
+row; when a turn settles (or a steer is answered, or a push drops an event) the channel it
+touched is synchronised: rows of events that left the queue are deleted (and their ids added to
+``remembered`` when the queue remembers them), the stored cancelled events get their order, and
+the channel row is rewritten — O(events of that channel), once per turn.  Batches in flight are
+not written at all: at start the queue is rebuilt with :meth:`DispatchQueue.rebuild` from the
+rows, where a batch that was running is simply back at the front of its channel (pending rows
+ordered by ``seq``; a returned batch always holds its channel's lowest numbers), exactly what a
+restore after a crash must give.
+
+Durability: ``synchronous=NORMAL`` in WAL mode, so a commit survives the process being killed
+at any instant and the file is never left inconsistent; a power loss may roll back the newest
+intake commits, which is harmless (the events are still on the relays and the position rolled
+back with them).  Commits whose loss would repeat something already sent use
+:meth:`BotStore.transaction` with ``durable=True`` (``synchronous=FULL`` for that commit).
+
+A state directory written by an earlier nostr-buzz (``queue.json``, ``bot-state.json`` and
+``outbox.sqlite3``) is imported once, when the database is created, and the old files are
+renamed with an ``.imported`` suffix; a file that cannot be read is kept aside (``.corrupt``)
+and reported, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Final
+
+from nostr_buzz.core.queue import (
+    REMEMBERED_IDS,
+    CancelReason,
+    ChannelState,
+    DispatchQueue,
+    QueuedEvent,
+    Rng,
+    StoredEvent,
+)
+from nostr_buzz.errors import InvalidEvent, QueueError, StateError
+from nostr_buzz.event import Event
+from nostr_buzz.io.outbox import Outbox
+from nostr_buzz.nips import nip10
+
+__all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "STATE_DB", "BotStore"]
+
+STATE_DB: Final = "bot.sqlite3"
+#: Owner commands remembered as obeyed (a replay after a restart is not obeyed again).
+REMEMBERED_COMMANDS: Final = 100
+#: What earlier versions kept in the state directory: the queue snapshot, the position and
+#: commands, the metric outbox.
+LEGACY_FILES: Final = ("queue.json", "bot-state.json", "outbox.sqlite3")
+
+_SCHEMA_VERSION: Final = 1
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS queued (
+    id            TEXT PRIMARY KEY,   -- event id (64 hex)
+    channel       TEXT NOT NULL,
+    seq           INTEGER NOT NULL,   -- the queue's push order number
+    event         TEXT NOT NULL,      -- the signed event, canonical JSON
+    prompt_tag    TEXT NOT NULL,
+    received_at   REAL NOT NULL,
+    cancelled_ord INTEGER             -- NULL: pending; else its place among stored cancelled
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS queued_channel ON queued (channel, seq);
+CREATE TABLE IF NOT EXISTS channels (
+    name            TEXT PRIMARY KEY,
+    retry_size      INTEGER NOT NULL,
+    retry_count     INTEGER NOT NULL,
+    cancel_reason   TEXT,
+    cancelled_count INTEGER NOT NULL,
+    backoff_until   REAL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS remembered (
+    n    INTEGER PRIMARY KEY AUTOINCREMENT,
+    id   TEXT NOT NULL,
+    kind TEXT NOT NULL,                -- 'event' (delivered or dead-lettered) or 'command'
+    UNIQUE (kind, id)
+);
+CREATE INDEX IF NOT EXISTS remembered_kind ON remembered (kind, n);
+"""
+
+
+class BotStore:
+    """The database at ``state_dir / STATE_DB`` (created with its folder, private to the
+    user).  One event loop uses it at a time; every failure is a :class:`StateError`."""
+
+    def __init__(self, state_dir: Path, *, outbox_rng: Rng | None = None) -> None:
+        self.path = state_dir / STATE_DB
+        fresh = not self.path.exists()
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=5.0, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StateError(f"cannot open the bot state {self.path}: {exc}") from None
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, _SCHEMA_VERSION):
+                raise StateError(
+                    f"the bot state {self.path} has schema version {version}; this nostr-buzz "
+                    f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
+                )
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+            rng = (lambda: outbox_rng.uniform(0.0, 1.0)) if outbox_rng is not None else None
+            self.outbox = Outbox(self.path, rng=rng, connection=self._db)
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise StateError(f"cannot open the bot state {self.path}: {exc}") from None
+        except BaseException:
+            self._db.close()
+            raise
+        self._depth = 0
+        #: Problems met while importing files of an earlier version (for a diagnostic).
+        self.import_problems: list[str] = []
+        if fresh:
+            self._import_legacy(state_dir)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @property
+    def changes(self) -> int:
+        """Rows written through this connection so far (what intake costs, for tests)."""
+        return self._db.total_changes
+
+    # -- transactions -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self, *, durable: bool = False) -> Iterator[None]:
+        """Everything inside commits together (nested calls join the outer one).  ``durable``:
+        the commit is synced to disk before this returns (``synchronous=FULL``)."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        try:
+            if durable:
+                self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StateError(f"cannot write the bot state {self.path}: {exc}") from None
+        self._depth = 1
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StateError(f"cannot write the bot state {self.path}: {exc}") from None
+            raise
+        finally:
+            self._depth = 0
+            if durable:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("PRAGMA synchronous=NORMAL")
+
+    def _exec(self, sql: str, args: Iterable[object] = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, tuple(args))
+        except sqlite3.Error as exc:
+            raise StateError(f"cannot use the bot state {self.path}: {exc}") from None
+
+    # -- meta -------------------------------------------------------------------------------
+
+    def _meta(self, key: str) -> int | None:
+        row = self._exec("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _set_meta(self, key: str, value: int) -> None:
+        self._exec(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def position(self) -> int | None:
+        """The newest ``created_at`` handled (never later than the clock at the time)."""
+        return self._meta("position")
+
+    def save_position(self, position: int) -> None:
+        self._set_meta("position", position)
+
+    # -- remembered ids ---------------------------------------------------------------------
+
+    def commands(self) -> list[str]:
+        """Obeyed owner commands, oldest first."""
+        rows = self._exec(
+            "SELECT id FROM remembered WHERE kind = 'command' ORDER BY n DESC LIMIT ?",
+            (REMEMBERED_COMMANDS,),
+        ).fetchall()
+        return [str(r[0]) for r in reversed(rows)]
+
+    def remember_command(self, event_id: str, position: int) -> None:
+        with self.transaction():
+            self._remember([event_id], "command", REMEMBERED_COMMANDS)
+            self.save_position(position)
+
+    def _remember(self, ids: Iterable[str], kind: str, keep: int) -> None:
+        added = False
+        for event_id in ids:
+            self._exec(
+                "INSERT OR IGNORE INTO remembered (id, kind) VALUES (?, ?)", (event_id, kind)
+            )
+            added = True
+        if added:
+            self._exec(
+                "DELETE FROM remembered WHERE kind = ? AND n <= "
+                "(SELECT n FROM remembered WHERE kind = ? ORDER BY n DESC LIMIT 1 OFFSET ?)",
+                (kind, kind, keep),
+            )
+
+    # -- the queue --------------------------------------------------------------------------
+
+    def record_push(
+        self, queue: DispatchQueue, queued: QueuedEvent | None, dropped: list[str], position: int
+    ) -> None:
+        """One push: the accepted event's row (``queued``, None when it was not accepted), the
+        events the cap dropped, the position — in one commit."""
+        with self.transaction():
+            if queued is not None:
+                event = queued.event
+                channel = _channel_of(event)
+                self._exec(
+                    "INSERT OR REPLACE INTO queued (id, channel, seq, event, prompt_tag, "
+                    "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, NULL)",
+                    (
+                        event.id,
+                        channel,
+                        queue.next_seq - 1,
+                        event.to_json(),
+                        queued.prompt_tag,
+                        queued.received_at,
+                    ),
+                )
+            if dropped:
+                channels = {
+                    str(r[0])
+                    for i in dropped
+                    for r in self._exec("SELECT channel FROM queued WHERE id = ?", (i,))
+                }
+                for channel in channels:
+                    self.sync_channel(queue, channel)
+            self._set_meta("next_seq", queue.next_seq)
+            self.save_position(position)
+
+    def sync_channel(self, queue: DispatchQueue, channel: str) -> None:
+        """Make ``channel``'s rows match the queue (after a settle, a steer, a drop)."""
+        with self.transaction():
+            state = queue.channel_state(channel)
+            live: dict[str, int | None] = {}
+            if state is not None:
+                live.update((e.queued.event.id, None) for e in state.pending)
+                live.update((e.queued.event.id, i) for i, e in enumerate(state.cancelled))
+            rows = self._exec(
+                "SELECT id, cancelled_ord FROM queued WHERE channel = ?", (channel,)
+            ).fetchall()
+            gone: list[str] = []
+            for event_id, ord_ in rows:
+                if event_id not in live:
+                    gone.append(event_id)
+                elif live[event_id] != ord_:
+                    self._exec(
+                        "UPDATE queued SET cancelled_ord = ? WHERE id = ?",
+                        (live[event_id], event_id),
+                    )
+            for event_id in gone:
+                self._exec("DELETE FROM queued WHERE id = ?", (event_id,))
+            self._remember((i for i in gone if queue.is_remembered(i)), "event", REMEMBERED_IDS)
+            if state is None:
+                self._exec("DELETE FROM channels WHERE name = ?", (channel,))
+                return
+            self._exec(
+                "INSERT OR REPLACE INTO channels (name, retry_size, retry_count, "
+                "cancel_reason, cancelled_count, backoff_until) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    channel,
+                    state.retry_size,
+                    state.retry_count,
+                    state.cancel_reason,
+                    state.cancelled_count,
+                    state.backoff_until,
+                ),
+            )
+
+    def load_queue(self, rng: Rng | None = None, *, max_attempts: int = 10) -> DispatchQueue:
+        """The queue rebuilt from the rows (batches that were running are back in front)."""
+        meta: dict[str, tuple[int, int, str | None, int, float | None]] = {}
+        for name, size, count, reason, cancelled_count, until in self._exec(
+            "SELECT name, retry_size, retry_count, cancel_reason, cancelled_count, "
+            "backoff_until FROM channels"
+        ):
+            meta[str(name)] = (int(size), int(count), reason, int(cancelled_count), until)
+        pending: dict[str, list[StoredEvent]] = {}
+        cancelled: dict[str, list[tuple[int, StoredEvent]]] = {}
+        for event_id, channel, seq, text, tag, received, ord_ in self._exec(
+            "SELECT id, channel, seq, event, prompt_tag, received_at, cancelled_ord "
+            "FROM queued ORDER BY channel, seq"
+        ):
+            try:
+                event = Event.from_json(text)
+            except InvalidEvent as exc:
+                raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
+            stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
+            if ord_ is None:
+                pending.setdefault(channel, []).append(stored)
+            else:
+                cancelled.setdefault(channel, []).append((int(ord_), stored))
+        states = []
+        for name in {*pending, *cancelled, *meta}:
+            size, count, reason, cancelled_count, until = meta.get(name, (0, 0, None, 0, None))
+            states.append(
+                ChannelState(
+                    name=name,
+                    pending=pending.get(name, []),
+                    retry_size=size,
+                    retry_count=count,
+                    cancelled=[s for _, s in sorted(cancelled.get(name, []), key=_first)],
+                    cancel_reason=_reason(reason),
+                    cancelled_count=cancelled_count,
+                    backoff_until=None if until is None else float(until),
+                )
+            )
+        remembered = [
+            str(r[0])
+            for r in self._exec(
+                "SELECT id FROM (SELECT id, n FROM remembered WHERE kind = 'event' "
+                "ORDER BY n DESC LIMIT ?) ORDER BY n",
+                (REMEMBERED_IDS,),
+            )
+        ]
+        next_seq = self._meta("next_seq") or 0
+        try:
+            return DispatchQueue.rebuild(
+                states, remembered, next_seq, rng, max_attempts=max_attempts
+            )
+        except QueueError as exc:
+            raise StateError(f"the bot state {self.path} is inconsistent: {exc}") from None
+
+    # -- an earlier version's files -----------------------------------------------------------
+
+    def _import_legacy(self, state_dir: Path) -> None:
+        queue_file, state_file, outbox_file = (state_dir / name for name in LEGACY_FILES)
+        with self.transaction():
+            if queue_file.exists():
+                try:
+                    queue = DispatchQueue.restore(queue_file.read_bytes())
+                except (OSError, QueueError) as exc:
+                    self._set_aside(queue_file, f"queue.json: {exc}")
+                else:
+                    self._import_queue(queue)
+                    _rename(queue_file, ".imported")
+            if state_file.exists():
+                position, commands = _legacy_state(state_file)
+                if position is not None:
+                    self.save_position(position)
+                self._remember(commands, "command", REMEMBERED_COMMANDS)
+                _rename(state_file, ".imported")
+            if outbox_file.exists():
+                try:
+                    with Outbox(outbox_file) as old:
+                        for entry in old.entries():
+                            self.outbox.add(entry.event, now=entry.added_at)
+                except Exception as exc:  # any trouble with the old file: keep it, report it
+                    self._set_aside(outbox_file, f"outbox.sqlite3: {exc}")
+                else:
+                    for suffix in ("", "-wal", "-shm"):
+                        old_file = state_dir / (LEGACY_FILES[2] + suffix)
+                        if old_file.exists():
+                            _rename(old_file, ".imported")
+
+    def _import_queue(self, queue: DispatchQueue) -> None:
+        for name in queue.channel_names():
+            state = queue.channel_state(name)
+            assert state is not None
+            for i, stored in enumerate([*state.pending, *state.cancelled]):
+                ord_ = i - len(state.pending) if i >= len(state.pending) else None
+                event = stored.queued.event
+                self._exec(
+                    "INSERT OR REPLACE INTO queued (id, channel, seq, event, prompt_tag, "
+                    "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        event.id,
+                        name,
+                        stored.seq,
+                        event.to_json(),
+                        stored.queued.prompt_tag,
+                        stored.queued.received_at,
+                        ord_,
+                    ),
+                )
+            self.sync_channel(queue, name)
+        snapshot = json.loads(queue.snapshot())
+        self._remember(snapshot["remembered"], "event", REMEMBERED_IDS)
+        self._set_meta("next_seq", queue.next_seq)
+
+    def _set_aside(self, path: Path, problem: str) -> None:
+        self.import_problems.append(problem)
+        _rename(path, ".corrupt")
+
+
+def _first(pair: tuple[int, StoredEvent]) -> int:
+    return pair[0]
+
+
+def _reason(value: object) -> CancelReason | None:
+    if value is None:
+        return None
+    if value == "interrupt":
+        return "interrupt"
+    if value == "steer":
+        return "steer"
+    raise StateError(f"unknown cancel reason {str(value)[:20]!r} in the bot state")
+
+
+def _channel_of(event: Event) -> str:
+    return nip10.channel(event) or f"dm-{event.pubkey}"
+
+
+def _rename(path: Path, suffix: str) -> None:
+    with contextlib.suppress(OSError):
+        os.replace(path, path.with_name(path.name + suffix))
+
+
+def _legacy_state(path: Path) -> tuple[int | None, list[str]]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, []
+    if not isinstance(raw, dict):
+        return None, []
+    position = raw.get("position")
+    commands = raw.get("commands")
+    ids = [c for c in commands if isinstance(c, str)] if isinstance(commands, list) else []
+    valid = (
+        isinstance(position, int)
+        and not isinstance(position, bool)
+        and position >= 0
+        and math.isfinite(position)
+    )
+    return (position if valid else None), ids

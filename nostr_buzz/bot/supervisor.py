@@ -1,0 +1,169 @@
+"""Agent supervision: one ACP agent process, its sessions (one per channel), and restarts.
+
+A turn that ends with the agent gone makes the supervisor restart it with exponential backoff
+(0.5 s doubling to 30 s) while other channels keep being served; the sessions died with the
+process, so each channel opens a new one (with the standing context) on its next turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from nostr_buzz.errors import BuzzError
+from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, TurnResult, standing_text
+from nostr_buzz.io.diagnostics import DiagnosticsFeed
+
+from .config import PluginConfig
+
+__all__ = [
+    "AGENT_LOG",
+    "AgentSupervisor",
+    "Session",
+    "harness_name",
+    "restart_delay",
+    "secret_values",
+]
+
+AGENT_LOG: Final = "agent.log"
+_RESTART_BASE: Final = 0.5
+_RESTART_CAP: Final = 30.0
+_KNOWN_HARNESSES: Final = ("goose", "codex", "claude")
+
+
+def harness_name(command: str, args: Sequence[str], agent_name: str | None) -> str:
+    """The metric's ``harness``: goose/codex/claude when the command, its arguments or the
+    agent's name say so, else the agent's reported name, else the command's file name."""
+    words = " ".join([command, *args, agent_name or ""]).lower()
+    for known in _KNOWN_HARNESSES:
+        if known in words:
+            return known
+    if agent_name:
+        return agent_name
+    return Path(command).name or command
+
+
+def secret_values(config: PluginConfig) -> list[str]:
+    """Values no diagnostic may repeat: the agent's key and what the agent's environment
+    carries (``[agent] env`` values, the variables passed through by name)."""
+    secret = config.agent_secret
+    values = [secret.hex, secret.bech32, *config.agent_env.values()]
+    values += [os.environ[name] for name in config.agent_pass_env if name in os.environ]
+    return [v for v in values if v]
+
+
+def restart_delay(failures: int) -> float:
+    """Seconds to wait before the next restart after ``failures`` failed ones (0 for none)."""
+    if failures <= 0:
+        return 0.0
+    return min(_RESTART_CAP, _RESTART_BASE * 2.0 ** min(failures - 1, 16))
+
+
+@dataclass
+class Session:
+    """One live ACP session (one per channel) and what it has been given."""
+
+    start: SessionStart
+    harness_id: str  # the metric's sessionId: made here, so a restart starts a new one
+    delivered: set[str] = field(default_factory=set)
+    turns: int = 0
+
+
+class AgentSupervisor:
+    """The agent process of a bot: start, sessions, restart with backoff, close."""
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        diagnostics: DiagnosticsFeed,
+        clock: Callable[[], float],
+        stopping: asyncio.Event,
+    ) -> None:
+        self.config = config
+        self._diagnostics = diagnostics
+        self._stopping = stopping
+        self.driver = AgentDriver(
+            config.agent_command,
+            config.agent_args,
+            env_names=config.agent_pass_env,
+            env=config.agent_env,
+            cwd=config.agent_cwd,
+            log_path=config.state_dir / AGENT_LOG,
+            idle_timeout=config.idle_timeout,
+            hard_timeout=config.hard_timeout,
+            on_diagnostic=self._on_driver_diagnostic,
+            # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
+            clock=lambda: datetime.fromtimestamp(clock(), UTC),
+        )
+        self.sessions: dict[str, Session] = {}
+        self.harness = harness_name(config.agent_command, config.agent_args, None)
+        self._lock = asyncio.Lock()
+        self._failures = 0
+        self._closed = False
+
+    def _on_driver_diagnostic(
+        self, kind: str, session_id: str | None, payload: dict[str, Any]
+    ) -> None:
+        self._diagnostics.emit(kind, payload={**payload, "adapterSessionId": session_id})
+
+    async def start(self) -> None:
+        info = await self.driver.start()
+        self.harness = harness_name(self.config.agent_command, self.config.agent_args, info.name)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self.driver.close()
+
+    async def ensure_agent(self) -> None:
+        """Restart the agent until it runs (backoff between failures) or the bot closes."""
+        async with self._lock:
+            while not self.driver.alive and not self._closed:
+                if self._failures:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(restart_delay(self._failures)):
+                            await self._stopping.wait()
+                    if self._closed:
+                        return
+                self.sessions.clear()  # sessions died with the process
+                try:
+                    info = await self.driver.restart()
+                except BuzzError as exc:
+                    self._failures += 1
+                    self._diagnostics.emit("agent_restart_failed", payload={"error": str(exc)})
+                    continue
+                self.harness = harness_name(
+                    self.config.agent_command, self.config.agent_args, info.name
+                )
+                self._diagnostics.emit("agent_restarted", payload={"pid": info.pid})
+
+    async def session_for(self, channel: str) -> Session:
+        """The channel's live session, opened (with the standing context) when it has none."""
+        if not self.driver.alive:
+            await self.ensure_agent()
+        session = self.sessions.get(channel)
+        if session is None:
+            text = standing_text(self.config.standing, self.config.agent_cwd)
+            cwd = self.config.agent_cwd or str(Path.cwd())
+            start = await self.driver.new_session(cwd, text)
+            session = Session(start=start, harness_id=uuid.uuid4().hex)
+            self.sessions[channel] = session
+        return session
+
+    def needs_restart(self, result: TurnResult | None) -> bool:
+        """Account a turn's end; True when the agent must be restarted (it is gone)."""
+        if (result is not None and result.terminal_evidence == "agent_exit") or (
+            not self.driver.alive
+        ):
+            self._failures += 1
+            self.sessions.clear()
+            return True
+        if result is not None and result.outcome == "success":
+            self._failures = 0
+        return False

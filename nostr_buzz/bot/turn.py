@@ -1,0 +1,383 @@
+"""The running turn: one batch from flush to settlement, and the steers delivered into it.
+
+A :class:`Turn` moves through explicit phases, never backwards:
+
+* ``PREPARING`` — flushed; the session is opened, the context resolved, the turn compiled.
+  Nothing is on the wire, so nothing can be steered or cancelled at the agent yet (a cancel
+  is remembered and applied as soon as the prompt goes out).
+* ``LIVE`` — the prompt is on the wire: steers may be delivered (one at a time).
+* ``ENDED`` — the prompt answered: no new steer starts; one already on the wire is awaited
+  (bounded) before the metric snapshots the ledger, so an injected steer answered after the
+  prompt response still reaches the metric.
+* ``SETTLED`` — the outcome is recorded in the queue and the state database.
+
+Settling: success completes the batch (its ids count as delivered); a cancel for ``interrupt``
+or ``steer`` stores the batch as cancelled events for the channel's next turn; the owner's
+``!cancel`` (or a cancel by the agent itself) drops it as delivered; a failure returns it to
+the queue with backoff, until it is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn
+from nostr_buzz.core.ledger import TurnLedger
+from nostr_buzz.core.queue import Batch, DispatchQueue
+from nostr_buzz.core.turn_input import TurnInput
+from nostr_buzz.errors import QueueError
+from nostr_buzz.event import Event
+from nostr_buzz.io.acp_driver import TurnResult, standing_text
+from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip_am import MetricPayload
+
+from .config import PluginConfig
+from .context import ContextResolver
+from .delivery import Delivery
+from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
+from .state import BotStore
+from .supervisor import AgentSupervisor, Session, secret_values
+
+__all__ = ["CancelWhy", "Phase", "Turn", "TurnRunner"]
+
+log = logging.getLogger(__name__)
+
+CancelWhy = Literal["interrupt", "steer", "owner"]
+Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
+
+
+class Phase(enum.IntEnum):
+    PREPARING = 1
+    LIVE = 2
+    ENDED = 3
+    SETTLED = 4
+
+
+@dataclass(eq=False)
+class Turn:
+    """A batch between flush and settlement (see the module docstring)."""
+
+    batch: Batch
+    channel_id: str
+    channel_type: Literal["stream", "dm"]
+    turn_id: str
+    ledger: TurnLedger = field(default_factory=TurnLedger)
+    session: Session | None = None
+    phase: Phase = Phase.PREPARING
+    cancel_reason: CancelWhy | None = None
+    steered: list[str] = field(default_factory=list)  # ids injected into this turn
+    steering: bool = False  # a steer is on the wire
+    steer_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    def of(cls, batch: Batch) -> Turn:
+        channel = nip10.channel(batch.events[-1].event)
+        return cls(
+            batch=batch,
+            channel_id=channel or batch.channel,
+            channel_type="stream" if channel is not None else "dm",
+            turn_id=uuid.uuid4().hex,
+        )
+
+    @property
+    def ids(self) -> TurnIds:
+        session = self.session.harness_id if self.session is not None else None
+        return TurnIds(self.channel_id, session, self.turn_id)
+
+    def advance(self, phase: Phase) -> None:
+        """Move to ``phase`` (never backwards) and wake whoever waits on the turn."""
+        if phase < self.phase:
+            raise RuntimeError(f"a turn cannot go back from {self.phase.name} to {phase.name}")
+        self.phase = phase
+        self.notify()
+
+    def notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def until(self, condition: Callable[[Turn], bool], timeout: float | None = None) -> bool:
+        """Wait until ``condition(self)`` holds (True) or ``timeout`` passes (False)."""
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    changed = self._changed
+                    if condition(self):
+                        return True
+                    await changed.wait()
+        except TimeoutError:
+            return False
+
+    def may_steer(self) -> bool:
+        """A steer may go into this turn now: its prompt is live and no cancel is pending."""
+        return self.phase == Phase.LIVE and self.cancel_reason is None and self.session is not None
+
+    def may_cancel_at_agent(self) -> bool:
+        return self.session is not None and Phase.LIVE <= self.phase < Phase.SETTLED
+
+
+class TurnRunner:
+    """Runs flushed batches as turns and settles them (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        queue: DispatchQueue,
+        store: BotStore,
+        supervisor: AgentSupervisor,
+        resolver: ContextResolver,
+        delivery: Delivery,
+        diagnostics: DiagnosticsFeed,
+        *,
+        clock: Callable[[], float],
+        spawn: Spawn,
+        wake: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.queue = queue
+        self.store = store
+        self.supervisor = supervisor
+        self.resolver = resolver
+        self.delivery = delivery
+        self.diagnostics = diagnostics
+        self._clock = clock
+        self._spawn = spawn
+        self._wake = wake
+        self._secrets = secret_values(config)
+        #: The running turn of each queue channel.
+        self.running: dict[str, Turn] = {}
+
+    # -- one turn -------------------------------------------------------------------------
+
+    async def run(self, batch: Batch) -> None:
+        """Run ``batch`` to its settlement; never raises (but for cancellation)."""
+        turn = Turn.of(batch)
+        self.running[batch.channel] = turn
+        started_at = datetime.fromtimestamp(self._clock(), UTC)
+        try:
+            prepared = await self._prepare(turn)
+            if prepared is None:  # cancelled before the prompt went out
+                self._commit(turn, lambda: self._settle_cancelled(turn))
+                return
+            compiled, history_ids = prepared
+            result = await self._prompt(turn, compiled)
+            self._finish(turn, result, history_ids, started_at)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # resolution, session or compile trouble: retry the batch
+            log.warning("turn in %s failed: %s", batch.channel, exc)
+            self._report_failure(turn, f"{type(exc).__name__}: {exc}", None)
+            self._commit(turn, lambda: self._fail(batch))
+            if self.supervisor.needs_restart(None):
+                self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
+        finally:
+            turn.advance(Phase.SETTLED)
+            if self.running.get(batch.channel) is turn:
+                del self.running[batch.channel]
+            self._wake()
+
+    def _commit(
+        self,
+        turn: Turn,
+        settle: Callable[[], list[Event]],
+        *,
+        payload: MetricPayload | None = None,
+        reply: str | None = None,
+    ) -> None:
+        """Record the turn's outcome, its metric and its reply in one durable transaction,
+        then send them: a crash before the commit leaves the batch to run again with nothing
+        published; after it, the outbox holds exactly this turn's reply and metric."""
+        ids = turn.ids
+        target = turn.batch.events[-1].event
+        with self.store.transaction(durable=True):
+            metric = self.delivery.store_metric(payload, ids) if payload is not None else None
+            replies = self.delivery.store_reply(target, reply, ids) if reply is not None else []
+            notices = settle()
+            self.store.sync_channel(self.queue, turn.batch.channel)
+        self.delivery.send([*replies, *notices, *([metric] if metric is not None else [])])
+
+    def _report_failure(self, turn: Turn, error: str, result: TurnResult | None) -> None:
+        """``turn_failed`` with the error, secrets removed (a failure is never silent)."""
+        payload: dict[str, Any] = {"error": redact(error, self._secrets)}
+        if result is not None:
+            payload["terminalEvidence"] = result.terminal_evidence
+        self.diagnostics.emit("turn_failed", **turn.ids.as_kwargs(), payload=payload)
+
+    async def _prepare(self, turn: Turn) -> tuple[CompiledTurn, list[str]] | None:
+        """Session, context, compile; the compiled turn, or None when cancelled meanwhile."""
+        batch = turn.batch
+        session = await self.supervisor.session_for(batch.channel)
+        turn.session = session
+        turn_input, history_ids = await self.resolver.resolve(batch, session)
+        compiled = compile_turn(turn_input)
+        turn.ledger.reset()
+        turn.ledger.set_base(compiled.manifest)
+        ids = turn.ids.as_kwargs()
+        self.diagnostics.turn_started([q.event.id for q in batch.events], **ids)
+        if turn.cancel_reason is not None:
+            return None
+        self.diagnostics.prompt_context_delivery(
+            compiled.sections,
+            compiled.manifest,
+            standing_context_included=self._standing_included(turn_input),
+            event_delta_count=len(turn_input.context.messages) if turn_input.context else 0,
+            **ids,
+        )
+        return compiled, history_ids
+
+    def _standing_included(self, turn_input: TurnInput) -> bool:
+        # Legacy delivery prepends every non-blank standing section to this prompt.
+        return not turn_input.standing_context_sent and bool(
+            standing_text(self.config.standing, None)
+        )
+
+    async def _prompt(self, turn: Turn, compiled: CompiledTurn) -> TurnResult:
+        assert turn.session is not None
+        driver = self.supervisor.driver
+        session_id = turn.session.start.session_id
+        task = asyncio.create_task(driver.run_turn(session_id, compiled.sections))
+        # run_turn registers the turn before its first await: from here steers may go.
+        await asyncio.sleep(0)
+        turn.advance(Phase.LIVE)
+        if turn.cancel_reason is not None:
+            await driver.cancel(session_id)
+        result = await task
+        turn.advance(Phase.ENDED)
+        # A steer the agent answered before its prompt response belongs to this turn's
+        # ledger: let it finish (bounded by the driver's request timeout) before the metric
+        # takes the snapshot and the batch settles.
+        await turn.until(lambda t: not t.steering, timeout=driver.request_timeout + 1)
+        return result
+
+    def _finish(
+        self, turn: Turn, result: TurnResult, history_ids: list[str], started_at: datetime
+    ) -> None:
+        session = turn.session
+        assert session is not None
+        session.turns += 1
+        ids = turn.ids
+        self.diagnostics.turn_completed(result.outcome, result.stop_reason, **ids.as_kwargs())
+        if result.outcome == "failed":
+            self._report_failure(turn, result.error or result.terminal_evidence, result)
+        payload = metric_payload(
+            harness=self.supervisor.harness,
+            model=self.config.model,
+            ids=ids,
+            result=result,
+            triggering=[q.event for q in turn.batch.events],
+            manifest=turn.ledger.snapshot(),
+            started_at=started_at,
+        )
+        reply = reply_text(result) if self.config.reply_mode == "auto" else None
+        self._commit(
+            turn,
+            lambda: self._settle(turn, result, session, history_ids),
+            payload=payload,
+            reply=reply,
+        )
+        if self.supervisor.needs_restart(result):
+            self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
+
+    # -- settling -------------------------------------------------------------------------
+
+    def _settle(
+        self, turn: Turn, result: TurnResult, session: Session, history: list[str]
+    ) -> list[Event]:
+        """Record the outcome in the queue; the dead-letter notice to send, if any."""
+        batch = turn.batch
+        if result.outcome == "success":
+            self.queue.complete(batch)
+            session.delivered.update(q.event.id for q in batch.events)
+            session.delivered.update(q.event.id for q in batch.cancelled_events)
+            session.delivered.update(history)
+            session.delivered.update(turn.steered)
+            return []
+        if result.outcome == "cancelled":
+            return self._settle_cancelled(turn)
+        return self._fail(batch)
+
+    def _settle_cancelled(self, turn: Turn) -> list[Event]:
+        reason = turn.cancel_reason
+        if reason == "interrupt" or reason == "steer":
+            self.queue.requeue_cancelled(turn.batch, reason)
+        else:  # the owner's !cancel, or the agent cancelled on its own: dropped, not retried
+            self.queue.complete(turn.batch)
+        return []
+
+    def _fail(self, batch: Batch) -> list[Event]:
+        """Back to the queue with backoff; a dead letter gets one short notice in its thread
+        (stored with the settlement, sent after it)."""
+        dead = self.queue.fail(batch, self._clock())
+        if dead is None:
+            return []
+        self.diagnostics.emit(
+            "event_dead_lettered",
+            channel_id=dead.channel,
+            payload={"eventIds": [q.event.id for q in dead.events], "attempts": dead.attempts},
+        )
+        target = dead.events[-1].event
+        return self.delivery.store_reply(target, dead_letter_notice(dead.attempts))
+
+    # -- cancel and steer -----------------------------------------------------------------
+
+    async def cancel(self, turn: Turn, reason: CancelWhy) -> None:
+        """Cancel ``turn`` (the first reason given wins)."""
+        if turn.cancel_reason is None:
+            turn.cancel_reason = reason
+        if turn.may_cancel_at_agent():
+            assert turn.session is not None
+            await self.supervisor.driver.cancel(turn.session.start.session_id)
+
+    async def steer(self, turn: Turn, event: Event, prompt_tag: str) -> None:
+        """Deliver ``event`` into ``turn`` once its prompt is live; if the turn ends first (or
+        is being cancelled), the event stays pending and rides with the channel's next batch."""
+        async with turn.steer_lock:
+            await turn.until(lambda t: t.phase >= Phase.LIVE)
+            if not turn.may_steer():
+                return
+            turn.steering = True
+            try:
+                await self._deliver_steer(turn, event, prompt_tag)
+            finally:
+                turn.steering = False
+                turn.notify()
+
+    async def _deliver_steer(self, turn: Turn, event: Event, prompt_tag: str) -> None:
+        assert turn.session is not None
+        steer = compile_steer(
+            event,
+            channel_id=turn.channel_id,
+            channel_type=turn.channel_type,
+            prompt_tag=prompt_tag,
+        )
+        outcome = await self.supervisor.driver.steer(turn.session.start.session_id, steer.text)
+        ids = turn.ids.as_kwargs()
+        now = self._clock()
+        if outcome == "injected":
+            turn.ledger.accept_update(steer.manifest)  # before acknowledging (spec 06)
+            turn.steered.append(event.id)
+            self._steer_result(event.id, "injected", now)
+            self.diagnostics.prompt_context_steer("injected", turn.ledger.snapshot(), **ids)
+        elif outcome == "started_new_turn":
+            self._steer_result(event.id, "started_new_turn", now)
+            self.diagnostics.prompt_context_steer("startedNewTurn", steer.manifest, **ids)
+        elif outcome == "failed":
+            self.diagnostics.prompt_context_steer("failed", None, **ids)
+            await self.cancel(turn, "steer")
+        else:  # released: the event stays pending
+            self.diagnostics.prompt_context_steer("released", None, **ids)
+        # Nothing is written here: an injected steer's row stays until the turn's outcome
+        # (and the reply that answers it) commits, so a crash before that runs it again.
+
+    def _steer_result(self, event_id: str, outcome: str, now: float) -> None:
+        with contextlib.suppress(QueueError):
+            self.queue.steer_result(event_id, outcome, now)
