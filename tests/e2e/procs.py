@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import sys
@@ -32,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ BUZZ = (sys.executable, "-m", "nostr_buzz")
 CHAT = 9
 PAGE = 500  # what buzz relay (nostr-sdk's LocalRelay) returns at most per query
 _ID_LEN = 64
+_LATER_PART = re.compile(r"\[([2-9]|[1-9][0-9]+)/[0-9]+\]\n")  # part 2+ of a split reply
 
 
 def free_port() -> int:
@@ -277,18 +280,37 @@ class DiagnosticsTail:
         self.poll()
         return [r for r in self.records if r.get("kind") in kinds]
 
-    async def next_record(
-        self, match: Callable[[dict[str, Any]], bool], timeout: float, what: str
-    ) -> dict[str, Any]:
-        """Wait for the next new record that matches, polling about every millisecond."""
+    def mark(self) -> int:
+        """A position in the feed: :meth:`next_record` ``after`` it sees every later record."""
         self.poll()
+        return len(self.records)
+
+    async def next_record(
+        self,
+        match: Callable[[dict[str, Any]], bool],
+        timeout: float,
+        what: str,
+        after: int | None = None,
+    ) -> dict[str, Any]:
+        """Wait for the first matching record after ``after`` (default: from now on), polling
+        about every millisecond.  Several waits may run at once on one tail."""
+        cursor = self.mark() if after is None else after
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for record in self.poll():
+        while True:
+            self.poll()
+            for record in self.records[cursor:]:
                 if match(record):
                     return record
+            cursor = len(self.records)
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"no {what} in {self.path} within {timeout} s")
             await asyncio.sleep(0.001)
-        raise AssertionError(f"no {what} in {self.path} within {timeout} s")
+
+    @staticmethod
+    def age_ms(record: dict[str, Any]) -> float:
+        """Milliseconds since the bot wrote ``record`` (both clocks are this machine's)."""
+        written = datetime.fromisoformat(str(record["timestamp"]).replace("Z", "+00:00"))
+        return (time.time() - written.timestamp()) * 1000
 
     async def quiet(self, seconds: float, timeout: float) -> None:
         """Wait until nothing was written for ``seconds`` (at most ``timeout``)."""
@@ -523,7 +545,8 @@ def tally(
     result = Tally(posted=len(accepted), turns=len(metrics), replies=len(replies))
     answered_by: dict[str, list[int]] = {}
     turn_ids: Counter[str] = Counter()
-    targets = Counter(t for t in (reply_target(r) for r in replies) if t is not None)
+    firsts = [r for r in replies if not _LATER_PART.match(r.content)]  # a split reply is one
+    targets = Counter(t for t in (reply_target(r) for r in firsts) if t is not None)
     replied: list[bool] = []
     for index, payload in enumerate(metrics):
         ids = answered_ids(payload)

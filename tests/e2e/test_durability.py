@@ -14,6 +14,7 @@ Random choices come from one seeded RNG per scenario; the seed is printed, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -110,18 +111,24 @@ async def start(bot: Bot, timeout: float = 30.0) -> None:
         raise AssertionError(f"the bot did not start:\n{bot.process.log_tail()}") from None
 
 
-async def kill_when(bot: Bot, kinds: Sequence[str], delay: float, timeout: float = 8.0) -> str:
-    """SIGKILL the bot ``delay`` seconds after its next record of one of ``kinds`` (at a
-    random instant if none comes in time); says what it did."""
+async def kill_when(
+    bot: Bot, kinds: Sequence[str], delay: float, after: int | None = None, timeout: float = 15.0
+) -> str:
+    """SIGKILL the bot ``delay`` seconds after its first record of one of ``kinds`` (after
+    the mark ``after``), or at once if none comes in time; says what it did, with the time
+    from the record's writing to the kill as measured on the wall clock."""
     try:
-        record = await bot.tail.next_record(lambda r: r.get("kind") in kinds, timeout, str(kinds))
+        record = await bot.tail.next_record(
+            lambda r: r.get("kind") in kinds, timeout, str(kinds), after
+        )
     except AssertionError:
         await bot.process.kill()
-        return f"kill (no {kinds} within {timeout} s)"
+        return f"kill (no {'/'.join(kinds)} within {timeout:.0f} s)"
     if delay > 0:
         await asyncio.sleep(delay)  # deliberate fault timing
+    lag = bot.tail.age_ms(record)
     await bot.process.kill()
-    return f"kill {delay * 1000:.1f} ms after {record['kind']}"
+    return f"kill {lag:.0f} ms after {record['kind']}"
 
 
 def report(name: str, seed: int, tally: Tally, began: float, extra: str = "") -> None:
@@ -173,28 +180,26 @@ async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
         accepted: list[Event] = []
         refused: list[Event] = []
         faults: list[str] = []
-        modes = ["random", "live", "turn_completed", "metric_queued"]
-        for index in range(8):
+        # One kill per round: two at random instants (right after a relay restart that
+        # happened while turns ran), two while a prompt is live, two within milliseconds of a
+        # turn's completion and two within milliseconds of its metric being stored.  The
+        # watch starts before the round is published, so that no record can slip by.
+        modes = ["turn_completed", "live", "restart", "metric_queued"] * 2
+        for index, mode in enumerate(modes):
             admitted, strangers = _round(rng, st.cast, channels, roots, 6)
             accepted += admitted
             refused += strangers
+            pause, kill_delay = rng.uniform(0.0, 1.5), rng.uniform(0.0, 0.004)
+            live_delay, restart_bot = rng.uniform(0.0, 0.25), rng.random() < 0.6
+            watch = asyncio.create_task(
+                _fault(bot, relay, mode, bot.tail.mark(), pause, kill_delay, live_delay)
+            )
+            was_down = not bot.process.running
             await publish([relay.url], [*admitted, *strangers])
-            if not bot.process.running:
+            if was_down:  # published while the bot was down: it finds them on start
                 await start(bot)
-            if index in (2, 5):  # the relay restarts while turns run (same store, same port)
-                await asyncio.sleep(rng.uniform(0.0, 0.6))
-                await relay.restart()
-                faults.append("relay restart")
-            mode = modes[index % len(modes)]
-            if mode == "random":
-                await asyncio.sleep(rng.uniform(0.0, 1.5))
-                await bot.process.kill()
-                faults.append("kill at a random instant")
-            elif mode == "live":
-                faults.append(await kill_when(bot, TURN_LIVE_KINDS, rng.uniform(0.0, 0.25)))
-            else:
-                faults.append(await kill_when(bot, (mode,), rng.uniform(0.0, 0.005)))
-            if rng.random() < 0.6 or index == 7:
+            faults.extend(await watch)
+            if restart_bot or index == len(modes) - 1:
                 await start(bot)  # else the next round is published while the bot is down
         counter = Counter44200(st.cast, [relay.url])
         tally = await wait_answered(
@@ -203,6 +208,27 @@ async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
         report("sigkills", seed, tally, began, f"kills {bot.process.kills}; faults {faults}")
         assert bot.process.kills >= 6 and relay.starts == 3
         check(tally, [bot], seed, accepted)
+
+
+async def _fault(
+    bot: Bot,
+    relay: RelayProcess,
+    mode: str,
+    after: int,
+    pause: float,
+    kill_delay: float,
+    live_delay: float,
+) -> list[str]:
+    if mode == "restart":  # same store, same port, while turns run
+        with contextlib.suppress(AssertionError):  # no live turn in time: restart anyway
+            await bot.tail.next_record(lambda r: r.get("kind") in TURN_LIVE_KINDS, 15, "", after)
+        await relay.restart()
+        await asyncio.sleep(pause)  # deliberate fault timing
+        await bot.process.kill()
+        return ["relay restart", f"kill {pause * 1000:.0f} ms after the relay restart"]
+    if mode == "live":
+        return [await kill_when(bot, TURN_LIVE_KINDS, live_delay, after)]
+    return [await kill_when(bot, (mode,), kill_delay, after)]
 
 
 # -- b. the relay is down for 30 s while turns run -------------------------------------------
@@ -222,12 +248,13 @@ async def test_relay_down_30s_while_turns_run_every_answer_and_metric_follow(
             )
             for i in range(6)
         ]
+        mark = bot.tail.mark()
         await publish([relay.url], accepted)
-        live = await _records(bot.tail, TURN_LIVE_KINDS, 6, timeout=20)
+        live = await _records(bot.tail, TURN_LIVE_KINDS, 6, timeout=20, after=mark)
         await relay.stop()
         down_at = time.monotonic()
         # The turns end while the relay is away: their replies and metrics cannot be sent.
-        ended = await _records(bot.tail, ("turn_completed",), 6, timeout=25)
+        ended = await _records(bot.tail, ("turn_completed",), 6, timeout=25, after=mark)
         await asyncio.sleep(max(0.0, 30.0 - (time.monotonic() - down_at)))  # the outage
         await relay.start()
         counter = Counter44200(st.cast, [relay.url])
@@ -236,14 +263,17 @@ async def test_relay_down_30s_while_turns_run_every_answer_and_metric_follow(
         check(tally, [bot], seed, accepted)
 
 
-async def _records(tail: DiagnosticsTail, kinds: Sequence[str], count: int, timeout: float) -> int:
-    """Wait (bounded) for ``count`` new records of ``kinds``; returns how many came."""
-    tail.poll()
-    seen = len(tail.of(*kinds))
+async def _records(
+    tail: DiagnosticsTail, kinds: Sequence[str], count: int, timeout: float, after: int
+) -> int:
+    """Wait (bounded) for ``count`` records of ``kinds`` after the mark; returns how many."""
     deadline = time.monotonic() + timeout
-    while len(tail.of(*kinds)) - seen < count and time.monotonic() < deadline:
+    while True:
+        tail.poll()
+        seen = sum(1 for r in tail.records[after:] if r.get("kind") in kinds)
+        if seen >= count or time.monotonic() >= deadline:
+            return seen
         await asyncio.sleep(0.05)
-    return len(tail.of(*kinds)) - seen
 
 
 # -- c. the bot is down while 30 owner mentions and 600 strangers' arrive -----------------------
@@ -377,9 +407,12 @@ async def test_two_shards_split_the_load_and_a_killed_shard_catches_up(tmp_path:
         channels = [f"team{i}" for i in range(8)]
         roots: dict[str, list[Event]] = {c: [] for c in channels}
         first, refused = _round(rng, st.cast, channels, roots, 20)
-        await publish(urls, [*first, *refused])
         victim = shards[1]
-        fault = await kill_when(victim, TURN_LIVE_KINDS, rng.uniform(0.0, 0.2))
+        watch = asyncio.create_task(
+            kill_when(victim, TURN_LIVE_KINDS, rng.uniform(0.0, 0.2), victim.tail.mark())
+        )
+        await publish(urls, [*first, *refused])
+        fault = await watch
         second, spam = _round(rng, st.cast, channels, roots, 20)
         await publish(urls, [*second, *spam])
         await start(victim)
