@@ -15,15 +15,14 @@ to the queue.  The rules:
   messages) are accepted when they mention the agent.
 * **Shard** ``i/n``: a destination belongs to shard ``int(sha256(destination)) mod n``.
 
-Also here: the position a handled event moves the bot to (never later than the clock), and the
-relay filters the gate implies (who could be admitted at all).
+Also here: the position a handled event moves the bot to (never later than the clock).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from nostr_buzz.config import AuthorGate
 from nostr_buzz.event import Event
@@ -167,14 +166,3 @@ def advance(position: int | None, created_at: int, now: float) -> int:
     reconnect skip everything sent before that date."""
     seen = min(created_at, int(now))
     return seen if position is None or seen > position else position
-
-
-def subscription_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[dict[str, Any]]:
-    """What the bot asks the relays for, from ``since`` on."""
-    base: dict[str, Any] = {"kinds": sorted(gate.kinds), "since": since}
-    mentioned = {**base, "#p": [gate.agent]}
-    if gate.mentions_required:
-        return [mentioned]
-    if channels:
-        return [mentioned, {**base, "#h": list(channels)}]
-    return [base]
