@@ -14,6 +14,8 @@ to the queue.  The rules:
 * **Subscriptions.** ``channels`` restricts channel events; events without a channel (direct
   messages) are accepted when they mention the agent.
 * **Shard** ``i/n``: a destination belongs to shard ``int(sha256(destination)) mod n``.
+* **A running turn** is steered (or interrupted) only by its own authority: an event whose
+  signing actor and destination equal the running batch's.  Anything else waits in the queue.
 
 Also here: the position a handled event moves the bot to (never later than the clock).
 """
@@ -24,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from nostr_buzz.config import AuthorGate
+from nostr_buzz.config import AuthorGate, InFlightPolicy
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
 
@@ -37,7 +39,9 @@ __all__ = [
     "Gate",
     "Refuse",
     "advance",
+    "authority_key",
     "decide",
+    "in_flight_action",
     "owner_command",
     "queue_channel",
     "refusal",
@@ -166,3 +170,21 @@ def advance(position: int | None, created_at: int, now: float) -> int:
     reconnect skip everything sent before that date."""
     seen = min(created_at, int(now))
     return seen if position is None or seen > position else position
+
+
+InFlightAction = Literal["queue", "steer", "interrupt"]
+
+
+def authority_key(event: Event) -> tuple[str, str]:
+    """Who speaks and where: the signing actor and the destination (the thread's root)."""
+    return event.pubkey, nip10.destination(event)
+
+
+def in_flight_action(policy: InFlightPolicy, running: Event, event: Event) -> InFlightAction:
+    """What an admitted event does to its channel's running turn (whose newest event is
+    ``running``).  Only the running batch's own authority — the same actor in the same
+    thread — may steer or interrupt it; anything else waits in the queue for a turn of its
+    own, whatever the policy."""
+    if policy == "queue" or authority_key(event) != authority_key(running):
+        return "queue"
+    return policy

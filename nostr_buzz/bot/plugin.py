@@ -273,9 +273,11 @@ class BuzzPlugin:
         self._last_push = time.monotonic()
         turn = self._runner.running.get(decision.channel)
         if turn is not None and self.queue.in_flight(decision.channel):
-            if self.config.in_flight == "steer":
+            newest = turn.batch.events[-1].event
+            action = intake.in_flight_action(self.config.in_flight, newest, event)
+            if action == "steer":
                 self._spawn(self._runner.steer(turn, event, prompt_tag), "buzz-steer")
-            elif self.config.in_flight == "interrupt":
+            elif action == "interrupt":
                 await self._runner.cancel(turn, "interrupt")
         self._wake.set()
         return True
