@@ -70,6 +70,9 @@ class SubscriptionsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unk
     channels: tuple[str, ...] = ()  # channel ids (h tags); empty = every channel
     kinds: tuple[_Kind, ...] = (9,)
     mentions_required: bool = True
+    # How far back (seconds) replay and live subscriptions reach before the last handled
+    # message, for authors whose clocks run behind (events seen twice are refused by id).
+    clock_skew: Annotated[float, msgspec.Meta(ge=0, le=7 * 86400)] = 600.0
 
 
 class GateSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -214,7 +214,7 @@ async def test_steer_mid_turn_is_injected_and_its_layer_reaches_the_metric(world
         first = world.message(world.owner, "long task")
         await plugin.handle_event(first)
         await rec.kind("prompt_context_delivery")
-        steer = world.message(world.owner, "also check the logs")
+        steer = world.message(world.owner, "also check the logs", reply_to=first)
         await plugin.handle_event(steer)
         injected = await rec.kind("prompt_context_steer")
         await rec.kind("metric_published")
@@ -238,7 +238,7 @@ async def test_interrupt_cancels_and_the_next_turn_carries_the_cut_off_work(worl
         first = world.message(world.owner, "long task")
         await plugin.handle_event(first)
         await rec.kind("prompt_context_delivery")
-        second = world.message(world.owner, "stop, do this instead")
+        second = world.message(world.owner, "stop, do this instead", reply_to=first)
         await plugin.handle_event(second)
         await rec.kind("turn_completed", 2)
     outcomes = [r.payload["outcome"] for r in rec.of("turn_completed")]
@@ -427,3 +427,32 @@ def test_buzz_run_without_configuration_is_bad_input(tmp_path: Path, monkeypatch
     assert main(["run"]) == 1
     assert main(["run", "--config", str(tmp_path / "missing.toml")]) == 1
     assert main(["run", "--shard", "2/2"]) == 1
+
+
+async def test_only_the_same_person_in_the_same_thread_steers_a_running_turn(
+    world: World,
+) -> None:
+    rec = Recorder()
+    config = world.config(
+        "--delay", "2", gate="allowlist", allowlist=frozenset({world.human.public_key.hex})
+    )
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+        task = world.message(world.owner, "long task")
+        await plugin.handle_event(task)
+        await rec.kind("prompt_context_delivery")
+        other_person = world.message(world.human, "my own question", reply_to=task)
+        other_thread = world.message(world.owner, "an unrelated question")
+        steer = world.message(world.owner, "and check the logs", reply_to=task)
+        for event in (other_person, other_thread, steer):
+            assert await plugin.handle_event(event)
+        injected = await rec.kind("prompt_context_steer")
+        await rec.kind("turn_completed", 3)
+        await rec.kind("reply_published", 3)
+    assert injected.payload["deliveryOutcome"] == "injected"
+    assert len(rec.of("prompt_context_steer")) == 1
+    started = [r.payload["triggeringEventIds"] for r in rec.of("turn_started")]
+    assert started[0] == [task.id]
+    assert sorted(started[1:]) == sorted([[other_person.id], [other_thread.id]])
+    replies = await world.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
+    parents = sorted(nip10.thread_ref(r).parent or "" for r in replies)
+    assert parents == sorted([task.id, other_person.id, other_thread.id])

@@ -157,3 +157,18 @@ def test_thread_and_dm_history_selection() -> None:
     assert dm.messages == dms[1:] and (dm.total, dm.truncated) == (3, True)
     short = select_dm_history(dms[:1], 5)
     assert (short.total, short.truncated) == (1, False)
+
+
+def test_only_the_running_batchs_own_authority_steers_or_interrupts() -> None:
+    from nostr_buzz.bot.intake import in_flight_action
+
+    task = msg(OWNER, "task")
+    same_thread = msg(OWNER, "more", reply_to=task)
+    assert in_flight_action("steer", task, same_thread) == "steer"
+    assert in_flight_action("interrupt", task, same_thread) == "interrupt"
+    assert in_flight_action("queue", task, same_thread) == "queue"
+    other_person = msg(FRIEND, "mine", reply_to=task)
+    other_thread = msg(OWNER, "unrelated")
+    for policy in ("steer", "interrupt", "queue"):
+        assert in_flight_action(policy, task, other_person) == "queue"  # type: ignore[arg-type]
+        assert in_flight_action(policy, task, other_thread) == "queue"  # type: ignore[arg-type]

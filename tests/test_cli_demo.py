@@ -52,10 +52,11 @@ def test_buzz_demo_runs_the_whole_pipeline_and_exits_0() -> None:
     assert "alex posted 3 replies; turn 2 was triggered by 3" in out
     assert "steer delivery: injected" in out
     assert "steer_delivery_contract" in out
-    # Metrics read back by the owner: four turns, every manifest valid.
-    assert "4 metric event(s)" in out
+    # Metrics read back by the owner: five turns (sam's message during turn 4 is the
+    # fifth), every manifest valid.
+    assert "5 metric event(s)" in out
     per_turn = out.split("per turn:\n")[1].split("\n\n")[0].splitlines()
-    assert len(per_turn) == 1 + 4 and all(line.endswith("ok") for line in per_turn[1:])
+    assert len(per_turn) == 1 + 5 and all(line.endswith("ok") for line in per_turn[1:])
     # The raw message is one canonical, verifiable event: the agent's first reply.
     raw_line = out.split("== 7.")[1].splitlines()[2]
     event = Event.from_json(raw_line)

@@ -14,18 +14,19 @@ to the queue.  The rules:
 * **Subscriptions.** ``channels`` restricts channel events; events without a channel (direct
   messages) are accepted when they mention the agent.
 * **Shard** ``i/n``: a destination belongs to shard ``int(sha256(destination)) mod n``.
+* **A running turn** is steered (or interrupted) only by its own authority: an event whose
+  signing actor and destination equal the running batch's.  Anything else waits in the queue.
 
-Also here: the position a handled event moves the bot to (never later than the clock), and the
-relay filters the gate implies (who could be admitted at all).
+Also here: the position a handled event moves the bot to (never later than the clock).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from nostr_buzz.config import AuthorGate
+from nostr_buzz.config import AuthorGate, InFlightPolicy
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
 
@@ -38,7 +39,9 @@ __all__ = [
     "Gate",
     "Refuse",
     "advance",
+    "authority_key",
     "decide",
+    "in_flight_action",
     "owner_command",
     "queue_channel",
     "refusal",
@@ -169,12 +172,19 @@ def advance(position: int | None, created_at: int, now: float) -> int:
     return seen if position is None or seen > position else position
 
 
-def subscription_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[dict[str, Any]]:
-    """What the bot asks the relays for, from ``since`` on."""
-    base: dict[str, Any] = {"kinds": sorted(gate.kinds), "since": since}
-    mentioned = {**base, "#p": [gate.agent]}
-    if gate.mentions_required:
-        return [mentioned]
-    if channels:
-        return [mentioned, {**base, "#h": list(channels)}]
-    return [base]
+InFlightAction = Literal["queue", "steer", "interrupt"]
+
+
+def authority_key(event: Event) -> tuple[str, str]:
+    """Who speaks and where: the signing actor and the destination (the thread's root)."""
+    return event.pubkey, nip10.destination(event)
+
+
+def in_flight_action(policy: InFlightPolicy, running: Event, event: Event) -> InFlightAction:
+    """What an admitted event does to its channel's running turn (whose newest event is
+    ``running``).  Only the running batch's own authority — the same actor in the same
+    thread — may steer or interrupt it; anything else waits in the queue for a turn of its
+    own, whatever the policy."""
+    if policy == "queue" or authority_key(event) != authority_key(running):
+        return "queue"
+    return policy

@@ -31,6 +31,7 @@ from . import intake
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
+from .replay import Listener, listen_filters
 from .state import REMEMBERED_COMMANDS, BotStore
 from .supervisor import AgentSupervisor
 from .turn import TurnRunner
@@ -207,25 +208,29 @@ class BuzzPlugin:
         finally:
             await self.close()
 
+    def _since(self) -> int:
+        """Where listening starts: the position (a first start: its creation) − clock skew."""
+        position = self._position if self._position is not None else self._first_since
+        return max(0, position - int(self.config.clock_skew))
+
     def subscription_filters(self) -> list[dict[str, Any]]:
-        """What :meth:`run` asks the relays for, from the persisted position on."""
-        since = self._position if self._position is not None else self._first_since
-        return intake.subscription_filters(self._gate, since, self.config.channels)
+        """What :meth:`run` asks the relays for (live, and when replaying)."""
+        return listen_filters(self._gate, self._since(), self.config.channels)
 
     async def _subscribe(self) -> None:
-        filters = self.subscription_filters()
         if self._position is None and self.store is not None:
-            self._position = int(filters[0]["since"])
+            self._position = self._first_since
             self.store.save_position(self._position)
-        events = self.pool.subscribe(filters)
-        try:
-            async for event in events:
-                await self.handle_event(event)
-                if self._stop.is_set():
-                    return
-        finally:
-            # Closing the generator closes every relay connection and task (RelayPool).
-            await events.aclose()  # type: ignore[attr-defined]
+        listener = Listener(
+            self.pool,
+            self._gate,
+            self.config.channels,
+            since=self._since,
+            handle=self.handle_event,
+            diagnostics=self.diagnostics,
+            stopping=self._stop.is_set,
+        )
+        await listener.run()
 
     # -- intake -------------------------------------------------------------------------
 
@@ -268,9 +273,11 @@ class BuzzPlugin:
         self._last_push = time.monotonic()
         turn = self._runner.running.get(decision.channel)
         if turn is not None and self.queue.in_flight(decision.channel):
-            if self.config.in_flight == "steer":
+            newest = turn.batch.events[-1].event
+            action = intake.in_flight_action(self.config.in_flight, newest, event)
+            if action == "steer":
                 self._spawn(self._runner.steer(turn, event, prompt_tag), "buzz-steer")
-            elif self.config.in_flight == "interrupt":
+            elif action == "interrupt":
                 await self._runner.cancel(turn, "interrupt")
         self._wake.set()
         return True

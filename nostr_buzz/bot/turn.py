@@ -24,13 +24,14 @@ import contextlib
 import enum
 import logging
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
+from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.queue import Batch, DispatchQueue
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import QueueError
@@ -51,6 +52,11 @@ __all__ = ["CancelWhy", "Phase", "Turn", "TurnRunner"]
 
 log = logging.getLogger(__name__)
 
+#: A turn the agent started on its own is over once it has been quiet this long (seconds),
+#: or given up when nothing at all came for ``FOLLOW_SILENCE``.
+FOLLOW_QUIET: Final = 1.0
+FOLLOW_SILENCE: Final = 30.0
+
 CancelWhy = Literal["interrupt", "steer", "owner"]
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 
@@ -60,6 +66,24 @@ class Phase(enum.IntEnum):
     LIVE = 2
     ENDED = 3
     SETTLED = 4
+
+
+@dataclass(frozen=True)
+class Followup:
+    """A steer that started the agent's own next turn: its event and its own manifest."""
+
+    event: Event
+    manifest: Manifest
+
+
+@dataclass(frozen=True)
+class Output:
+    """What one turn leaves: the reply's target and text, the metric payload."""
+
+    target: Event
+    reply: str | None
+    payload: MetricPayload | None
+    ids: TurnIds
 
 
 @dataclass(eq=False)
@@ -75,6 +99,8 @@ class Turn:
     phase: Phase = Phase.PREPARING
     cancel_reason: CancelWhy | None = None
     steered: list[str] = field(default_factory=list)  # ids injected into this turn
+    #: Steers the agent answered ``startedNewTurn``: each is a turn of its own.
+    followups: list[Followup] = field(default_factory=list)
     steering: bool = False  # a steer is on the wire
     steer_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -170,7 +196,9 @@ class TurnRunner:
                 return
             compiled, history_ids = prepared
             result = await self._prompt(turn, compiled)
-            self._finish(turn, result, history_ids, started_at)
+            self._completed(turn, result)
+            followups = await self._follow(turn)
+            self._finish(turn, result, history_ids, started_at, followups)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # resolution, session or compile trouble: retry the batch
@@ -186,24 +214,24 @@ class TurnRunner:
             self._wake()
 
     def _commit(
-        self,
-        turn: Turn,
-        settle: Callable[[], list[Event]],
-        *,
-        payload: MetricPayload | None = None,
-        reply: str | None = None,
+        self, turn: Turn, settle: Callable[[], list[Event]], outputs: Sequence[Output] = ()
     ) -> None:
-        """Record the turn's outcome, its metric and its reply in one durable transaction,
-        then send them: a crash before the commit leaves the batch to run again with nothing
-        published; after it, the outbox holds exactly this turn's reply and metric."""
-        ids = turn.ids
-        target = turn.batch.events[-1].event
+        """Record the turn's outcome with its replies and metrics in one durable transaction,
+        then send them: a crash before the commit leaves the batch (and any steer that started
+        a turn of its own) to run again with nothing published; after it, the outbox holds
+        exactly these replies and metrics."""
+        stored: list[Event] = []
+        metrics: list[Event] = []
         with self.store.transaction(durable=True):
-            metric = self.delivery.store_metric(payload, ids) if payload is not None else None
-            replies = self.delivery.store_reply(target, reply, ids) if reply is not None else []
-            notices = settle()
+            for out in outputs:
+                if out.payload is not None:
+                    metric = self.delivery.store_metric(out.payload, out.ids)
+                    metrics += [metric] if metric is not None else []
+                if out.reply is not None:
+                    stored += self.delivery.store_reply(out.target, out.reply, out.ids)
+            stored += settle()
             self.store.sync_channel(self.queue, turn.batch.channel)
-        self.delivery.send([*replies, *notices, *([metric] if metric is not None else [])])
+        self.delivery.send([*stored, *metrics])
 
     def _report_failure(self, turn: Turn, error: str, result: TurnResult | None) -> None:
         """``turn_failed`` with the error, secrets removed (a failure is never silent)."""
@@ -259,33 +287,79 @@ class TurnRunner:
         return result
 
     def _finish(
-        self, turn: Turn, result: TurnResult, history_ids: list[str], started_at: datetime
+        self,
+        turn: Turn,
+        result: TurnResult,
+        history_ids: list[str],
+        started_at: datetime,
+        followups: list[Output],
     ) -> None:
         session = turn.session
         assert session is not None
-        session.turns += 1
         ids = turn.ids
-        self.diagnostics.turn_completed(result.outcome, result.stop_reason, **ids.as_kwargs())
+        main = self._output(
+            turn.batch.events[-1].event,
+            [q.event for q in turn.batch.events],
+            turn.ledger.snapshot(),
+            result,
+            ids,
+            started_at,
+        )
+        outputs = [main, *followups]
+        self._commit(turn, lambda: self._settle(turn, result, session, history_ids), outputs)
+        if self.supervisor.needs_restart(result):
+            self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
+
+    def _completed(self, turn: Turn, result: TurnResult) -> None:
+        assert turn.session is not None
+        turn.session.turns += 1
+        self.diagnostics.turn_completed(result.outcome, result.stop_reason, **turn.ids.as_kwargs())
         if result.outcome == "failed":
             self._report_failure(turn, result.error or result.terminal_evidence, result)
+
+    def _output(
+        self,
+        target: Event,
+        triggering: list[Event],
+        manifest: Manifest | None,
+        result: TurnResult,
+        ids: TurnIds,
+        started_at: datetime,
+    ) -> Output:
         payload = metric_payload(
             harness=self.supervisor.harness,
             model=self.config.model,
             ids=ids,
             result=result,
-            triggering=[q.event for q in turn.batch.events],
-            manifest=turn.ledger.snapshot(),
+            triggering=triggering,
+            manifest=manifest,
             started_at=started_at,
         )
         reply = reply_text(result) if self.config.reply_mode == "auto" else None
-        self._commit(
-            turn,
-            lambda: self._settle(turn, result, session, history_ids),
-            payload=payload,
-            reply=reply,
-        )
-        if self.supervisor.needs_restart(result):
-            self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
+        return Output(target, reply, payload, ids)
+
+    async def _follow(self, turn: Turn) -> list[Output]:
+        """The turns the agent started on its own for steers (``startedNewTurn``): each is
+        answered in the steer's thread and metered with the steer's own manifest.  A steer
+        whose turn never showed anything stays queued for a turn of its own."""
+        outputs: list[Output] = []
+        session = turn.session
+        for followup in turn.followups if session is not None else []:
+            assert session is not None
+            result = await self.supervisor.driver.follow_turn(
+                session.start.session_id, quiet=FOLLOW_QUIET, silence=FOLLOW_SILENCE
+            )
+            if result is None or (result.usage is None and not result.reply.strip()):
+                continue
+            self._steer_result(followup.event.id, "started_new_turn", self._clock())
+            ids = TurnIds(turn.channel_id, session.harness_id, uuid.uuid4().hex)
+            self.diagnostics.turn_started([followup.event.id], **ids.as_kwargs())
+            self.diagnostics.turn_completed(result.outcome, result.stop_reason, **ids.as_kwargs())
+            event = followup.event
+            outputs.append(
+                self._output(event, [event], followup.manifest, result, ids, result.started_at)
+            )
+        return outputs
 
     # -- settling -------------------------------------------------------------------------
 
@@ -368,7 +442,9 @@ class TurnRunner:
             self._steer_result(event.id, "injected", now)
             self.diagnostics.prompt_context_steer("injected", turn.ledger.snapshot(), **ids)
         elif outcome == "started_new_turn":
-            self._steer_result(event.id, "started_new_turn", now)
+            # A turn of its own: answered and metered after this one's prompt returns, and
+            # only then delivered in the queue (committed with this turn's outcome).
+            turn.followups.append(Followup(event, steer.manifest))
             self.diagnostics.prompt_context_steer("startedNewTurn", steer.manifest, **ids)
         elif outcome == "failed":
             self.diagnostics.prompt_context_steer("failed", None, **ids)

@@ -57,7 +57,17 @@ def run_command(
         str | None,
         typer.Option(
             "--state-dir",
-            help="Where the queue, outbox, diagnostics and agent log live (else buzz.toml).",
+            help="Where the state database, diagnostics and agent log live (else buzz.toml).",
+            show_default=False,
+        ),
+    ] = None,
+    clock_skew: Annotated[
+        float | None,
+        typer.Option(
+            "--clock-skew",
+            help="Seconds replay reaches back before the last handled message, for senders "
+            "whose clocks run behind. Else $BUZZ_CLOCK_SKEW, else buzz.toml [subscriptions] "
+            "clock_skew, else 600.",
             show_default=False,
         ),
     ] = None,
@@ -72,6 +82,7 @@ def run_command(
             relays=relay or (),
             shard=parsed_shard,
             state_dir=state_dir,
+            clock_skew=clock_skew,
         )
     except ConfigError as exc:
         raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None

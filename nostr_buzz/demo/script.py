@@ -2,9 +2,11 @@
 
 An embedded relay (nostr-sdk's LocalRelay on 127.0.0.1), fresh keys in a temporary state
 directory, the bot with the bundled demo agent (or any ACP command), and a human who posts a
-mention, a burst of replies in one thread, a reply by a second person and a message while a turn
-is running.  The script prints the first turn's envelope, every manifest, the usage table the
-owner reads back from the metrics, and one message fetched with ``buzz messages raw``.
+mention, a burst of replies in one thread, a reply by a second person and, while a turn is
+running, a message by its author in its thread (a steer) and one by someone else (which waits
+for a turn of its own).  The script prints the first turn's envelope, every manifest, the usage
+table the owner reads back from the metrics, and one message fetched with
+``buzz messages raw``.
 
 Every wait is bounded; any failure raises :class:`DemoFailure` with what went wrong.
 """
@@ -299,14 +301,23 @@ class _Demo:
         await self.feed.wait_for(
             "prompt_context_delivery", 4, self.step_timeout, "the running turn"
         )
+        # Only alex, in alex's thread, may steer alex's turn: sam's message waits for a turn
+        # of its own (the authority boundary), published first so that it is queued first.
+        aside = self.sign(self.second, "Should I pause the deploys meanwhile?", root=task)
+        await self.publish(aside)
         steer = self.sign(self.human, "Use the staging database for it.", root=task)
         await self.publish(steer)
         await self.feed.wait_for("prompt_context_steer", 1, self.step_timeout, "the steer")
         await self.turn(4, "the steered turn")
         record = self.feed.of("prompt_context_steer")[0]
         outcome = record.payload["deliveryOutcome"]
-        write(f"alex: {task.content}\nalex (while it runs): {steer.content}\n")
-        write(f"steer delivery: {outcome}\n")
+        write(f"alex: {task.content}\nsam (while it runs): {aside.content}\n")
+        write(f"alex (while it runs): {steer.content}\n")
+        write(f"steer delivery: {outcome}; sam's message waits for a turn of its own\n")
+        await self.turn(5, "sam's message, after the steered turn")
+        fifth = self.feed.of("turn_started")[4].payload["triggeringEventIds"]
+        if self.bundled and fifth != [aside.id]:
+            raise DemoFailure("sam's message was not a turn of its own")
         write(_manifest_lines("manifest of turn 4", _manifest_of(self._delivery(4))))
         if "contextManifest" in record.payload:
             write(_manifest_lines("turn 4 ledger after the steer", _manifest_of(record)))

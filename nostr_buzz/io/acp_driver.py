@@ -178,6 +178,15 @@ class _Turn:
     run_id: str | None = None
     cancel_deadline: float | None = None
     steer_in_flight: bool = False
+    prompt: asyncio.Future[Any] | None = None
+    #: For a turn the agent may start on its own (a steer answered ``startedNewTurn``):
+    #: ``held`` updates that arrived before the answer (replayed where they belong once it is
+    #: known), ``active`` once it is, ``heard`` once an update reached it.  ``ended_usage``: the
+    #: usage of a prompt turn that such a turn closed early.
+    held: list[Any] = field(default_factory=list)
+    active: bool = False
+    heard: bool = False
+    ended_usage: tuple[UsageRecord | None] | None = None
 
     def touch(self, now: float) -> None:
         self.last_activity = now
@@ -269,6 +278,8 @@ class AgentDriver:
         self._log: IO[bytes] | None = None
         self._info: AgentInfo | None = None
         self._turns: dict[str, _Turn] = {}
+        #: Turns the agent may start (or started) on its own after a steer: see follow_turn.
+        self._follows: dict[str, _Turn] = {}
         self._run_ids: dict[str, str] = {}
         self._lost = False  # the connection ended (agent exit) before close()
         self._generation = 0  # one per agent process: see _usage_key
@@ -481,6 +492,7 @@ class AgentDriver:
             "prompt": [{"type": "text", "text": s} for s in sections],
         }
         prompt = asyncio.ensure_future(conn.send_request("session/prompt", params))
+        turn.prompt = prompt
         try:
             ending = await self._await_prompt(turn, prompt)
         finally:
@@ -492,7 +504,8 @@ class AgentDriver:
             self._run_ids.pop(session_id, None)
         if ending.evidence == "timeout" and ending.outcome == "failed":
             await self._notify("session/cancel", {"sessionId": session_id})
-        usage = self.usage.end_turn(self._usage_key(session_id))
+        ended = turn.ended_usage  # set when the agent's own next turn began meanwhile
+        usage = ended[0] if ended is not None else self.usage.end_turn(self._usage_key(session_id))
         result = TurnResult(
             reply="".join(turn.chunks),
             final_message="".join(turn.final),
@@ -632,6 +645,8 @@ class AgentDriver:
         params: dict[str, Any] = {"sessionId": session_id, "prompt": prompt}
         if goose:
             params["expectedRunId"] = self._run_ids[session_id]
+        # Ready before the answer: the agent may start writing a turn of its own at once.
+        follow = self._follows.setdefault(session_id, self._new_turn(session_id))
         outcome: SteerOutcome
         try:
             raw = await self._request(method, params)
@@ -650,12 +665,69 @@ class AgentDriver:
         finally:
             if turn is not None:
                 turn.steer_in_flight = False
+        if not follow.active:
+            if outcome == "started_new_turn":
+                follow.active = True
+            elif self._follows.get(session_id) is follow:
+                del self._follows[session_id]
+            held, follow.held = follow.held, []
+            for handler, update in held:  # now that it is known where they belong
+                handler(update)
         if outcome == "injected" and turn is not None and self._turns.get(session_id) is turn:
             now = asyncio.get_running_loop().time()
             turn.hard_deadline = now + self.hard_timeout  # spec 06: renewed on injection
             turn.touch(now)
         self._diagnostic("steer_sent", session_id, {"method": method, "result": outcome})
         return outcome
+
+    def _new_turn(self, session_id: str) -> _Turn:
+        now = asyncio.get_running_loop().time()
+        return _Turn(session_id, self._clock(), now, now + self.hard_timeout, None)
+
+    async def follow_turn(
+        self, session_id: str, *, quiet: float = 1.0, silence: float = 30.0
+    ) -> TurnResult | None:
+        """The turn the agent started on its own after answering a steer ``startedNewTurn``:
+        its text and usage, collected until the agent has been quiet for ``quiet`` seconds
+        (``silence`` when nothing came at all; bounded by the idle and hard timeouts: ACP has
+        no end signal for a turn without a prompt).  Call it once the running prompt has
+        returned; None when no such turn was announced for the session.  Its ``stop_reason``
+        is ``unknown`` and its ``terminal_evidence`` ``timeout`` (the harness stopped
+        waiting)."""
+        follow = self._follows.get(session_id)
+        if follow is None or not follow.active or session_id in self._turns:
+            return None
+        del self._follows[session_id]
+        self._turns[session_id] = follow
+        key = self._usage_key(session_id)
+        self.usage.begin_turn(key)  # a no-op when its first update already began it
+        loop = asyncio.get_running_loop()
+        try:
+            while self._conn is not None:
+                limit = quiet if follow.heard else min(self.idle_timeout, silence)
+                deadline = min(follow.last_activity + limit, follow.hard_deadline)
+                if loop.time() >= deadline:
+                    break
+                follow.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(follow.wake.wait(), deadline - loop.time())
+                follow.heard = follow.heard or bool(follow.chunks)
+        finally:
+            self._turns.pop(session_id, None)
+        alive = self._conn is not None
+        return TurnResult(
+            reply="".join(follow.chunks),
+            final_message="".join(follow.final),
+            usage=self.usage.end_turn(key),
+            stop_reason="unknown" if alive else "error",
+            outcome="success" if alive else "failed",
+            terminal_evidence="timeout" if alive else "agent_exit",
+            native_stop_reason=None,
+            adapter_session_id=session_id,
+            run_id=follow.run_id,
+            started_at=follow.started_at,
+            ended_at=self._clock(),
+        )
 
     def _usage_key(self, session_id: str) -> str:
         """The usage tracker's key of a session of the current agent process.
@@ -700,11 +772,33 @@ class AgentDriver:
         if not isinstance(session_id, str):
             return None, None
         turn = self._turns.get(session_id)
+        follow = self._follows.get(session_id)
+        if follow is not None and follow.active and _answered(turn):
+            # The prompt has its answer: what comes now is the agent's own next turn.
+            if turn is not None and turn.ended_usage is None:
+                turn.ended_usage = (self.usage.end_turn(self._usage_key(session_id)),)
+            self.usage.begin_turn(self._usage_key(session_id))
+            follow.heard = True
+            turn = follow
         if turn is not None:
             turn.touch(asyncio.get_running_loop().time())
         return session_id, turn
 
+    def _held(self, handler: Callable[[Any], None], params: Any) -> bool:
+        """Keep an update that arrives after the prompt's answer while a steer's answer is
+        still awaited: whether it starts the agent's own turn is not known yet."""
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        if not isinstance(session_id, str):
+            return False
+        follow = self._follows.get(session_id)
+        if follow is None or follow.active or not _answered(self._turns.get(session_id)):
+            return False
+        follow.held.append((handler, params))
+        return True
+
     def _on_session_update(self, params: Any) -> None:
+        if self._held(self._on_session_update, params):
+            return
         session_id, turn = self._turn_of(params)
         if session_id is None:
             return
@@ -735,6 +829,8 @@ class AgentDriver:
 
     def _on_goose_update(self, params: Any) -> None:
         """goose's cumulative counters (``_goose/unstable/session/update`` usage_update)."""
+        if self._held(self._on_goose_update, params):
+            return
         session_id, _ = self._turn_of(params)
         update = params.get("update") if isinstance(params, dict) else None
         if session_id is None or not isinstance(update, dict):
@@ -763,6 +859,11 @@ class AgentDriver:
     def _diagnostic(self, kind: str, session_id: str | None, payload: dict[str, Any]) -> None:
         if self._on_diagnostic is not None:
             self._on_diagnostic(kind, session_id, payload)
+
+
+def _answered(turn: _Turn | None) -> bool:
+    """No prompt runs, or the running one has its answer."""
+    return turn is None or (turn.prompt is not None and turn.prompt.done())
 
 
 def _describe(exc: BaseException) -> str:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
+
+import msgspec
 
 from nostr_buzz.errors import RelayError
 from nostr_buzz.event import Event
@@ -92,6 +94,19 @@ def _usable(url: str) -> bool:
     return True
 
 
+def _merge(results: Iterable[tuple[str, QueryResult]]) -> PoolQueryResult:
+    """Each relay's result, and their events merged by id (first arrival wins)."""
+    merged = PoolQueryResult()
+    seen: set[str] = set()
+    for url, result in results:
+        merged.per_relay[url] = result
+        for event in result.events:
+            if event.id not in seen:
+                seen.add(event.id)
+                merged.events.append(event)
+    return merged
+
+
 class RelayPool:
     """A set of relays.  Bad URLs raise :class:`~nostr_buzz.errors.RelayError` here."""
 
@@ -150,15 +165,62 @@ class RelayPool:
                 await client.close()
 
         results = await asyncio.gather(*(one(u, a) for u, a in targets))
-        merged = PoolQueryResult()
-        seen: set[str] = set()
-        for (url, _), result in zip(targets, results, strict=True):
-            merged.per_relay[url] = result
-            for event in result.events:
-                if event.id not in seen:
-                    seen.add(event.id)
-                    merged.events.append(event)
-        return merged
+        return _merge(zip([u for u, _ in targets], results, strict=True))
+
+    async def query_back(
+        self,
+        filters: FilterLike | Iterable[FilterLike],
+        *,
+        since: int,
+        page: int = 500,
+        max_pages: int = 1_000,
+        timeout: float | None = None,
+    ) -> PoolQueryResult:
+        """Everything matching ``filters`` from ``since`` on, however much there is: each relay
+        is asked page by page backwards (``until`` = the oldest ``created_at`` of the previous
+        page, ``limit`` = ``page``) until a page brings nothing new or reaches ``since``.
+
+        A relay caps what one query returns (often 500, newest first); paging makes the cap
+        irrelevant.  ``timeout`` bounds each page.  Events are merged and de-duplicated by id.
+        """
+        flts = nip01.as_filters(filters)
+        limit = self.timeout if timeout is None else float(timeout)
+
+        async def one(url: str) -> QueryResult:
+            client = RelayClient(url, secret=self.secret, timeout=limit)
+            collected = QueryResult(relay=url)
+            seen: set[str] = set()
+            until: int | None = None
+            try:
+                for _ in range(max_pages):
+                    bounded = [
+                        msgspec.structs.replace(f, since=since, until=until, limit=page)
+                        for f in flts
+                    ]
+                    async with asyncio.timeout(limit + _GRACE):
+                        result = await client.query(bounded)
+                    fresh = [e for e in result.events if e.id not in seen]
+                    seen.update(e.id for e in fresh)
+                    collected.events.extend(fresh)
+                    collected.rejected.extend(result.rejected)
+                    collected.rejected_count += result.rejected_count
+                    collected.error, collected.finished = result.error, result.finished
+                    if result.error is not None or not result.events:
+                        break
+                    oldest = min(e.created_at for e in result.events)
+                    if oldest <= since:
+                        break
+                    # The oldest second again (more events may share it), one earlier when
+                    # the page brought nothing new.
+                    until = oldest if fresh else oldest - 1
+            except TimeoutError:
+                collected.error = "timeout"
+            finally:
+                await client.close()
+            return collected
+
+        results = await asyncio.gather(*(one(url) for url in self.urls))
+        return _merge(zip(self.urls, results, strict=True))
 
     async def subscribe(
         self,
@@ -166,12 +228,15 @@ class RelayPool:
         *,
         reconnect_delay: float = 0.25,
         max_reconnect_delay: float = 10.0,
+        resume_since: Callable[[], int] | None = None,
+        on_reopen: Callable[[str], None] | None = None,
     ) -> AsyncIterator[Event]:
         """Live events from every relay, merged and de-duplicated by id.
 
         Each relay runs :meth:`RelayClient.subscribe` (reconnect with backoff, ``since``
-        resume); a relay that fails does not stop the others.  Use with
-        ``contextlib.aclosing``: closing the iterator closes every connection and task.
+        resume; ``resume_since`` and ``on_reopen`` are passed on); a relay that fails does not
+        stop the others.  Use with ``contextlib.aclosing``: closing the iterator closes every
+        connection and task.
         """
         flts = nip01.as_filters(filters)
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=_LIVE_QUEUE)
@@ -179,7 +244,11 @@ class RelayPool:
 
         async def pump(client: RelayClient) -> None:
             async for event in client.subscribe(
-                flts, reconnect_delay=reconnect_delay, max_reconnect_delay=max_reconnect_delay
+                flts,
+                reconnect_delay=reconnect_delay,
+                max_reconnect_delay=max_reconnect_delay,
+                resume_since=resume_since,
+                on_reopen=(lambda: on_reopen(client.url)) if on_reopen is not None else None,
             ):
                 await queue.put(event)  # backpressure: a slow consumer slows the relays down
 

@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final
@@ -334,17 +334,23 @@ class RelayClient:
         reconnect_delay: float = 0.25,
         max_reconnect_delay: float = 10.0,
         max_failures: int = 100,
+        resume_since: Callable[[], int] | None = None,
+        on_reopen: Callable[[], None] | None = None,
     ) -> AsyncIterator[Event]:
         """Live events matching ``filters``, surviving disconnects.
 
         After a drop the client reconnects with exponential backoff and re-opens the
-        subscription with ``since`` = the last ``created_at`` seen; events are de-duplicated by
-        id, so each is yielded once.  Ends (see ``last_error``) after ``max_failures``
+        subscription with ``since`` = the last ``created_at`` seen, or ``resume_since()`` when
+        given (a caller that knows better: the last seen date may lie in the future); events
+        are de-duplicated by id, so each is yielded once.  ``on_reopen()`` is called each time
+        the subscription is opened again (after a drop or an overflow), so that a caller can
+        look for what was missed meanwhile.  Ends (see ``last_error``) after ``max_failures``
         consecutive failed reconnects, or when the relay closes the subscription.
         """
         flts = nip01.as_filters(filters)
         seen: OrderedDict[str, None] = OrderedDict()
         last_seen: int | None = None
+        opened = False
         failures = 0
         auth_retried = False
         while not self._closed:
@@ -356,8 +362,12 @@ class RelayClient:
                     return
                 await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
                 continue
-            current = flts if last_seen is None else [f.with_since(last_seen) for f in flts]
+            resume = resume_since() if resume_since is not None and opened else last_seen
+            current = flts if resume is None else [f.with_since(resume) for f in flts]
             sub = await self._open(current, live=True, cap=MAX_LIVE_BUFFER, deadline=None)
+            if opened and on_reopen is not None:
+                on_reopen()
+            opened = True
             opened_at = _now()
             progressed = False
             try:

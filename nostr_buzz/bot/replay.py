@@ -1,0 +1,128 @@
+"""Listening: the live subscription, and replay of everything missed.
+
+On start, and again each time a relay connection is re-opened, the bot pages backwards through
+each read relay (``until``/``limit``, :meth:`RelayPool.query_back`) down to its saved position
+minus the allowed clock skew, however many events are waiting, and handles what it finds oldest
+first.  Every request asks only for what the gate could admit: ``owner-only`` → ``authors`` =
+the owner; ``allowlist`` → the owner and the list; ``anyone`` → no author condition; so a flood
+from strangers never pushes the owner out of a relay's capped answer.
+
+``since`` = position − skew (10 minutes by default): an author whose clock runs behind is still
+heard, and what is seen twice is refused by id (the queue remembers what it delivered).  The
+position itself never moves past the clock, so a message dated in the future cannot make a
+replay or a reconnect skip anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from nostr_buzz.event import Event
+from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.pool import RelayPool
+
+from .intake import Gate
+
+__all__ = ["Listener", "admissible_authors", "listen_filters"]
+
+#: Events asked for per page of a replay.
+REPLAY_PAGE: Final = 500
+
+
+def admissible_authors(gate: Gate) -> list[str] | None:
+    """The authors whose events the gate could admit, or None for anyone."""
+    if gate.mode == "owner-only":
+        return [gate.owner]
+    if gate.mode == "allowlist":
+        return [gate.owner, *sorted(gate.allowlist - {gate.owner})]
+    return None
+
+
+def listen_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[dict[str, Any]]:
+    """What the bot asks the relays for, from ``since`` on."""
+    base: dict[str, Any] = {"kinds": sorted(gate.kinds), "since": since}
+    authors = admissible_authors(gate)
+    if authors is not None:
+        base["authors"] = authors
+    mentioned = {**base, "#p": [gate.agent]}
+    if gate.mentions_required:
+        return [mentioned]
+    if channels:
+        return [mentioned, {**base, "#h": list(channels)}]
+    return [base]
+
+
+class Listener:
+    """Feeds ``handle`` with live events and with replays (see the module docstring)."""
+
+    def __init__(
+        self,
+        pool: RelayPool,
+        gate: Gate,
+        channels: tuple[str, ...],
+        *,
+        since: Callable[[], int],
+        handle: Callable[[Event], Awaitable[object]],
+        diagnostics: DiagnosticsFeed,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.pool = pool
+        self.gate = gate
+        self.channels = channels
+        self._since = since
+        self._handle = handle
+        self._diagnostics = diagnostics
+        self._stopping = stopping
+        self._wanted = asyncio.Event()
+
+    def request_replay(self, relay: str | None = None) -> None:
+        """Ask for a replay (coalesced with one already asked for)."""
+        self._wanted.set()
+
+    async def run(self) -> None:
+        """Listen until stopped; returns when every relay gave up (or closed the request)."""
+        self.request_replay()
+        replays = asyncio.create_task(self._replays(), name="buzz-replay")
+        since = self._since()
+        events = self.pool.subscribe(
+            listen_filters(self.gate, since, self.channels),
+            resume_since=self._since,
+            on_reopen=self.request_replay,
+        )
+        try:
+            async for event in events:
+                await self._handle(event)
+                if self._stopping():
+                    return
+        finally:
+            replays.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await replays
+            # Closing the generator closes every relay connection and task (RelayPool).
+            await events.aclose()  # type: ignore[attr-defined]
+
+    async def _replays(self) -> None:
+        while not self._stopping():
+            await self._wanted.wait()
+            self._wanted.clear()
+            await self.replay()
+
+    async def replay(self) -> int:
+        """One replay from the position − skew; the number of events handled."""
+        since = self._since()
+        found = await self.pool.query_back(
+            listen_filters(self.gate, since, self.channels), since=since, page=REPLAY_PAGE
+        )
+        events = sorted(found.events, key=lambda e: (e.created_at, e.id))
+        for event in events:
+            if self._stopping():
+                break
+            await self._handle(event)
+        errors = {url: r.error for url, r in found.per_relay.items() if r.error is not None}
+        self._diagnostics.emit(
+            "replay_completed", payload={"since": since, "events": len(events), "errors": errors}
+        )
+        return len(events)
