@@ -240,6 +240,24 @@ async def test_a_steer_after_the_prompt_response_is_answered_in_its_own_turn() -
     assert second.endswith("steer: afterthought")
 
 
+async def test_a_steer_during_the_answer_time_starts_its_own_turn_after_the_prompt() -> None:
+    sections, _ = _sections("write a long answer")
+    steer = compile_steer(_event("too late, but answer me"), channel_id="general")
+    async with _agent("--answer-time", "1") as (conn, client):
+        _, sid = await _session(conn)
+        prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=_blocks(sections)))
+        await client.until(lambda: "writing the answer" in client.text("agent_thought_chunk"))
+        answer = await conn.ext_method("session/steering", {"sessionId": sid, "prompt": steer.text})
+        async with asyncio.timeout(WAIT):
+            response = await prompt
+        await client.until(lambda: client.kinds().count("usage_update") == 2)
+    assert answer == {"outcome": "startedNewTurn"}
+    assert response.stop_reason == "end_turn"
+    first, own = client.text().split("demo-agent turn 2")
+    assert first.endswith("instruction: write a long answer")  # the steer is not in it
+    assert own == " (started by a steer)\nsteer: too late, but answer me"
+
+
 async def test_goose_steer_once_the_reply_is_written_is_refused() -> None:
     sections, _ = _sections("goose answer")
     agent = DemoAgent(DemoOptions(goose=True))
@@ -344,3 +362,4 @@ def test_entry_point_help() -> None:
     )
     assert done.returncode == 0
     assert "--never-answer" in done.stdout and "BUZZ_DEMO_AGENT_" in done.stdout
+    assert "--answer-time" in done.stdout

@@ -24,7 +24,9 @@ such a steer is refused with "no active run".
 
 Test behaviours (flags, or the environment variables named in ``--help``): ``--delay`` (each
 turn waits up to that many seconds, ended early by a steer or a cancel; 0, the default, is an
-instant agent with no artificial wait, for load tests), ``--crash-on TEXT``
+instant agent with no artificial wait, for load tests), ``--answer-time`` (after that wait, the
+turn spends this many seconds writing its answer, announced by an ``agent_thought_chunk``
+"writing the answer": a steer arriving then starts a turn of its own), ``--crash-on TEXT``
 (exit abruptly when a prompt contains TEXT), ``--never-answer`` (never respond to a prompt,
 even when cancelled), ``--decreasing`` (cumulative counters go down after the first turn),
 ``--legacy`` (no system-prompt support), ``--no-steering`` (advertise no steering) and
@@ -59,6 +61,7 @@ _ENV_PREFIX: Final = "BUZZ_DEMO_AGENT_"
 @dataclass(frozen=True)
 class DemoOptions:
     delay: float = 0.0
+    answer_time: float = 0.0
     crash_on: str | None = None
     never_answer: bool = False
     decreasing: bool = False
@@ -226,6 +229,11 @@ class DemoAgent:
             # From here on no steer is injected: the reply is composed from what arrived so
             # far (set before the next await, so no steer can slip in between).
             running.answering = True
+            if self._options.answer_time > 0 and not running.cancelled:
+                await self._client.session_update(
+                    session_id, acp.update_agent_thought_text("writing the answer")
+                )
+                await asyncio.sleep(self._options.answer_time)  # like streaming a long answer
             if running.cancelled:
                 return schema.PromptResponse(stop_reason="cancelled")
             return await self._finish_turn(session_id, state, texts, list(running.steers))
@@ -378,6 +386,13 @@ def _parse(argv: Sequence[str] | None) -> DemoOptions:
         "0, the default, answers at once",
     )
     parser.add_argument(
+        "--answer-time",
+        type=float,
+        default=float(os.environ.get(_ENV_PREFIX + "ANSWER_TIME", "0") or 0),
+        help="seconds each turn spends writing its answer once composed (steers arriving "
+        "then start a turn of their own); default 0",
+    )
+    parser.add_argument(
         "--crash-on",
         default=os.environ.get(_ENV_PREFIX + "CRASH_ON") or None,
         help="exit abruptly when a prompt contains this text",
@@ -391,10 +406,11 @@ def _parse(argv: Sequence[str] | None) -> DemoOptions:
     ):
         parser.add_argument(flag, action="store_true", default=_env_flag(env), help=text)
     args = parser.parse_args(argv)
-    if args.delay < 0:
-        parser.error("--delay must not be negative")
+    if args.delay < 0 or args.answer_time < 0:
+        parser.error("--delay and --answer-time must not be negative")
     return DemoOptions(
         delay=args.delay,
+        answer_time=args.answer_time,
         crash_on=args.crash_on,
         never_answer=args.never_answer,
         decreasing=args.decreasing,

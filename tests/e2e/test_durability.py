@@ -39,6 +39,7 @@ from procs import (
 )
 
 from nostr_buzz.event import Event
+from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 
 #: Records that mark a turn's end, in the order the bot writes them: killing right after each
@@ -46,6 +47,9 @@ from nostr_buzz.nips import nip10
 TURN_END_KINDS = ("turn_completed", "metric_queued")
 TURN_LIVE_KINDS = ("prompt_context_delivery",)
 START_KINDS = ("agent_started",)
+#: The demo agent works 0.3 s (steers are injected), then writes for 0.3 s (steers start a
+#: turn of their own): turns long enough to be killed in, and every steer outcome.
+AGENT_AT_WORK = ("--delay", "0.3", "--answer-time", "0.3")
 
 
 @dataclass
@@ -148,9 +152,11 @@ def check(tally: Tally, bots: Sequence[Bot], seed: int, events: Sequence[Event])
 
 def _round(
     rng: Random, cast: Cast, channels: Sequence[str], roots: dict[str, list[Event]], n: int
-) -> tuple[list[Event], list[Event]]:
-    """``n`` admitted mentions (new threads and replies in earlier ones) and two strangers'."""
+) -> tuple[list[Event], list[Event], Event]:
+    """``n`` admitted mentions (new threads and replies in earlier ones), two strangers', and
+    a follow-up by the first mention's author in its thread (a steer when its turn runs)."""
     admitted: list[Event] = []
+    authors: list[SecretKey] = []
     for _ in range(n):
         channel = rng.choice(channels)
         author = rng.choice([cast.owner, cast.owner, cast.friend])
@@ -159,12 +165,39 @@ def _round(
             cast, author, f"question {rng.randrange(10**6)}", channel=channel, root=root
         )
         admitted.append(event)
+        authors.append(author)
         if root is None:
             roots[channel].append(event)
     strangers = [
         mention(cast, cast.stranger, "let me in", channel=rng.choice(channels)) for _ in range(2)
     ]
-    return admitted, strangers
+    first = admitted[0]
+    channel = nip10.channel(first) or channels[0]
+    root = _root_of(first, roots)
+    follow = mention(cast, authors[0], "and one more thing", channel=channel, root=root)
+    return admitted, strangers, follow
+
+
+def _root_of(event: Event, roots: dict[str, list[Event]]) -> Event:
+    thread = nip10.destination(event)
+    return next(r for rs in roots.values() for r in rs if r.id == thread)
+
+
+async def _follow_up(bot: Bot, relay: RelayProcess, follow: Event, after: int, wait: float) -> None:
+    """Publish ``follow`` ``wait`` seconds after a turn in its channel goes live (or after
+    5 s): with the agent's 0.3 s of work and 0.3 s of writing, it reaches the turn while the
+    prompt still takes steers (injected), while the answer is being written (the agent starts
+    a turn of its own for it) or after the turn (a turn of its own from the queue)."""
+    channel = nip10.channel(follow)
+    with contextlib.suppress(AssertionError):
+        await bot.tail.next_record(
+            lambda r: r.get("kind") in TURN_LIVE_KINDS and r.get("channelId") == channel,
+            5,
+            "a live turn",
+            after,
+        )
+    await asyncio.sleep(wait)  # deliberate timing of the steer
+    await publish([relay.url], [follow])
 
 
 async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
@@ -174,7 +207,7 @@ async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
     began = time.monotonic()
     async with stage(tmp_path) as st:
         relay = await st.relay("relay")
-        bot = await st.bot("bot", [relay.url], agent_args=["--delay", "0.3"])
+        bot = await st.bot("bot", [relay.url], agent_args=AGENT_AT_WORK)
         channels = ["alpha", "beta", "gamma", "delta"]
         roots: dict[str, list[Event]] = {c: [] for c in channels}
         accepted: list[Event] = []
@@ -186,18 +219,21 @@ async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
         # watch starts before the round is published, so that no record can slip by.
         modes = ["turn_completed", "live", "restart", "metric_queued"] * 2
         for index, mode in enumerate(modes):
-            admitted, strangers = _round(rng, st.cast, channels, roots, 6)
-            accepted += admitted
+            admitted, strangers, follow = _round(rng, st.cast, channels, roots, 6)
+            accepted += [*admitted, follow]
             refused += strangers
             pause, kill_delay = rng.uniform(0.0, 1.5), rng.uniform(0.0, 0.004)
             live_delay, restart_bot = rng.uniform(0.0, 0.25), rng.random() < 0.6
+            steer_wait = rng.uniform(0.0, 0.7)
+            mark = bot.tail.mark()
             watch = asyncio.create_task(
-                _fault(bot, relay, mode, bot.tail.mark(), pause, kill_delay, live_delay)
+                _fault(bot, relay, mode, mark, pause, kill_delay, live_delay)
             )
             was_down = not bot.process.running
             await publish([relay.url], [*admitted, *strangers])
             if was_down:  # published while the bot was down: it finds them on start
                 await start(bot)
+            await _follow_up(bot, relay, follow, mark, steer_wait)
             faults.extend(await watch)
             if restart_bot or index == len(modes) - 1:
                 await start(bot)  # else the next round is published while the bot is down
@@ -401,19 +437,19 @@ async def test_two_shards_split_the_load_and_a_killed_shard_catches_up(tmp_path:
         relays = [await st.relay("relay-a"), await st.relay("relay-b")]
         urls = [r.url for r in relays]
         shards = [
-            await st.bot(f"shard{i}", urls, "--shard", f"{i}/2", agent_args=["--delay", "0.3"])
+            await st.bot(f"shard{i}", urls, "--shard", f"{i}/2", agent_args=AGENT_AT_WORK)
             for i in range(2)
         ]
         channels = [f"team{i}" for i in range(8)]
         roots: dict[str, list[Event]] = {c: [] for c in channels}
-        first, refused = _round(rng, st.cast, channels, roots, 20)
+        first, refused, _ = _round(rng, st.cast, channels, roots, 20)
         victim = shards[1]
         watch = asyncio.create_task(
             kill_when(victim, TURN_LIVE_KINDS, rng.uniform(0.0, 0.2), victim.tail.mark())
         )
         await publish(urls, [*first, *refused])
         fault = await watch
-        second, spam = _round(rng, st.cast, channels, roots, 20)
+        second, spam, _ = _round(rng, st.cast, channels, roots, 20)
         await publish(urls, [*second, *spam])
         await start(victim)
         accepted = [*first, *second]
