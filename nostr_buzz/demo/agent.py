@@ -378,20 +378,22 @@ def _parse(argv: Sequence[str] | None) -> DemoOptions:
         f"can also be set with an environment variable {_ENV_PREFIX}<FLAG> "
         "(e.g. BUZZ_DEMO_AGENT_DELAY=2).",
     )
-    parser.add_argument(
-        "--delay",
-        type=float,
-        default=float(os.environ.get(_ENV_PREFIX + "DELAY", "0") or 0),
-        help="seconds each turn waits before replying (a steer or cancel ends it early); "
-        "0, the default, answers at once",
-    )
-    parser.add_argument(
-        "--answer-time",
-        type=float,
-        default=float(os.environ.get(_ENV_PREFIX + "ANSWER_TIME", "0") or 0),
-        help="seconds each turn spends writing its answer once composed (steers arriving "
-        "then start a turn of their own); default 0",
-    )
+    for flag, env, text in (
+        (
+            "--delay",
+            "DELAY",
+            "seconds each turn waits before replying (a steer or cancel ends it early); "
+            "0, the default, answers at once",
+        ),
+        (
+            "--answer-time",
+            "ANSWER_TIME",
+            "seconds each turn spends writing its answer once composed (steers arriving "
+            "then start a turn of their own); default 0",
+        ),
+    ):
+        seconds = float(os.environ.get(_ENV_PREFIX + env, "0") or 0)
+        parser.add_argument(flag, type=float, default=seconds, help=text)
     parser.add_argument(
         "--crash-on",
         default=os.environ.get(_ENV_PREFIX + "CRASH_ON") or None,
