@@ -42,9 +42,6 @@ from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 
-#: Records that mark a turn's end, in the order the bot writes them: killing right after each
-#: probes the crash windows between the outcome, the metric, the batch and the reply.
-TURN_END_KINDS = ("turn_completed", "metric_queued")
 TURN_LIVE_KINDS = ("prompt_context_delivery",)
 START_KINDS = ("agent_started",)
 #: The demo agent works 0.3 s (steers are injected), then writes for 0.3 s (steers start a
@@ -61,9 +58,14 @@ class Bot:
 
 @dataclass
 class Stage:
-    """The processes of one scenario; everything still running is ended on exit."""
+    """One scenario: its seeded RNG, its processes (everything still running is ended on
+    exit) and its report."""
 
     tmp: Path
+    name: str
+    rng: Random
+    seed: int
+    began: float = field(default_factory=time.monotonic)
     cast: Cast = field(default_factory=Cast.generate)
     relays: list[RelayProcess] = field(default_factory=list)
     bots: list[Bot] = field(default_factory=list)
@@ -88,6 +90,21 @@ class Stage:
         await start(bot)
         return bot
 
+    async def single(self, agent_args: Sequence[str] = ()) -> tuple[RelayProcess, Bot]:
+        """One relay and one bot serving it."""
+        relay = await self.relay("relay")
+        return relay, await self.bot("bot", [relay.url], agent_args=agent_args)
+
+    def report(self, tally: Tally, extra: str = "") -> None:
+        took = time.monotonic() - self.began
+        print(
+            f"[{self.name}] seed {self.seed}: {tally.summary()}; {took:.1f} s {extra}", flush=True
+        )
+
+    def check(self, tally: Tally, events: Sequence[Event]) -> None:
+        tails = [b.tail for b in self.bots]
+        assert tally.ok, f"seed {self.seed}: " + evidence(tally, tails, events)
+
     async def close(self) -> None:
         for bot in self.bots:
             if bot.process.running:
@@ -97,8 +114,9 @@ class Stage:
 
 
 @asynccontextmanager
-async def stage(tmp: Path) -> AsyncIterator[Stage]:
-    st = Stage(tmp)
+async def stage(tmp: Path, name: str) -> AsyncIterator[Stage]:
+    rng, seed = seeded_rng(name)
+    st = Stage(tmp, name, rng, seed)
     try:
         yield st
     finally:
@@ -135,18 +153,6 @@ async def kill_when(
     return f"kill {lag:.0f} ms after {record['kind']}"
 
 
-def report(name: str, seed: int, tally: Tally, began: float, extra: str = "") -> None:
-    print(
-        f"[{name}] seed {seed}: {tally.summary()}; {time.monotonic() - began:.1f} s {extra}",
-        flush=True,
-    )
-
-
-def check(tally: Tally, bots: Sequence[Bot], seed: int, events: Sequence[Event]) -> None:
-    tails = [b.tail for b in bots]
-    assert tally.ok, f"seed {seed}: " + evidence(tally, tails, events)
-
-
 # -- a. SIGKILLs at random instants and at turn ends, two relay restarts --------------------
 
 
@@ -160,14 +166,9 @@ def _round(
     for _ in range(n):
         channel = rng.choice(channels)
         author = rng.choice([cast.owner, cast.owner, cast.friend])
-        root = rng.choice(roots[channel]) if roots[channel] and rng.random() < 0.5 else None
-        event = mention(
-            cast, author, f"question {rng.randrange(10**6)}", channel=channel, root=root
-        )
-        admitted.append(event)
+        text = f"question {rng.randrange(10**6)}"
+        admitted.append(_in_thread(rng, cast, author, text, channel, roots))
         authors.append(author)
-        if root is None:
-            roots[channel].append(event)
     strangers = [
         mention(cast, cast.stranger, "let me in", channel=rng.choice(channels)) for _ in range(2)
     ]
@@ -176,6 +177,22 @@ def _round(
     root = _root_of(first, roots)
     follow = mention(cast, authors[0], "and one more thing", channel=channel, root=root)
     return admitted, strangers, follow
+
+
+def _in_thread(
+    rng: Random,
+    cast: Cast,
+    author: SecretKey,
+    text: str,
+    channel: str,
+    roots: dict[str, list[Event]],
+) -> Event:
+    """A mention that starts a thread in ``channel`` or, half the time, follows up in one."""
+    root = rng.choice(roots[channel]) if roots[channel] and rng.random() < 0.5 else None
+    event = mention(cast, author, text, channel=channel, root=root)
+    if root is None:
+        roots[channel].append(event)
+    return event
 
 
 def _root_of(event: Event, roots: dict[str, list[Event]]) -> Event:
@@ -203,11 +220,9 @@ async def _follow_up(bot: Bot, relay: RelayProcess, follow: Event, after: int, w
 async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
     tmp_path: Path,
 ) -> None:
-    rng, seed = seeded_rng("sigkills")
-    began = time.monotonic()
-    async with stage(tmp_path) as st:
-        relay = await st.relay("relay")
-        bot = await st.bot("bot", [relay.url], agent_args=AGENT_AT_WORK)
+    async with stage(tmp_path, "sigkills") as st:
+        relay, bot = await st.single(AGENT_AT_WORK)
+        rng = st.rng
         channels = ["alpha", "beta", "gamma", "delta"]
         roots: dict[str, list[Event]] = {c: [] for c in channels}
         accepted: list[Event] = []
@@ -241,9 +256,9 @@ async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
         tally = await wait_answered(
             counter, accepted, refused=refused, timeout=60, tails=[bot.tail]
         )
-        report("sigkills", seed, tally, began, f"kills {bot.process.kills}; faults {faults}")
+        st.report(tally, f"kills {bot.process.kills}; faults {faults}")
         assert bot.process.kills >= 6 and relay.starts == 3
-        check(tally, [bot], seed, accepted)
+        st.check(tally, accepted)
 
 
 async def _fault(
@@ -273,11 +288,9 @@ async def _fault(
 async def test_relay_down_30s_while_turns_run_every_answer_and_metric_follow(
     tmp_path: Path,
 ) -> None:
-    rng, seed = seeded_rng("relay-down")
-    began = time.monotonic()
-    async with stage(tmp_path) as st:
-        relay = await st.relay("relay")
-        bot = await st.bot("bot", [relay.url], agent_args=["--delay", "2"])
+    async with stage(tmp_path, "relay-down") as st:
+        relay, bot = await st.single(["--delay", "2"])
+        rng = st.rng
         accepted = [
             mention(
                 st.cast, rng.choice([st.cast.owner, st.cast.friend]), f"task {i}", channel=f"c{i}"
@@ -295,8 +308,8 @@ async def test_relay_down_30s_while_turns_run_every_answer_and_metric_follow(
         await relay.start()
         counter = Counter44200(st.cast, [relay.url])
         tally = await wait_answered(counter, accepted, timeout=45, tails=[bot.tail])
-        report("relay-down", seed, tally, began, f"turns live {live}, ended while down {ended}")
-        check(tally, [bot], seed, accepted)
+        st.report(tally, f"turns live {live}, ended while down {ended}")
+        st.check(tally, accepted)
 
 
 async def _records(
@@ -318,11 +331,9 @@ async def _records(
 async def test_bot_down_while_owner_and_spam_arrive_answers_all_owner_mentions(
     tmp_path: Path,
 ) -> None:
-    rng, seed = seeded_rng("spam-while-down")
-    began = time.monotonic()
-    async with stage(tmp_path) as st:
-        relay = await st.relay("relay")
-        bot = await st.bot("bot", [relay.url])
+    async with stage(tmp_path, "spam-while-down") as st:
+        relay, bot = await st.single()
+        rng = st.rng
         counter = Counter44200(st.cast, [relay.url])
         first = [mention(st.cast, st.cast.owner, "are you there?", channel="c0")]
         await publish([relay.url], first)
@@ -342,8 +353,8 @@ async def test_bot_down_while_owner_and_spam_arrive_answers_all_owner_mentions(
         await start(bot)
         accepted = [*first, *owner]
         tally = await wait_answered(counter, accepted, refused=spam, timeout=40, tails=[bot.tail])
-        report("spam-while-down", seed, tally, began)
-        check(tally, [bot], seed, accepted)
+        st.report(tally)
+        st.check(tally, accepted)
 
 
 # -- d. 600 owner mentions over 20 channels and 1,100 strangers' events, instant agent ---------
@@ -352,21 +363,15 @@ async def test_bot_down_while_owner_and_spam_arrive_answers_all_owner_mentions(
 async def test_600_owner_mentions_among_1100_stranger_events_are_all_answered(
     tmp_path: Path,
 ) -> None:
-    rng, seed = seeded_rng("load")
-    began = time.monotonic()
-    async with stage(tmp_path) as st:
-        relay = await st.relay("relay")
-        bot = await st.bot("bot", [relay.url])
+    async with stage(tmp_path, "load") as st:
+        relay, bot = await st.single()
+        rng = st.rng
         channels = [f"room{i:02d}" for i in range(20)]
         roots: dict[str, list[Event]] = {c: [] for c in channels}
-        owner: list[Event] = []
-        for i in range(600):  # half start a thread, half follow up in one of the channel's
-            channel = channels[i % 20]
-            root = rng.choice(roots[channel]) if roots[channel] and rng.random() < 0.5 else None
-            event = mention(st.cast, st.cast.owner, f"load {i}", channel=channel, root=root)
-            owner.append(event)
-            if root is None:
-                roots[channel].append(event)
+        owner = [
+            _in_thread(rng, st.cast, st.cast.owner, f"load {i}", channels[i % 20], roots)
+            for i in range(600)
+        ]
         strangers = [
             mention(
                 st.cast,
@@ -387,8 +392,8 @@ async def test_600_owner_mentions_among_1100_stranger_events_are_all_answered(
         tally = await wait_answered(
             counter, owner, refused=strangers, timeout=120, tails=[bot.tail]
         )
-        report("load", seed, tally, began)
-        check(tally, [bot], seed, owner)
+        st.report(tally)
+        st.check(tally, owner)
 
 
 # -- e. clock skew both ways, then a relay reconnect --------------------------------------------
@@ -397,11 +402,8 @@ async def test_600_owner_mentions_among_1100_stranger_events_are_all_answered(
 async def test_skewed_mentions_and_a_mention_after_reconnect_are_answered(
     tmp_path: Path,
 ) -> None:
-    _, seed = seeded_rng("skew")
-    began = time.monotonic()
-    async with stage(tmp_path) as st:
-        relay = await st.relay("relay")
-        bot = await st.bot("bot", [relay.url])
+    async with stage(tmp_path, "skew") as st:
+        relay, bot = await st.single()
         now = int(time.time())
         skewed = [
             mention(
@@ -417,8 +419,8 @@ async def test_skewed_mentions_and_a_mention_after_reconnect_are_answered(
         await publish([relay.url], later)
         accepted = [*skewed, *later]
         tally = await wait_answered(counter, accepted, timeout=40, tails=[bot.tail])
-        report("skew", seed, tally, began, f"before the reconnect: {first.summary()}")
-        check(tally, [bot], seed, accepted)
+        st.report(tally, f"before the reconnect: {first.summary()}")
+        st.check(tally, accepted)
 
 
 # -- f. two shards on two relays; a SIGKILLed shard catches up --------------------------------
@@ -431,9 +433,8 @@ def _shard(event: Event, count: int) -> int:
 
 
 async def test_two_shards_split_the_load_and_a_killed_shard_catches_up(tmp_path: Path) -> None:
-    rng, seed = seeded_rng("shards")
-    began = time.monotonic()
-    async with stage(tmp_path) as st:
+    async with stage(tmp_path, "shards") as st:
+        rng = st.rng
         relays = [await st.relay("relay-a"), await st.relay("relay-b")]
         urls = [r.url for r in relays]
         shards = [
@@ -458,13 +459,13 @@ async def test_two_shards_split_the_load_and_a_killed_shard_catches_up(tmp_path:
             counter, accepted, refused=[*refused, *spam], timeout=60, tails=[s.tail for s in shards]
         )
         served = [_turn_events(s.tail) for s in shards]
-        report("shards", seed, tally, began, f"{fault}; turns per shard {[len(s) for s in served]}")
-        check(tally, shards, seed, accepted)
+        st.report(tally, f"{fault}; turns per shard {[len(s) for s in served]}")
+        st.check(tally, accepted)
         by_id = {e.id: e for e in accepted}
         for index, ids in enumerate(served):
             wrong = [i for i in ids if i in by_id and _shard(by_id[i], 2) != index]
-            assert not wrong, f"seed {seed}: shard {index} served {len(wrong)} of the other's"
-        assert all(served), f"seed {seed}: a shard served nothing: {[len(s) for s in served]}"
+            assert not wrong, f"seed {st.seed}: shard {index} served {len(wrong)} of the other's"
+        assert all(served), f"seed {st.seed}: a shard served nothing: {[len(s) for s in served]}"
 
 
 def _turn_events(tail: DiagnosticsTail) -> set[str]:
