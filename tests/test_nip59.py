@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nostr_buzz.errors import BuzzError, Nip17Error, Nip59Error
+from nostr_buzz.errors import BuzzError, InvalidEvent, Nip17Error, Nip59Error
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip44, nip59
@@ -340,3 +340,26 @@ def test_dm_relay_lists_round_trip_and_skip_unusable_urls() -> None:
         ["relay", "wss://inbox.example"],
         ["relay", "ws://127.0.0.1:7000"],
     ]
+
+
+def test_an_opened_message_becomes_an_event_the_pipeline_takes_but_nobody_can_forge() -> None:
+    rumor = _rumor(ALICE, "private words", reply_to="ef" * 32)
+    wrap = nip59.gift_wrap(ALICE, BOB.public_key, rumor, now=NOW)
+    event = nip59.open_gift_wrap(BOB, wrap).as_event()
+    assert isinstance(event, Event)
+    assert (event.id, event.pubkey, event.kind, event.content) == (
+        rumor.id,
+        ALICE.public_key.hex,
+        14,
+        "private words",
+    )
+    assert event.wrap == wrap
+    assert event.to_json() == rumor.to_json()
+    assert event.rumor() == rumor
+    assert "private words" not in repr(event)
+    with pytest.raises(InvalidEvent):
+        nip59.PrivateEvent(
+            *[getattr(event, f) for f in ("id", "pubkey", "created_at")], 14, (), "x", "", wrap
+        )
+    with pytest.raises(InvalidEvent):
+        Event.from_json(event.to_json())  # unsigned: never passes for a signed event

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from typing import Final, NamedTuple
 
 import msgspec
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_BACKDATE",
     "SEAL_KIND",
     "Opened",
+    "PrivateEvent",
     "Randomness",
     "Rumor",
     "gift_wrap",
@@ -137,6 +139,47 @@ class Opened(NamedTuple):
     def sender(self) -> str:
         """The rumor's author, proven by the seal's signature (64 lowercase hex)."""
         return self.seal.pubkey
+
+    def as_event(self) -> PrivateEvent:
+        """The rumor as an :class:`Event` the gate, routing and queue can take like any other."""
+        token = _OPENED.set(True)
+        try:
+            r = self.rumor
+            return PrivateEvent(
+                r.id, r.pubkey, r.created_at, r.kind, r.tags, r.content, "", self.wrap
+            )
+        finally:
+            _OPENED.reset(token)
+
+
+# Set only while Opened.as_event builds the PrivateEvent of a gift wrap it has just checked.
+_OPENED: ContextVar[bool] = ContextVar("nostr_buzz_opened_gift_wrap", default=False)
+
+
+class PrivateEvent(Event, frozen=True):
+    """A private message as an event: the rumor of a gift wrap addressed to us.
+
+    It has no signature of its own (``sig`` is empty): the seal's signature authenticated its
+    author when the wrap was opened, and only :meth:`Opened.as_event` builds one.  ``wrap`` is
+    the gift wrap it came in (signed, encrypted): what may be stored or fetched again.
+    :meth:`to_json` gives the rumor (no ``sig``, no ``wrap``); a private event is never
+    published.
+    """
+
+    wrap: Event
+
+    def __post_init__(self) -> None:
+        if not _OPENED.get():
+            raise InvalidEvent("malformed", "a private event comes only from an opened gift wrap")
+
+    def to_json(self) -> str:
+        return self.rumor().to_json()
+
+    def rumor(self) -> Rumor:
+        return Rumor(self.id, self.pubkey, self.created_at, self.kind, self.tags, self.content)
+
+    def __repr__(self) -> str:  # the content is private: never in a repr, log or error
+        return f"PrivateEvent(id={self.id!r}, pubkey={self.pubkey!r}, kind={self.kind})"
 
 
 #: ``randbelow(n)`` → an integer in ``[0, n)``; the default is the OS CSPRNG.
