@@ -18,7 +18,7 @@ from nostr_buzz.errors import Nip17Error, Nip59Error
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
-from nostr_buzz.nips.nip59 import Opened, Randomness, Rumor
+from nostr_buzz.nips.nip59 import Opened, PrivateEvent, Randomness, Rumor
 
 from .pool import PoolQueryResult, PublishResult, RelayPool
 
@@ -158,3 +158,27 @@ async def read_inbox(
         inbox.messages = [o for o in inbox.messages if o.rumor.created_at >= since]
     inbox.query = result
     return inbox
+
+
+def in_conversation(opened: Opened, me: str, peer: str) -> bool:
+    """True for a message of the two-person room of ``me`` and ``peer`` (either way)."""
+    return nip17.room(opened.rumor) == frozenset((me, peer)) and opened.sender in (me, peer)
+
+
+async def conversation(
+    secret: SecretKey,
+    relays: Sequence[str],
+    peer: str,
+    *,
+    limit: int,
+    timeout: float,
+) -> tuple[list[PrivateEvent], bool]:
+    """The newest ``limit`` private messages between ``secret``'s key and ``peer``, oldest
+    first, from the wraps addressed to the key (its own copies included), and whether older
+    ones were left out.  Wraps are dated at random, so more of them are asked for than kept."""
+    me = secret.public_key.hex
+    flt = {"kinds": [nip59.GIFT_WRAP_KIND], "#p": [me], "limit": MAX_QUERY_LIMIT}
+    result = await RelayPool(relays, secret=secret, timeout=timeout).query(flt, timeout=timeout)
+    inbox = open_all(secret, result.events)
+    mine = [o for o in inbox.messages if in_conversation(o, me, peer)]
+    return [o.as_event() for o in mine[-limit:]], len(mine) > limit
