@@ -1,26 +1,47 @@
 """What a turn leaves behind, built without I/O: the reply's tags and event, the metric payload.
 
-A reply answers the batch's newest event: ``h`` (its channel), NIP-10 marked ``e`` tags (root,
-plus reply when the target is not the root) and ``p`` for the people replied to, never the
-agent itself (:func:`nostr_buzz.nips.nip10.reply_tags`, shared with ``buzz messages send``).
+A reply answers the batch's newest event in the kind of that event, so that the client it came
+from shows it:
+
+* kind 9 chat → kind 9: ``h`` (its channel), NIP-10 marked ``e`` tags (root, plus reply when
+  the target is not the root) and ``p`` for the people replied to, never the agent itself
+  (:func:`nostr_buzz.nips.nip10.reply_tags`, shared with ``buzz messages send``);
+* kind 1 note → kind 1 with the same NIP-10 ``e`` and ``p`` tags;
+* kind 1111 comment → kind 1111 with the NIP-22 root scope and parent tags;
+* kind 14 private message → a kind 14 rumor answering it (``p`` to its author and the room's
+  other members, ``e`` to it), which delivery seals and gift-wraps (NIP-17);
+* any other kind → kind 9, as chat.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 from nostr_buzz.core.manifest import Manifest
+from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.acp_driver import TurnResult
 from nostr_buzz.io.diagnostics import rfc3339_ms
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip10
+from nostr_buzz.nips import nip10, nip17, nip22
+from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MetricPayload
 
 from .config import CHAT_KIND
 
-__all__ = ["TurnIds", "build_reply", "metric_payload", "reply_tags", "reply_text"]
+_HEX64: Final = re.compile(r"[0-9a-f]{64}")
+
+__all__ = [
+    "TurnIds",
+    "build_private_reply",
+    "build_reply",
+    "metric_payload",
+    "reply_tags",
+    "reply_text",
+]
 
 
 @dataclass(frozen=True)
@@ -55,9 +76,34 @@ def reply_text(result: TurnResult) -> str | None:
 
 
 def build_reply(secret: SecretKey, target: Event, text: str, created_at: int) -> Event:
-    """The signed kind 9 reply to ``target``."""
-    tags = reply_tags(target, secret.public_key.hex)
-    return sign_event(secret, kind=CHAT_KIND, content=text, tags=tags, created_at=created_at)
+    """The signed public reply to ``target``, in its kind (private messages: see
+    :func:`build_private_reply`)."""
+    if isinstance(target, PrivateEvent):
+        raise BuzzError("a private message is answered privately (build_private_reply)")
+    if target.kind == nip22.COMMENT_KIND:
+        kind, tags = nip22.COMMENT_KIND, nip22.reply_tags(target)
+    elif target.kind == nip10.TEXT_NOTE_KIND:
+        kind, tags = nip10.TEXT_NOTE_KIND, _note_reply_tags(target, secret.public_key.hex)
+    else:
+        kind, tags = CHAT_KIND, reply_tags(target, secret.public_key.hex)
+    return sign_event(secret, kind=kind, content=text, tags=tags, created_at=created_at)
+
+
+def _note_reply_tags(target: Event, agent: str) -> list[list[str]]:
+    """NIP-10 for a kind 1 reply: the marked ``e`` tags and ``p`` tags, then the note's own
+    ``p`` tags too (everyone in the conversation stays notified), never the agent."""
+    tags = nip10.reply_tags(target, sender=agent)
+    named = {t[1] for t in tags if t[0] == "p"} | {agent}
+    for pubkey in nip10.mentions(target):
+        if _HEX64.fullmatch(pubkey) and pubkey not in named:
+            named.add(pubkey)
+            tags.append(["p", pubkey])
+    return tags
+
+
+def build_private_reply(agent: str, target: PrivateEvent, text: str, created_at: int) -> Rumor:
+    """The kind 14 rumor answering a private message (not yet sealed nor wrapped)."""
+    return nip17.reply(agent, target.rumor(), text, created_at=created_at)
 
 
 def metric_payload(
