@@ -19,9 +19,10 @@ import nostr_sdk
 import pytest
 from test_bot import WAIT, Recorder, World, world
 
-from nostr_buzz.bot import BuzzPlugin
+from nostr_buzz.bot import BuzzPlugin, PluginConfig
 from nostr_buzz.bot.intake import Gate, Refuse, decide, subscription_filters
 from nostr_buzz.bot.state import STATE_DB, BotStore
+from nostr_buzz.config import ConfigSources
 from nostr_buzz.core.queue import QueuedEvent
 from nostr_buzz.errors import StateError
 from nostr_buzz.event import Event, sign_event
@@ -358,3 +359,19 @@ def test_a_queued_private_message_is_stored_as_its_wrap_and_opened_again_on_load
     assert (queued.event.id, queued.event.content) == (message.id, "secret plans")
     with pytest.raises(StateError):
         BotStore(tmp_path).load_queue()  # without the agent's key the wrap cannot be opened
+
+
+def test_buzz_toml_names_the_kinds_and_the_plaintext_opt_in(tmp_path: Path) -> None:
+    agent, owner = SecretKey.generate(), SecretKey.generate()
+    base = (
+        f'secret_key = "{agent.hex}"\nowner = "{owner.public_key.hex}"\n'
+        'relays = ["ws://127.0.0.1:1"]\n[agent]\ncommand = "agent"\n'
+    )
+    (tmp_path / "buzz.toml").write_text(base, encoding="utf-8")
+    default = PluginConfig.from_sources(ConfigSources(config_path=tmp_path / "buzz.toml"))
+    assert default.kinds == (9, 14) and default.plaintext_dm is False
+    (tmp_path / "buzz.toml").write_text(
+        base + "[subscriptions]\nkinds = [1, 1111]\nplaintext_dm = true\n", encoding="utf-8"
+    )
+    chosen = PluginConfig.from_sources(ConfigSources(config_path=tmp_path / "buzz.toml"))
+    assert chosen.kinds == (1, 1111) and chosen.plaintext_dm is True
