@@ -17,6 +17,7 @@ from typing import Any
 
 import nostr_sdk
 import pytest
+from relays import start_relay
 from test_bot import WAIT, Recorder, World, world
 
 from nostr_buzz.bot import BuzzPlugin, PluginConfig
@@ -26,8 +27,11 @@ from nostr_buzz.config import ConfigSources
 from nostr_buzz.core.queue import QueuedEvent
 from nostr_buzz.errors import StateError
 from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.relay import RelayClient
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip44, nip59
+from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import open_metric_event
 
@@ -375,3 +379,43 @@ def test_buzz_toml_names_the_kinds_and_the_plaintext_opt_in(tmp_path: Path) -> N
     )
     chosen = PluginConfig.from_sources(ConfigSources(config_path=tmp_path / "buzz.toml"))
     assert chosen.kinds == (1, 1111) and chosen.plaintext_dm is True
+
+
+def test_a_resumed_gift_wrap_filter_still_looks_two_days_back() -> None:
+    assert Filter(kinds=(1059,), since=10).with_since(1_000_000) == Filter(
+        kinds=(1059,), since=1_000_000 - nip59.MAX_BACKDATE
+    )
+    assert Filter(kinds=(1,), since=10).with_since(1_000_000).since == 1_000_000
+    assert Filter(kinds=(1059,), since=10).with_since(100).since == 10
+
+
+async def test_a_backdated_wrap_sent_after_a_reconnect_is_still_received() -> None:
+    agent, sender = SecretKey.generate(), SecretKey.generate()
+    me = agent.public_key.hex
+    now = int(time.time())
+    relay = await start_relay()
+    note = sign_event(sender, kind=1, content="hi", tags=[["p", me]], created_at=now)
+    message = nip17.message(sender.public_key.hex, [me], "after the reconnect", created_at=now)
+    wrap = nip59.gift_wrap(sender, me, message, now=now, randbelow=lambda n: 24 * 3600)
+    filters = [
+        {"kinds": [1], "#p": [me], "since": now - 10},
+        {"kinds": [1059], "#p": [me], "since": now - 10 - nip59.MAX_BACKDATE},
+    ]
+    client = RelayClient(relay.url, timeout=3)
+    got: list[str] = []
+    try:
+        assert (await RelayPool([relay.url], timeout=3).publish(note)).ok
+        async with asyncio.timeout(WAIT):
+            async for event in client.subscribe(filters, reconnect_delay=0.05):
+                got.append(event.id)
+                if event.id == note.id:
+                    # The relay goes away and comes back; then the backdated wrap is sent.
+                    relay.stop()
+                    relay = await start_relay(port=relay.port)
+                    assert (await RelayPool([relay.url], timeout=3).publish(wrap)).ok
+                if event.id == wrap.id:
+                    break
+    finally:
+        await client.close()
+        relay.stop()
+    assert got == [note.id, wrap.id]

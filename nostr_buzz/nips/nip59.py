@@ -26,7 +26,7 @@ from nostr_buzz.core.text import utf8_document
 from nostr_buzz.errors import BuzzError, InvalidEvent, Nip44Error, Nip59Error
 from nostr_buzz.event import Event, Tags, check_structure, compute_id, sign_event
 from nostr_buzz.keys import PublicKey, SecretKey
-from nostr_buzz.nips import nip44
+from nostr_buzz.nips import nip01, nip44
 
 __all__ = [
     "GIFT_WRAP_KIND",
@@ -43,9 +43,9 @@ __all__ = [
 ]
 
 SEAL_KIND: Final = 13
-GIFT_WRAP_KIND: Final = 1059
+GIFT_WRAP_KIND: Final = nip01.GIFT_WRAP_KIND
 #: Seals and wraps are dated up to this many seconds (two days) before the sending time.
-MAX_BACKDATE: Final = 2 * 24 * 60 * 60
+MAX_BACKDATE: Final = nip01.GIFT_WRAP_BACKDATE
 
 
 class Rumor(msgspec.Struct, frozen=True):
