@@ -419,3 +419,28 @@ async def test_a_backdated_wrap_sent_after_a_reconnect_is_still_received() -> No
         await client.close()
         relay.stop()
     assert got == [note.id, wrap.id]
+
+
+async def test_the_envelope_gets_the_private_conversation_from_the_wraps(world: World) -> None:
+    rec = Recorder()
+    owner, agent = world.owner.public_key.hex, world.agent.public_key.hex
+    now = int(time.time())
+    earlier = nip17.message(owner, [agent], "earlier question", created_at=now - 60)
+    answer = nip17.reply(agent, earlier, "earlier answer", created_at=now - 50)
+    elsewhere = nip17.message(world.human.public_key.hex, [agent], "other person", created_at=now)
+    await world.publish(
+        *(w for _, w in nip17.wrap_for_room(world.owner, earlier, now=now)),
+        *(w for _, w in nip17.wrap_for_room(world.agent, answer, now=now)),
+        *(w for _, w in nip17.wrap_for_room(world.human, elsewhere, now=now)),
+    )
+    async with BuzzPlugin(world.config(), on_diagnostic=rec) as plugin:
+        latest = nip17.message(owner, [agent], "and now?", created_at=now)
+        [(_, wrap)] = [
+            (t, w) for t, w in nip17.wrap_for_room(world.owner, latest, now=now) if t == agent
+        ]
+        assert await plugin.handle_event(wrap)
+        await rec.kind("reply_published")
+    [delivery] = rec.of("prompt_context_delivery")
+    # The earlier question and the agent's answer (its own copy); not the other person's message.
+    assert delivery.payload["eventDeltaCount"] == 2
+    assert "promptText" not in delivery.payload
