@@ -1,4 +1,5 @@
-"""Delivery: the signed events a turn leaves (its metric, its reply) reach the write relays.
+"""Delivery: the signed events a turn leaves (its metric, its reply) reach the write relays;
+a private message's answer goes as gift wraps to each addressee's DM relays.
 
 Replies are durable like metrics.  Both are signed once and committed to the outbox table of
 the bot's state database by the caller's transaction — the same one that records the turn's
@@ -10,6 +11,11 @@ already has it answers ``duplicate:`` and nothing is ever published twice.
 A reply that no relay accepted because it is too large (the relay's refusal says so) is
 replaced, in one transaction, by ordered parts that fit (:func:`.outputs.reply_parts`).  Every
 refusal reason reaches the ``reply_failed`` diagnostic.
+
+A private message (NIP-17) is answered privately: the kind 14 answer is sealed and wrapped to
+each member of the room and to the agent, and each wrap is sent to its addressee's DM relays
+(kind 10050) when known, else to the write relays — sent after the turn's commit like the rest,
+but not kept in the outbox (its relays are looked up at send time).
 """
 
 from __future__ import annotations
@@ -21,13 +27,16 @@ from typing import Any
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.private import dm_relays_of, send_private
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
-from nostr_buzz.nips import nip10
+from nostr_buzz.nips import nip10, nip17
+from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
 
 from .config import PluginConfig
-from .outputs import TurnIds, reply_parts, tagged_parts, too_large
+from .outputs import TurnIds, build_private_reply, reply_parts, tagged_parts, too_large
 from .state import BotStore
 
 __all__ = ["Delivery"]
@@ -61,6 +70,11 @@ class Delivery:
             clock=clock,
             on_report=self._on_report,
         )
+        self.write_pool = RelayPool(
+            config.write_relays, secret=config.agent_secret, timeout=config.relay_timeout
+        )
+        #: Private answers built by the current commit, sent by the next :meth:`send`.
+        self._private: list[tuple[Rumor, PrivateEvent]] = []
 
     async def run(self, stop: asyncio.Event) -> None:
         """Re-send what is due (also what an earlier process left) until ``stop`` is set."""
@@ -84,8 +98,13 @@ class Delivery:
         return event
 
     def store_reply(self, target: Event, text: str, ids: TurnIds | None = None) -> list[Event]:
-        """Sign the reply to ``target`` and add it to the outbox."""
+        """Sign the reply to ``target`` and add it to the outbox (a private message's answer
+        is built now and wrapped and sent by the next :meth:`send`)."""
         created_at = int(self._clock())
+        if isinstance(target, PrivateEvent):
+            agent = self.config.agent_secret.public_key.hex
+            self._private.append((build_private_reply(agent, target, text, created_at), target))
+            return []
         events = reply_parts(self.config.agent_secret, target, text, created_at, 1 << 30)
         for event in events:
             self._add(event)
@@ -94,10 +113,14 @@ class Delivery:
         return events
 
     def send(self, events: Iterable[Event]) -> None:
-        """Send stored events in the background, one after the other, in order."""
+        """Send stored events in the background, one after the other, in order (and the
+        private answers built since the last call)."""
         listed = list(events)
         if listed:
             self._spawn(self._send_in_order(listed), "buzz-send")
+        private, self._private = self._private, []
+        for rumor, target in private:
+            self._spawn(self._send_private_reply(rumor, target), "buzz-reply")
 
     async def _send_in_order(self, events: list[Event]) -> None:
         for event in events:
@@ -147,7 +170,8 @@ class Delivery:
             return
         tags = [list(tag) for tag in event.tags]
         secret = self.config.agent_secret
-        parts = tagged_parts(secret, tags, event.content, event.created_at, max_bytes)
+        content, created_at = event.content, event.created_at
+        parts = tagged_parts(secret, event.kind, tags, content, created_at, max_bytes)
         with self.store.transaction(durable=True):
             self.store.outbox.remove(event.id)
             for part in parts:
@@ -161,3 +185,57 @@ class Delivery:
             payload={"eventId": event.id, "parts": [p.id for p in parts]},
         )
         self.send(parts)
+
+    # -- private answers -------------------------------------------------------------------
+
+    async def _send_private_reply(self, rumor: Rumor, target: PrivateEvent) -> None:
+        """Seal and wrap the answer to each member of the room and to the agent itself, and
+        send each wrap to its addressee's DM relays (kind 10050) when known, else to the write
+        relays.  The diagnostic names ids and relays, never the text."""
+        agent = self.config.agent_secret.public_key.hex
+        people = [*nip17.receivers(rumor), agent]
+        try:
+            known = await dm_relays_of(
+                people,
+                self.config.read_relays,
+                secret=self.config.agent_secret,
+                timeout=self.config.relay_timeout,
+            )
+            deliveries = await send_private(
+                self.config.agent_secret,
+                rumor,
+                write_relays=self.config.write_relays,
+                dm_relays=known,
+                now=int(self._clock()),
+                timeout=self.config.relay_timeout,
+            )
+        except BuzzError as exc:
+            self._diagnostics.emit(
+                "reply_failed",
+                payload={"eventId": rumor.id, "inReplyTo": target.id, "error": str(exc)},
+            )
+            return
+        to_them = [d for d in deliveries if d.addressee != agent]
+        ok = all(d.result.ok for d in to_them)
+        self._diagnostics.emit(
+            "reply_published" if ok else "reply_failed",
+            payload={
+                "eventId": rumor.id,
+                "inReplyTo": target.id,
+                "private": True,
+                "wraps": {d.addressee: d.wrap.id for d in deliveries},
+                "relays": sorted({url for d in to_them for url in d.result.accepted}),
+            },
+        )
+
+    async def publish_dm_relays(self) -> None:
+        """Publish the agent's kind 10050: its read relays are where it reads private
+        messages."""
+        event = nip17.dm_relay_list(
+            self.config.agent_secret, self.config.read_relays, created_at=int(self._clock())
+        )
+        result = await self.write_pool.publish(event)
+        self._diagnostics.emit(
+            "dm_relays_published" if result.ok else "dm_relays_failed",
+            payload={"eventId": event.id, "relays": result.accepted},
+        )

@@ -64,10 +64,12 @@ from nostr_buzz.core.queue import (
     Rng,
     StoredEvent,
 )
-from nostr_buzz.errors import InvalidEvent, QueueError, StateError
+from nostr_buzz.errors import InvalidEvent, Nip59Error, QueueError, StateError
 from nostr_buzz.event import Event
 from nostr_buzz.io.outbox import Outbox
-from nostr_buzz.nips import nip10
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip10, nip59
+from nostr_buzz.nips.nip59 import PrivateEvent
 
 __all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "STATE_DB", "BotStore"]
 
@@ -116,8 +118,17 @@ class BotStore:
     """The database at ``state_dir / STATE_DB`` (created with its folder, private to the
     user).  One event loop uses it at a time; every failure is a :class:`StateError`."""
 
-    def __init__(self, state_dir: Path, *, outbox_rng: Rng | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        outbox_rng: Rng | None = None,
+        agent_secret: SecretKey | None = None,
+    ) -> None:
         self.path = state_dir / STATE_DB
+        # A queued private message is stored as its gift wrap (encrypted, signed) and opened
+        # again with the agent's key when the queue is loaded: no plaintext at rest either.
+        self._agent_secret = agent_secret
         fresh = not self.path.exists()
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
@@ -308,7 +319,7 @@ class BotStore:
                     event.id,
                     _channel_of(event),
                     queue.next_seq - 1,
-                    event.to_json(),
+                    _stored_json(event),
                     queued.prompt_tag,
                     queued.received_at,
                 ),
@@ -386,8 +397,8 @@ class BotStore:
             "FROM queued ORDER BY channel, seq"
         ):
             try:
-                event = Event.from_json(text)
-            except InvalidEvent as exc:
+                event = self._load_event(text)
+            except (InvalidEvent, Nip59Error) as exc:
                 raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
             stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
             if ord_ is None:
@@ -457,6 +468,14 @@ class BotStore:
                         if old_file.exists():
                             _rename(old_file, ".imported")
 
+    def _load_event(self, text: str) -> Event:
+        event = Event.from_json(text)
+        if event.kind != nip59.GIFT_WRAP_KIND:
+            return event
+        if self._agent_secret is None:
+            raise StateError(f"the bot state {self.path} holds a private message: give the key")
+        return nip59.open_gift_wrap(self._agent_secret, event).as_event()
+
     def _import_queue(self, queue: DispatchQueue) -> None:
         for name in queue.channel_names():
             state = queue.channel_state(name)
@@ -485,6 +504,11 @@ class BotStore:
     def _set_aside(self, path: Path, problem: str) -> None:
         self.import_problems.append(problem)
         _rename(path, ".corrupt")
+
+
+def _stored_json(event: Event) -> str:
+    """What a queue row holds: the event, or for a private message the gift wrap it came in."""
+    return event.wrap.to_json() if isinstance(event, PrivateEvent) else event.to_json()
 
 
 def _first(pair: tuple[int, StoredEvent]) -> int:

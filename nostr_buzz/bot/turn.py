@@ -39,6 +39,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.acp_driver import TurnResult, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload
 
 from .config import PluginConfig
@@ -258,6 +259,9 @@ class TurnRunner:
             compiled.manifest,
             standing_context_included=self._standing_included(turn_input),
             event_delta_count=len(turn_input.context.messages) if turn_input.context else 0,
+            private=any(
+                isinstance(q.event, PrivateEvent) for q in [*batch.events, *batch.cancelled_events]
+            ),
             **ids,
         )
         return compiled, history_ids
