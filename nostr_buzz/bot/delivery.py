@@ -13,25 +13,29 @@ replaced, in one transaction, by ordered parts that fit (:func:`.outputs.reply_p
 refusal reason reaches the ``reply_failed`` diagnostic.
 
 A private message (NIP-17) is answered privately: the kind 14 answer is sealed and wrapped to
-each member of the room and to the agent, and each wrap is sent to its addressee's DM relays
-(kind 10050) when known, else to the write relays — sent after the turn's commit like the rest,
-but not kept in the outbox (its relays are looked up at send time).
+each member of the room and to the agent itself, and each wrap goes to its addressee's DM
+relays (kind 10050, looked up before the commit) when known, else to the write relays.  The
+wraps are stored in the outbox with those relays, in the same transaction, and retried like
+any reply.
+
+A stored event is due for its first retry only after the time its first send may take, so that
+the retry loop never sends an event whose first send is still on the wire.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.io.private import dm_relays_of, send_private
+from nostr_buzz.io.private import dm_relays_of
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
-from nostr_buzz.nips import nip10, nip17
-from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
+from nostr_buzz.nips import nip10, nip17, nip59
+from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
 
@@ -73,16 +77,22 @@ class Delivery:
         self.write_pool = RelayPool(
             config.write_relays, secret=config.agent_secret, timeout=config.relay_timeout
         )
-        #: Private answers built by the current commit, sent by the next :meth:`send`.
-        self._private: list[tuple[Rumor, PrivateEvent]] = []
+        #: Where stored events go when not to the write relays (until their first send).
+        self._relays: dict[str, tuple[str, ...]] = {}
+        #: What each private answer's wrap carries: (answer id, message answered, addressee).
+        self._wraps: dict[str, tuple[str, str, str]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Re-send what is due (also what an earlier process left) until ``stop`` is set."""
         await self.publisher.run(stop, idle=max(1.0, self.config.relay_timeout))
 
-    def _add(self, event: Event) -> None:
+    def _add(self, event: Event, relays: tuple[str, ...] = ()) -> None:
         """Commit ``event`` to the outbox (joins the caller's transaction)."""
-        self.store.outbox.add(event, now=self._clock())
+        now = self._clock()
+        first_send = self.config.relay_timeout + 5.0  # the retry loop leaves it to send()
+        self.store.outbox.add(event, now=now, relays=relays, due=now + first_send)
+        if relays:
+            self._relays[event.id] = relays
 
     def store_metric(self, payload: MetricPayload, ids: TurnIds) -> Event | None:
         """Sign the metric and add it to the outbox; None when the payload is invalid
@@ -97,14 +107,19 @@ class Delivery:
         self._diagnostics.metric_queued(event.id, **ids.as_kwargs())
         return event
 
-    def store_reply(self, target: Event, text: str, ids: TurnIds | None = None) -> list[Event]:
-        """Sign the reply to ``target`` and add it to the outbox (a private message's answer
-        is built now and wrapped and sent by the next :meth:`send`)."""
+    def store_reply(
+        self,
+        target: Event,
+        text: str,
+        ids: TurnIds | None = None,
+        dm_relays: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> list[Event]:
+        """Sign the reply to ``target`` and add it to the outbox; a private message's answer
+        as one gift wrap per addressee, each with its relays (``dm_relays``: see
+        :meth:`private_relays`)."""
         created_at = int(self._clock())
         if isinstance(target, PrivateEvent):
-            agent = self.config.agent_secret.public_key.hex
-            self._private.append((build_private_reply(agent, target, text, created_at), target))
-            return []
+            return self._store_private(target, text, created_at, ids, dm_relays or {})
         events = reply_parts(self.config.agent_secret, target, text, created_at, 1 << 30)
         for event in events:
             self._add(event)
@@ -112,19 +127,55 @@ class Delivery:
                 self._ids[event.id] = ids
         return events
 
+    def _store_private(
+        self,
+        target: PrivateEvent,
+        text: str,
+        created_at: int,
+        ids: TurnIds | None,
+        dm_relays: Mapping[str, tuple[str, ...]],
+    ) -> list[Event]:
+        secret = self.config.agent_secret
+        answer = build_private_reply(secret.public_key.hex, target, text, created_at)
+        wraps = nip17.wrap_for_room(secret, answer, now=created_at)
+        for addressee, wrap in wraps:
+            self._add(wrap, dm_relays.get(addressee) or tuple(self.config.write_relays))
+            self._wraps[wrap.id] = (answer.id, target.id, addressee)
+            if ids is not None:
+                self._ids[wrap.id] = ids
+        return [wrap for _, wrap in wraps]
+
+    async def private_relays(self, targets: Iterable[Event]) -> dict[str, tuple[str, ...]]:
+        """The DM relays (kind 10050) of everyone a private answer to ``targets`` goes to;
+        an empty map when there is none, or when the lookup fails (write relays then)."""
+        people: list[str] = []
+        agent = self.config.agent_secret.public_key.hex
+        for target in targets:
+            if isinstance(target, PrivateEvent):
+                answer = build_private_reply(agent, target, "", int(self._clock()))
+                people += [*nip17.receivers(answer), agent]
+        if not people:
+            return {}
+        try:
+            return await dm_relays_of(
+                people,
+                self.config.read_relays,
+                secret=self.config.agent_secret,
+                timeout=self.config.relay_timeout,
+            )
+        except BuzzError:
+            return {}
+
     def send(self, events: Iterable[Event]) -> None:
-        """Send stored events in the background, one after the other, in order (and the
-        private answers built since the last call)."""
+        """Send stored events in the background, one after the other, in order."""
         listed = list(events)
         if listed:
             self._spawn(self._send_in_order(listed), "buzz-send")
-        private, self._private = self._private, []
-        for rumor, target in private:
-            self._spawn(self._send_private_reply(rumor, target), "buzz-reply")
 
     async def _send_in_order(self, events: list[Event]) -> None:
         for event in events:
-            await self.publisher.send_stored(event, None)
+            relays = self._relays.pop(event.id, ())
+            await self.publisher.send_stored(event, None, relays)
 
     # -- reports ----------------------------------------------------------------------------
 
@@ -139,7 +190,35 @@ class Delivery:
                 kwargs = ids.as_kwargs() if ids is not None else {}
                 self._diagnostics.metric_published(event.id, accepted, **kwargs)
             return
+        if event.kind == nip59.GIFT_WRAP_KIND:
+            self._private_report(event, report)
+            return
         self._reply_report(event, report)
+
+    def _private_report(self, wrap: Event, report: PublishReport) -> None:
+        """Each wrap of a private answer: published (to its addressee; the agent's own copy
+        is not reported when it succeeds) or failed, with ids and relays, never the text."""
+        # After a restart only the wrap itself is known: its p tag names the addressee.
+        addressee = next((t[1] for t in wrap.tags if len(t) >= 2 and t[0] == "p"), None)
+        answer, answered, addressee = self._wraps.get(wrap.id, (None, None, addressee))
+        ids = self._ids.get(wrap.id)
+        own_copy = addressee == self.config.agent_secret.public_key.hex
+        if report.delivered:
+            self._ids.pop(wrap.id, None)
+            self._wraps.pop(wrap.id, None)
+            if own_copy:
+                return
+        payload: dict[str, Any] = {
+            "eventId": answer or wrap.id,
+            "inReplyTo": answered,
+            "private": True,
+            "wrap": wrap.id,
+            "relays": [url for url, v in report.verdicts.items() if v.ok],
+        }
+        if not report.delivered:
+            payload.update(error=report.error, attempts=report.attempts, ownCopy=own_copy)
+        kind = "reply_published" if report.delivered else "reply_failed"
+        self._diagnostics.emit(kind, **(ids.as_kwargs() if ids else {}), payload=payload)
 
     def _reply_report(self, event: Event, report: PublishReport) -> None:
         ids = self._ids.get(event.id)
@@ -186,47 +265,7 @@ class Delivery:
         )
         self.send(parts)
 
-    # -- private answers -------------------------------------------------------------------
-
-    async def _send_private_reply(self, rumor: Rumor, target: PrivateEvent) -> None:
-        """Seal and wrap the answer to each member of the room and to the agent itself, and
-        send each wrap to its addressee's DM relays (kind 10050) when known, else to the write
-        relays.  The diagnostic names ids and relays, never the text."""
-        agent = self.config.agent_secret.public_key.hex
-        people = [*nip17.receivers(rumor), agent]
-        try:
-            known = await dm_relays_of(
-                people,
-                self.config.read_relays,
-                secret=self.config.agent_secret,
-                timeout=self.config.relay_timeout,
-            )
-            deliveries = await send_private(
-                self.config.agent_secret,
-                rumor,
-                write_relays=self.config.write_relays,
-                dm_relays=known,
-                now=int(self._clock()),
-                timeout=self.config.relay_timeout,
-            )
-        except BuzzError as exc:
-            self._diagnostics.emit(
-                "reply_failed",
-                payload={"eventId": rumor.id, "inReplyTo": target.id, "error": str(exc)},
-            )
-            return
-        to_them = [d for d in deliveries if d.addressee != agent]
-        ok = all(d.result.ok for d in to_them)
-        self._diagnostics.emit(
-            "reply_published" if ok else "reply_failed",
-            payload={
-                "eventId": rumor.id,
-                "inReplyTo": target.id,
-                "private": True,
-                "wraps": {d.addressee: d.wrap.id for d in deliveries},
-                "relays": sorted({url for d in to_them for url in d.result.accepted}),
-            },
-        )
+    # -- the agent's DM relays --------------------------------------------------------------
 
     async def publish_dm_relays(self) -> None:
         """Publish the agent's kind 10050: its read relays are where it reads private
