@@ -197,6 +197,11 @@ def main() -> int:
     print(" the id and the signature; nostr-sdk's NIP-44 derives the conversation key on every")
     print(" call, while nostr-buzz caches it per peer: the 'deriving the key' row compares like")
     print(" with like.)")
+    from bot_bench import bot_lines  # bench/ is on sys.path when run as a script
+
+    print("\nthe bot, end to end in one process (real SQLite state, real demo agent):")
+    for line in bot_lines():
+        print(line)
     return 0
 
 

@@ -68,8 +68,12 @@ class SubscriptionsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unk
     """``[subscriptions]``: what the bot listens to."""
 
     channels: tuple[str, ...] = ()  # channel ids (h tags); empty = every channel
-    kinds: tuple[_Kind, ...] = (9,)
+    # 9 chat, 14 NIP-17 private messages (received as kind 1059 gift wraps), 1 notes, 1111 comments
+    kinds: tuple[_Kind, ...] = (9, 14)
     mentions_required: bool = True
+    # A kind 9 without an h tag is readable and writable by anyone on the relay: refused as a
+    # direct message unless this opts in (private messages are kind 14).
+    plaintext_dm: bool = False
     # How far back (seconds) replay and live subscriptions reach before the last handled
     # message, for authors whose clocks run behind (events seen twice are refused by id).
     clock_skew: Annotated[float, msgspec.Meta(ge=0, le=7 * 86400)] = 600.0

@@ -10,6 +10,18 @@ from __future__ import annotations
 from typing import Literal
 
 InvalidEventReason = Literal["malformed", "bad_id", "bad_pubkey", "bad_signature"]
+Nip59Reason = Literal[
+    "not_a_gift_wrap",
+    "not_for_this_key",
+    "undecryptable_wrap",
+    "malformed_seal",
+    "not_a_seal",
+    "bad_seal_signature",
+    "undecryptable_seal",
+    "malformed_rumor",
+    "bad_rumor_id",
+    "author_mismatch",
+]
 
 #: What an error message says in place of an input that looks like a secret key.
 SECRET_HINT = "(input looks like a secret key; not shown)"
@@ -44,6 +56,22 @@ class Nip19Error(BuzzError):
 
 class Nip44Error(BuzzError):
     """NIP-44 v2 encryption or decryption failed."""
+
+
+class Nip59Error(BuzzError):
+    """A gift wrap (kind 1059), its seal (kind 13) or the rumor inside could not be opened or
+    failed a check.  ``reason`` names the check; the message never holds the rumor's text."""
+
+    reason: Nip59Reason
+
+    def __init__(self, reason: Nip59Reason, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class Nip17Error(BuzzError):
+    """A NIP-17 private message (kind 14 rumor) or DM relay list (kind 10050) is unusable."""
 
 
 class MetricError(BuzzError):

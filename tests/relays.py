@@ -107,6 +107,20 @@ async def start_relay(
     return RunningRelay(relay=relay, url=f"ws://127.0.0.1:{port}", port=port, database=database)
 
 
+async def restart_relay(relay: RunningRelay, timeout: float = 15.0) -> RunningRelay:
+    """``relay`` stopped and started again on the same port (with the same store), once the
+    old socket has let the port go: a bounded wait, retried every 50 ms."""
+    relay.stop()
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            return await start_relay(port=relay.port, database=relay.database)
+        except Exception:  # nostr-sdk: "Address already in use" until the port is free
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
 @asynccontextmanager
 async def local_relay(**kwargs: Any) -> AsyncIterator[RunningRelay]:
     """``async with local_relay() as r: ... r.url ...`` — stopped on exit."""

@@ -346,9 +346,21 @@ async def test_owner_commands_are_handled_never_queued(world: World) -> None:
     assert [r.payload["triggeringEventIds"] for r in rec2.of("turn_started")] == [[after.id]]
 
 
-async def test_direct_message_gets_a_dm_channel_and_a_reply_without_h(world: World) -> None:
+async def test_a_plaintext_kind_9_without_h_is_refused_unless_the_config_opts_in(
+    world: World,
+) -> None:
     rec = Recorder()
     async with BuzzPlugin(world.config(), on_diagnostic=rec) as plugin:
+        dm = world.message(world.owner, "anyone can read this", channel=None)
+        assert not await plugin.handle_event(dm)
+    [rejected] = rec.of("event_rejected")
+    assert rejected.payload["reason"] == "plaintext_direct_message"
+    assert rec.of("turn_started") == []
+
+
+async def test_opted_in_plaintext_dm_gets_a_dm_channel_and_a_reply_without_h(world: World) -> None:
+    rec = Recorder()
+    async with BuzzPlugin(world.config(plaintext_dm=True), on_diagnostic=rec) as plugin:
         dm = world.message(world.owner, "just between us", channel=None)
         assert await plugin.handle_event(dm)
         await rec.kind("reply_published")

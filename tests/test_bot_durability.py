@@ -129,3 +129,41 @@ async def test_a_turn_cut_off_by_a_close_runs_again_and_is_answered_once(world: 
     assert [r.payload["triggeringEventIds"] for r in rec2.of("turn_started")] == [[mention.id]]
     replies = await world.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
     assert len(replies) == 1 and len(await _metrics(world)) == 1
+
+
+async def test_a_private_answer_is_stored_as_its_wraps_and_delivered_after_a_restart(
+    world: World,
+) -> None:
+    import time
+
+    from nostr_buzz.nips import nip17, nip59
+
+    port = free_port()
+    dead = f"ws://127.0.0.1:{port}"
+    config = world.config(write_relays=(dead,))
+    owner, agent = world.owner.public_key.hex, world.agent.public_key.hex
+    now = int(time.time())
+    message = nip17.message(owner, [agent], "privately: status?", created_at=now)
+    rec = Recorder()
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+        for _, wrap in nip17.wrap_for_room(world.owner, message, now=now):
+            await plugin.handle_event(wrap)
+        await rec.kind("turn_completed")
+        failed = await rec.kind("reply_failed")
+        # The answer's two wraps (to the owner, the agent's own copy) and the metric.
+        assert _db_counts(world.tmp / "state") == (0, 3)
+    assert failed.payload["private"] is True and failed.payload["inReplyTo"] == message.id
+    assert "privately" not in str(rec.records)  # never the text
+
+    async with local_relay(port=port) as write_relay:
+        rec2 = Recorder()
+        async with BuzzPlugin(config, on_diagnostic=rec2):
+            published = await rec2.kind("reply_published", timeout=WAIT)
+            await rec2.kind("metric_published", timeout=WAIT)
+        assert rec2.of("turn_started") == []
+        assert published.payload["private"] is True
+        there = World(write_relay, world.owner, world.agent, world.human, world.tmp)
+        wraps = await there.query({"kinds": [1059], "#p": [owner]})
+        [opened] = [nip59.open_gift_wrap(world.owner, w) for w in wraps]
+        assert opened.sender == agent and nip17.replied_to(opened.rumor) == message.id
+    assert _db_counts(world.tmp / "state") == (0, 0)

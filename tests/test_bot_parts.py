@@ -74,7 +74,11 @@ def test_decide_commands_refusals_shards_and_admission() -> None:
     assert decide(msg(AGENT), g, set()) == Refuse("own_event")
     assert decide(msg(OWNER, kind=1), g, set()) == Refuse("kind_not_subscribed")
     assert decide(msg(OWNER), g, set()) == Admit("eng")
-    assert decide(msg(OWNER, channel=None), g, set()) == Admit(f"dm-{OWNER.public_key.hex}")
+    assert decide(msg(OWNER, channel=None), g, set()) == Refuse("plaintext_direct_message")
+    plaintext = gate(plaintext_dm=True)
+    assert decide(msg(OWNER, channel=None), plaintext, set()) == Admit(
+        f"dm-{OWNER.public_key.hex}"
+    )
     allow = gate(gate="allowlist")
     assert decide(msg(FRIEND), allow, set()) == Admit("eng")
     assert decide(msg(STRANGER), allow, set()) == Refuse("author_not_allowed")

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from relays import RunningRelay, local_relay, start_relay
+from relays import local_relay, restart_relay, start_relay
 from test_bot import WAIT, Recorder, World
 
 from nostr_buzz.bot import BuzzPlugin
@@ -25,18 +25,6 @@ from nostr_buzz.keys import SecretKey
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     async with local_relay() as relay:
         yield World(relay, *(SecretKey.generate() for _ in range(3)), tmp_path)
-
-
-async def restart(relay: RunningRelay) -> RunningRelay:
-    """The same relay (port, store) started again once its port is free (bounded wait)."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        try:
-            return await start_relay(port=relay.port, database=relay.database)
-        except Exception:  # nostr-sdk: "Address already in use" until the old socket closes
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
 
 
 def dated(world: World, author: SecretKey, content: str, created_at: int, channel: str) -> Event:
@@ -130,8 +118,7 @@ async def test_skewed_clocks_both_ways_and_a_relay_restart(tmp_path: Path) -> No
         await world.publish(behind, ahead)
         await wait_answered(world, [behind, ahead])
         assert plugin.position is not None and plugin.position <= time.time()
-        relay.stop()
-        relay = await restart(relay)
+        relay = await restart_relay(relay)
         world.relay = relay
         await rec.kind("replay_completed", 2)  # the reconnect asked for what was missed
         later = dated(world, world.owner, "after the reconnect", int(time.time()), "c")

@@ -167,3 +167,28 @@ def test_an_inconsistent_database_is_a_state_error(tmp_path: Path) -> None:
     store._exec("INSERT INTO remembered (id, kind) VALUES (?, 'event')", (event.id,))
     with pytest.raises(StateError, match="inconsistent"):
         store.load_queue()
+
+
+async def test_a_burst_commits_once_at_the_end_of_the_loop_step(tmp_path: Path) -> None:
+    import asyncio
+    import sqlite3
+
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    other = sqlite3.connect(tmp_path / STATE_DB)
+
+    def visible() -> int:
+        return int(other.execute("SELECT count(*) FROM queued").fetchone()[0])
+
+    for n in range(50):
+        push(store, q, msg(ALICE, 2000 + n), float(n))
+    assert visible() == 0  # one transaction, still open during this step
+    await asyncio.sleep(0)  # the step ends: the burst commits
+    assert visible() == 50
+    assert other.execute("SELECT value FROM meta WHERE key = 'position'").fetchone()[0] == 49
+    # Any other transaction commits pending intake first.
+    push(store, q, msg(ALICE, 3000), 60.0)
+    store.remember_command("ee" * 32, 61)
+    assert visible() == 51
+    other.close()
+    store.close()

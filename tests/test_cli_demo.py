@@ -16,9 +16,10 @@ SECTIONS = [
     "== 3. a burst of replies in one thread (coalesced: turn 2) ==",
     "== 4. a reply by a second person (a separate turn: turn 3) ==",
     "== 5. a message while a turn is running (a steer into turn 4) ==",
-    "== 6. metrics: published by the agent, read back by the owner ==",
-    "== 7. one message, fetched with `buzz messages raw --event` ==",
-    "== 8. done ==",
+    "== 6. a private message (NIP-17), answered privately (turn 6) ==",
+    "== 7. metrics: published by the agent, read back by the owner ==",
+    "== 8. one message, fetched with `buzz messages raw --event` ==",
+    "== 9. done ==",
 ]
 
 
@@ -52,13 +53,18 @@ def test_buzz_demo_runs_the_whole_pipeline_and_exits_0() -> None:
     assert "alex posted 3 replies; turn 2 was triggered by 3" in out
     assert "steer delivery: injected" in out
     assert "steer_delivery_contract" in out
-    # Metrics read back by the owner: five turns (sam's message during turn 4 is the
-    # fifth), every manifest valid.
-    assert "5 metric event(s)" in out
+    # A private message answered privately, never in the clear on the relay or in the log.
+    assert "alex (private, kind 14 in a kind 1059 gift wrap)" in out
+    assert "prompt text in the diagnostics: withheld" in out
+    assert "alex opened it:\n  demo-agent turn" in out
+    assert "the relay holds gift wraps only" in out
+    # Metrics read back by the owner: six turns (sam's message during turn 4 is the fifth,
+    # the private message the sixth), every manifest valid.
+    assert "6 metric event(s)" in out
     per_turn = out.split("per turn:\n")[1].split("\n\n")[0].splitlines()
-    assert len(per_turn) == 1 + 5 and all(line.endswith("ok") for line in per_turn[1:])
+    assert len(per_turn) == 1 + 6 and all(line.endswith("ok") for line in per_turn[1:])
     # The raw message is one canonical, verifiable event: the agent's first reply.
-    raw_line = out.split("== 7.")[1].splitlines()[2]
+    raw_line = out.split("== 8.")[1].splitlines()[2]
     event = Event.from_json(raw_line)
     assert event.kind == 9 and json.loads(raw_line)["content"].startswith("demo-agent turn 1")
     assert "demo finished in" in out

@@ -849,7 +849,8 @@ async def test_crash_publishes_an_error_metric_restarts_and_retries(world: World
 async def test_no_usage_no_metric_and_dm_channel_fallback(world: World) -> None:
     agent = Scripted(world.tmp, {"turns": [{"updates": [chunk("hi")]}]})  # no usage at all
     rec = Recorder()
-    async with BuzzPlugin(world.config(agent.args), on_diagnostic=rec) as plugin:
+    config = world.config(agent.args, plaintext_dm=True)  # a kind 9 without h, opted in
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
         dm = world.message("hello in private", channel=None)
         await plugin.handle_event(dm)
         done = await rec.kind("turn_completed")
@@ -977,7 +978,8 @@ async def test_dm_history_total_and_truncation(world: World) -> None:
     rec = Recorder()
     earlier = [world.message(f"dm {i}", channel=None) for i in range(3)]
     await world.publish(*earlier)
-    config = world.config(agent.args, context_message_limit=2)
+    # Plaintext kind 9 direct messages, opted in (private messages: tests/test_bot_private.py).
+    config = world.config(agent.args, context_message_limit=2, plaintext_dm=True)
     async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
         trigger = world.message("go", channel=None)
         await world.publish(trigger)

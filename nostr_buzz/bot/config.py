@@ -16,9 +16,11 @@ from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
 
-__all__ = ["CHAT_KIND", "PluginConfig", "Shard", "parse_shard", "shard_of"]
+__all__ = ["CHAT_KIND", "PRIVATE_MESSAGE_KIND", "PluginConfig", "Shard", "parse_shard", "shard_of"]
 
 CHAT_KIND: Final = 9
+#: NIP-17 private messages (kind 14 rumors in kind 1059 gift wraps).
+PRIVATE_MESSAGE_KIND: Final = 14
 ENV_CLOCK_SKEW: Final = "BUZZ_CLOCK_SKEW"
 MAX_CLOCK_SKEW: Final = 7 * 86400
 
@@ -70,8 +72,10 @@ class PluginConfig:
     agent_cwd: str | None = None
     state_dir: Path = Path(".buzz")
     channels: tuple[str, ...] = ()
-    kinds: tuple[int, ...] = (CHAT_KIND,)
+    kinds: tuple[int, ...] = (CHAT_KIND, PRIVATE_MESSAGE_KIND)
     mentions_required: bool = True
+    #: Serve a kind 9 without an ``h`` tag as a direct message (plaintext: off by default).
+    plaintext_dm: bool = False
     gate: AuthorGate = "owner-only"
     allowlist: frozenset[str] = frozenset()
     agents: frozenset[str] = frozenset()
@@ -158,6 +162,7 @@ class PluginConfig:
             channels=file.subscriptions.channels,
             kinds=file.subscriptions.kinds,
             mentions_required=file.subscriptions.mentions_required,
+            plaintext_dm=file.subscriptions.plaintext_dm,
             gate=file.gate.mode,
             allowlist=frozenset(PublicKey.from_str(k).hex for k in file.gate.allowlist),
             agents=frozenset(PublicKey.from_str(k).hex for k in file.gate.agents),

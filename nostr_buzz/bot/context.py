@@ -2,7 +2,9 @@
 
 Thread history for a threaded newest event (the root by id plus the newest ``limit`` replies in
 the thread and channel; ``limit + 1`` are fetched so that truncation is proven, not guessed),
-DM history for a direct message, nothing for a top-level channel message; profiles (kind 0) of
+DM history for a direct message — for a private message (NIP-17), the conversation read back
+from the gift wraps addressed to the agent, its own copies included, so that nothing private
+travels in plaintext — nothing for a top-level channel message; profiles (kind 0) of
 every author and mention; channel metadata (kind 39000).  A real channel without metadata gets
 no ``channel`` input (no snapshot).  The queries are the only I/O; selecting and shaping what
 they returned are pure functions below.
@@ -28,7 +30,10 @@ from nostr_buzz.core.turn_input import (
 )
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.nips import nip10
+from nostr_buzz.io.private import conversation
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip10, nip17
+from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.profile import Profile
 
 from .supervisor import Session
@@ -158,10 +163,14 @@ class ContextResolver:
         timeout: float,
         standing: Standing,
         known_agents: set[str],
+        secret: SecretKey | None = None,
     ) -> None:
         self.pool = pool
         self.agent = agent
-        self.kinds = list(kinds)
+        #: The agent's key opens the gift wraps of a private conversation's history.
+        self.secret = secret
+        # Private messages are never fetched as plaintext events.
+        self.kinds = [k for k in kinds if k != nip17.PRIVATE_MESSAGE_KIND]
         self.limit = limit
         self.timeout = timeout
         self.standing = standing
@@ -169,6 +178,8 @@ class ContextResolver:
         self.known_agents = known_agents
 
     async def history(self, newest: Event) -> History:
+        if isinstance(newest, PrivateEvent):
+            return await self.private_history(newest)
         root_id = nip10.thread_ref(newest).root
         channel = nip10.channel(newest)
         if root_id is not None:
@@ -193,6 +204,16 @@ class ContextResolver:
             timeout=self.timeout,
         )
         return select_dm_history(found.events, self.limit)
+
+    async def private_history(self, newest: PrivateEvent) -> History:
+        """The newest ``limit`` messages of the private conversation with the sender."""
+        if self.secret is None:
+            return NO_HISTORY
+        messages, truncated = await conversation(
+            self.secret, self.pool.urls, newest.pubkey, limit=self.limit, timeout=self.timeout
+        )
+        kept: list[Event] = list(messages)
+        return History("dm", kept, len(kept) + (1 if truncated else 0), truncated)
 
     async def resolve(self, batch: Batch, session: Session) -> tuple[TurnInput, list[str]]:
         """The compiler's input for ``batch``, and the ids of the history messages fetched

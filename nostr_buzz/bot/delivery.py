@@ -1,4 +1,5 @@
-"""Delivery: the signed events a turn leaves (its metric, its reply) reach the write relays.
+"""Delivery: the signed events a turn leaves (its metric, its reply) reach the write relays;
+a private message's answer goes as gift wraps to each addressee's DM relays.
 
 Replies are durable like metrics.  Both are signed once and committed to the outbox table of
 the bot's state database by the caller's transaction — the same one that records the turn's
@@ -10,24 +11,36 @@ already has it answers ``duplicate:`` and nothing is ever published twice.
 A reply that no relay accepted because it is too large (the relay's refusal says so) is
 replaced, in one transaction, by ordered parts that fit (:func:`.outputs.reply_parts`).  Every
 refusal reason reaches the ``reply_failed`` diagnostic.
+
+A private message (NIP-17) is answered privately: the kind 14 answer is sealed and wrapped to
+each member of the room and to the agent itself, and each wrap goes to its addressee's DM
+relays (kind 10050, looked up before the commit) when known, else to the write relays.  The
+wraps are stored in the outbox with those relays, in the same transaction, and retried like
+any reply.
+
+A stored event is due for its first retry only after the time its first send may take, so that
+the retry loop never sends an event whose first send is still on the wire.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.private import dm_relays_of
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
-from nostr_buzz.nips import nip10
+from nostr_buzz.nips import nip10, nip17, nip59
+from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
 
 from .config import PluginConfig
-from .outputs import TurnIds, reply_parts, tagged_parts, too_large
+from .outputs import TurnIds, build_private_reply, reply_parts, tagged_parts, too_large
 from .state import BotStore
 
 __all__ = ["Delivery"]
@@ -61,14 +74,25 @@ class Delivery:
             clock=clock,
             on_report=self._on_report,
         )
+        self.write_pool = RelayPool(
+            config.write_relays, secret=config.agent_secret, timeout=config.relay_timeout
+        )
+        #: Where stored events go when not to the write relays (until their first send).
+        self._relays: dict[str, tuple[str, ...]] = {}
+        #: What each private answer's wrap carries: (answer id, message answered, addressee).
+        self._wraps: dict[str, tuple[str, str, str]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Re-send what is due (also what an earlier process left) until ``stop`` is set."""
         await self.publisher.run(stop, idle=max(1.0, self.config.relay_timeout))
 
-    def _add(self, event: Event) -> None:
+    def _add(self, event: Event, relays: tuple[str, ...] = ()) -> None:
         """Commit ``event`` to the outbox (joins the caller's transaction)."""
-        self.store.outbox.add(event, now=self._clock())
+        now = self._clock()
+        first_send = self.config.relay_timeout + 5.0  # the retry loop leaves it to send()
+        self.store.outbox.add(event, now=now, relays=relays, due=now + first_send)
+        if relays:
+            self._relays[event.id] = relays
 
     def store_metric(self, payload: MetricPayload, ids: TurnIds) -> Event | None:
         """Sign the metric and add it to the outbox; None when the payload is invalid
@@ -83,15 +107,64 @@ class Delivery:
         self._diagnostics.metric_queued(event.id, **ids.as_kwargs())
         return event
 
-    def store_reply(self, target: Event, text: str, ids: TurnIds | None = None) -> list[Event]:
-        """Sign the reply to ``target`` and add it to the outbox."""
+    def store_reply(
+        self,
+        target: Event,
+        text: str,
+        ids: TurnIds | None = None,
+        dm_relays: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> list[Event]:
+        """Sign the reply to ``target`` and add it to the outbox; a private message's answer
+        as one gift wrap per addressee, each with its relays (``dm_relays``: see
+        :meth:`private_relays`)."""
         created_at = int(self._clock())
+        if isinstance(target, PrivateEvent):
+            return self._store_private(target, text, created_at, ids, dm_relays or {})
         events = reply_parts(self.config.agent_secret, target, text, created_at, 1 << 30)
         for event in events:
             self._add(event)
             if ids is not None:
                 self._ids[event.id] = ids
         return events
+
+    def _store_private(
+        self,
+        target: PrivateEvent,
+        text: str,
+        created_at: int,
+        ids: TurnIds | None,
+        dm_relays: Mapping[str, tuple[str, ...]],
+    ) -> list[Event]:
+        secret = self.config.agent_secret
+        answer = build_private_reply(secret.public_key.hex, target, text, created_at)
+        wraps = nip17.wrap_for_room(secret, answer, now=created_at)
+        for addressee, wrap in wraps:
+            self._add(wrap, dm_relays.get(addressee) or tuple(self.config.write_relays))
+            self._wraps[wrap.id] = (answer.id, target.id, addressee)
+            if ids is not None:
+                self._ids[wrap.id] = ids
+        return [wrap for _, wrap in wraps]
+
+    async def private_relays(self, targets: Iterable[Event]) -> dict[str, tuple[str, ...]]:
+        """The DM relays (kind 10050) of everyone a private answer to ``targets`` goes to;
+        an empty map when there is none, or when the lookup fails (write relays then)."""
+        people: list[str] = []
+        agent = self.config.agent_secret.public_key.hex
+        for target in targets:
+            if isinstance(target, PrivateEvent):
+                answer = build_private_reply(agent, target, "", int(self._clock()))
+                people += [*nip17.receivers(answer), agent]
+        if not people:
+            return {}
+        try:
+            return await dm_relays_of(
+                people,
+                self.config.read_relays,
+                secret=self.config.agent_secret,
+                timeout=self.config.relay_timeout,
+            )
+        except BuzzError:
+            return {}
 
     def send(self, events: Iterable[Event]) -> None:
         """Send stored events in the background, one after the other, in order."""
@@ -101,7 +174,8 @@ class Delivery:
 
     async def _send_in_order(self, events: list[Event]) -> None:
         for event in events:
-            await self.publisher.send_stored(event, None)
+            relays = self._relays.pop(event.id, ())
+            await self.publisher.send_stored(event, None, relays)
 
     # -- reports ----------------------------------------------------------------------------
 
@@ -116,7 +190,35 @@ class Delivery:
                 kwargs = ids.as_kwargs() if ids is not None else {}
                 self._diagnostics.metric_published(event.id, accepted, **kwargs)
             return
+        if event.kind == nip59.GIFT_WRAP_KIND:
+            self._private_report(event, report)
+            return
         self._reply_report(event, report)
+
+    def _private_report(self, wrap: Event, report: PublishReport) -> None:
+        """Each wrap of a private answer: published (to its addressee; the agent's own copy
+        is not reported when it succeeds) or failed, with ids and relays, never the text."""
+        # After a restart only the wrap itself is known: its p tag names the addressee.
+        addressee = next((t[1] for t in wrap.tags if len(t) >= 2 and t[0] == "p"), None)
+        answer, answered, addressee = self._wraps.get(wrap.id, (None, None, addressee))
+        ids = self._ids.get(wrap.id)
+        own_copy = addressee == self.config.agent_secret.public_key.hex
+        if report.delivered:
+            self._ids.pop(wrap.id, None)
+            self._wraps.pop(wrap.id, None)
+            if own_copy:
+                return
+        payload: dict[str, Any] = {
+            "eventId": answer or wrap.id,
+            "inReplyTo": answered,
+            "private": True,
+            "wrap": wrap.id,
+            "relays": [url for url, v in report.verdicts.items() if v.ok],
+        }
+        if not report.delivered:
+            payload.update(error=report.error, attempts=report.attempts, ownCopy=own_copy)
+        kind = "reply_published" if report.delivered else "reply_failed"
+        self._diagnostics.emit(kind, **(ids.as_kwargs() if ids else {}), payload=payload)
 
     def _reply_report(self, event: Event, report: PublishReport) -> None:
         ids = self._ids.get(event.id)
@@ -147,7 +249,8 @@ class Delivery:
             return
         tags = [list(tag) for tag in event.tags]
         secret = self.config.agent_secret
-        parts = tagged_parts(secret, tags, event.content, event.created_at, max_bytes)
+        content, created_at = event.content, event.created_at
+        parts = tagged_parts(secret, event.kind, tags, content, created_at, max_bytes)
         with self.store.transaction(durable=True):
             self.store.outbox.remove(event.id)
             for part in parts:
@@ -161,3 +264,17 @@ class Delivery:
             payload={"eventId": event.id, "parts": [p.id for p in parts]},
         )
         self.send(parts)
+
+    # -- the agent's DM relays --------------------------------------------------------------
+
+    async def publish_dm_relays(self) -> None:
+        """Publish the agent's kind 10050: its read relays are where it reads private
+        messages."""
+        event = nip17.dm_relay_list(
+            self.config.agent_secret, self.config.read_relays, created_at=int(self._clock())
+        )
+        result = await self.write_pool.publish(event)
+        self._diagnostics.emit(
+            "dm_relays_published" if result.ok else "dm_relays_failed",
+            payload={"eventId": event.id, "relays": result.accepted},
+        )

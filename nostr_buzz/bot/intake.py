@@ -11,8 +11,13 @@ to the queue.  The rules:
   or a NIP-24 ``bot`` profile seen earlier) start one only when they mention this agent, even
   with ``mentions_required = false``.  ``owner-only`` admits the owner, ``allowlist`` the owner
   and the listed keys, ``anyone`` every key.
-* **Subscriptions.** ``channels`` restricts channel events; events without a channel (direct
-  messages) are accepted when they mention the agent.
+* **Subscriptions.** ``kinds`` names what the bot listens to: 9 chat, 14 NIP-17 private
+  messages (gift wraps addressed to the agent, opened and checked before they get here), 1
+  notes, 1111 comments.  ``channels`` restricts channel events; events without a channel are
+  accepted when they mention the agent, except a plaintext kind 9 (anyone on the relay can
+  read and write into it), refused unless ``plaintext_dm`` opts in.  A kind 14 is served only
+  as a :class:`~nostr_buzz.nips.nip59.PrivateEvent`: a signed kind 14 sent in plaintext is no
+  private message.
 * **Shard** ``i/n``: a destination belongs to shard ``int(sha256(destination)) mod n``.
 * **A running turn** is steered (or interrupted) only by its own authority: an event whose
   signing actor and destination equal the running batch's.  Anything else waits in the queue.
@@ -29,8 +34,9 @@ from typing import Final, Literal
 from nostr_buzz.config import AuthorGate, InFlightPolicy
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip59 import PrivateEvent
 
-from .config import CHAT_KIND, PluginConfig, Shard, shard_of
+from .config import CHAT_KIND, PRIVATE_MESSAGE_KIND, PluginConfig, Shard, shard_of
 
 __all__ = [
     "Admit",
@@ -64,6 +70,7 @@ class Gate:
     mode: AuthorGate
     allowlist: frozenset[str]
     shard: Shard | None = None
+    plaintext_dm: bool = False
 
     @classmethod
     def of(cls, config: PluginConfig) -> Gate:
@@ -76,6 +83,7 @@ class Gate:
             mode=config.gate,
             allowlist=config.allowlist,
             shard=config.shard,
+            plaintext_dm=config.plaintext_dm,
         )
 
 
@@ -128,6 +136,8 @@ def refusal(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -
         return "own_event"
     if event.kind not in gate.kinds:
         return "kind_not_subscribed"
+    if event.kind == PRIVATE_MESSAGE_KIND and not isinstance(event, PrivateEvent):
+        return "private_message_not_wrapped"
     mentioned = gate.agent in nip10.mentions(event)
     if gate.mentions_required and not mentioned:
         return "not_mentioned"
@@ -136,6 +146,8 @@ def refusal(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -
     channel = nip10.channel(event)
     if channel is None and not mentioned:
         return "direct_without_mention"
+    if channel is None and event.kind == CHAT_KIND and not gate.plaintext_dm:
+        return "plaintext_direct_message"
     if channel is not None and gate.channels and channel not in gate.channels:
         return "channel_not_subscribed"
     if gate.mode == "owner-only" and actor != gate.owner:

@@ -1,8 +1,16 @@
 """What a turn leaves behind, built without I/O: the reply's tags and event, the metric payload.
 
-A reply answers the batch's newest event: ``h`` (its channel), NIP-10 marked ``e`` tags (root,
-plus reply when the target is not the root) and ``p`` for the people replied to, never the
-agent itself (:func:`nostr_buzz.nips.nip10.reply_tags`, shared with ``buzz messages send``).
+A reply answers the batch's newest event in the kind of that event, so that the client it came
+from shows it:
+
+* kind 9 chat → kind 9: ``h`` (its channel), NIP-10 marked ``e`` tags (root, plus reply when
+  the target is not the root) and ``p`` for the people replied to, never the agent itself
+  (:func:`nostr_buzz.nips.nip10.reply_tags`, shared with ``buzz messages send``);
+* kind 1 note → kind 1 with the same NIP-10 ``e`` and ``p`` tags;
+* kind 1111 comment → kind 1111 with the NIP-22 root scope and parent tags;
+* kind 14 private message → a kind 14 rumor answering it (``p`` to its author and the room's
+  other members, ``e`` to it), which delivery seals and gift-wraps (NIP-17);
+* any other kind → kind 9, as chat.
 """
 
 from __future__ import annotations
@@ -14,28 +22,34 @@ from datetime import datetime
 from typing import Final
 
 from nostr_buzz.core.manifest import Manifest
+from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.acp_driver import TurnResult
 from nostr_buzz.io.diagnostics import rfc3339_ms
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip10
+from nostr_buzz.nips import nip10, nip17, nip22
+from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MetricPayload
 
 from .config import CHAT_KIND
 
+_HEX64: Final = re.compile(r"[0-9a-f]{64}")
+
 __all__ = [
     "TurnIds",
+    "build_private_reply",
     "build_reply",
     "dead_letter_notice",
     "metric_payload",
     "redact",
+    "reply_form",
+    "reply_parts",
     "reply_tags",
     "reply_text",
     "split_text",
     "tagged_parts",
     "too_large",
 ]
-
 #: What a relay's refusal says when an event is over its size limit (strfry, nostr-rs-relay,
 #: nostr-sdk's relay, khatru…): "too large", "too big", "exceeds maximum allowed size", ….
 _TOO_LARGE: Final = re.compile(
@@ -83,10 +97,39 @@ def reply_text(result: TurnResult) -> str | None:
     return text if text.strip() else None
 
 
+def reply_form(agent: str, target: Event) -> tuple[int, list[list[str]]]:
+    """The kind and tags of a public reply to ``target`` (private messages: see
+    :func:`build_private_reply`)."""
+    if isinstance(target, PrivateEvent):
+        raise BuzzError("a private message is answered privately (build_private_reply)")
+    if target.kind == nip22.COMMENT_KIND:
+        return nip22.COMMENT_KIND, nip22.reply_tags(target)
+    if target.kind == nip10.TEXT_NOTE_KIND:
+        return nip10.TEXT_NOTE_KIND, _note_reply_tags(target, agent)
+    return CHAT_KIND, reply_tags(target, agent)
+
+
 def build_reply(secret: SecretKey, target: Event, text: str, created_at: int) -> Event:
-    """The signed kind 9 reply to ``target``."""
-    tags = reply_tags(target, secret.public_key.hex)
-    return sign_event(secret, kind=CHAT_KIND, content=text, tags=tags, created_at=created_at)
+    """The signed public reply to ``target``, in its kind."""
+    kind, tags = reply_form(secret.public_key.hex, target)
+    return sign_event(secret, kind=kind, content=text, tags=tags, created_at=created_at)
+
+
+def _note_reply_tags(target: Event, agent: str) -> list[list[str]]:
+    """NIP-10 for a kind 1 reply: the marked ``e`` tags and ``p`` tags, then the note's own
+    ``p`` tags too (everyone in the conversation stays notified), never the agent."""
+    tags = nip10.reply_tags(target, sender=agent)
+    named = {t[1] for t in tags if t[0] == "p"} | {agent}
+    for pubkey in nip10.mentions(target):
+        if _HEX64.fullmatch(pubkey) and pubkey not in named:
+            named.add(pubkey)
+            tags.append(["p", pubkey])
+    return tags
+
+
+def build_private_reply(agent: str, target: PrivateEvent, text: str, created_at: int) -> Rumor:
+    """The kind 14 rumor answering a private message (not yet sealed nor wrapped)."""
+    return nip17.reply(agent, target.rumor(), text, created_at=created_at)
 
 
 def too_large(refusal: str) -> int | None:
@@ -122,24 +165,29 @@ def split_text(text: str, max_bytes: int) -> list[str]:
 def reply_parts(
     secret: SecretKey, target: Event, text: str, created_at: int, max_bytes: int
 ) -> list[Event]:
-    """The reply to ``target`` as ordered parts that each fit ``max_bytes`` of content (one
-    event when it fits)."""
-    tags = reply_tags(target, secret.public_key.hex)
-    return tagged_parts(secret, tags, text, created_at, max_bytes)
+    """The public reply to ``target`` as ordered parts that each fit ``max_bytes`` of content
+    (one event when it fits)."""
+    kind, tags = reply_form(secret.public_key.hex, target)
+    return tagged_parts(secret, kind, tags, text, created_at, max_bytes)
 
 
 def tagged_parts(
-    secret: SecretKey, tags: list[list[str]], text: str, created_at: int, max_bytes: int
+    secret: SecretKey,
+    kind: int,
+    tags: list[list[str]],
+    text: str,
+    created_at: int,
+    max_bytes: int,
 ) -> list[Event]:
-    """Kind 9 events with ``tags`` carrying ``text`` in order: ``[k/n]`` leads each part, and
-    part k is dated ``created_at + k - 1`` so that readers keep the order."""
+    """Events of ``kind`` with ``tags`` carrying ``text`` in order: ``[k/n]`` leads each part,
+    and part k is dated ``created_at + k - 1`` so that readers keep the order."""
     chunks = split_text(text, max_bytes - 16) if len(text.encode("utf-8")) > max_bytes else [text]
     total = len(chunks)
 
     def part(k: int, chunk: str) -> Event:
         content = chunk if total == 1 else f"[{k}/{total}]\n{chunk}"
         when = created_at + k - 1
-        return sign_event(secret, kind=CHAT_KIND, content=content, tags=tags, created_at=when)
+        return sign_event(secret, kind=kind, content=content, tags=tags, created_at=when)
 
     return [part(k, chunk) for k, chunk in enumerate(chunks, start=1)]
 

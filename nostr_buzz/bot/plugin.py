@@ -21,14 +21,15 @@ from typing import Any, Final
 
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
-from nostr_buzz.errors import BuzzError, RelayError
+from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.nips import nip10
+from nostr_buzz.nips import nip10, nip59
+from nostr_buzz.nips.nip59 import PrivateEvent
 
 from . import intake
-from .config import PluginConfig
+from .config import PRIVATE_MESSAGE_KIND, PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
 from .replay import Listener, listen_filters
@@ -94,6 +95,7 @@ class BuzzPlugin:
             timeout=config.relay_timeout,
             standing=config.standing,
             known_agents=self._known_agents,
+            secret=config.agent_secret,
         )
         self.store: BotStore | None = None
         self.delivery: Delivery | None = None
@@ -113,7 +115,7 @@ class BuzzPlugin:
         if self._closed:
             raise BuzzError("this plugin is closed; create a new one")
         self._started = True
-        store = self.store = BotStore(self.config.state_dir)
+        store = self.store = BotStore(self.config.state_dir, agent_secret=self.config.agent_secret)
         for problem in store.import_problems:
             self.diagnostics.emit("state_import_failed", payload={"error": problem})
         self.queue = store.load_queue(max_attempts=self.config.max_attempts)
@@ -133,6 +135,8 @@ class BuzzPlugin:
             spawn=self._spawn,
             wake=self._wake.set,
         )
+        if PRIVATE_MESSAGE_KIND in self.config.kinds:
+            self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
         await self.supervisor.start()
         self._loops = [
             asyncio.create_task(self._work(), name="buzz-worker"),
@@ -236,13 +240,19 @@ class BuzzPlugin:
 
     async def handle_event(self, event: Event, prompt_tag: str = "@mention") -> bool:
         """Gate, route and queue one verified event; True when it was queued (or was an owner
-        command).  Starts the plugin on first use."""
+        command).  A gift wrap (kind 1059) addressed to the agent is opened and checked first;
+        its private message then goes the way of any event.  Starts the plugin on first use."""
         if not isinstance(event, Event):
             raise BuzzError("handle_event expects a verified Event")
         if self._closed:
             return False
         await self.start()
         assert self.store is not None and self._runner is not None
+        if event.kind == nip59.GIFT_WRAP_KIND:
+            opened = self._open(event)
+            if opened is None:
+                return False
+            event = opened
         decision = intake.decide(event, self._gate, self._known_agents)
         now = self._clock()
         if isinstance(decision, intake.Refuse):
@@ -281,6 +291,15 @@ class BuzzPlugin:
                 await self._runner.cancel(turn, "interrupt")
         self._wake.set()
         return True
+
+    def _open(self, wrap: Event) -> PrivateEvent | None:
+        """The private message in a gift wrap, or None (refused: ``gift_wrap_<reason>``, with
+        the wrap's id only; nothing of its content is reported)."""
+        try:
+            return nip59.open_gift_wrap(self.config.agent_secret, wrap).as_event()
+        except Nip59Error as exc:
+            self.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=wrap.id)
+            return None
 
     async def _obey(self, command: intake.CommandName, event: Event) -> None:
         assert self._runner is not None

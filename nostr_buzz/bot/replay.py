@@ -23,7 +23,9 @@ from typing import Any, Final
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.nips import nip59
 
+from .config import PRIVATE_MESSAGE_KIND
 from .intake import Gate
 
 __all__ = ["Listener", "admissible_authors", "listen_filters"]
@@ -42,17 +44,32 @@ def admissible_authors(gate: Gate) -> list[str] | None:
 
 
 def listen_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[dict[str, Any]]:
-    """What the bot asks the relays for, from ``since`` on."""
-    base: dict[str, Any] = {"kinds": sorted(gate.kinds), "since": since}
+    """What the bot asks the relays for, from ``since`` on.  Private messages arrive as gift
+    wraps addressed to the agent, dated up to two days back by their senders: that filter
+    starts two days before ``since`` and names no author (a wrap's signer is a throwaway key;
+    the gate judges the sender once the wrap is opened)."""
+    filters: list[dict[str, Any]] = []
+    if PRIVATE_MESSAGE_KIND in gate.kinds:
+        filters.append(
+            {
+                "kinds": [nip59.GIFT_WRAP_KIND],
+                "#p": [gate.agent],
+                "since": max(0, since - nip59.MAX_BACKDATE),
+            }
+        )
+    public = sorted(gate.kinds - {PRIVATE_MESSAGE_KIND})
+    if not public:
+        return filters
+    base: dict[str, Any] = {"kinds": public, "since": since}
     authors = admissible_authors(gate)
     if authors is not None:
         base["authors"] = authors
     mentioned = {**base, "#p": [gate.agent]}
     if gate.mentions_required:
-        return [mentioned]
+        return [mentioned, *filters]
     if channels:
-        return [mentioned, {**base, "#h": list(channels)}]
-    return [base]
+        return [mentioned, {**base, "#h": list(channels)}, *filters]
+    return [base, *filters]
 
 
 class Listener:

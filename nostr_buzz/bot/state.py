@@ -6,8 +6,12 @@ and its consequences commit together or not at all:
 * ``queued`` — a journal of the admitted events that are still live (pending, in flight or
   stored as cancelled): the signed event, its prompt tag, when it was received and its push
   order number ``seq``; ``cancelled_ord`` is NULL for a pending event, else its place among
-  the channel's stored cancelled events.  An admitted event costs one ``INSERT`` (plus the
-  position in ``meta``); nothing rewrites the whole queue.
+  the channel's stored cancelled events.  An admitted event costs one ``INSERT``; nothing
+  rewrites the whole queue.  The events admitted in one step of the event loop (a burst read
+  from a relay) commit together with the position, so a burst costs one commit; a crash
+  before that commit loses those rows and the position together, and the replay at the next
+  start finds the events on the relays again.  Any other transaction commits pending intake
+  first.
 * ``channels`` — per channel, what the pure :class:`DispatchQueue` keeps beyond its events:
   the retry set's size and attempt count, the cancel reason and its count, the backoff time.
 * ``remembered`` — delivered and dead-lettered event ids (the queue's duplicate memory, the
@@ -41,6 +45,7 @@ and reported, never silently dropped.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -59,10 +64,12 @@ from nostr_buzz.core.queue import (
     Rng,
     StoredEvent,
 )
-from nostr_buzz.errors import InvalidEvent, QueueError, StateError
+from nostr_buzz.errors import InvalidEvent, Nip59Error, QueueError, StateError
 from nostr_buzz.event import Event
 from nostr_buzz.io.outbox import Outbox
-from nostr_buzz.nips import nip10
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip10, nip59
+from nostr_buzz.nips.nip59 import PrivateEvent
 
 __all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "STATE_DB", "BotStore"]
 
@@ -111,8 +118,17 @@ class BotStore:
     """The database at ``state_dir / STATE_DB`` (created with its folder, private to the
     user).  One event loop uses it at a time; every failure is a :class:`StateError`."""
 
-    def __init__(self, state_dir: Path, *, outbox_rng: Rng | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        outbox_rng: Rng | None = None,
+        agent_secret: SecretKey | None = None,
+    ) -> None:
         self.path = state_dir / STATE_DB
+        # A queued private message is stored as its gift wrap (encrypted, signed) and opened
+        # again with the agent's key when the queue is loaded: no plaintext at rest either.
+        self._agent_secret = agent_secret
         fresh = not self.path.exists()
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
@@ -142,12 +158,16 @@ class BotStore:
             self._db.close()
             raise
         self._depth = 0
+        self._intake_open = False
+        self._meta_pending: dict[str, int] = {}
         #: Problems met while importing files of an earlier version (for a diagnostic).
         self.import_problems: list[str] = []
         if fresh:
             self._import_legacy(state_dir)
 
     def close(self) -> None:
+        with contextlib.suppress(StateError):
+            self.flush()
         self._db.close()
 
     @property
@@ -168,6 +188,7 @@ class BotStore:
             finally:
                 self._depth -= 1
             return
+        self.flush()  # intake committed first: what follows may be sent right after its commit
         try:
             if durable:
                 self._db.execute("PRAGMA synchronous=FULL")
@@ -189,6 +210,37 @@ class BotStore:
             if durable:
                 with contextlib.suppress(sqlite3.Error):
                     self._db.execute("PRAGMA synchronous=NORMAL")
+
+    def _begin_intake(self) -> None:
+        """Open (or keep open) the intake transaction, committed by :meth:`flush` at the end
+        of the current event-loop step, so that a burst of events costs one commit."""
+        if self._depth or self._intake_open:
+            return
+        self._exec("BEGIN IMMEDIATE")
+        self._intake_open = True
+        # Without a running loop (a synchronous caller) record_push commits at once itself.
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        with contextlib.suppress(StateError):  # a failure shows at the next use of the file
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit the intake transaction, if one is open (its meta values written last)."""
+        if not self._intake_open:
+            return
+        try:
+            for key, value in self._meta_pending.items():
+                self._set_meta(key, value)
+            self._meta_pending.clear()
+            self._exec("COMMIT")
+        except StateError:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise
+        finally:
+            self._intake_open = False
 
     def _exec(self, sql: str, args: Iterable[object] = ()) -> sqlite3.Cursor:
         try:
@@ -214,7 +266,10 @@ class BotStore:
         return self._meta("position")
 
     def save_position(self, position: int) -> None:
-        self._set_meta("position", position)
+        if self._intake_open:
+            self._meta_pending["position"] = position
+        else:
+            self._set_meta("position", position)
 
     # -- remembered ids ---------------------------------------------------------------------
 
@@ -251,72 +306,81 @@ class BotStore:
         self, queue: DispatchQueue, queued: QueuedEvent | None, dropped: list[str], position: int
     ) -> None:
         """One push: the accepted event's row (``queued``, None when it was not accepted), the
-        events the cap dropped, the position — in one commit."""
-        with self.transaction():
-            if queued is not None:
-                event = queued.event
-                channel = _channel_of(event)
-                self._exec(
-                    "INSERT OR REPLACE INTO queued (id, channel, seq, event, prompt_tag, "
-                    "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, NULL)",
-                    (
-                        event.id,
-                        channel,
-                        queue.next_seq - 1,
-                        event.to_json(),
-                        queued.prompt_tag,
-                        queued.received_at,
-                    ),
-                )
-            if dropped:
-                channels = {
-                    str(r[0])
-                    for i in dropped
-                    for r in self._exec("SELECT channel FROM queued WHERE id = ?", (i,))
-                }
-                for channel in channels:
-                    self.sync_channel(queue, channel)
-            self._set_meta("next_seq", queue.next_seq)
-            self.save_position(position)
+        events the cap dropped, the position.  Committed with the other pushes of the same
+        event-loop step (outside a loop: at once): a crash before that commit loses these
+        rows and the position together, and a replay finds the events on the relays again."""
+        self._begin_intake()
+        if queued is not None:
+            event = queued.event
+            self._exec(
+                "INSERT OR REPLACE INTO queued (id, channel, seq, event, prompt_tag, "
+                "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, NULL)",
+                (
+                    event.id,
+                    _channel_of(event),
+                    queue.next_seq - 1,
+                    _stored_json(event),
+                    queued.prompt_tag,
+                    queued.received_at,
+                ),
+            )
+        if dropped:
+            channels = {
+                str(r[0])
+                for i in dropped
+                for r in self._exec("SELECT channel FROM queued WHERE id = ?", (i,))
+            }
+            for channel in channels:
+                self._sync(queue, channel)
+        self._meta_pending["next_seq"] = queue.next_seq
+        self._meta_pending["position"] = position
+        if not self._depth:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                self.flush()
 
     def sync_channel(self, queue: DispatchQueue, channel: str) -> None:
         """Make ``channel``'s rows match the queue (after a settle, a steer, a drop)."""
         with self.transaction():
-            state = queue.channel_state(channel)
-            live: dict[str, int | None] = {}
-            if state is not None:
-                live.update((e.queued.event.id, None) for e in state.pending)
-                live.update((e.queued.event.id, i) for i, e in enumerate(state.cancelled))
-            rows = self._exec(
-                "SELECT id, cancelled_ord FROM queued WHERE channel = ?", (channel,)
-            ).fetchall()
-            gone: list[str] = []
-            for event_id, ord_ in rows:
-                if event_id not in live:
-                    gone.append(event_id)
-                elif live[event_id] != ord_:
-                    self._exec(
-                        "UPDATE queued SET cancelled_ord = ? WHERE id = ?",
-                        (live[event_id], event_id),
-                    )
-            for event_id in gone:
-                self._exec("DELETE FROM queued WHERE id = ?", (event_id,))
-            self._remember((i for i in gone if queue.is_remembered(i)), "event", REMEMBERED_IDS)
-            if state is None:
-                self._exec("DELETE FROM channels WHERE name = ?", (channel,))
-                return
-            self._exec(
-                "INSERT OR REPLACE INTO channels (name, retry_size, retry_count, "
-                "cancel_reason, cancelled_count, backoff_until) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    channel,
-                    state.retry_size,
-                    state.retry_count,
-                    state.cancel_reason,
-                    state.cancelled_count,
-                    state.backoff_until,
-                ),
-            )
+            self._sync(queue, channel)
+
+    def _sync(self, queue: DispatchQueue, channel: str) -> None:
+        state = queue.channel_state(channel)
+        live: dict[str, int | None] = {}
+        if state is not None:
+            live.update((e.queued.event.id, None) for e in state.pending)
+            live.update((e.queued.event.id, i) for i, e in enumerate(state.cancelled))
+        rows = self._exec(
+            "SELECT id, cancelled_ord FROM queued WHERE channel = ?", (channel,)
+        ).fetchall()
+        gone: list[str] = []
+        for event_id, ord_ in rows:
+            if event_id not in live:
+                gone.append(event_id)
+            elif live[event_id] != ord_:
+                self._exec(
+                    "UPDATE queued SET cancelled_ord = ? WHERE id = ?",
+                    (live[event_id], event_id),
+                )
+        for event_id in gone:
+            self._exec("DELETE FROM queued WHERE id = ?", (event_id,))
+        self._remember((i for i in gone if queue.is_remembered(i)), "event", REMEMBERED_IDS)
+        if state is None:
+            self._exec("DELETE FROM channels WHERE name = ?", (channel,))
+            return
+        self._exec(
+            "INSERT OR REPLACE INTO channels (name, retry_size, retry_count, "
+            "cancel_reason, cancelled_count, backoff_until) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                channel,
+                state.retry_size,
+                state.retry_count,
+                state.cancel_reason,
+                state.cancelled_count,
+                state.backoff_until,
+            ),
+        )
 
     def load_queue(self, rng: Rng | None = None, *, max_attempts: int = 10) -> DispatchQueue:
         """The queue rebuilt from the rows (batches that were running are back in front)."""
@@ -333,8 +397,8 @@ class BotStore:
             "FROM queued ORDER BY channel, seq"
         ):
             try:
-                event = Event.from_json(text)
-            except InvalidEvent as exc:
+                event = self._load_event(text)
+            except (InvalidEvent, Nip59Error) as exc:
                 raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
             stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
             if ord_ is None:
@@ -404,6 +468,14 @@ class BotStore:
                         if old_file.exists():
                             _rename(old_file, ".imported")
 
+    def _load_event(self, text: str) -> Event:
+        event = Event.from_json(text)
+        if event.kind != nip59.GIFT_WRAP_KIND:
+            return event
+        if self._agent_secret is None:
+            raise StateError(f"the bot state {self.path} holds a private message: give the key")
+        return nip59.open_gift_wrap(self._agent_secret, event).as_event()
+
     def _import_queue(self, queue: DispatchQueue) -> None:
         for name in queue.channel_names():
             state = queue.channel_state(name)
@@ -432,6 +504,11 @@ class BotStore:
     def _set_aside(self, path: Path, problem: str) -> None:
         self.import_problems.append(problem)
         _rename(path, ".corrupt")
+
+
+def _stored_json(event: Event) -> str:
+    """What a queue row holds: the event, or for a private message the gift wrap it came in."""
+    return event.wrap.to_json() if isinstance(event, PrivateEvent) else event.to_json()
 
 
 def _first(pair: tuple[int, StoredEvent]) -> int:

@@ -24,7 +24,7 @@ import contextlib
 import enum
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -39,6 +39,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.acp_driver import TurnResult, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload
 
 from .config import PluginConfig
@@ -198,7 +199,9 @@ class TurnRunner:
             result = await self._prompt(turn, compiled)
             self._completed(turn, result)
             followups = await self._follow(turn)
-            self._finish(turn, result, history_ids, started_at, followups)
+            targets = [turn.batch.events[-1].event, *(out.target for out in followups)]
+            dm_relays = await self.delivery.private_relays(targets)
+            self._finish(turn, result, history_ids, started_at, followups, dm_relays)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # resolution, session or compile trouble: retry the batch
@@ -214,7 +217,11 @@ class TurnRunner:
             self._wake()
 
     def _commit(
-        self, turn: Turn, settle: Callable[[], list[Event]], outputs: Sequence[Output] = ()
+        self,
+        turn: Turn,
+        settle: Callable[[], list[Event]],
+        outputs: Sequence[Output] = (),
+        dm_relays: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         """Record the turn's outcome with its replies and metrics in one durable transaction,
         then send them: a crash before the commit leaves the batch (and any steer that started
@@ -228,7 +235,7 @@ class TurnRunner:
                     metric = self.delivery.store_metric(out.payload, out.ids)
                     metrics += [metric] if metric is not None else []
                 if out.reply is not None:
-                    stored += self.delivery.store_reply(out.target, out.reply, out.ids)
+                    stored += self.delivery.store_reply(out.target, out.reply, out.ids, dm_relays)
             stored += settle()
             self.store.sync_channel(self.queue, turn.batch.channel)
         self.delivery.send([*stored, *metrics])
@@ -258,6 +265,9 @@ class TurnRunner:
             compiled.manifest,
             standing_context_included=self._standing_included(turn_input),
             event_delta_count=len(turn_input.context.messages) if turn_input.context else 0,
+            private=any(
+                isinstance(q.event, PrivateEvent) for q in [*batch.events, *batch.cancelled_events]
+            ),
             **ids,
         )
         return compiled, history_ids
@@ -293,6 +303,7 @@ class TurnRunner:
         history_ids: list[str],
         started_at: datetime,
         followups: list[Output],
+        dm_relays: Mapping[str, tuple[str, ...]],
     ) -> None:
         session = turn.session
         assert session is not None
@@ -306,7 +317,9 @@ class TurnRunner:
             started_at,
         )
         outputs = [main, *followups]
-        self._commit(turn, lambda: self._settle(turn, result, session, history_ids), outputs)
+        self._commit(
+            turn, lambda: self._settle(turn, result, session, history_ids), outputs, dm_relays
+        )
         if self.supervisor.needs_restart(result):
             self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
 

@@ -45,12 +45,15 @@ from nostr_buzz.cli.keys import keys_app  # noqa: E402
 from nostr_buzz.cli.manifest import manifest_app  # noqa: E402
 from nostr_buzz.cli.messages import messages_app  # noqa: E402
 from nostr_buzz.cli.metrics import metrics_command  # noqa: E402
+from nostr_buzz.cli.private import dm_command, inbox_command  # noqa: E402
 from nostr_buzz.cli.relay import relay_command  # noqa: E402
 from nostr_buzz.cli.run import run_command  # noqa: E402
 
 app.command("compile")(compile_command)
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(keys_app, name="keys")
+messages_app.command("dm")(dm_command)
+messages_app.command("inbox")(inbox_command)
 app.add_typer(messages_app, name="messages")
 app.command("relay")(relay_command)
 app.command("metrics")(metrics_command)

@@ -38,7 +38,9 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.metrics_reader import read_metrics
 from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.private import open_all
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip17, nip59
 
 __all__ = ["DEMO_DELAY", "DemoFailure", "bundled_agent_command", "run_demo"]
 
@@ -87,9 +89,16 @@ class _Feed:
     def of(self, kind: str) -> list[DiagnosticRecord]:
         return [r for r in self.records if r.kind == kind]
 
-    async def wait_for(self, kind: str, count: int, timeout: float, step: str) -> None:
+    async def wait_for(
+        self,
+        kind: str,
+        count: int,
+        timeout: float,
+        step: str,
+        where: Callable[[DiagnosticRecord], bool] = lambda _: True,
+    ) -> None:
         deadline = time.monotonic() + timeout
-        while len(self.of(kind)) < count:
+        while len([r for r in self.of(kind) if where(r)]) < count:
             if self.bot is not None and self.bot.done():
                 problem = None if self.bot.cancelled() else self.bot.exception()
                 raise DemoFailure(f"{step}: the bot stopped: {problem or 'no reason given'}")
@@ -326,13 +335,59 @@ class _Demo:
         # When the agent could not take the steer natively, the message is its own next turn.
         turns = len(self.feed.of("turn_started"))
         await self.feed.wait_for("turn_completed", turns, self.step_timeout, "the last turn")
+        await self._private_message()
+
+    async def _private_message(self) -> None:
+        """Alex writes to the agent privately (NIP-17), the way 0xchat or Amethyst would; the
+        agent answers privately; the relay sees only gift wraps."""
+        write = self.write
+        turn = len(self.feed.of("turn_started")) + 1
+        _heading(write, 6, f"a private message (NIP-17), answered privately (turn {turn})")
+        text = "Privately: who has access to the production database?"
+        now = int(time.time())
+        message = nip17.message(
+            self.human.public_key.hex, [self.agent_key.public_key.hex], text, created_at=now
+        )
+        await self.publish(*(wrap for _, wrap in nip17.wrap_for_room(self.human, message, now=now)))
+        await self.feed.wait_for("turn_completed", turn, self.step_timeout, "the private message")
+        await self.feed.wait_for(
+            "reply_published",
+            1,
+            self.step_timeout,
+            "the private answer",
+            where=lambda r: r.payload.get("private") is True,
+        )
+        found = await RelayPool([self.url], timeout=RELAY_TIMEOUT).query(
+            {"kinds": [nip59.GIFT_WRAP_KIND], "#p": [self.human.public_key.hex]}
+        )
+        inbox = open_all(self.human, found.events)
+        answers = [o for o in inbox.messages if o.sender == self.agent_key.public_key.hex]
+        if not answers:
+            raise DemoFailure("alex found no private answer from the agent")
+        answer = answers[-1].rumor
+        if nip17.replied_to(answer) != message.id:
+            raise DemoFailure("the private answer does not answer alex's message")
+        delivery = self._delivery(turn)
+        write(f"alex (private, kind 14 in a kind 1059 gift wrap): {text}\n")
+        shown = "withheld" if "promptText" not in delivery.payload else "shown"
+        write(f"prompt text in the diagnostics: {shown} (a private message is never logged)\n")
+        write(
+            f"the agent answered privately: a kind 14 from the agent, e = alex's message, "
+            f"wrapped to alex and to itself; alex opened it:\n  "
+            f"{terminal_safe(answer.content.splitlines()[0], multiline=False)}\n"
+        )
+        stored = await RelayPool([self.url], timeout=RELAY_TIMEOUT).query({"limit": 500})
+        leaked = [e.id for e in stored.events if "production database" in e.to_json()]
+        if leaked:
+            raise DemoFailure(f"the relay holds the private text in the clear: {leaked}")
+        write("the relay holds gift wraps only: no event on it contains the text\n")
 
     def _delivery(self, turn: int) -> DiagnosticRecord:
         return self.feed.of("prompt_context_delivery")[turn - 1]
 
     async def _metrics_and_raw(self) -> None:
         write = self.write
-        _heading(write, 6, "metrics: published by the agent, read back by the owner")
+        _heading(write, 7, "metrics: published by the agent, read back by the owner")
         queued = len(self.feed.of("metric_queued"))
         await self.feed.wait_for("metric_published", queued, self.step_timeout, "the metrics")
         write(f"{queued} metric event(s) (kind 44200, NIP-44 encrypted to the owner) published\n")
@@ -346,7 +401,7 @@ class _Demo:
         write("\nper turn:\n" + render_plain_table(report, turns=True))
         write("\ntotals:\n" + render_plain_table(report, turns=False))
 
-        _heading(write, 7, "one message, fetched with `buzz messages raw --event`")
+        _heading(write, 8, "one message, fetched with `buzz messages raw --event`")
         replies = self.feed.of("reply_published")
         if not replies:
             raise DemoFailure("the agent published no reply")
@@ -401,5 +456,5 @@ async def run_demo(write: Write, agent: Sequence[str] | None = None) -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="buzz-demo-") as state:
         await _Demo(write, command, bundled, Path(state)).run()
-    _heading(write, 8, "done")
+    _heading(write, 9, "done")
     write(f"demo finished in {time.monotonic() - started:.1f} s\n")

@@ -202,15 +202,17 @@ class DiagnosticsFeed:
         channel_id: str | None,
         session_id: str | None,
         turn_id: str | None,
+        private: bool = False,
     ) -> DiagnosticRecord:
-        """Just before ``session/prompt``: its size and manifest; the text only on request."""
+        """Just before ``session/prompt``: its size and manifest; the text only on request,
+        and never when the prompt holds a private message (``private``)."""
         payload: dict[str, Any] = {
             "promptBytes": sum(len(s.encode("utf-8")) for s in sections),
             "standingContextIncluded": standing_context_included,
             "eventDeltaCount": event_delta_count,
             "contextManifest": _manifest_obj(manifest),
         }
-        if self.include_prompt_text:
+        if self.include_prompt_text and not private:
             payload["promptText"] = list(sections)
         return self.emit(
             "prompt_context_delivery",

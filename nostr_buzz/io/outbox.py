@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     attempts     INTEGER NOT NULL DEFAULT 0,
     next_attempt REAL NOT NULL,
     accepted_by  TEXT NOT NULL DEFAULT '[]', -- JSON list of relays that have the event
-    last_error   TEXT
+    last_error   TEXT,
+    relays       TEXT                       -- JSON list of where it goes; NULL: the default
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt);
 """
@@ -94,6 +95,8 @@ class OutboxEntry:
     next_attempt: float
     accepted_by: tuple[str, ...]
     last_error: str | None
+    #: Where this event goes; empty: the publisher's relays.
+    relays: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -153,6 +156,9 @@ class Outbox:
                     f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
                 )
             self._db.executescript(_SCHEMA)
+            columns = [row[1] for row in self._db.execute("PRAGMA table_info(outbox)")]
+            if "relays" not in columns:  # a file written before events had relays of their own
+                self._db.execute("ALTER TABLE outbox ADD COLUMN relays TEXT")
             if self._owns_db:
                 self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         except sqlite3.Error as exc:
@@ -195,8 +201,17 @@ class Outbox:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def add(self, event: Event, *, now: float = 0.0) -> bool:
-        """Store ``event`` durably (committed on return), due at once; idempotent by id.
+    def add(
+        self,
+        event: Event,
+        *,
+        now: float = 0.0,
+        relays: tuple[str, ...] = (),
+        due: float = 0.0,
+    ) -> bool:
+        """Store ``event`` durably (committed on return, or with the transaction the caller
+        has open on a shared connection), due at ``due`` (default: at once); idempotent by id.
+        ``relays``: where this event goes (default: the publisher's relays).
 
         Returns True when it was new.  Only signed, verified :class:`Event` objects are
         accepted, so nothing but ciphertext and signatures ever reaches the file.
@@ -206,8 +221,16 @@ class Outbox:
         try:
             cursor = self._db.execute(
                 "INSERT OR IGNORE INTO outbox (id, event, kind, created_at, added_at, "
-                "next_attempt) VALUES (?, ?, ?, ?, ?, ?)",
-                (event.id, event.to_json(), event.kind, event.created_at, now, 0.0),
+                "next_attempt, relays) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    event.id,
+                    event.to_json(),
+                    event.kind,
+                    event.created_at,
+                    now,
+                    due,
+                    json.dumps(list(relays)) if relays else None,
+                ),
             )
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
@@ -301,15 +324,15 @@ class Outbox:
 
     def _select(self, where: str, args: tuple[object, ...]) -> list[OutboxEntry]:
         query = (
-            "SELECT id, event, added_at, attempts, next_attempt, accepted_by, last_error "
-            f"FROM outbox {where}"
+            "SELECT id, event, added_at, attempts, next_attempt, accepted_by, last_error, "
+            f"relays FROM outbox {where}"
         )
         try:
             rows = self._db.execute(query, args).fetchall()
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot read the outbox {self.path}: {exc}") from None
         entries = []
-        for event_id, text, added_at, attempts, next_attempt, accepted_by, last_error in rows:
+        for event_id, text, added_at, attempts, next_attempt, accepted_by, error, to in rows:
             try:
                 # Re-verified on the way out: a damaged row is never sent as if it were valid.
                 event = Event.from_json(text)
@@ -324,7 +347,8 @@ class Outbox:
                     attempts=int(attempts),
                     next_attempt=float(next_attempt),
                     accepted_by=_relays(accepted_by),
-                    last_error=last_error,
+                    last_error=error,
+                    relays=_relays(to) if to else (),
                 )
             )
         return entries

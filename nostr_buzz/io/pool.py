@@ -176,14 +176,19 @@ class RelayPool:
         max_pages: int = 1_000,
         timeout: float | None = None,
     ) -> PoolQueryResult:
-        """Everything matching ``filters`` from ``since`` on, however much there is: each relay
-        is asked page by page backwards (``until`` = the oldest ``created_at`` of the previous
-        page, ``limit`` = ``page``) until a page brings nothing new or reaches ``since``.
+        """Everything matching ``filters`` from ``since`` on (a filter's own ``since`` wins),
+        however much there is: each relay is asked page by page backwards (``until`` = the
+        oldest ``created_at`` of the previous page, ``limit`` = ``page``) until a page brings
+        nothing new or reaches the earliest ``since``.
 
         A relay caps what one query returns (often 500, newest first); paging makes the cap
         irrelevant.  ``timeout`` bounds each page.  Events are merged and de-duplicated by id.
         """
-        flts = nip01.as_filters(filters)
+        flts = [
+            f if f.since is not None else msgspec.structs.replace(f, since=since)
+            for f in nip01.as_filters(filters)
+        ]
+        floor = min(f.since or 0 for f in flts)
         limit = self.timeout if timeout is None else float(timeout)
 
         async def one(url: str) -> QueryResult:
@@ -193,10 +198,7 @@ class RelayPool:
             until: int | None = None
             try:
                 for _ in range(max_pages):
-                    bounded = [
-                        msgspec.structs.replace(f, since=since, until=until, limit=page)
-                        for f in flts
-                    ]
+                    bounded = [msgspec.structs.replace(f, until=until, limit=page) for f in flts]
                     async with asyncio.timeout(limit + _GRACE):
                         result = await client.query(bounded)
                     fresh = [e for e in result.events if e.id not in seen]
@@ -208,7 +210,7 @@ class RelayPool:
                     if result.error is not None or not result.events:
                         break
                     oldest = min(e.created_at for e in result.events)
-                    if oldest <= since:
+                    if oldest <= floor:
                         break
                     # The oldest second again (more events may share it), one earlier when
                     # the page brought nothing new.

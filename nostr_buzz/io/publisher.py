@@ -184,11 +184,13 @@ class MetricPublisher:
             return str(exc)
         return None
 
-    async def send_stored(self, event: Event, store_problem: str | None) -> PublishReport:
+    async def send_stored(
+        self, event: Event, store_problem: str | None, relays: Sequence[str] = ()
+    ) -> PublishReport:
         """One attempt to send an event that :meth:`store` has handled (``store_problem`` is
         what it returned: sending anyway beats dropping the metric, and the report then says
-        it is not durable)."""
-        return await self._attempt(event, store_problem is None, store_problem)
+        it is not durable).  ``relays``: where this event goes, if not the publisher's."""
+        return await self._attempt(event, store_problem is None, store_problem, tuple(relays))
 
     # -- retries --------------------------------------------------------------------------
 
@@ -210,11 +212,11 @@ class MetricPublisher:
         due = [entry for entry in due if entry.id not in self._in_flight]
         gate = asyncio.Semaphore(_FLUSH_CONCURRENCY)
 
-        async def one(event: Event) -> PublishReport:
+        async def one(event: Event, relays: tuple[str, ...]) -> PublishReport:
             async with gate:
-                return await self._attempt(event, True, None)
+                return await self._attempt(event, True, None, relays)
 
-        return list(await asyncio.gather(*(one(entry.event) for entry in due)))
+        return list(await asyncio.gather(*(one(entry.event, entry.relays) for entry in due)))
 
     async def run(self, stop: asyncio.Event, *, idle: float = 30.0) -> None:
         """Re-send due entries until ``stop`` is set: at start (entries left by an earlier
@@ -236,23 +238,31 @@ class MetricPublisher:
 
     # -- one attempt ----------------------------------------------------------------------
 
-    async def _attempt(self, event: Event, stored: bool, problem: str | None) -> PublishReport:
+    async def _attempt(
+        self, event: Event, stored: bool, problem: str | None, relays: tuple[str, ...] = ()
+    ) -> PublishReport:
         if event.id in self._in_flight:
             # Another attempt is on the wire; it will record the outcome.
             return PublishReport(event, stored, False, error="already being sent")
         self._in_flight.add(event.id)
         try:
-            verdicts, send_problem = await self._send(event)
+            verdicts, send_problem = await self._send(event, relays)
             report = self._settle(event, stored, verdicts, problem or send_problem)
         finally:
             self._in_flight.discard(event.id)
         self._report(report)
         return report
 
-    async def _send(self, event: Event) -> tuple[dict[str, Verdict], str | None]:
+    async def _send(
+        self, event: Event, relays: tuple[str, ...] = ()
+    ) -> tuple[dict[str, Verdict], str | None]:
         try:
             async with asyncio.timeout(self.timeout + _GRACE):
-                pool = self._pool_factory()
+                pool: PublishingPool = (
+                    RelayPool(relays, secret=self._agent_secret, timeout=self.timeout)
+                    if relays
+                    else self._pool_factory()
+                )
                 result = await pool.publish(event, min_ok=self.min_ok, timeout=self.timeout)
         except TimeoutError:
             return {}, f"no answer within {self.timeout + _GRACE:g} s"

@@ -30,6 +30,9 @@ PREFIXES: Final = (
 )
 
 _TAG_KEY: Final = re.compile(r"#[A-Za-z]")
+#: NIP-59: gift wraps, and how far back (seconds) their senders may date them.
+GIFT_WRAP_KIND: Final = 1059
+GIFT_WRAP_BACKDATE: Final = 2 * 24 * 60 * 60
 _PLAIN_KEYS: Final = ("ids", "authors", "kinds", "since", "until", "limit")
 
 
@@ -80,7 +83,14 @@ class Filter(msgspec.Struct, frozen=True, omit_defaults=True):
         return wire
 
     def with_since(self, since: int) -> Filter:
-        """A copy whose ``since`` is at least ``since`` (used to re-open a live subscription)."""
+        """A copy whose ``since`` is at least ``since`` (used to re-open a live subscription).
+
+        Gift wraps (kind 1059) are dated up to two days before they were sent (NIP-59): for a
+        filter that asks for them, ``since`` moves only to two days before ``since``, so that a
+        wrap sent after the last event seen is still found.
+        """
+        if self.kinds is not None and GIFT_WRAP_KIND in self.kinds:
+            since = max(0, since - GIFT_WRAP_BACKDATE)
         current = self.since if self.since is not None else since
         return msgspec.structs.replace(self, since=max(current, since))
 

@@ -1,0 +1,177 @@
+"""``buzz messages dm`` and ``buzz messages inbox``: NIP-17 private messages.
+
+``dm`` sends a kind 14 message sealed and gift-wrapped to the receiver (at their kind 10050 DM
+relays when they published some, else at the write relays) plus a copy to the sender.
+``inbox`` lists the private messages addressed to the configured key, each opened and checked
+(seal signature, rumor author = seal signer); refused wraps are counted by reason, never shown.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from nostr_buzz.cli.common import (
+    DEFAULT_TIMEOUT,
+    ConfigOption,
+    JsonOption,
+    KeyOption,
+    RelayOption,
+    TimeoutOption,
+    progress,
+    run,
+    sources,
+)
+from nostr_buzz.cli.messages import FormatOption, _check_format, _one_line, _warn_list_problems
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.errors import InvalidKey
+from nostr_buzz.io.private import MAX_QUERY_LIMIT, Delivery, Inbox, dm_relays_of, read_inbox
+from nostr_buzz.io.private import send_private as _send_private
+from nostr_buzz.keys import PublicKey
+from nostr_buzz.nips import nip17
+
+
+def _read_text(text: str) -> str:
+    if text != "-":
+        return text
+    try:
+        data = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise CliFailure(ExitCode.BAD_INPUT, "standard input is not UTF-8 text") from None
+    # `echo hi | buzz messages dm --to … -` sends "hi", not "hi\n".
+    return data[:-1] if data.endswith("\n") else data
+
+
+def _parse_to(value: str) -> str:
+    try:
+        return PublicKey.from_str(value.strip()).hex
+    except InvalidKey as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"--to: {exc}") from None
+
+
+def _failures(delivery: Delivery) -> dict[str, str]:
+    return {
+        url: _one_line(v.message or v.prefix or "refused", 200)
+        for url, v in delivery.result.verdicts.items()
+        if not v.ok
+    }
+
+
+def dm_command(
+    to: Annotated[str, typer.Option("--to", help="The receiver's public key (npub1… or 64-hex).")],
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="The message text; - reads it from standard input.", show_default=False
+        ),
+    ],
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Send a NIP-17 private message: only the receiver (and you) can read it.
+
+    It goes to the receiver's DM relays (kind 10050) when they published some, else to your
+    write relays; a copy wrapped to you goes to your own DM relays, else your write relays.
+    Prints the message id (the kind 14 rumor's id).
+    """
+    receiver = _parse_to(to)
+    body_text = _read_text(text)
+    if not body_text.strip():
+        raise CliFailure(ExitCode.BAD_INPUT, "the message text is empty")
+    cfg = sources(config)
+    secret = cfg.require_secret_key(key)
+    write_relays = cfg.require_relays(relay or (), direction="write")
+    read_relays = cfg.relays(relay or (), direction="read") or write_relays
+    me = secret.public_key.hex
+
+    async def body() -> tuple[str, list[Delivery]]:
+        progress(f"looking up DM relays on {len(read_relays)} relay(s)…")
+        known = await dm_relays_of([receiver, me], read_relays, secret=secret, timeout=timeout)
+        # The clock is read here, at the edge; the library itself never reads one.
+        now = int(time.time())
+        rumor = nip17.message(me, [receiver], body_text, created_at=now)
+        progress(f"sending {rumor.id}…")
+        deliveries = await _send_private(
+            secret, rumor, write_relays=write_relays, dm_relays=known, now=now, timeout=timeout
+        )
+        return rumor.id, deliveries
+
+    message_id, deliveries = run(body())
+    to_them = [d for d in deliveries if d.addressee != me]
+    copy = next(d for d in deliveries if d.addressee == me)
+    if not all(d.result.ok for d in to_them):
+        lines = [f"{url}: {why}" for d in to_them for url, why in _failures(d).items()]
+        raise CliFailure(
+            ExitCode.NETWORK,
+            f"no relay accepted the message {message_id}:\n  " + "\n  ".join(lines),
+        )
+    for d in deliveries:
+        for url, why in _failures(d).items():
+            note(f"buzz: warning: not stored on {_one_line(url, 200)}: {why}")
+    if not copy.result.ok:
+        note("buzz: warning: your own copy was stored nowhere (buzz messages inbox won't show it)")
+    if json_output:
+        payload = {
+            "id": message_id,
+            "to": receiver,
+            "accepted": to_them[0].result.accepted,
+            "dmRelays": to_them[0].to_dm_relays,
+            "copyAccepted": copy.result.accepted,
+        }
+        write_stdout(json.dumps(payload, ensure_ascii=False) + "\n")
+    else:
+        write_stdout(message_id + "\n")
+
+
+def _render(inbox: Inbox, fmt: str, me: str) -> str:
+    if fmt == "json":
+        return "".join(o.rumor.to_json() + "\n" for o in inbox.messages)
+    lines = []
+    for o in inbox.messages:
+        when = datetime.fromtimestamp(o.rumor.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        who = "me" if o.sender == me else o.sender[:12]
+        lines.append(f"{when}  {o.rumor.id[:12]}  {who:<12}  {_one_line(o.rumor.content, 80)}\n")
+    return "".join(lines)
+
+
+def inbox_command(
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", min=1, max=MAX_QUERY_LIMIT, help="How many gift wraps to ask each relay for."
+        ),
+    ] = 100,
+    output_format: FormatOption = "table",
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Private messages (NIP-17) addressed to your key, opened and checked, oldest first.
+
+    Read from your read relays and the DM relays you published there.  json prints each
+    message (the kind 14 rumor, whose author the seal's signature proved) on one line.
+    """
+    fmt = _check_format(output_format)
+    cfg = sources(config)
+    secret = cfg.require_secret_key(key)
+    relays = cfg.require_relays(relay or (), direction="read")
+
+    async def body() -> Inbox:
+        progress(f"asking {len(relays)} relay(s) for gift wraps…")
+        return await read_inbox(secret, relays, timeout=timeout, limit=limit)
+
+    inbox = run(body())
+    _warn_list_problems(inbox.query)
+    if inbox.refused:
+        reasons = ", ".join(f"{n} {why}" for why, n in sorted(inbox.refused.items()))
+        note(f"buzz: warning: gift wraps refused: {reasons}")
+    write_stdout(_render(inbox, fmt, secret.public_key.hex))

@@ -1,0 +1,184 @@
+"""NIP-17 private messages over relays: DM relay lists, sending wraps, reading an inbox.
+
+A private message is wrapped once per receiver and once for the sender's own copy; each wrap
+goes to the DM relays (kind 10050) its addressee published, else to the sender's write relays.
+Reading opens every gift wrap addressed to a key and checks every layer
+(:func:`~nostr_buzz.nips.nip59.open_gift_wrap`); what fails is counted by reason, never shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from nostr_buzz.errors import Nip17Error, Nip59Error
+from nostr_buzz.event import Event
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip17, nip59
+from nostr_buzz.nips.nip59 import Opened, PrivateEvent, Randomness, Rumor
+
+from .pool import PoolQueryResult, PublishResult, RelayPool
+
+#: Relays serve at most this many events per query (LocalRelay measured at 500).
+MAX_QUERY_LIMIT: Final = 500
+#: Wraps are dated up to two days back: a search for messages sent since T starts here before T.
+LOOKBACK: Final = nip59.MAX_BACKDATE
+
+
+async def dm_relays_of(
+    pubkeys: Iterable[str],
+    relays: Sequence[str],
+    *,
+    secret: SecretKey | None,
+    timeout: float,
+) -> dict[str, tuple[str, ...]]:
+    """Each person's newest kind 10050 relay list found on ``relays`` (people without one, or
+    whose list names no usable relay, are left out)."""
+    people = list(dict.fromkeys(pubkeys))
+    if not people or not relays:
+        return {}
+    pool = RelayPool(relays, secret=secret, timeout=timeout)
+    result = await pool.query({"kinds": [nip17.DM_RELAYS_KIND], "authors": people}, timeout=timeout)
+    newest: dict[str, Event] = {}
+    for event in result.events:
+        if event.kind != nip17.DM_RELAYS_KIND or event.pubkey not in people:
+            continue
+        held = newest.get(event.pubkey)
+        # A replaceable event: the newest wins, the lower id on a tie (NIP-01).
+        if held is None or (event.created_at, held.id) > (held.created_at, event.id):
+            newest[event.pubkey] = event
+    out: dict[str, tuple[str, ...]] = {}
+    for pubkey, event in newest.items():
+        urls = nip17.dm_relays(event)
+        if urls:
+            out[pubkey] = urls
+    return out
+
+
+@dataclass
+class Delivery:
+    """Where one wrap of a private message went, and what the relays said."""
+
+    addressee: str
+    wrap: Event
+    relays: tuple[str, ...]
+    to_dm_relays: bool
+    result: PublishResult
+
+
+async def send_private(
+    secret: SecretKey,
+    rumor: Rumor,
+    *,
+    write_relays: Sequence[str],
+    dm_relays: dict[str, tuple[str, ...]],
+    now: int,
+    timeout: float,
+    randbelow: Randomness | None = None,
+) -> list[Delivery]:
+    """Wrap ``rumor`` for each receiver and for the sender, and publish every wrap to its
+    addressee's DM relays when known, else to ``write_relays`` (concurrently)."""
+    if randbelow is None:
+        wraps = nip17.wrap_for_room(secret, rumor, now=now)
+    else:
+        wraps = nip17.wrap_for_room(secret, rumor, now=now, randbelow=randbelow)
+    plans: list[tuple[str, Event, tuple[str, ...], bool]] = []
+    for addressee, wrap in wraps:
+        known = dm_relays.get(addressee)
+        targets = known if known else tuple(write_relays)
+        if not targets:
+            raise Nip17Error("no relay to send the private message to")
+        plans.append((addressee, wrap, targets, bool(known)))
+
+    async def one(targets: tuple[str, ...], wrap: Event) -> PublishResult:
+        return await RelayPool(targets, secret=secret, timeout=timeout).publish(wrap)
+
+    results = await asyncio.gather(*(one(targets, wrap) for _, wrap, targets, _ in plans))
+    return [
+        Delivery(addressee, wrap, targets, known, result)
+        for (addressee, wrap, targets, known), result in zip(plans, results, strict=True)
+    ]
+
+
+@dataclass
+class Inbox:
+    """Opened private messages (oldest first, one per rumor id) and what was refused."""
+
+    messages: list[Opened] = field(default_factory=list)
+    refused: Counter[str] = field(default_factory=Counter)
+    query: PoolQueryResult = field(default_factory=PoolQueryResult)
+
+
+def open_all(secret: SecretKey, wraps: Iterable[Event], kinds: Iterable[int] = (14,)) -> Inbox:
+    """Open every wrap; keep the rumors of ``kinds``, one per rumor id (a message and the
+    sender's own copy are one message), oldest first.  Refusals are counted by reason."""
+    wanted = set(kinds)
+    inbox = Inbox()
+    seen: set[str] = set()
+    for wrap in wraps:
+        try:
+            opened = nip59.open_gift_wrap(secret, wrap)
+        except Nip59Error as exc:
+            inbox.refused[exc.reason] += 1
+            continue
+        if opened.rumor.kind not in wanted:
+            inbox.refused[f"kind {opened.rumor.kind} not read"] += 1
+            continue
+        if opened.rumor.id in seen:
+            continue
+        seen.add(opened.rumor.id)
+        inbox.messages.append(opened)
+    inbox.messages.sort(key=lambda o: (o.rumor.created_at, o.rumor.id))
+    return inbox
+
+
+async def read_inbox(
+    secret: SecretKey,
+    relays: Sequence[str],
+    *,
+    timeout: float,
+    since: int | None = None,
+    limit: int = MAX_QUERY_LIMIT,
+) -> Inbox:
+    """The private messages addressed to ``secret``'s key on ``relays`` and on the DM relays
+    the key has published there.  ``since`` is when the messages were sent: wraps are searched
+    from two days earlier, then the rumors older than ``since`` are dropped."""
+    me = secret.public_key.hex
+    own = await dm_relays_of([me], relays, secret=secret, timeout=timeout)
+    urls = list(dict.fromkeys([*relays, *own.get(me, ())]))
+    flt: dict[str, object] = {"kinds": [nip59.GIFT_WRAP_KIND], "#p": [me], "limit": limit}
+    if since is not None:
+        flt["since"] = max(0, since - LOOKBACK)
+    result = await RelayPool(urls, secret=secret, timeout=timeout).query(flt, timeout=timeout)
+    inbox = open_all(secret, result.events)
+    if since is not None:
+        inbox.messages = [o for o in inbox.messages if o.rumor.created_at >= since]
+    inbox.query = result
+    return inbox
+
+
+def in_conversation(opened: Opened, me: str, peer: str) -> bool:
+    """True for a message of the two-person room of ``me`` and ``peer`` (either way)."""
+    return nip17.room(opened.rumor) == frozenset((me, peer)) and opened.sender in (me, peer)
+
+
+async def conversation(
+    secret: SecretKey,
+    relays: Sequence[str],
+    peer: str,
+    *,
+    limit: int,
+    timeout: float,
+) -> tuple[list[PrivateEvent], bool]:
+    """The newest ``limit`` private messages between ``secret``'s key and ``peer``, oldest
+    first, from the wraps addressed to the key (its own copies included), and whether older
+    ones were left out.  Wraps are dated at random, so more of them are asked for than kept."""
+    me = secret.public_key.hex
+    flt = {"kinds": [nip59.GIFT_WRAP_KIND], "#p": [me], "limit": MAX_QUERY_LIMIT}
+    result = await RelayPool(relays, secret=secret, timeout=timeout).query(flt, timeout=timeout)
+    inbox = open_all(secret, result.events)
+    mine = [o for o in inbox.messages if in_conversation(o, me, peer)]
+    return [o.as_event() for o in mine[-limit:]], len(mine) > limit
