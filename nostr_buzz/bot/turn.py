@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from nostr_buzz.nips.nip_am import MetricPayload
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
+from .intake import in_flight_action
 from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
 from .state import BotStore
 from .supervisor import AgentSupervisor, Session, secret_values
@@ -52,6 +54,9 @@ from .supervisor import AgentSupervisor, Session, secret_values
 __all__ = ["CancelWhy", "Phase", "Turn", "TurnRunner"]
 
 log = logging.getLogger(__name__)
+
+#: The worker re-checks the queue at least this often (backoffs end without a wake-up).
+_POLL: Final = 0.5
 
 #: A turn the agent started on its own is over once it has been quiet this long (seconds),
 #: or given up when nothing at all came for ``FOLLOW_SILENCE``.
@@ -182,6 +187,48 @@ class TurnRunner:
         self._secrets = secret_values(config)
         #: The running turn of each queue channel.
         self.running: dict[str, Turn] = {}
+        #: When intake last queued an event (monotonic): the worker waits for a quiet moment.
+        self.last_push = 0.0
+
+    # -- the worker -----------------------------------------------------------------------
+
+    async def work(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
+        """Flush batches and run each as a turn until ``stop``; ``wake`` says the queue
+        changed (backoffs end without one: the queue is looked at every ``_POLL`` s)."""
+        while not stop.is_set():
+            quiet_for = time.monotonic() - self.last_push
+            if quiet_for < self.config.coalesce_window:
+                # A burst may still be arriving: a deliberate debounce, bounded by the window.
+                await asyncio.sleep(self.config.coalesce_window - quiet_for)
+                continue
+            batch = self.queue.flush_next(self._clock())
+            if batch is None:
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_POLL):
+                        await wake.wait()
+                continue
+            self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
+
+    async def react(self, channel: str, event: Event, prompt_tag: str) -> None:
+        """An admitted event for ``channel`` whose turn is running: steer it, interrupt it, or
+        (most often) let the event wait for a turn of its own (:func:`.intake.in_flight_action`)."""
+        turn = self.running.get(channel)
+        if turn is None or not self.queue.in_flight(channel):
+            return
+        newest = turn.batch.events[-1].event
+        action = in_flight_action(self.config.in_flight, newest, event)
+        if action == "steer":
+            self._spawn(self.steer(turn, event, prompt_tag), "buzz-steer")
+        elif action == "interrupt":
+            await self.cancel(turn, "interrupt")
+
+    async def cancel_for_owner(self, channel: str) -> None:
+        """The owner's ``!cancel``: the running turn of its channel, else every running turn."""
+        running = self.running
+        targets = [running[channel]] if channel in running else list(running.values())
+        for turn in targets:
+            await self.cancel(turn, "owner")
 
     # -- one turn -------------------------------------------------------------------------
 
