@@ -176,3 +176,17 @@ def test_only_the_running_batchs_own_authority_steers_or_interrupts() -> None:
     for policy in ("steer", "interrupt", "queue"):
         assert in_flight_action(policy, task, other_person) == "queue"  # type: ignore[arg-type]
         assert in_flight_action(policy, task, other_thread) == "queue"  # type: ignore[arg-type]
+
+
+def test_the_queue_can_forget_a_delivered_id_so_it_is_queued_again() -> None:
+    q = DispatchQueue()
+    task, steer = msg(OWNER, "task"), msg(OWNER, "more", at=1001)
+    q.push(task, now=1.0)
+    batch = q.flush_next(2.0)
+    assert batch is not None
+    q.push(steer, now=3.0)
+    assert q.steer_result(steer.id, "injected", 4.0) is not None
+    assert q.push(steer, now=5.0).duplicate  # delivered into the running turn
+    assert q.forget(steer.id) and not q.forget(steer.id)
+    assert q.push(steer, now=6.0).accepted
+    assert not q.is_remembered(steer.id) and q.pending("eng") == 1

@@ -33,7 +33,7 @@ from typing import Any, Final, Literal
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.queue import Batch, DispatchQueue
+from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event
@@ -104,7 +104,7 @@ class Turn:
     session: Session | None = None
     phase: Phase = Phase.PREPARING
     cancel_reason: CancelWhy | None = None
-    steered: list[str] = field(default_factory=list)  # ids injected into this turn
+    steered: list[QueuedEvent] = field(default_factory=list)  # injected into this turn
     #: Steers the agent answered ``startedNewTurn``: each is a turn of its own.
     followups: list[Followup] = field(default_factory=list)
     steering: bool = False  # a steer is on the wire
@@ -254,7 +254,7 @@ class TurnRunner:
         except Exception as exc:  # resolution, session or compile trouble: retry the batch
             log.warning("turn in %s failed: %s", batch.channel, exc)
             self._report_failure(turn, f"{type(exc).__name__}: {exc}", None)
-            self._commit(turn, lambda: self._fail(batch))
+            self._commit(turn, lambda: self._fail(turn))
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
         finally:
@@ -433,24 +433,33 @@ class TurnRunner:
             session.delivered.update(q.event.id for q in batch.events)
             session.delivered.update(q.event.id for q in batch.cancelled_events)
             session.delivered.update(history)
-            session.delivered.update(turn.steered)
+            session.delivered.update(q.event.id for q in turn.steered)
             return []
         if result.outcome == "cancelled":
             return self._settle_cancelled(turn)
-        return self._fail(batch)
+        return self._fail(turn)
 
     def _settle_cancelled(self, turn: Turn) -> list[Event]:
         reason = turn.cancel_reason
         if reason == "interrupt" or reason == "steer":
             self.queue.requeue_cancelled(turn.batch, reason)
+            self._readmit_steers(turn)
         else:  # the owner's !cancel, or the agent cancelled on its own: dropped, not retried
             self.queue.complete(turn.batch)
         return []
 
-    def _fail(self, batch: Batch) -> list[Event]:
+    def _readmit_steers(self, turn: Turn) -> None:
+        """The steers injected into a turn that did not complete were not answered: they are
+        queued again (their rows never left the state database)."""
+        for steer in turn.steered:
+            if self.queue.forget(steer.event.id):
+                self.queue.push(steer.event, steer.prompt_tag, now=steer.received_at)
+
+    def _fail(self, turn: Turn) -> list[Event]:
         """Back to the queue with backoff; a dead letter gets one short notice in its thread
         (stored with the settlement, sent after it)."""
-        dead = self.queue.fail(batch, self._clock())
+        dead = self.queue.fail(turn.batch, self._clock())
+        self._readmit_steers(turn)
         if dead is None:
             return []
         self.diagnostics.emit(
@@ -498,8 +507,8 @@ class TurnRunner:
         now = self._clock()
         if outcome == "injected":
             turn.ledger.accept_update(steer.manifest)  # before acknowledging (spec 06)
-            turn.steered.append(event.id)
-            self._steer_result(event.id, "injected", now)
+            taken = self._steer_result(event.id, "injected", now)
+            turn.steered += [taken] if taken is not None else []
             self.diagnostics.prompt_context_steer("injected", turn.ledger.snapshot(), **ids)
         elif outcome == "started_new_turn":
             # A turn of its own: answered and metered after this one's prompt returns, and
@@ -514,6 +523,8 @@ class TurnRunner:
         # Nothing is written here: an injected steer's row stays until the turn's outcome
         # (and the reply that answers it) commits, so a crash before that runs it again.
 
-    def _steer_result(self, event_id: str, outcome: str, now: float) -> None:
-        with contextlib.suppress(QueueError):
-            self.queue.steer_result(event_id, outcome, now)
+    def _steer_result(self, event_id: str, outcome: str, now: float) -> QueuedEvent | None:
+        try:
+            return self.queue.steer_result(event_id, outcome, now)
+        except QueueError:
+            return None
