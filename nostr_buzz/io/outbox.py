@@ -252,13 +252,15 @@ class Outbox:
         listed = list(verdicts.values() if isinstance(verdicts, Mapping) else verdicts)
         u = (rng or self._rng)()
         try:
-            self._db.execute("BEGIN IMMEDIATE")
+            # A savepoint, not BEGIN: on a connection shared with an open transaction it
+            # nests inside it (and commits with it) instead of failing.
+            self._db.execute("SAVEPOINT outbox_attempt")
             try:
                 row = self._db.execute(
                     "SELECT attempts, accepted_by FROM outbox WHERE id = ?", (event_id,)
                 ).fetchone()
                 if row is None:
-                    self._db.execute("COMMIT")
+                    self._db.execute("RELEASE outbox_attempt")
                     return None
                 attempts = int(row[0]) + 1
                 accepted = list(
@@ -275,9 +277,10 @@ class Outbox:
                         event_id,
                     ),
                 )
-                self._db.execute("COMMIT")
+                self._db.execute("RELEASE outbox_attempt")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("ROLLBACK TO outbox_attempt")
+                self._db.execute("RELEASE outbox_attempt")
                 raise
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
