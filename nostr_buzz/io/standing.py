@@ -47,12 +47,13 @@ class StandingFetch:
     problems: tuple[str, ...] = field(default_factory=tuple)
 
     def apply(self, standing: Standing) -> Standing:
-        """``standing`` (base, persona, team instructions from files) with these sections."""
+        """``standing`` (base, persona, team instructions from files) with these sections;
+        a section the relays did not give keeps the configured value, if any."""
         return msgspec.structs.replace(
             standing,
-            core_memory=self.core_memory,
-            channel_canvas=self.channel_canvas,
-            huddle_instructions=self.huddle_instructions,
+            core_memory=_first(self.core_memory, standing.core_memory),
+            channel_canvas=_first(self.channel_canvas, standing.channel_canvas),
+            huddle_instructions=_first(self.huddle_instructions, standing.huddle_instructions),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -63,6 +64,10 @@ class StandingFetch:
             "huddleInstructions": self.huddle_instructions is not None,
             "problems": list(self.problems),
         }
+
+
+def _first(fetched: str | None, configured: str | None) -> str | None:
+    return fetched if fetched is not None else configured
 
 
 def _every_relay_answered(result: PoolQueryResult) -> bool:
