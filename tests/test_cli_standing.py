@@ -157,3 +157,16 @@ def test_unreachable_relay_is_a_network_failure(capsys: pytest.CaptureFixture[st
     assert (code, out) == (2, "")
     assert "no relay answered" in err
     assert AGENT.hex not in err
+
+
+def test_canvas_get_trusts_the_configured_keys(
+    capsys: pytest.CaptureFixture[str], relay: str, bg: BackgroundLoop, tmp_path: Path
+) -> None:
+    publish(bg, relay, docs.build_canvas_event(STRANGER, "eng", "theirs", created_at=1_700_000_000))
+    config = tmp_path / "buzz.toml"
+    config.write_text(
+        f'relays = ["{relay}"]\n[gate]\ntrusted = ["{STRANGER.public_key.hex}"]\n',
+        encoding="utf-8",
+    )
+    code, out, err = buzz(capsys, "canvas", "get", "--channel", "eng", "--config", str(config))
+    assert (code, out) == (0, "theirs\n"), err

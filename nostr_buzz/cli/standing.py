@@ -61,7 +61,7 @@ AuthorOption = Annotated[
     typer.Option(
         "--author",
         help="Also trust canvases signed by this public key (hex or npub); repeatable. "
-        "The owner and your own key are always trusted.",
+        "The owner, your own key and [gate] trusted keys are always trusted.",
         show_default=False,
     ),
 ]
@@ -190,7 +190,7 @@ def canvas_get(
     config: ConfigOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Print the newest canvas of CHANNEL signed by a trusted key (owner, you, --author)."""
+    """Print the newest canvas of CHANNEL by a trusted key (owner, you, trusted, --author)."""
     from nostr_buzz.keys import PublicKey
     from nostr_buzz.nips import standing
 
@@ -198,7 +198,8 @@ def canvas_get(
     cfg = sources(config)
     relays = cfg.require_relays(relay or (), direction="read")
     secret = cfg.secret_key(key)
-    trusted = {PublicKey.from_str(a.strip()).hex for a in author or ()}
+    given = [*(author or ()), *cfg.file.gate.trusted]
+    trusted = {PublicKey.from_str(a.strip()).hex for a in given}
     owner = cfg.owner()
     if owner is not None:
         trusted.add(owner.hex)
