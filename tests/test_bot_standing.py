@@ -7,18 +7,12 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 
-from relays import free_port
+from relays import announcing_relay, free_port
 from test_bot import WAIT, Recorder, World
 from test_bot import world as world  # the fixture: a relay and fresh keys
-from websockets.asyncio.client import connect
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.http11 import Request, Response
 
 from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.core.manifest import content_hash
@@ -268,39 +262,6 @@ async def test_private_conversation_gets_no_channel_context(world: World) -> Non
     [session] = recorded(world)
     assert session.system is None or "<channel-canvas>" not in session.system
     assert rec.of("standing_context_frozen") == []
-
-
-@asynccontextmanager
-async def announcing_relay(upstream: str, key: str) -> AsyncIterator[str]:
-    """A relay front that announces ``key`` in its NIP-11 document and forwards WebSocket
-    traffic to the real relay at ``upstream``."""
-
-    def nip11(connection: ServerConnection, request: Request) -> Response | None:
-        if "application/nostr+json" not in request.headers.get("Accept", ""):
-            return None
-        response = connection.respond(HTTPStatus.OK, json.dumps({"pubkey": key}))
-        response.headers["Content-Type"] = "application/nostr+json"
-        return response
-
-    async def forward(client: ServerConnection) -> None:
-        async with connect(upstream) as relay:
-
-            async def pump(source: Any, sink: Any) -> None:
-                async for frame in source:
-                    await sink.send(frame)
-
-            tasks = [
-                asyncio.create_task(pump(client, relay)),
-                asyncio.create_task(pump(relay, client)),
-            ]
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async with serve(forward, "127.0.0.1", 0, process_request=nip11) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        yield f"ws://127.0.0.1:{port}"
 
 
 async def test_a_canvas_signed_by_the_relays_announced_key_is_trusted(world: World) -> None:

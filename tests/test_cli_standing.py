@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from relays import start_relay
+from relays import announcing_relay, start_relay
 from test_cli_messages import BackgroundLoop, buzz, dead_url, publish
 from test_cli_messages import bg as bg  # the module-scoped loop fixture, shared
 
@@ -170,3 +170,15 @@ def test_canvas_get_trusts_the_configured_keys(
     )
     code, out, err = buzz(capsys, "canvas", "get", "--channel", "eng", "--config", str(config))
     assert (code, out) == (0, "theirs\n"), err
+
+
+def test_canvas_get_trusts_the_relays_own_key(
+    capsys: pytest.CaptureFixture[str], relay: str, bg: BackgroundLoop
+) -> None:
+    relay_key = SecretKey.from_str("0d" * 32)
+    publish(bg, relay, docs.build_canvas_event(relay_key, "eng", "by the relay", created_at=1))
+    front = bg.enter(announcing_relay(relay, relay_key.public_key.hex))
+    code, out, err = buzz(capsys, "canvas", "get", "--channel", "eng", "--relay", front)
+    assert (code, out) == (0, "by the relay\n"), err
+    code, out, _ = buzz(capsys, "canvas", "get", "--channel", "eng", "--relay", relay)
+    assert code == 1  # the same relay without its NIP-11 document: nobody to trust

@@ -40,7 +40,8 @@ async def test_everything_found() -> None:
         got = await fetch_standing(pool, AGENT, channel="eng", trusted=TRUSTED)
     assert got.canvas_revision == canvas.id
     assert got.channel_canvas == docs.canvas_body(canvas, "eng")
-    assert (got.core_memory, got.memory_state) == ("I help Morgan.", "found")
+    section = "<core-memory>\nI help Morgan.\n</core-memory>"
+    assert (got.core_memory, got.memory_state) == (section, "found")
     assert got.huddle_instructions == "Be brief."
     applied = got.apply(Standing(system="persona"))
     assert applied.system == "persona" and applied.huddle_instructions == "Be brief."
@@ -51,7 +52,8 @@ async def test_no_memory_on_any_relay_gives_the_nudge() -> None:
     async with local_relay() as a, local_relay() as b:
         pool = RelayPool([a.url, b.url], secret=AGENT, timeout=5)
         got = await fetch_standing(pool, AGENT, channel="eng", trusted=TRUSTED)
-    assert (got.core_memory, got.memory_state) == (docs.CORE_MEMORY_NUDGE, "none")
+    nudge = docs.core_memory_section(docs.CORE_MEMORY_NUDGE)
+    assert (got.core_memory, got.memory_state) == (nudge, "none")
     assert got.channel_canvas is None and got.huddle_instructions is None
 
 
@@ -70,7 +72,7 @@ async def test_one_relay_down_but_memory_found_elsewhere() -> None:
         dead = f"ws://127.0.0.1:{free_port()}"
         pool = RelayPool([dead, up.url], secret=AGENT, timeout=5)
         got = await fetch_standing(pool, AGENT, channel=None, trusted=TRUSTED)
-    assert (got.core_memory, got.memory_state) == ("notes", "found")
+    assert (got.core_memory, got.memory_state) == ("<core-memory>\nnotes\n</core-memory>", "found")
 
 
 async def test_silent_relay_is_bounded_and_omitted() -> None:

@@ -190,7 +190,11 @@ def canvas_get(
     config: ConfigOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Print the newest canvas of CHANNEL by a trusted key (owner, you, trusted, --author)."""
+    """Print the newest canvas of CHANNEL by a trusted key: the owner, you, [gate] trusted
+    keys, a relay's own (NIP-11) key, --author."""
+    from nostr_buzz.io.pool import RelayPool
+    from nostr_buzz.io.relay_info import relay_pubkeys
+    from nostr_buzz.io.standing import STANDING_TIMEOUT
     from nostr_buzz.keys import PublicKey
     from nostr_buzz.nips import standing
 
@@ -205,12 +209,19 @@ def canvas_get(
         trusted.add(owner.hex)
     if secret is not None:
         trusted.add(secret.public_key.hex)
-    if not trusted:
-        raise CliFailure(
-            ExitCode.BAD_INPUT,
-            "no trusted author: configure an owner or a key, or give --author",
-        )
-    result = _query([standing.canvas_filter(channel, trusted)], relays, secret, timeout)
+
+    async def body() -> PoolQueryResult:
+        trusted.update(await relay_pubkeys(relays, timeout=min(timeout, STANDING_TIMEOUT)))
+        if not trusted:
+            raise CliFailure(
+                ExitCode.BAD_INPUT,
+                "no trusted author: configure an owner or a key, or give --author",
+            )
+        progress(f"asking {len(relays)} relay(s)…")
+        pool = RelayPool(relays, secret=secret, timeout=timeout)
+        return await pool.query([standing.canvas_filter(channel, trusted)], timeout=timeout)
+
+    result = run(body())
     chosen = standing.select_canvas(result.events, channel, trusted)
     if chosen is None:
         raise _not_found(result, f"no canvas for channel {channel}")

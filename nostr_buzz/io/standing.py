@@ -39,7 +39,7 @@ MemoryState = Literal["found", "none", "unavailable"]
 class StandingFetch:
     """What the relays gave for one session start (already in the compiler's input form)."""
 
-    core_memory: str | None = None
+    core_memory: str | None = None  # the rendered <core-memory> section
     memory_state: MemoryState = "unavailable"
     channel_canvas: str | None = None
     canvas_revision: str | None = None
@@ -95,11 +95,11 @@ def _core_memory(
             problems.append(f"core memory {event.id}: {exc}")
             continue
         if not is_blank(text):
-            return text, "found"
+            return docs.core_memory_section(text), "found"
         candidates = []  # the newest memory was emptied on purpose: the same as none
         break
     if not candidates and _every_relay_answered(result):
-        return docs.CORE_MEMORY_NUDGE, "none"
+        return docs.core_memory_section(docs.CORE_MEMORY_NUDGE), "none"
     return None, "unavailable"
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any, Final
 
+from nostr_buzz.core.escape import escape_text
 from nostr_buzz.core.text import is_blank, trim
 from nostr_buzz.errors import InvalidEvent, InvalidKey, Nip44Error, StandingError
 from nostr_buzz.event import Event, sign_event
@@ -43,6 +44,7 @@ __all__ = [
     "canvas_body",
     "canvas_filter",
     "core_memory_filter",
+    "core_memory_section",
     "huddle_guidelines_filter",
     "huddle_instructions",
     "newest_first",
@@ -266,6 +268,12 @@ def _channel_filter(kind: int, channel: str, authors: Collection[str]) -> dict[s
         "authors": sorted(authors),
         "limit": QUERY_LIMIT,
     }
+
+
+def core_memory_section(text: str) -> str:
+    """The ``<core-memory>`` section of a decrypted memory (or the nudge), rendered and
+    escaped here, so that no memory text can pass for an already rendered section."""
+    return f"<core-memory>\n{escape_text(trim(text))}\n</core-memory>"
 
 
 def canvas_filter(channel: str, authors: Collection[str]) -> dict[str, Any]:
