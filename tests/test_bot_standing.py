@@ -256,7 +256,8 @@ async def test_owner_huddle_guidelines_join_layer_two_a_strangers_never(world: W
 async def test_private_conversation_gets_no_channel_context(world: World) -> None:
     await world.publish(docs.build_canvas_event(world.owner, "eng", "# Plan", created_at=at()))
     rec = Recorder()
-    async with BuzzPlugin(world.config(*record_flags(world)), on_diagnostic=rec) as plugin:
+    config = world.config(*record_flags(world), plaintext_dm=True)  # a direct conversation
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
         assert await plugin.handle_event(world.message(world.owner, "psst", channel=None))
         await rec.kind("turn_completed")
     [session] = recorded(world)
