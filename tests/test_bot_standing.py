@@ -19,6 +19,7 @@ from nostr_buzz.core.manifest import content_hash
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip17
 from nostr_buzz.nips import standing as docs
 
 
@@ -277,3 +278,26 @@ async def test_a_canvas_signed_by_the_relays_announced_key_is_trusted(world: Wor
     [session] = recorded(world)
     assert session.system is not None and canvas_section(canvas) in session.system
     assert rec.of("standing_context_frozen")[0].payload["canvasRevision"] == canvas.id
+
+
+async def test_private_message_session_gets_no_standing_from_nostr(world: World) -> None:
+    """A NIP-17 private message: its session gets the configured files only, no canvas, no
+    core memory (the memory stays out of conversations with whoever writes privately)."""
+    await world.publish(
+        docs.build_canvas_event(world.owner, "eng", "# Plan", created_at=at()),
+        docs.build_core_memory_event(world.agent, "private notes", created_at=at()),
+    )
+    rec = Recorder()
+    owner, agent = world.owner.public_key.hex, world.agent.public_key.hex
+    async with BuzzPlugin(world.config(*record_flags(world)), on_diagnostic=rec) as plugin:
+        now = int(time.time())
+        message = nip17.message(owner, [agent], "psst", created_at=now)
+        [wrap] = [w for t, w in nip17.wrap_for_room(world.owner, message, now=now) if t == agent]
+        assert await plugin.handle_event(wrap)
+        await rec.kind("turn_completed")
+    [session] = recorded(world)
+    assert session.system is None or (
+        "<channel-canvas>" not in session.system and "private notes" not in session.system
+    )
+    assert rec.of("standing_context_frozen") == []
+    assert "core_memory" not in layers(rec.of("prompt_context_delivery")[0])
