@@ -61,7 +61,7 @@ AuthorOption = Annotated[
     typer.Option(
         "--author",
         help="Also trust canvases signed by this public key (hex or npub); repeatable. "
-        "The owner, your own key and [gate] trusted keys are always trusted.",
+        "The owner, your own key, [gate] trusted keys and a relay's NIP-11 key always are.",
         show_default=False,
     ),
 ]
