@@ -108,7 +108,17 @@ async def start_relay(
     if configure is not None:
         builder = configure(builder)
     relay = builder.build()
-    await relay.run()
+    # A restart on the same port can race the old listener's release: retry a bind that the
+    # kernel still reports in use, for a bounded time.
+    deadline = loop.time() + 5.0
+    while True:
+        try:
+            await relay.run()
+            break
+        except Exception as exc:
+            if "in use" not in str(exc) or loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
     return RunningRelay(relay=relay, url=f"ws://127.0.0.1:{port}", port=port, database=database)
 
 
