@@ -85,6 +85,8 @@ class GateSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     mode: AuthorGate = "owner-only"
     allowlist: tuple[str, ...] = ()  # public keys (hex or npub) admitted by mode = "allowlist"
     agents: tuple[str, ...] = ()  # public keys to treat as agents (spec 01, profiles)
+    # keys trusted like the owner for a channel's canvas and huddle guidelines
+    trusted: tuple[str, ...] = ()
 
 
 class TimeoutsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -201,6 +203,8 @@ def _validate(config: BuzzConfig, where: str) -> None:
         _check_public_key(key, f"{where}: gate.allowlist[{i}]")
     for i, key in enumerate(config.gate.agents):
         _check_public_key(key, f"{where}: gate.agents[{i}]")
+    for i, key in enumerate(config.gate.trusted):
+        _check_public_key(key, f"{where}: gate.trusted[{i}]")
     if config.gate.mode == "allowlist" and not config.gate.allowlist:
         raise ConfigError(f'{where}: gate.mode = "allowlist" needs a non-empty gate.allowlist')
     for i, channel_id in enumerate(config.subscriptions.channels):

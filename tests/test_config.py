@@ -110,6 +110,7 @@ def test_unknown_keys_are_all_named(tmp_path: Path) -> None:
         ('relays = ["https://relay.example"]', "relays"),
         ('write_relays = ["ws://"]', "write_relays"),
         ('[gate]\nmode = "allowlist"', "gate.allowlist"),
+        ('[gate]\ntrusted = ["npub1nope"]', "gate.trusted[0]"),
         ('owner = "not a key"', "owner"),
         (f'secret_key = "{SECRET_HEX}"\nkey_env = "K"', "at most one"),
         ("this is = not toml", "invalid TOML"),

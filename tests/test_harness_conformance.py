@@ -33,6 +33,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip_am import MetricPayload, open_metric_event
+from nostr_buzz.nips.standing import CORE_MEMORY_NUDGE
 
 WAIT = 12.0
 NOTE = (
@@ -965,7 +966,9 @@ async def test_legacy_standing_sections_lead_the_first_prompt_only(world: World)
         await rec.kind("turn_completed", 2)
     first, second = (agent.requests("session/prompt")[i]["params"]["prompt"] for i in (0, 1))
     assert first[0] == {"type": "text", "text": "<team-instructions>\nT\n</team-instructions>"}
-    assert first[1]["text"] == "<buzz-turn>" and second[0]["text"] == "<buzz-turn>"
+    # every relay answered that the agent has no core memory: the nudge is a standing section
+    assert first[1]["text"] == f"<core-memory>\n{CORE_MEMORY_NUDGE}\n</core-memory>"
+    assert first[2]["text"] == "<buzz-turn>" and second[0]["text"] == "<buzz-turn>"
     assert "<workspace>" not in prompt_text(agent, 0)  # the system role only
     deliveries = rec.of("prompt_context_delivery")
     assert [d.payload["standingContextIncluded"] for d in deliveries] == [True, False]

@@ -7,6 +7,8 @@ The package follows the path a turn takes:
   reason), another shard's, or admission to the queue; the position it moves the bot to;
 * :mod:`.state` — the one SQLite database: queue journal, position, remembered ids, outbox;
 * :mod:`.context` — thread/DM history, profiles and channel metadata for the compiler;
+* :mod:`.standing` — the standing context each new session starts with, frozen for its life
+  (configured files, plus a channel's canvas, huddle guidelines and the agent's core memory);
 * :mod:`.turn` — the running turn (phases preparing → live → ended → settled), steering,
   settlement in the queue;
 * :mod:`.supervisor` — the agent process, its sessions, restarts with backoff;

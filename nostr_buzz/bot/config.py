@@ -79,6 +79,8 @@ class PluginConfig:
     gate: AuthorGate = "owner-only"
     allowlist: frozenset[str] = frozenset()
     agents: frozenset[str] = frozenset()
+    #: Keys trusted like the owner for a channel's canvas and huddle guidelines.
+    trusted: frozenset[str] = frozenset()
     in_flight: InFlightPolicy = "steer"
     context_message_limit: int = 20
     relay_timeout: float = 10.0
@@ -166,6 +168,7 @@ class PluginConfig:
             gate=file.gate.mode,
             allowlist=frozenset(PublicKey.from_str(k).hex for k in file.gate.allowlist),
             agents=frozenset(PublicKey.from_str(k).hex for k in file.gate.agents),
+            trusted=frozenset(PublicKey.from_str(k).hex for k in file.gate.trusted),
             in_flight=file.in_flight,
             context_message_limit=file.context_message_limit,
             relay_timeout=file.timeouts.relay,

@@ -23,7 +23,6 @@ from nostr_buzz.core.turn_input import (
     ChannelInfo,
     ContextMessage,
     ProfileInfo,
-    Standing,
     TurnContext,
     TurnEvent,
     TurnInput,
@@ -161,7 +160,6 @@ class ContextResolver:
         kinds: tuple[int, ...],
         limit: int,
         timeout: float,
-        standing: Standing,
         known_agents: set[str],
         secret: SecretKey | None = None,
     ) -> None:
@@ -173,7 +171,6 @@ class ContextResolver:
         self.kinds = [k for k in kinds if k != nip17.PRIVATE_MESSAGE_KIND]
         self.limit = limit
         self.timeout = timeout
-        self.standing = standing
         #: Agents known from configuration or a NIP-24 ``bot`` profile seen (shared, grows).
         self.known_agents = known_agents
 
@@ -241,7 +238,7 @@ class ContextResolver:
             context=context,
             context_had_delivered_events=any(i in session.delivered for i in fetched_ids),
             profiles=profiles,
-            standing=self.standing,
+            standing=session.standing,
             system_prompt_support=start.system_prompt_support,
             standing_context_sent=start.standing_context_sent or session.turns > 0,
         )

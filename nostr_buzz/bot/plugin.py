@@ -32,6 +32,7 @@ from .config import PRIVATE_MESSAGE_KIND, PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
 from .replay import Listener, listen_filters
+from .standing import SessionStanding
 from .state import REMEMBERED_COMMANDS, BotStore
 from .supervisor import AgentSupervisor
 from .turn import TurnRunner
@@ -83,14 +84,16 @@ class BuzzPlugin:
         self._stop = asyncio.Event()
         self._delivery_stop = asyncio.Event()
         self._wake = asyncio.Event()
-        self.supervisor = AgentSupervisor(config, self.diagnostics, clock, self._stop)
+        self.standing = SessionStanding(config, self.pool, self.diagnostics)
+        self.supervisor = AgentSupervisor(
+            config, self.diagnostics, clock, self._stop, standing_for=self.standing.freeze
+        )
         self.resolver = ContextResolver(
             self.pool,
             agent=self.agent_hex,
             kinds=config.kinds,
             limit=config.context_message_limit,
             timeout=config.relay_timeout,
-            standing=config.standing,
             known_agents=self._known_agents,
             secret=config.agent_secret,
         )

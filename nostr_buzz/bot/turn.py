@@ -297,7 +297,8 @@ class TurnRunner:
     async def _prepare(self, turn: Turn) -> tuple[CompiledTurn, list[str]] | None:
         """Session, context, compile; the compiled turn, or None when cancelled meanwhile."""
         batch = turn.batch
-        session = await self.supervisor.session_for(batch.channel)
+        channel_id = turn.channel_id if turn.channel_type == "stream" else None
+        session = await self.supervisor.session_for(batch.channel, channel_id)
         turn.session = session
         turn_input, history_ids = await self.resolver.resolve(batch, session)
         compiled = compile_turn(turn_input)
@@ -322,7 +323,7 @@ class TurnRunner:
     def _standing_included(self, turn_input: TurnInput) -> bool:
         # Legacy delivery prepends every non-blank standing section to this prompt.
         return not turn_input.standing_context_sent and bool(
-            standing_text(self.config.standing, None)
+            standing_text(turn_input.standing, None)
         )
 
     async def _prompt(self, turn: Turn, compiled: CompiledTurn) -> TurnResult:
@@ -440,6 +441,8 @@ class TurnRunner:
         return self._fail(turn)
 
     def _settle_cancelled(self, turn: Turn) -> list[Event]:
+        if turn.session is not None:
+            self.supervisor.forget(turn.batch.channel, turn.session)
         reason = turn.cancel_reason
         if reason == "interrupt" or reason == "steer":
             self.queue.requeue_cancelled(turn.batch, reason)

@@ -48,6 +48,7 @@ from nostr_buzz.cli.metrics import metrics_command  # noqa: E402
 from nostr_buzz.cli.private import dm_command, inbox_command  # noqa: E402
 from nostr_buzz.cli.relay import relay_command  # noqa: E402
 from nostr_buzz.cli.run import run_command  # noqa: E402
+from nostr_buzz.cli.standing import canvas_app, mem_app  # noqa: E402
 
 app.command("compile")(compile_command)
 app.add_typer(manifest_app, name="manifest")
@@ -59,6 +60,8 @@ app.command("relay")(relay_command)
 app.command("metrics")(metrics_command)
 app.command("run")(run_command)
 app.command("demo")(demo_command)
+app.add_typer(canvas_app, name="canvas")
+app.add_typer(mem_app, name="mem")
 
 
 _SECRET_LIKE = re.compile(r"nsec1[0-9a-z]+", re.IGNORECASE)
