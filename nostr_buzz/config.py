@@ -110,6 +110,7 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     key_file: str | None = None  # a file holding the key (64-hex or nsec), relative to the config
     key_env: str | None = None  # the name of an environment variable holding the key
     owner: str | None = None  # the owner's public key (hex or npub)
+    agents: tuple[str, ...] = ()  # the owner's agents (hex or npub): what buzz metrics counts
     relays: tuple[str, ...] = ()  # read and write, unless the lists below are given
     read_relays: tuple[str, ...] = ()
     write_relays: tuple[str, ...] = ()
@@ -196,6 +197,8 @@ def _validate(config: BuzzConfig, where: str) -> None:
         raise ConfigError(f"{where}: give at most one of secret_key, key_file, key_env")
     if config.owner is not None:
         _check_public_key(config.owner, f"{where}: owner")
+    for i, key in enumerate(config.agents):
+        _check_public_key(key, f"{where}: agents[{i}]")
     for i, key in enumerate(config.gate.allowlist):
         _check_public_key(key, f"{where}: gate.allowlist[{i}]")
     for i, key in enumerate(config.gate.agents):
@@ -379,6 +382,16 @@ class ConfigSources:
         if self.file.owner is not None:
             return _parse_public(self.file.owner, f"{self._file_label()}: owner")
         return None
+
+    def agents(self, flags: Sequence[str] = ()) -> tuple[str, ...]:
+        """The owner's agents as hex public keys: ``--agent`` flags, else ``agents`` in the
+        file; empty when neither names any."""
+        if flags:
+            found = [_parse_public(flag.strip(), "--agent").hex for flag in flags]
+        else:
+            label = self._file_label()
+            found = [_parse_public(a, f"{label}: agents").hex for a in self.file.agents]
+        return tuple(dict.fromkeys(found))
 
     def require_owner(self, flag: str | None = None) -> PublicKey:
         owner = self.owner(flag)

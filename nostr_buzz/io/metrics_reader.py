@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -183,8 +183,11 @@ async def read_metrics(
     timeout: float = 10.0,
     page_limit: int = PAGE_LIMIT,
     progress: Progress | None = None,
+    agents: Collection[str] | None = None,
 ) -> tuple[MetricsReport, MetricsFetch]:
-    """:func:`fetch_metrics`, then the report (totals per agent, model and day)."""
+    """:func:`fetch_metrics`, then the report (totals per agent, model and day); ``agents``
+    are the owner's agents (None: every agent counts), see
+    :func:`~nostr_buzz.core.metrics_report.build_report`."""
     fetch = await fetch_metrics(
         owner,
         relays,
@@ -194,4 +197,4 @@ async def read_metrics(
         page_limit=page_limit,
         progress=progress,
     )
-    return build_report(fetch.metrics, fetch.ignored), fetch
+    return build_report(fetch.metrics, fetch.ignored, agents=agents), fetch
