@@ -16,6 +16,8 @@ Behaviours (what it does with a ``REQ``, unless noted):
   other subscriptions; never EOSE.
 - ``endless_valid``: an endless stream of distinct, valid, matching events; never EOSE.
 - ``huge_frame``: one frame larger than the client's frame limit.
+- ``flood_big_events``: 1,500 distinct, valid events matching the query, 1 MB of content each.
+- ``flood_many_tags``: 200 distinct, valid events matching the query, 100,000 tags each.
 - ``silent``: accepts the WebSocket and says nothing, ever.
 - ``frozen``: completes the handshake, then stops reading: not even a close frame is answered.
 
@@ -53,6 +55,11 @@ def under_id(event: Event, other_id: str) -> dict[str, Any]:
     d = event.to_dict()
     d["id"] = other_id
     return d
+
+
+def _compact(frame: Any) -> str:
+    """JSON without spaces: a 1 MB event stays under the client's 1 MiB frame limit."""
+    return json.dumps(frame, separators=(",", ":"))
 
 
 def stranger_event(
@@ -120,7 +127,11 @@ class HostileRelay:
             "endless_garbage": self._endless_garbage,
             "endless_valid": self._endless_valid,
             "huge_frame": self._huge,
+            "flood_big_events": self._flood_big_events,
+            "flood_many_tags": self._flood_many_tags,
         }
+        if b.startswith("flood_"):
+            self.flood_filter = filters[0] if filters else {}
         await handlers[b](ws, sub, wanted)
 
     async def _honest(self, ws: ServerConnection, sub: str, wanted: list[str]) -> None:
@@ -181,6 +192,29 @@ class HostileRelay:
         for i in itertools.count():
             ev = sign_event(secret, kind=1, content=f"spam {i} " + "x" * 200, created_at=now)
             await self._send(ws, ["EVENT", sub, ev.to_dict()])
+
+    def _matching(self, i: int, content: str, extra_tags: list[list[str]]) -> dict[str, Any]:
+        """A valid event the last flooded query asked for (its kind, tags and time window)."""
+        flt = getattr(self, "flood_filter", {})
+        kind = (flt.get("kinds") or [1])[0]
+        tags = [[name[1:], values[0]] for name, values in flt.items() if name[:1] == "#" and values]
+        created_at = min(flt.get("until", 2**31), int(time.time())) - i % 60
+        event = sign_event(
+            _STRANGER, kind=kind, content=content, tags=tags + extra_tags, created_at=created_at
+        )
+        return event.to_dict()
+
+    async def _flood_big_events(self, ws: ServerConnection, sub: str, wanted: list[str]) -> None:
+        for i in range(1_500):
+            content = f"{i:08d}" + "x" * (1_000_000 - 8)
+            await self._send(ws, _compact(["EVENT", sub, self._matching(i, content, [])]))
+        await self._send(ws, ["EOSE", sub])
+
+    async def _flood_many_tags(self, ws: ServerConnection, sub: str, wanted: list[str]) -> None:
+        tags = [["t", "a"]] * 100_000
+        for i in range(200):
+            await self._send(ws, _compact(["EVENT", sub, self._matching(i, f"tags {i}", tags)]))
+        await self._send(ws, ["EOSE", sub])
 
     async def _huge(self, ws: ServerConnection, sub: str, wanted: list[str]) -> None:
         await self._send(ws, ["NOTICE", "x" * (2 << 20)])

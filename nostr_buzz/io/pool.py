@@ -25,8 +25,9 @@ from .relay import CLOSE_TIMEOUT, MAX_SEEN_IDS, QueryResult, RelayClient, Verdic
 #: Extra time past the timeout before the pool abandons a relay outright (a backstop: the
 #: client already bounds itself; this covers closing the socket).
 _GRACE: Final = CLOSE_TIMEOUT * 3
-#: Live events waiting for the consumer of :meth:`RelayPool.subscribe`.
-_LIVE_QUEUE: Final = 1_000
+#: Live events waiting for the consumer of :meth:`RelayPool.subscribe`: few, since an event
+#: may be up to a frame (1 MiB); each relay client buffers more, bounded by bytes.
+_LIVE_QUEUE: Final = 64
 
 
 @dataclass
