@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from nostr_buzz.errors import SECRET_HINT, ConfigError, InvalidKey, looks_secret
+from nostr_buzz.io.filemodes import check_key_file
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip10 import is_valid_channel_id
 
@@ -62,6 +63,14 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     pass_env: tuple[str, ...] = ()  # names copied from buzz's own environment (API keys)
     cwd: str | None = None  # the agent's working directory, used exactly as written
     model: str | None = None  # the model the agent runs, reported in metrics when known
+
+    def __repr__(self) -> str:
+        # env values are often API keys: show the names only.
+        env = "{" + ", ".join(f"{name!r}: <hidden>" for name in self.env) + "}"
+        return (
+            f"AgentSection(command={self.command!r}, args={self.args!r}, env={env}, "
+            f"pass_env={self.pass_env!r}, cwd={self.cwd!r}, model={self.model!r})"
+        )
 
 
 class SubscriptionsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -358,6 +367,7 @@ class ConfigSources:
             if not path.is_absolute() and self.path is not None:
                 # Relative to the config file, so the file works from any directory.
                 path = self.path.parent / path
+            check_key_file(path, where=label)
             try:
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
