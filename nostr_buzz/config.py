@@ -63,13 +63,17 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     pass_env: tuple[str, ...] = ()  # names copied from buzz's own environment (API keys)
     cwd: str | None = None  # the agent's working directory, used exactly as written
     model: str | None = None  # the model the agent runs, reported in metrics when known
+    # Run the agent as this OS user (buzz run starts as root and drops to it for the agent):
+    # the way to run any agent you do not fully trust, since it then cannot read the bot's key.
+    user: str | None = None
 
     def __repr__(self) -> str:
         # env values are often API keys: show the names only.
         env = "{" + ", ".join(f"{name!r}: <hidden>" for name in self.env) + "}"
         return (
             f"AgentSection(command={self.command!r}, args={self.args!r}, env={env}, "
-            f"pass_env={self.pass_env!r}, cwd={self.cwd!r}, model={self.model!r})"
+            f"pass_env={self.pass_env!r}, cwd={self.cwd!r}, model={self.model!r}, "
+            f"user={self.user!r})"
         )
 
 
@@ -197,6 +201,23 @@ def _check_public_key(value: str, where: str) -> None:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _check_agent(config: BuzzConfig, where: str) -> None:
+    """The agent never gets the bot's key, and its user is a plain user name."""
+    key_variables = {ENV_PRIVATE_KEY} | ({config.key_env} if config.key_env else set())
+    for name in config.agent.pass_env:
+        if name in key_variables:
+            raise ConfigError(
+                f"{where}: agent.pass_env names {name}, which holds the bot's secret key: the "
+                "agent must never get it"
+            )
+    for name, value in config.agent.env.items():
+        if looks_secret(value):
+            raise ConfigError(f"{where}: agent.env {name}: the value {SECRET_HINT}")
+    user = config.agent.user
+    if user is not None and (not user or user != user.strip() or "/" in user or user == "root"):
+        raise ConfigError(f"{where}: agent.user must be the name of an OS user other than root")
+
+
 def _validate(config: BuzzConfig, where: str) -> None:
     """Checks the types alone cannot express."""
     for name in ("relays", "read_relays", "write_relays"):
@@ -214,6 +235,7 @@ def _validate(config: BuzzConfig, where: str) -> None:
         _check_public_key(key, f"{where}: gate.agents[{i}]")
     for i, key in enumerate(config.gate.trusted):
         _check_public_key(key, f"{where}: gate.trusted[{i}]")
+    _check_agent(config, where)
     if config.gate.mode == "allowlist" and not config.gate.allowlist:
         raise ConfigError(f'{where}: gate.mode = "allowlist" needs a non-empty gate.allowlist')
     for i, channel_id in enumerate(config.subscriptions.channels):

@@ -187,3 +187,52 @@ def test_state_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
         pass
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     assert stat.S_IMODE((state / OUTBOX_FILE).stat().st_mode) == 0o600
+
+
+# --- the agent never gets the bot's key ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[agent]\npass_env = ["BUZZ_PRIVATE_KEY"]\n', "BUZZ_PRIVATE_KEY"),
+        ('key_env = "BOT_KEY"\n[agent]\npass_env = ["PATH", "BOT_KEY"]\n', "BOT_KEY"),
+        (f'[agent]\nenv = {{ K = "{SECRET.bech32}" }}\n', "looks like a secret key"),
+        ('[agent]\nuser = "root"\n', "other than root"),
+        ('[agent]\nuser = " bob"\n', "OS user"),
+    ],
+)
+def test_the_config_never_hands_the_bots_key_to_the_agent(
+    tmp_path: Path, toml: str, message: str
+) -> None:
+    path = tmp_path / "buzz.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config_file(path)
+    assert not leaked(str(info.value), SECRET)
+
+
+def test_buzz_run_says_when_the_agent_can_read_the_bots_key(tmp_path: Path) -> None:
+    key = tmp_path / "agent.nsec"
+    key.write_text(SECRET.bech32 + "\n")
+    key.chmod(0o600)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+    for user_line, warned in (("", True), ('user = "nobody"\n', False)):
+        (tmp_path / "buzz.toml").write_text(
+            f'key_file = "agent.nsec"\nowner = "{OTHER.public_key.bech32}"\n'
+            f'relays = ["{dead_relay()}"]\nstate_dir = "state"\n'
+            f'[agent]\ncommand = "/nonexistent/agent"\n{user_line}'
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "nostr_buzz", "run"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=env,
+            check=False,
+        )
+        assert proc.returncode == 1, proc.stderr  # the agent cannot start: exit 1
+        assert (
+            "the agent runs as this same OS user and can read the bot's key" in proc.stderr
+        ) is warned
