@@ -221,12 +221,33 @@ class HostileRelay:
         await self._send(ws, ["EOSE", sub])
 
 
+def _nip11_responder(document: dict[str, Any] | None) -> Any:
+    """A ``process_request`` hook that answers NIP-11 requests with ``document``."""
+
+    def respond(connection: ServerConnection, request: Any) -> Any:
+        if document is None or request.headers.get("Accept") != "application/nostr+json":
+            return None
+        response = connection.respond(200, json.dumps(document))
+        response.headers["Content-Type"] = "application/nostr+json"
+        return response
+
+    return respond
+
+
 @asynccontextmanager
 async def hostile_relay(
-    behaviour: str, stored: list[Event] | None = None
+    behaviour: str, stored: list[Event] | None = None, *, nip11: dict[str, Any] | None = None
 ) -> AsyncIterator[HostileRelay]:
+    """The relay; ``nip11``: the information document it serves over HTTP (NIP-11)."""
     relay = HostileRelay(behaviour, stored or [])
-    async with serve(relay.handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
+    async with serve(
+        relay.handler,
+        "127.0.0.1",
+        0,
+        max_size=None,
+        compression=None,
+        process_request=_nip11_responder(nip11),
+    ) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         relay.url = f"ws://127.0.0.1:{port}"
         yield relay
