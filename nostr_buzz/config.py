@@ -239,6 +239,11 @@ def _validate(config: BuzzConfig, where: str) -> None:
     if config.gate.mode == "allowlist" and not config.gate.allowlist:
         raise ConfigError(f'{where}: gate.mode = "allowlist" needs a non-empty gate.allowlist')
     for i, channel_id in enumerate(config.subscriptions.channels):
+        if looks_secret(channel_id):
+            raise ConfigError(
+                f"{where}: subscriptions.channels[{i}]: expected a channel id; the value "
+                f"{SECRET_HINT}"
+            )
         if not is_valid_channel_id(channel_id):
             raise ConfigError(
                 f"{where}: subscriptions.channels[{i}] is not a valid channel id "

@@ -73,3 +73,26 @@ def test_a_flooding_relay_is_cut_off_and_memory_stays_bounded(
     assert code in (0, 2), err  # the relay's partial answer or none: never a crash
     # cut off early: far fewer frames than the relay had in store
     assert flooding_relay.frames_sent < 100
+
+
+async def test_a_live_subscription_buffers_a_bounded_number_of_bytes() -> None:
+    """The consumer takes one event and stops pulling while the relay floods: the client's
+    buffer for the subscription never holds more than its byte bound."""
+    from test_relay_client import wait_until
+
+    from nostr_buzz.io.relay import MAX_LIVE_BUFFER_BYTES, RelayClient
+
+    async with hostile_relay("flood_big_events") as relay:
+        client = RelayClient(relay.url, timeout=10)
+        stream = client.subscribe({"kinds": [9], "#h": ["engineering"]})
+        try:
+            first = await anext(stream)
+            assert first.kind == 9
+            await wait_until(lambda: relay.frames_sent >= 40, timeout=60)  # 40 MB sent
+            buffered = [
+                sum(len(e.content) for e in sub.events) for sub in client._subs.values()
+            ]
+            assert buffered and max(buffered) <= MAX_LIVE_BUFFER_BYTES
+        finally:
+            await stream.aclose()
+            await client.close()

@@ -200,6 +200,7 @@ def test_state_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
         (f'[agent]\nenv = {{ K = "{SECRET.bech32}" }}\n', "looks like a secret key"),
         ('[agent]\nuser = "root"\n', "other than root"),
         ('[agent]\nuser = " bob"\n', "OS user"),
+        (f'[subscriptions]\nchannels = ["{SECRET.bech32}"]\n', "expected a channel id"),
     ],
 )
 def test_the_config_never_hands_the_bots_key_to_the_agent(
