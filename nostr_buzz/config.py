@@ -95,7 +95,7 @@ class GateSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     mode: AuthorGate = "owner-only"
     allowlist: tuple[str, ...] = ()  # public keys (hex or npub) admitted by mode = "allowlist"
     agents: tuple[str, ...] = ()  # public keys to treat as agents (spec 01, profiles)
-    # keys trusted like the owner for a channel's canvas and huddle guidelines
+    # keys trusted like the owner for a channel's canvas, huddle guidelines and metadata
     trusted: tuple[str, ...] = ()
 
 

@@ -98,6 +98,9 @@ class BuzzPlugin:
             timeout=config.relay_timeout,
             known_agents=self._known_agents,
             secret=config.agent_secret,
+            owner=config.owner.hex,
+            trusted_authors=self.standing.trusted,
+            on_untrusted=self._untrusted_metadata,
         )
         self.store: BotStore | None = None
         self.delivery: Delivery | None = None
@@ -144,6 +147,14 @@ class BuzzPlugin:
             asyncio.create_task(self._work(), name="buzz-worker"),
             asyncio.create_task(delivery.run(self._delivery_stop), name="buzz-retry"),
         ]
+
+    def _untrusted_metadata(self, event: Event) -> None:
+        channels = event.tag_values("d")
+        self.diagnostics.event_rejected(
+            "channel metadata from an untrusted author",
+            event_id=event.id,
+            channel_id=channels[0] if channels else None,
+        )
 
     async def close(self) -> None:
         """Stop everything; running turns are abandoned (their batches run again after a

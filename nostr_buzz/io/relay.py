@@ -468,8 +468,18 @@ class RelayClient:
                     self.last_error = f"gave up after {max_failures} reconnects: {detail}"
                     return
                 await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
-            # "overflow" and "cut off" (too many bytes or tags buffered): re-open at once from
-            # the last event seen
+            if how == "cut off":
+                # More bytes or tags than the buffer holds: drop the connection rather than
+                # read the rest, and come back later (backing off: a relay that floods every
+                # connection is never progress) from the last event seen.
+                self.last_error = f"cut off: the relay sent {detail} faster than they were used"
+                self._unresponsive = True
+                await self._drop(self.last_error)
+                failures += 1
+                if failures > max_failures:
+                    return
+                await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
+            # "overflow" (too many events buffered): re-open at once from the last event seen
 
     # -- internals -------------------------------------------------------------------------
 
