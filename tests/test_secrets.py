@@ -80,6 +80,7 @@ def test_keys_show_never_echoes_a_hex_argument(capsys: pytest.CaptureFixture[str
         ["messages", "send", "--channel", "eng", "--reply-to", "{hex}", "hi"],
         ["messages", "send", "--channel", "eng", "my key is {nsec}"],
         ["metrics", "--agent", "{hex}"],
+        ["messages", "dm", "--to", "{hex}", "hello"],
         ["run", "--owner", "{hex}"],
     ],
 )

@@ -99,7 +99,7 @@ def _redact(message: str, args: Sequence[str]) -> str:
 _HEX_RUN = re.compile(r"[0-9a-fA-F]{64}")
 _NSEC_INSIDE = re.compile(r"nsec1[02-9ac-hj-np-z]{58}", re.IGNORECASE)
 #: Options whose values are event ids, public keys or channel ids, echoed back where useful.
-_ID_OPTIONS = ("--event", "--reply-to", "--owner", "--agent", "--channel")
+_ID_OPTIONS = ("--event", "--reply-to", "--owner", "--agent", "--channel", "--to")
 
 
 def _option_values(args: Sequence[str]) -> list[tuple[str | None, str]]:
