@@ -215,4 +215,8 @@ async def test_the_bot_answers_and_stays_small_beside_a_flooding_relay(
                 await proc.wait()
     assert b"Traceback" not in stderr, stderr.decode()
     assert peak < RSS_LIMIT_KB, f"peak RSS {peak // 1024} MiB"
+    # the flooding relay is named in the diagnostics
+    feed = (world.tmp / "state" / "diagnostics.jsonl").read_text().splitlines()
+    cut_off = [json.loads(line) for line in feed if '"relay_cut_off"' in line]
+    assert cut_off and {r["payload"]["relay"] for r in cut_off} == {flood.url}
     print(f"{behaviour}: bot peak RSS {peak // 1024} MiB, {flood.frames_sent} frames sent")

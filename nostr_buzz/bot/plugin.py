@@ -81,6 +81,7 @@ class BuzzPlugin:
         self.pool = RelayPool(
             config.read_relays, secret=config.agent_secret, timeout=config.relay_timeout
         )
+        self.pool.on_cut_off = self._relay_cut_off
         if not RelayPool(config.write_relays).urls:
             raise RelayError("a metric publisher needs at least one write relay")
         self._stop = asyncio.Event()
@@ -147,6 +148,10 @@ class BuzzPlugin:
             asyncio.create_task(self._work(), name="buzz-worker"),
             asyncio.create_task(delivery.run(self._delivery_stop), name="buzz-retry"),
         ]
+
+    def _relay_cut_off(self, url: str, why: str) -> None:
+        """A relay sent more than a query or subscription may hold: it was cut off."""
+        self.diagnostics.emit("relay_cut_off", payload={"relay": url, "reason": why})
 
     def _untrusted_metadata(self, event: Event) -> None:
         channels = event.tag_values("d")

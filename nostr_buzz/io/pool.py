@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -102,6 +102,8 @@ class RelayPool:
         self.urls = _unique_urls(urls)
         self.secret = secret
         self.timeout = float(timeout)
+        #: Told ``(url, why)`` whenever a relay is cut off for sending more than its bounds.
+        self.on_cut_off: Callable[[str, str], None] | None = None
 
     async def publish(
         self, event: Event, *, min_ok: int = 1, timeout: float | None = None
@@ -140,7 +142,11 @@ class RelayPool:
 
         async def one(url: str, auth: bool) -> QueryResult:
             client = RelayClient(
-                url, secret=self.secret if auth else None, timeout=limit, auth=auth
+                url,
+                secret=self.secret if auth else None,
+                timeout=limit,
+                auth=auth,
+                on_cut_off=self.on_cut_off,
             )
             try:
                 async with asyncio.timeout(limit + _GRACE):
@@ -176,7 +182,10 @@ class RelayPool:
         """
         flts = nip01.as_filters(filters)
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=_LIVE_QUEUE)
-        clients = [RelayClient(u, secret=self.secret, timeout=self.timeout) for u in self.urls]
+        clients = [
+            RelayClient(u, secret=self.secret, timeout=self.timeout, on_cut_off=self.on_cut_off)
+            for u in self.urls
+        ]
 
         async def pump(client: RelayClient) -> None:
             async for event in client.subscribe(

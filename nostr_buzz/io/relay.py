@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final
@@ -248,6 +248,7 @@ class RelayClient:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_query_bytes: int = MAX_QUERY_BYTES,
         max_query_tags: int = MAX_QUERY_TAGS,
+        on_cut_off: Callable[[str, str], None] | None = None,
     ) -> None:
         self.url = nip42.check_relay_url(url)
         self.secret = secret
@@ -256,6 +257,7 @@ class RelayClient:
         self.max_events = max_events
         self.max_frame_bytes = max_frame_bytes
         self.query_budget = Budget(max_events, max_query_bytes, max_query_tags)
+        self._on_cut_off = on_cut_off
         self.live_budget = Budget(MAX_LIVE_BUFFER, MAX_LIVE_BUFFER_BYTES, MAX_QUERY_TAGS)
         self.notices: deque[str] = deque(maxlen=20)
         self.malformed_frames = 0
@@ -381,6 +383,7 @@ class RelayClient:
                 result.error = f"too many events: {detail}"
             elif how == "cut off":
                 result.error = f"cut off: the relay sent {detail} for one query"
+                self._report_cut_off(result.error)
                 # It would go on sending: drop the connection rather than read the rest.
                 self._unresponsive = True
                 await self._drop(f"cut off: {detail}")
@@ -473,6 +476,7 @@ class RelayClient:
                 # read the rest, and come back later (backing off: a relay that floods every
                 # connection is never progress) from the last event seen.
                 self.last_error = f"cut off: the relay sent {detail} faster than they were used"
+                self._report_cut_off(self.last_error)
                 self._unresponsive = True
                 await self._drop(self.last_error)
                 failures += 1
@@ -482,6 +486,10 @@ class RelayClient:
             # "overflow" (too many events buffered): re-open at once from the last event seen
 
     # -- internals -------------------------------------------------------------------------
+
+    def _report_cut_off(self, why: str) -> None:
+        if self._on_cut_off is not None:
+            self._on_cut_off(self.url, why)
 
     def _deadline(self, timeout: float | None) -> float:
         return _now() + (self.timeout if timeout is None else float(timeout))
