@@ -159,3 +159,65 @@ async def test_the_launcher_refuses_an_unknown_user(tmp_path: Path) -> None:
         await driver.start()
     await driver.close()
     assert "no OS user named 'no-such-user-buzz'" in (tmp_path / "agent.log").read_text()
+
+
+async def test_the_bot_runs_its_configured_agent_as_that_user(
+    agent_user: pwd.struct_passwd, public_dir: Path
+) -> None:
+    """The same probe through the whole bot: ``agent_user`` from the configuration reaches the
+    agent's spawn, the agent answers a mention, and it could read none of the bot's secrets."""
+    from relays import local_relay
+    from test_bot import WAIT, Recorder
+
+    from nostr_buzz.bot import BuzzPlugin, PluginConfig
+    from nostr_buzz.bot.state import STATE_DB
+    from nostr_buzz.event import sign_event
+
+    owner, agent = SecretKey.generate(), SecretKey.generate()
+    key_file = public_dir / "agent.nsec"
+    key_file.write_text(agent.bech32 + "\n")
+    key_file.chmod(0o600)
+    control = public_dir / "README.txt"
+    control.write_text("anyone may read this\n")
+    (public_dir / "probe.py").write_text(PROBE)
+    state = public_dir / "state"
+    site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    paths = {
+        "key_file": str(key_file),
+        "control": str(control),
+        "state_db": str(state / STATE_DB),
+        "diagnostics": str(state / "diagnostics.jsonl"),
+    }
+    async with local_relay() as relay:
+        config = PluginConfig(
+            agent_secret=agent,
+            owner=owner.public_key,
+            read_relays=(relay.url,),
+            write_relays=(relay.url,),
+            agent_command=interpreter_for_others(),
+            agent_args=(str(public_dir / "probe.py"),),
+            agent_env={"PROBE_PATHS": json.dumps(paths), "PYTHONPATH": f"{REPO}:{site}"},
+            agent_cwd=str(public_dir),
+            agent_user=AGENT_USER,
+            state_dir=state,
+            relay_timeout=3.0,
+            coalesce_window=0.1,
+        )
+        rec = Recorder()
+        async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+            mention = sign_event(
+                owner,
+                kind=9,
+                content="hello",
+                tags=[["h", "eng"], ["p", agent.public_key.hex]],
+                created_at=int(datetime.now(UTC).timestamp()),
+            )
+            await plugin.handle_event(mention)
+            await rec.kind("reply_published", timeout=WAIT)
+    assert (state / STATE_DB).exists() and (state / "diagnostics.jsonl").exists()
+    lines = (state / "agent.log").read_text().splitlines()
+    [report] = [json.loads(line[6:]) for line in lines if line.startswith("PROBE ")]
+    assert report["uid"] == agent_user.pw_uid and report["control"] is True
+    for secret in ("key_file", "bot_environ", "state_db", "diagnostics"):
+        assert report[secret] == "PermissionError", (secret, report)
+    assert report["key_in_env"] is False
