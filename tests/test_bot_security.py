@@ -202,8 +202,10 @@ async def test_the_bot_answers_and_stays_small_beside_a_flooding_relay(
                 while flood.frames_sent < 10:
                     await asyncio.sleep(0.05)
                 mention = world.message(world.owner, "are you still there?")
+                asked = time.monotonic()
                 await world.publish(mention)
                 reply = await anext(replies)
+                answered_in = time.monotonic() - asked
             await replies.aclose()  # type: ignore[attr-defined]
             assert nip10.thread_ref(reply).root == mention.id
             peak = peak_rss_kb(proc.pid)
@@ -219,4 +221,7 @@ async def test_the_bot_answers_and_stays_small_beside_a_flooding_relay(
     feed = (world.tmp / "state" / "diagnostics.jsonl").read_text().splitlines()
     cut_off = [json.loads(line) for line in feed if '"relay_cut_off"' in line]
     assert cut_off and {r["payload"]["relay"] for r in cut_off} == {flood.url}
-    print(f"{behaviour}: bot peak RSS {peak // 1024} MiB, {flood.frames_sent} frames sent")
+    print(
+        f"{behaviour}: bot peak RSS {peak // 1024} MiB, {flood.frames_sent} frames sent, "
+        f"owner answered in {answered_in:.1f} s"
+    )
