@@ -70,6 +70,8 @@ class PluginConfig:
     agent_env: Mapping[str, str] = field(default_factory=dict)
     agent_pass_env: tuple[str, ...] = ()
     agent_cwd: str | None = None
+    #: Run the agent as this OS user (``[agent] user``), so it cannot read the bot's secrets.
+    agent_user: str | None = None
     state_dir: Path = Path(".buzz")
     channels: tuple[str, ...] = ()
     kinds: tuple[int, ...] = (CHAT_KIND, PRIVATE_MESSAGE_KIND)
@@ -160,6 +162,7 @@ class PluginConfig:
             agent_env=dict(file.agent.env),
             agent_pass_env=file.agent.pass_env,
             agent_cwd=file.agent.cwd,
+            agent_user=file.agent.user,
             state_dir=state,
             channels=file.subscriptions.channels,
             kinds=file.subscriptions.kinds,

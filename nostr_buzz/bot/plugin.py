@@ -79,6 +79,7 @@ class BuzzPlugin:
         self.pool = RelayPool(
             config.read_relays, secret=config.agent_secret, timeout=config.relay_timeout
         )
+        self.pool.on_cut_off = self._relay_cut_off
         if not RelayPool(config.write_relays).urls:
             raise RelayError("a metric publisher needs at least one write relay")
         self._stop = asyncio.Event()
@@ -96,6 +97,9 @@ class BuzzPlugin:
             timeout=config.relay_timeout,
             known_agents=self._known_agents,
             secret=config.agent_secret,
+            owner=config.owner.hex,
+            trusted_authors=self.standing.trusted,
+            on_untrusted=self._untrusted_metadata,
         )
         self.store: BotStore | None = None
         self.delivery: Delivery | None = None
@@ -141,6 +145,18 @@ class BuzzPlugin:
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
             asyncio.create_task(delivery.run(self._delivery_stop), name="buzz-retry"),
         ]
+
+    def _relay_cut_off(self, url: str, why: str) -> None:
+        """A relay sent more than a query or subscription may hold: it was cut off."""
+        self.diagnostics.emit("relay_cut_off", payload={"relay": url, "reason": why})
+
+    def _untrusted_metadata(self, event: Event) -> None:
+        channels = event.tag_values("d")
+        self.diagnostics.event_rejected(
+            "channel metadata from an untrusted author",
+            event_id=event.id,
+            channel_id=channels[0] if channels else None,
+        )
 
     async def close(self) -> None:
         """Stop everything; running turns are abandoned (their batches run again after a

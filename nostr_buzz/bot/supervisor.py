@@ -99,6 +99,7 @@ class AgentSupervisor:
             env_names=config.agent_pass_env,
             env=config.agent_env,
             cwd=config.agent_cwd,
+            user=config.agent_user,
             log_path=config.state_dir / AGENT_LOG,
             idle_timeout=config.idle_timeout,
             hard_timeout=config.hard_timeout,
