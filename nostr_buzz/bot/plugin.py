@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
+from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
@@ -338,7 +338,3 @@ class BuzzPlugin:
     def ledger_snapshot(self, channel: str) -> Manifest | None:
         turn = self._runner.running.get(channel) if self._runner is not None else None
         return turn.ledger.snapshot() if turn is not None else None
-
-    @staticmethod
-    def queued(batch: Batch) -> list[QueuedEvent]:
-        return list(batch.events)
