@@ -212,3 +212,19 @@ def test_clock_skew_from_the_file_the_environment_and_the_flag(tmp_path: Path) -
     for bad in ("soon", "-1", "inf", str(8 * 86400)):
         with pytest.raises(ConfigError, match=r"BUZZ_CLOCK_SKEW|clock skew"):
             skew({"BUZZ_CLOCK_SKEW": bad})
+
+
+def test_the_bot_stays_small_where_it_should() -> None:
+    import ast
+
+    import nostr_buzz.bot
+
+    package = Path(nostr_buzz.bot.__file__).parent
+    for module in sorted(package.glob("*.py")):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            size = (node.end_lineno or 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert size <= 80, f"{module.name}: {node.name} has {size} lines"
+            if isinstance(node, ast.ClassDef) and node.name == "BuzzPlugin":
+                assert size < 300, f"BuzzPlugin has {size} lines: it should only wire the parts"
