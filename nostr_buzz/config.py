@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from nostr_buzz.errors import SECRET_HINT, ConfigError, InvalidKey, looks_secret
+from nostr_buzz.io.filemodes import check_key_file
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip10 import is_valid_channel_id
 
@@ -62,6 +63,18 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     pass_env: tuple[str, ...] = ()  # names copied from buzz's own environment (API keys)
     cwd: str | None = None  # the agent's working directory, used exactly as written
     model: str | None = None  # the model the agent runs, reported in metrics when known
+    # Run the agent as this OS user (buzz run starts as root and drops to it for the agent):
+    # the way to run any agent you do not fully trust, since it then cannot read the bot's key.
+    user: str | None = None
+
+    def __repr__(self) -> str:
+        # env values are often API keys: show the names only.
+        env = "{" + ", ".join(f"{name!r}: <hidden>" for name in self.env) + "}"
+        return (
+            f"AgentSection(command={self.command!r}, args={self.args!r}, env={env}, "
+            f"pass_env={self.pass_env!r}, cwd={self.cwd!r}, model={self.model!r}, "
+            f"user={self.user!r})"
+        )
 
 
 class SubscriptionsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -85,6 +98,8 @@ class GateSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     mode: AuthorGate = "owner-only"
     allowlist: tuple[str, ...] = ()  # public keys (hex or npub) admitted by mode = "allowlist"
     agents: tuple[str, ...] = ()  # public keys to treat as agents (spec 01, profiles)
+    # keys trusted like the owner for a channel's canvas, huddle guidelines and metadata
+    trusted: tuple[str, ...] = ()
 
 
 class TimeoutsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -111,6 +126,7 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     key_file: str | None = None  # a file holding the key (64-hex or nsec), relative to the config
     key_env: str | None = None  # the name of an environment variable holding the key
     owner: str | None = None  # the owner's public key (hex or npub)
+    agents: tuple[str, ...] = ()  # the owner's agents (hex or npub): what buzz metrics counts
     relays: tuple[str, ...] = ()  # read and write, unless the lists below are given
     read_relays: tuple[str, ...] = ()
     write_relays: tuple[str, ...] = ()
@@ -188,6 +204,23 @@ def _check_public_key(value: str, where: str) -> None:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _check_agent(config: BuzzConfig, where: str) -> None:
+    """The agent never gets the bot's key, and its user is a plain user name."""
+    key_variables = {ENV_PRIVATE_KEY} | ({config.key_env} if config.key_env else set())
+    for name in config.agent.pass_env:
+        if name in key_variables:
+            raise ConfigError(
+                f"{where}: agent.pass_env names {name}, which holds the bot's secret key: the "
+                "agent must never get it"
+            )
+    for name, value in config.agent.env.items():
+        if looks_secret(value):
+            raise ConfigError(f"{where}: agent.env {name}: the value {SECRET_HINT}")
+    user = config.agent.user
+    if user is not None and (not user or user != user.strip() or "/" in user or user == "root"):
+        raise ConfigError(f"{where}: agent.user must be the name of an OS user other than root")
+
+
 def _validate(config: BuzzConfig, where: str) -> None:
     """Checks the types alone cannot express."""
     for name in ("relays", "read_relays", "write_relays"):
@@ -197,13 +230,23 @@ def _validate(config: BuzzConfig, where: str) -> None:
         raise ConfigError(f"{where}: give at most one of secret_key, key_file, key_env")
     if config.owner is not None:
         _check_public_key(config.owner, f"{where}: owner")
+    for i, key in enumerate(config.agents):
+        _check_public_key(key, f"{where}: agents[{i}]")
     for i, key in enumerate(config.gate.allowlist):
         _check_public_key(key, f"{where}: gate.allowlist[{i}]")
     for i, key in enumerate(config.gate.agents):
         _check_public_key(key, f"{where}: gate.agents[{i}]")
+    for i, key in enumerate(config.gate.trusted):
+        _check_public_key(key, f"{where}: gate.trusted[{i}]")
+    _check_agent(config, where)
     if config.gate.mode == "allowlist" and not config.gate.allowlist:
         raise ConfigError(f'{where}: gate.mode = "allowlist" needs a non-empty gate.allowlist')
     for i, channel_id in enumerate(config.subscriptions.channels):
+        if looks_secret(channel_id):
+            raise ConfigError(
+                f"{where}: subscriptions.channels[{i}]: expected a channel id; the value "
+                f"{SECRET_HINT}"
+            )
         if not is_valid_channel_id(channel_id):
             raise ConfigError(
                 f"{where}: subscriptions.channels[{i}] is not a valid channel id "
@@ -354,6 +397,7 @@ class ConfigSources:
             if not path.is_absolute() and self.path is not None:
                 # Relative to the config file, so the file works from any directory.
                 path = self.path.parent / path
+            check_key_file(path, where=label)
             try:
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
@@ -378,6 +422,16 @@ class ConfigSources:
         if self.file.owner is not None:
             return _parse_public(self.file.owner, f"{self._file_label()}: owner")
         return None
+
+    def agents(self, flags: Sequence[str] = ()) -> tuple[str, ...]:
+        """The owner's agents as hex public keys: ``--agent`` flags, else ``agents`` in the
+        file; empty when neither names any."""
+        if flags:
+            found = [_parse_public(flag.strip(), "--agent").hex for flag in flags]
+        else:
+            label = self._file_label()
+            found = [_parse_public(a, f"{label}: agents").hex for a in self.file.agents]
+        return tuple(dict.fromkeys(found))
 
     def require_owner(self, flag: str | None = None) -> PublicKey:
         owner = self.owner(flag)

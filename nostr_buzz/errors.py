@@ -114,3 +114,8 @@ class AgentError(BuzzError):
 def looks_secret(text: str) -> bool:
     """True for strings an error message must not repeat (bech32 secret keys)."""
     return text.strip().lower().startswith("nsec1")
+
+
+class StandingError(BuzzError):
+    """A standing-context event (channel canvas, core memory, huddle guidelines) could not be
+    built or opened."""

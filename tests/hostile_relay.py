@@ -16,6 +16,8 @@ Behaviours (what it does with a ``REQ``, unless noted):
   other subscriptions; never EOSE.
 - ``endless_valid``: an endless stream of distinct, valid, matching events; never EOSE.
 - ``huge_frame``: one frame larger than the client's frame limit.
+- ``flood_big_events``: 1,500 distinct, valid events matching the query, 1 MB of content each.
+- ``flood_many_tags``: 200 distinct, valid events matching the query, 100,000 tags each.
 - ``silent``: accepts the WebSocket and says nothing, ever.
 - ``frozen``: completes the handshake, then stops reading: not even a close frame is answered.
 
@@ -25,6 +27,7 @@ Behaviours (what it does with a ``REQ``, unless noted):
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import time
@@ -53,6 +56,11 @@ def under_id(event: Event, other_id: str) -> dict[str, Any]:
     d = event.to_dict()
     d["id"] = other_id
     return d
+
+
+def _compact(frame: Any) -> str:
+    """JSON without spaces: a 1 MB event stays under the client's 1 MiB frame limit."""
+    return json.dumps(frame, separators=(",", ":"))
 
 
 def stranger_event(
@@ -120,7 +128,11 @@ class HostileRelay:
             "endless_garbage": self._endless_garbage,
             "endless_valid": self._endless_valid,
             "huge_frame": self._huge,
+            "flood_big_events": self._flood_big_events,
+            "flood_many_tags": self._flood_many_tags,
         }
+        if b.startswith("flood_"):
+            self.flood_filter = filters[0] if filters else {}
         await handlers[b](ws, sub, wanted)
 
     async def _honest(self, ws: ServerConnection, sub: str, wanted: list[str]) -> None:
@@ -182,17 +194,74 @@ class HostileRelay:
             ev = sign_event(secret, kind=1, content=f"spam {i} " + "x" * 200, created_at=now)
             await self._send(ws, ["EVENT", sub, ev.to_dict()])
 
+    def _matching(self, i: int, content: str, extra_tags_json: str) -> str:
+        """A valid, distinct event (compact JSON) that the last flooded query asked for: its
+        kind, tags and time window.  ``content`` is plain ASCII; the extra tags come already
+        serialized, so a 100,000-tag event costs one hash, not a Python walk over its tags
+        (the relay shares its loop with the test)."""
+        flt = getattr(self, "flood_filter", {})
+        kind = (flt.get("kinds") or [1])[0]
+        tags = [[k[1:], values[0]] for k, values in flt.items() if k[:1] == "#" and values]
+        tags_json = _compact(tags)
+        if extra_tags_json:
+            tags_json = tags_json[:-1] + ("," if tags else "") + extra_tags_json[1:]
+        created_at = min(flt.get("until", 2**31), int(time.time())) - i % 60
+        created_at = max(created_at, flt.get("since", 0))
+        pubkey = _STRANGER.public_key.hex
+        text = f'"{i:08d}{content}"'
+        preimage = f'[0,"{pubkey}",{created_at},{kind},{tags_json},{text}]'
+        event_id = hashlib.sha256(preimage.encode()).hexdigest()
+        sig = _STRANGER.sign_schnorr(bytes.fromhex(event_id), bytes(32)).hex()
+        return (
+            f'{{"id":"{event_id}","pubkey":"{pubkey}","created_at":{created_at},'
+            f'"kind":{kind},"tags":{tags_json},"content":{text},"sig":"{sig}"}}'
+        )
+
+    async def _flood(self, ws: ServerConnection, sub: str, count: int, event_json: Any) -> None:
+        for i in range(count):
+            await self._send(ws, f'["EVENT",{json.dumps(sub)},{event_json(i)}]')
+        await self._send(ws, ["EOSE", sub])
+
+    async def _flood_big_events(self, ws: ServerConnection, sub: str, wanted: list[str]) -> None:
+        content = "x" * (1_000_000 - 8)
+        await self._flood(ws, sub, 1_500, lambda i: self._matching(i, content, ""))
+
+    async def _flood_many_tags(self, ws: ServerConnection, sub: str, wanted: list[str]) -> None:
+        tags_json = _compact([["t", "a"]] * 100_000)
+        await self._flood(ws, sub, 200, lambda i: self._matching(i, " tags", tags_json))
+
     async def _huge(self, ws: ServerConnection, sub: str, wanted: list[str]) -> None:
         await self._send(ws, ["NOTICE", "x" * (2 << 20)])
         await self._send(ws, ["EOSE", sub])
 
 
+def _nip11_responder(document: dict[str, Any] | None) -> Any:
+    """A ``process_request`` hook that answers NIP-11 requests with ``document``."""
+
+    def respond(connection: ServerConnection, request: Any) -> Any:
+        if document is None or request.headers.get("Accept") != "application/nostr+json":
+            return None
+        response = connection.respond(200, json.dumps(document))
+        response.headers["Content-Type"] = "application/nostr+json"
+        return response
+
+    return respond
+
+
 @asynccontextmanager
 async def hostile_relay(
-    behaviour: str, stored: list[Event] | None = None
+    behaviour: str, stored: list[Event] | None = None, *, nip11: dict[str, Any] | None = None
 ) -> AsyncIterator[HostileRelay]:
+    """The relay; ``nip11``: the information document it serves over HTTP (NIP-11)."""
     relay = HostileRelay(behaviour, stored or [])
-    async with serve(relay.handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
+    async with serve(
+        relay.handler,
+        "127.0.0.1",
+        0,
+        max_size=None,
+        compression=None,
+        process_request=_nip11_responder(nip11),
+    ) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         relay.url = f"ws://127.0.0.1:{port}"
         yield relay

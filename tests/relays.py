@@ -10,14 +10,19 @@ of 60 events per minute is raised so that tests can publish in bulk.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Literal
 
 import nostr_sdk
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.http11 import Request, Response
 
 AuthMode = Literal["read", "write", "both"]
 
@@ -103,7 +108,17 @@ async def start_relay(
     if configure is not None:
         builder = configure(builder)
     relay = builder.build()
-    await relay.run()
+    # A restart on the same port can race the old listener's release: retry a bind that the
+    # kernel still reports in use, for a bounded time.
+    deadline = loop.time() + 5.0
+    while True:
+        try:
+            await relay.run()
+            break
+        except Exception as exc:
+            if "in use" not in str(exc) or loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
     return RunningRelay(relay=relay, url=f"ws://127.0.0.1:{port}", port=port, database=database)
 
 
@@ -129,3 +144,36 @@ async def local_relay(**kwargs: Any) -> AsyncIterator[RunningRelay]:
         yield running
     finally:
         running.stop()
+
+
+@asynccontextmanager
+async def announcing_relay(upstream: str, key: str) -> AsyncIterator[str]:
+    """A relay front that announces ``key`` in its NIP-11 document and forwards WebSocket
+    traffic to the real relay at ``upstream``."""
+
+    def nip11(connection: ServerConnection, request: Request) -> Response | None:
+        if "application/nostr+json" not in request.headers.get("Accept", ""):
+            return None
+        response = connection.respond(HTTPStatus.OK, json.dumps({"pubkey": key}))
+        response.headers["Content-Type"] = "application/nostr+json"
+        return response
+
+    async def forward(client: ServerConnection) -> None:
+        async with connect(upstream) as relay:
+
+            async def pump(source: Any, sink: Any) -> None:
+                async for frame in source:
+                    await sink.send(frame)
+
+            tasks = [
+                asyncio.create_task(pump(client, relay)),
+                asyncio.create_task(pump(relay, client)),
+            ]
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async with serve(forward, "127.0.0.1", 0, process_request=nip11) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        yield f"ws://127.0.0.1:{port}"

@@ -393,6 +393,7 @@ async def test_shard_serves_only_its_destinations(world: World) -> None:
 
 async def test_buzz_run_serves_from_buzz_toml_and_stops_cleanly_on_sigterm(world: World) -> None:
     (world.tmp / "agent.key").write_text(world.agent.hex + "\n", encoding="utf-8")
+    (world.tmp / "agent.key").chmod(0o600)
     config = world.tmp / "buzz.toml"
     config.write_text(
         f'key_file = "agent.key"\nowner = "{world.owner.public_key.bech32}"\n'

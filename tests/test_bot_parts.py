@@ -76,9 +76,7 @@ def test_decide_commands_refusals_shards_and_admission() -> None:
     assert decide(msg(OWNER), g, set()) == Admit("eng")
     assert decide(msg(OWNER, channel=None), g, set()) == Refuse("plaintext_direct_message")
     plaintext = gate(plaintext_dm=True)
-    assert decide(msg(OWNER, channel=None), plaintext, set()) == Admit(
-        f"dm-{OWNER.public_key.hex}"
-    )
+    assert decide(msg(OWNER, channel=None), plaintext, set()) == Admit(f"dm-{OWNER.public_key.hex}")
     allow = gate(gate="allowlist")
     assert decide(msg(FRIEND), allow, set()) == Admit("eng")
     assert decide(msg(STRANGER), allow, set()) == Refuse("author_not_allowed")
@@ -176,3 +174,59 @@ def test_only_the_running_batchs_own_authority_steers_or_interrupts() -> None:
     for policy in ("steer", "interrupt", "queue"):
         assert in_flight_action(policy, task, other_person) == "queue"  # type: ignore[arg-type]
         assert in_flight_action(policy, task, other_thread) == "queue"  # type: ignore[arg-type]
+
+
+def test_the_queue_can_forget_a_delivered_id_so_it_is_queued_again() -> None:
+    q = DispatchQueue()
+    task, steer = msg(OWNER, "task"), msg(OWNER, "more", at=1001)
+    q.push(task, now=1.0)
+    batch = q.flush_next(2.0)
+    assert batch is not None
+    q.push(steer, now=3.0)
+    assert q.steer_result(steer.id, "injected", 4.0) is not None
+    assert q.push(steer, now=5.0).duplicate  # delivered into the running turn
+    assert q.forget(steer.id) and not q.forget(steer.id)
+    assert q.push(steer, now=6.0).accepted
+    assert not q.is_remembered(steer.id) and q.pending("eng") == 1
+
+
+def test_clock_skew_from_the_file_the_environment_and_the_flag(tmp_path: Path) -> None:
+    from nostr_buzz.config import ConfigSources
+    from nostr_buzz.errors import ConfigError
+
+    config = tmp_path / "buzz.toml"
+    config.write_text(
+        f'secret_key = "{AGENT.hex}"\nowner = "{OWNER.public_key.hex}"\n'
+        'relays = ["ws://127.0.0.1:1"]\n[agent]\ncommand = "agent"\n'
+        "[subscriptions]\nclock_skew = 60\n",
+        encoding="utf-8",
+    )
+
+    def skew(environ: dict[str, str], flag: float | None = None) -> float:
+        sources = ConfigSources(config_path=config, environ=environ)
+        return PluginConfig.from_sources(sources, clock_skew=flag).clock_skew
+
+    assert skew({}) == 60
+    assert skew({"BUZZ_CLOCK_SKEW": "30"}) == 30
+    assert skew({"BUZZ_CLOCK_SKEW": "30"}, flag=5) == 5
+    for bad in ("soon", "-1", "inf", str(8 * 86400)):
+        with pytest.raises(ConfigError, match=r"BUZZ_CLOCK_SKEW|clock skew"):
+            skew({"BUZZ_CLOCK_SKEW": bad})
+
+
+def test_the_bot_stays_small_where_it_should() -> None:
+    import ast
+
+    import nostr_buzz.bot
+
+    package = Path(nostr_buzz.bot.__file__).parent
+    for module in sorted(package.glob("*.py")):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            size = (node.end_lineno or node.lineno) - node.lineno + 1
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert size <= 80, f"{module.name}: {node.name} has {size} lines"
+            if isinstance(node, ast.ClassDef) and node.name == "BuzzPlugin":
+                assert size < 300, f"BuzzPlugin has {size} lines: it should only wire the parts"

@@ -192,3 +192,22 @@ async def test_a_burst_commits_once_at_the_end_of_the_loop_step(tmp_path: Path) 
     assert visible() == 51
     other.close()
     store.close()
+
+
+async def test_a_send_recorded_while_intake_is_open_joins_it(tmp_path: Path) -> None:
+    import asyncio
+
+    from nostr_buzz.io.relay import Verdict
+
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    reply = msg(BOB, 5, channel=None)
+    store.outbox.add(reply, now=1.0)
+    push(store, q, msg(ALICE, 6), 6.0)  # the intake transaction is open for this step
+    entry = store.outbox.record_attempt(reply.id, 2.0, [Verdict("ws://r", reply.id, True)])
+    assert entry is not None and entry.accepted_by == ("ws://r",)
+    await asyncio.sleep(0)  # the step ends: both commit
+    again = BotStore(tmp_path)
+    assert again.outbox.entries()[0].attempts == 1 and again.position() == 6
+    store.close()
+    again.close()

@@ -19,7 +19,9 @@ SECTIONS = [
     "== 6. a private message (NIP-17), answered privately (turn 6) ==",
     "== 7. metrics: published by the agent, read back by the owner ==",
     "== 8. one message, fetched with `buzz messages raw --event` ==",
-    "== 9. done ==",
+    "== 9. a new canvas revision: the running session keeps its own ==",
+    "== 10. the bot restarts: the next session sees the new revision ==",
+    "== 11. done ==",
 ]
 
 
@@ -67,6 +69,15 @@ def test_buzz_demo_runs_the_whole_pipeline_and_exits_0() -> None:
     raw_line = out.split("== 8.")[1].splitlines()[2]
     event = Event.from_json(raw_line)
     assert event.kind == 9 and json.loads(raw_line)["content"].startswith("demo-agent turn 1")
+    # Standing context from Nostr: the canvas and the core memory reach the system role; a new
+    # revision leaves the running session alone and changes the next session's manifest.
+    standing = out.split("the standing context frozen for this session (in the agent's system")[1]
+    assert "<core-memory>\nAlex owns the deploys" in standing
+    assert "<channel-canvas>\nCanvas revision (event ID): " in standing
+    assert "Fetch current content with: buzz canvas get --channel demo" in standing
+    assert "the revision this session started with" in out
+    diff = out.split("what changed between the two turns")[1].split("== 11.")[0]
+    assert "changed  channel_canvas" in diff and "hash moved" in diff
     assert "demo finished in" in out
 
 

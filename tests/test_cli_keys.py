@@ -61,6 +61,7 @@ def test_show_from_flag_env_and_file_never_prints_the_secret(
     other = SecretKey.generate()
     # File only: key_file relative to the config file.
     (tmp_path / "agent.key").write_text(NSEC + "\n", encoding="utf-8")
+    (tmp_path / "agent.key").chmod(0o600)
     (tmp_path / "buzz.toml").write_text('key_file = "agent.key"\n', encoding="utf-8")
     results = [buzz(capsys, "keys", "show")]
     monkeypatch.setenv("BUZZ_PRIVATE_KEY", SECRET_HEX.upper())

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from nostr_buzz.core.compiler import compile_turn
 from nostr_buzz.core.escape import escape_attribute, escape_text
+from nostr_buzz.core.labels import message_lines
 from nostr_buzz.core.turn_input import (
     ChannelInfo,
     ContextMessage,
@@ -129,13 +130,14 @@ def test_envelope_shape_holds_for_any_text(ti: TurnInput) -> None:
     instruction = sections[-3]
     assert instruction.count("<event ") == len(ti.events)
     assert envelope.count("<event ") == len(ti.events) + len(ti.cancelled_events)
-    # Unescaping each Content gives back the original text, in batch order.
+    # Unescaping each Content gives back the laid-out text, in batch order.
     blocks = instruction.split("\n</event>")
     assert blocks[-1] == ""
     for block, item in zip(blocks[:-1], ti.events, strict=True):
         head, content = block.split("\nContent: ", 1)
         assert head.lstrip("\n").startswith("<event ") and "\n" not in head.lstrip("\n")
-        assert unescape(content) == item.event.content
+        # line breaks written as "\n", continuation lines holding a colon indented
+        assert unescape(content) == message_lines(item.event.content)
     # Sections before <buzz-turn>: the raw slash command (a suffix of the content) and the
     # standing sections.
     if start > 0 and sections[0].startswith("/"):

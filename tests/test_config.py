@@ -110,6 +110,7 @@ def test_unknown_keys_are_all_named(tmp_path: Path) -> None:
         ('relays = ["https://relay.example"]', "relays"),
         ('write_relays = ["ws://"]', "write_relays"),
         ('[gate]\nmode = "allowlist"', "gate.allowlist"),
+        ('[gate]\ntrusted = ["npub1nope"]', "gate.trusted[0]"),
         ('owner = "not a key"', "owner"),
         (f'secret_key = "{SECRET_HEX}"\nkey_env = "K"', "at most one"),
         ("this is = not toml", "invalid TOML"),
@@ -172,6 +173,7 @@ def test_bad_relay_urls(bad: str) -> None:
 
 def test_key_sources_in_order(tmp_path: Path) -> None:
     keyfile = write(tmp_path / "agent.key", f"  {NSEC}\n")
+    keyfile.chmod(0o600)
     write(tmp_path / "buzz.toml", f'key_file = "{keyfile.name}"')
     file_only = ConfigSources(environ={}, cwd=tmp_path)
     assert file_only.require_secret_key().hex == SECRET_HEX
@@ -194,7 +196,7 @@ def test_key_file_problems_do_not_leak(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"missing\.key"):
         ConfigSources(environ={}, cwd=tmp_path).secret_key()
     broken = NSEC[:-1] + "6"
-    write(tmp_path / "bad.key", broken)
+    write(tmp_path / "bad.key", broken).chmod(0o600)
     write(tmp_path / "buzz.toml", 'key_file = "bad.key"')
     with pytest.raises(ConfigError) as info:
         ConfigSources(environ={}, cwd=tmp_path).secret_key()

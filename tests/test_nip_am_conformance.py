@@ -948,6 +948,13 @@ def _counts(**over: Any) -> str:
         '{"inputTokens": 1, "outputTokens": 2, "totalTokens": 3, "costUsd": Infinity}',
         '{"inputTokens": 1, "outputTokens": 2, "totalTokens": 3, "costUsd": true}',
         '{"inputTokens": 1, "outputTokens": 2, "totalTokens": 3, "costUsd": "0.5"}',
+        # counters above 2^53 and absurd costs are forged or broken metrics
+        '{"inputTokens": 9007199254740993, "outputTokens": 2, "totalTokens": 3, "costUsd": 0}',
+        '{"inputTokens": 1, "outputTokens": 9223372036854775807, "totalTokens": 3, "costUsd": 0}',
+        '{"inputTokens": 1, "outputTokens": 2, "totalTokens": 3, "costUsd": 1.7e308}',
+        '{"inputTokens": 1, "outputTokens": 2, "totalTokens": 3, "costUsd": 1e10}',
+        '{"inputTokens": 1, "outputTokens": 2, "totalTokens": 3, "costUsd": 0, '
+        '"cacheReadTokens": 9007199254740993}',
     ],
 )
 @pytest.mark.parametrize("where", ["turn", "cumulative"])
@@ -961,18 +968,23 @@ def test_bad_numbers_rejected(counts: str, where: str) -> None:
 def test_valid_numbers_accepted() -> None:
     text = (
         f'{{"harness": "goose", "timestamp": "{TS}", "turn": '
-        '{"inputTokens": 0, "outputTokens": 9007199254740993, "totalTokens": null, '
+        '{"inputTokens": 0, "outputTokens": 9007199254740992, "totalTokens": null, '
         '"costUsd": -0.0, "cacheReadTokens": 0}}'
     )
     p = _open_text(text)
     assert p.turn is not None
     assert p.turn.input_tokens == 0
-    assert p.turn.output_tokens == 9007199254740993
+    assert p.turn.output_tokens == 2**53  # the largest valid counter
     assert p.turn.cost_usd == 0.0
     assert p.turn.cache_read_tokens == 0
     # an integer cost is a number
     p2 = _open_text(f'{{"harness": "g", "timestamp": "{TS}", "turn": {_counts(costUsd=2)}}}')
     assert p2.turn is not None and p2.turn.cost_usd == 2
+    # a turn costs at most 10^6 USD; above it is invalid
+    p3 = _open_text(f'{{"harness": "g", "timestamp": "{TS}", "turn": {_counts(costUsd=1e6)}}}')
+    assert p3.turn is not None and p3.turn.cost_usd == 1e6
+    with pytest.raises(MetricError):
+        _open_text(f'{{"harness": "g", "timestamp": "{TS}", "turn": {_counts(costUsd=1000000.5)}}}')
 
 
 @pytest.mark.parametrize(

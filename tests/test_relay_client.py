@@ -167,7 +167,7 @@ async def test_endless_garbage_stream_ends_at_timeout_with_bounded_memory() -> N
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-    assert took < 1.5
+    assert took < 3.0  # bounded by the timeout, with slack for a loaded machine
     assert result.error == "timeout" and not result.finished
     assert result.events == []
     assert result.rejected_count > 100

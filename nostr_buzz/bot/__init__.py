@@ -5,13 +5,19 @@ The package follows the path a turn takes:
 * :mod:`.config` — :class:`PluginConfig` and the ``--shard i/n`` split;
 * :mod:`.intake` — pure decisions about an incoming event: owner command, refusal (with its
   reason), another shard's, or admission to the queue; the position it moves the bot to;
+* :mod:`.replay` — the live subscription and the replay of what was missed (paged back to the
+  saved position on start and on every reconnect, only authors the gate admits, clock skew);
 * :mod:`.state` — the one SQLite database: queue journal, position, remembered ids, outbox;
 * :mod:`.context` — thread/DM history, profiles and channel metadata for the compiler;
-* :mod:`.turn` — the running turn (phases preparing → live → ended → settled), steering,
-  settlement in the queue;
+* :mod:`.standing` — the standing context each new session starts with, frozen for its life
+  (configured files, plus a channel's canvas, huddle guidelines and the agent's core memory);
+* :mod:`.turn` — the worker and the running turn (phases preparing → live → ended →
+  settled), steering within the authority boundary, turns the agent starts on its own, and
+  settlement: outcome, reply and metric in one transaction;
 * :mod:`.supervisor` — the agent process, its sessions, restarts with backoff;
-* :mod:`.outputs` — pure builders of the reply and the metric payload;
-* :mod:`.delivery` — stores and sends replies and metrics;
+* :mod:`.outputs` — pure builders of the reply (in parts when too large), the metric payload,
+  the dead-letter notice, secret redaction;
+* :mod:`.delivery` — stores replies and metrics in the outbox, sends and retries them;
 * :mod:`.plugin` — :class:`BuzzPlugin`, which wires them.
 """
 

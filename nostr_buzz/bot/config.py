@@ -70,6 +70,8 @@ class PluginConfig:
     agent_env: Mapping[str, str] = field(default_factory=dict)
     agent_pass_env: tuple[str, ...] = ()
     agent_cwd: str | None = None
+    #: Run the agent as this OS user (``[agent] user``), so it cannot read the bot's secrets.
+    agent_user: str | None = None
     state_dir: Path = Path(".buzz")
     channels: tuple[str, ...] = ()
     kinds: tuple[int, ...] = (CHAT_KIND, PRIVATE_MESSAGE_KIND)
@@ -79,6 +81,8 @@ class PluginConfig:
     gate: AuthorGate = "owner-only"
     allowlist: frozenset[str] = frozenset()
     agents: frozenset[str] = frozenset()
+    #: Keys trusted like the owner for a channel's canvas and huddle guidelines.
+    trusted: frozenset[str] = frozenset()
     in_flight: InFlightPolicy = "steer"
     context_message_limit: int = 20
     relay_timeout: float = 10.0
@@ -158,6 +162,7 @@ class PluginConfig:
             agent_env=dict(file.agent.env),
             agent_pass_env=file.agent.pass_env,
             agent_cwd=file.agent.cwd,
+            agent_user=file.agent.user,
             state_dir=state,
             channels=file.subscriptions.channels,
             kinds=file.subscriptions.kinds,
@@ -166,6 +171,7 @@ class PluginConfig:
             gate=file.gate.mode,
             allowlist=frozenset(PublicKey.from_str(k).hex for k in file.gate.allowlist),
             agents=frozenset(PublicKey.from_str(k).hex for k in file.gate.agents),
+            trusted=frozenset(PublicKey.from_str(k).hex for k in file.gate.trusted),
             in_flight=file.in_flight,
             context_message_limit=file.context_message_limit,
             relay_timeout=file.timeouts.relay,

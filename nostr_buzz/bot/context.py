@@ -5,15 +5,16 @@ the thread and channel; ``limit + 1`` are fetched so that truncation is proven, 
 DM history for a direct message — for a private message (NIP-17), the conversation read back
 from the gift wraps addressed to the agent, its own copies included, so that nothing private
 travels in plaintext — nothing for a top-level channel message; profiles (kind 0) of
-every author and mention; channel metadata (kind 39000).  A real channel without metadata gets
-no ``channel`` input (no snapshot).  The queries are the only I/O; selecting and shaping what
-they returned are pure functions below.
+every author and mention; channel metadata (kind 39000) signed by a trusted key (the owner,
+the agent, ``[gate] trusted``, a relay's own NIP-11 key), anyone else's ignored with a diagnostic.
+A real channel without trusted metadata gets no ``channel`` input (no snapshot).  The queries
+are the only I/O; selecting and shaping what they returned are pure functions below.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -23,7 +24,6 @@ from nostr_buzz.core.turn_input import (
     ChannelInfo,
     ContextMessage,
     ProfileInfo,
-    Standing,
     TurnContext,
     TurnEvent,
     TurnInput,
@@ -33,6 +33,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import conversation
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17
+from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND, newest_group_metadata
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.profile import Profile
 
@@ -41,7 +42,6 @@ from .supervisor import Session
 __all__ = ["ContextResolver", "History", "select_dm_history", "select_thread_history"]
 
 METADATA_KIND: Final = 0
-GROUP_METADATA_KIND: Final = 39000
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 
@@ -125,29 +125,28 @@ def newest_profiles(found: Iterable[Event], people: Sequence[str]) -> dict[str, 
 
 
 def channel_info(
-    found: Iterable[Event], channel: str | None, actor: str, actor_label: str | None
-) -> ChannelInfo | None:
-    """A DM's synthetic channel, a channel's kind 39000 metadata (newest), or None."""
+    found: Iterable[Event],
+    channel: str | None,
+    actor: str,
+    actor_label: str | None,
+    trusted: Collection[str] = (),
+) -> tuple[ChannelInfo | None, list[Event]]:
+    """A DM's synthetic channel, a channel's kind 39000 metadata (the newest signed by a
+    ``trusted`` key), or None; and the channel's kind 39000 events by anyone else (ignored)."""
     if channel is None:
-        return ChannelInfo(name=actor_label or actor, id=f"dm-{actor}", type="dm")
-    metadata: Event | None = None
-    for event in found:
-        if (
-            event.kind == GROUP_METADATA_KIND
-            and channel in event.tag_values("d")
-            and (metadata is None or event.created_at > metadata.created_at)
-        ):
-            metadata = event
+        return ChannelInfo(name=actor_label or actor, id=f"dm-{actor}", type="dm"), []
+    metadata, untrusted = newest_group_metadata(found, channel, trusted)
     if metadata is None:
-        return None
+        return None, untrusted
     names = metadata.tag_values("name")
     about = metadata.tag_values("about")
-    return ChannelInfo(
+    info = ChannelInfo(
         name=names[0] if names else channel,
         id=channel,
         type="stream",
         description=about[0] if about else None,
     )
+    return info, untrusted
 
 
 class ContextResolver:
@@ -161,11 +160,19 @@ class ContextResolver:
         kinds: tuple[int, ...],
         limit: int,
         timeout: float,
-        standing: Standing,
         known_agents: set[str],
         secret: SecretKey | None = None,
+        owner: str | None = None,
+        trusted_authors: Callable[[], Awaitable[set[str]]] | None = None,
+        on_untrusted: Callable[[Event], None] | None = None,
     ) -> None:
         self.pool = pool
+        #: Only the owner's messages may carry a slash command.
+        self.owner = owner
+        #: Whose channel metadata counts (the owner, the agent, ``[gate] trusted``, the read
+        #: relays' own NIP-11 keys: the same authors as a channel's standing documents).
+        self._trusted_authors = trusted_authors
+        self._on_untrusted = on_untrusted
         self.agent = agent
         #: The agent's key opens the gift wraps of a private conversation's history.
         self.secret = secret
@@ -173,7 +180,6 @@ class ContextResolver:
         self.kinds = [k for k in kinds if k != nip17.PRIVATE_MESSAGE_KIND]
         self.limit = limit
         self.timeout = timeout
-        self.standing = standing
         #: Agents known from configuration or a NIP-24 ``bot`` profile seen (shared, grows).
         self.known_agents = known_agents
 
@@ -241,11 +247,17 @@ class ContextResolver:
             context=context,
             context_had_delivered_events=any(i in session.delivered for i in fetched_ids),
             profiles=profiles,
-            standing=self.standing,
+            standing=session.standing,
             system_prompt_support=start.system_prompt_support,
             standing_context_sent=start.standing_context_sent or session.turns > 0,
+            owner=self.owner,
         )
         return turn_input, fetched_ids
+
+    async def _trusted(self) -> set[str]:
+        if self._trusted_authors is not None:
+            return await self._trusted_authors()
+        return {self.owner} if self.owner is not None else set()
 
     async def profiles_and_channel(
         self, events: Sequence[Event], channel: str | None, actor: str
@@ -268,5 +280,10 @@ class ContextResolver:
                     is_agent = True
                     self.known_agents.add(pubkey)
             profiles[pubkey] = ProfileInfo(label=label, is_agent=is_agent)
-        info = channel_info(found, channel, actor, profiles.get(actor, ProfileInfo()).label)
+        info, untrusted = channel_info(
+            found, channel, actor, profiles.get(actor, ProfileInfo()).label, await self._trusted()
+        )
+        if self._on_untrusted is not None:
+            for event in untrusted:
+                self._on_untrusted(event)
         return profiles, info

@@ -20,19 +20,19 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
+from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip10, nip59
-from nostr_buzz.nips.nip59 import PrivateEvent
 
 from . import intake
 from .config import PRIVATE_MESSAGE_KIND, PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
 from .replay import Listener, listen_filters
+from .standing import SessionStanding
 from .state import REMEMBERED_COMMANDS, BotStore
 from .supervisor import AgentSupervisor
 from .turn import TurnRunner
@@ -40,8 +40,6 @@ from .turn import TurnRunner
 __all__ = ["DIAGNOSTICS_FILE", "BuzzPlugin"]
 
 DIAGNOSTICS_FILE: Final = "diagnostics.jsonl"
-#: The worker re-checks the queue at least this often (backoffs end without a wake-up).
-_POLL: Final = 0.5
 
 
 class BuzzPlugin:
@@ -81,28 +79,33 @@ class BuzzPlugin:
         self.pool = RelayPool(
             config.read_relays, secret=config.agent_secret, timeout=config.relay_timeout
         )
+        self.pool.on_cut_off = self._relay_cut_off
         if not RelayPool(config.write_relays).urls:
             raise RelayError("a metric publisher needs at least one write relay")
         self._stop = asyncio.Event()
         self._delivery_stop = asyncio.Event()
         self._wake = asyncio.Event()
-        self.supervisor = AgentSupervisor(config, self.diagnostics, clock, self._stop)
+        self.standing = SessionStanding(config, self.pool, self.diagnostics)
+        self.supervisor = AgentSupervisor(
+            config, self.diagnostics, clock, self._stop, standing_for=self.standing.freeze
+        )
         self.resolver = ContextResolver(
             self.pool,
             agent=self.agent_hex,
             kinds=config.kinds,
             limit=config.context_message_limit,
             timeout=config.relay_timeout,
-            standing=config.standing,
             known_agents=self._known_agents,
             secret=config.agent_secret,
+            owner=config.owner.hex,
+            trusted_authors=self.standing.trusted,
+            on_untrusted=self._untrusted_metadata,
         )
         self.store: BotStore | None = None
         self.delivery: Delivery | None = None
         self._runner: TurnRunner | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loops: list[asyncio.Task[None]] = []
-        self._last_push = 0.0
         self._started = False
         self._closed = False
 
@@ -139,9 +142,21 @@ class BuzzPlugin:
             self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
         await self.supervisor.start()
         self._loops = [
-            asyncio.create_task(self._work(), name="buzz-worker"),
+            asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
             asyncio.create_task(delivery.run(self._delivery_stop), name="buzz-retry"),
         ]
+
+    def _relay_cut_off(self, url: str, why: str) -> None:
+        """A relay sent more than a query or subscription may hold: it was cut off."""
+        self.diagnostics.emit("relay_cut_off", payload={"relay": url, "reason": why})
+
+    def _untrusted_metadata(self, event: Event) -> None:
+        channels = event.tag_values("d")
+        self.diagnostics.event_rejected(
+            "channel metadata from an untrusted author",
+            event_id=event.id,
+            channel_id=channels[0] if channels else None,
+        )
 
     async def close(self) -> None:
         """Stop everything; running turns are abandoned (their batches run again after a
@@ -249,10 +264,11 @@ class BuzzPlugin:
         await self.start()
         assert self.store is not None and self._runner is not None
         if event.kind == nip59.GIFT_WRAP_KIND:
-            opened = self._open(event)
-            if opened is None:
+            try:
+                event = nip59.open_gift_wrap(self.config.agent_secret, event).as_event()
+            except Nip59Error as exc:  # the wrap's id only: nothing of its content
+                self.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=event.id)
                 return False
-            event = opened
         decision = intake.decide(event, self._gate, self._known_agents)
         now = self._clock()
         if isinstance(decision, intake.Refuse):
@@ -280,26 +296,10 @@ class BuzzPlugin:
             self.store.record_push(self.queue, queued, result.dropped, self._position)
         if not result.accepted:
             return False
-        self._last_push = time.monotonic()
-        turn = self._runner.running.get(decision.channel)
-        if turn is not None and self.queue.in_flight(decision.channel):
-            newest = turn.batch.events[-1].event
-            action = intake.in_flight_action(self.config.in_flight, newest, event)
-            if action == "steer":
-                self._spawn(self._runner.steer(turn, event, prompt_tag), "buzz-steer")
-            elif action == "interrupt":
-                await self._runner.cancel(turn, "interrupt")
+        self._runner.last_push = time.monotonic()
+        await self._runner.react(decision.channel, event, prompt_tag)
         self._wake.set()
         return True
-
-    def _open(self, wrap: Event) -> PrivateEvent | None:
-        """The private message in a gift wrap, or None (refused: ``gift_wrap_<reason>``, with
-        the wrap's id only; nothing of its content is reported)."""
-        try:
-            return nip59.open_gift_wrap(self.config.agent_secret, wrap).as_event()
-        except Nip59Error as exc:
-            self.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=wrap.id)
-            return None
 
     async def _obey(self, command: intake.CommandName, event: Event) -> None:
         assert self._runner is not None
@@ -311,11 +311,7 @@ class BuzzPlugin:
         if command == "shutdown":
             self.stop()
             return
-        running = self._runner.running
-        channel = intake.queue_channel(event)
-        targets = [running[channel]] if channel in running else list(running.values())
-        for turn in targets:
-            await self._runner.cancel(turn, "owner")
+        await self._runner.cancel_for_owner(intake.queue_channel(event))
 
     # -- the worker ---------------------------------------------------------------------
 
@@ -324,23 +320,6 @@ class BuzzPlugin:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    async def _work(self) -> None:
-        assert self._runner is not None
-        while not self._stop.is_set():
-            quiet_for = time.monotonic() - self._last_push
-            if quiet_for < self.config.coalesce_window:
-                # A burst may still be arriving: a deliberate debounce, bounded by the window.
-                await asyncio.sleep(self.config.coalesce_window - quiet_for)
-                continue
-            batch = self.queue.flush_next(self._clock())
-            if batch is None:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(_POLL):
-                        await self._wake.wait()
-                continue
-            self._spawn(self._runner.run(batch), f"buzz-turn {batch.channel}")
 
     # -- introspection (tests, the demo) ------------------------------------------------
 
@@ -359,7 +338,3 @@ class BuzzPlugin:
     def ledger_snapshot(self, channel: str) -> Manifest | None:
         turn = self._runner.running.get(channel) if self._runner is not None else None
         return turn.ledger.snapshot() if turn is not None else None
-
-    @staticmethod
-    def queued(batch: Batch) -> list[QueuedEvent]:
-        return list(batch.events)

@@ -66,6 +66,7 @@ from nostr_buzz.core.queue import (
 )
 from nostr_buzz.errors import InvalidEvent, Nip59Error, QueueError, StateError
 from nostr_buzz.event import Event
+from nostr_buzz.io.filemodes import make_private, private_dir
 from nostr_buzz.io.outbox import Outbox
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip59
@@ -131,8 +132,8 @@ class BotStore:
         self._agent_secret = agent_secret
         fresh = not self.path.exists()
         try:
-            state_dir.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+            private_dir(state_dir)  # 0700: nobody else lists or reads the bot's state
+            make_private(self.path)  # 0600, narrowed again if it was left wider
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, timeout=5.0, check_same_thread=False
             )

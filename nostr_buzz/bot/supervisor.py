@@ -11,12 +11,13 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, TurnResult, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
@@ -72,6 +73,7 @@ class Session:
 
     start: SessionStart
     harness_id: str  # the metric's sessionId: made here, so a restart starts a new one
+    standing: Standing = field(default_factory=Standing)  # frozen when the session opened
     delivered: set[str] = field(default_factory=set)
     turns: int = 0
 
@@ -85,8 +87,10 @@ class AgentSupervisor:
         diagnostics: DiagnosticsFeed,
         clock: Callable[[], float],
         stopping: asyncio.Event,
+        standing_for: Callable[[str | None], Awaitable[Standing]] | None = None,
     ) -> None:
         self.config = config
+        self._standing_for = standing_for
         self._diagnostics = diagnostics
         self._stopping = stopping
         self.driver = AgentDriver(
@@ -95,6 +99,7 @@ class AgentSupervisor:
             env_names=config.agent_pass_env,
             env=config.agent_env,
             cwd=config.agent_cwd,
+            user=config.agent_user,
             log_path=config.state_dir / AGENT_LOG,
             idle_timeout=config.idle_timeout,
             hard_timeout=config.hard_timeout,
@@ -143,18 +148,28 @@ class AgentSupervisor:
                 )
                 self._diagnostics.emit("agent_restarted", payload={"pid": info.pid})
 
-    async def session_for(self, channel: str) -> Session:
-        """The channel's live session, opened (with the standing context) when it has none."""
+    async def session_for(self, channel: str, channel_id: str | None = None) -> Session:
+        """The queue channel's live session, opened when it has none, with the standing context
+        frozen for it (``channel_id`` None: a private conversation)."""
         if not self.driver.alive:
             await self.ensure_agent()
         session = self.sessions.get(channel)
         if session is None:
-            text = standing_text(self.config.standing, self.config.agent_cwd)
+            standing = self.config.standing
+            if self._standing_for is not None:
+                standing = await self._standing_for(channel_id)
+            text = standing_text(standing, self.config.agent_cwd)
             cwd = self.config.agent_cwd or str(Path.cwd())
             start = await self.driver.new_session(cwd, text)
-            session = Session(start=start, harness_id=uuid.uuid4().hex)
+            session = Session(start=start, harness_id=uuid.uuid4().hex, standing=standing)
             self.sessions[channel] = session
         return session
+
+    def forget(self, channel: str, session: Session) -> None:
+        """Never prompt ``session`` again (it was cancelled: some agents cannot take another
+        prompt after a cancel); the channel's next turn opens a new one."""
+        if self.sessions.get(channel) is session:
+            del self.sessions[channel]
 
     def needs_restart(self, result: TurnResult | None) -> bool:
         """Account a turn's end; True when the agent must be restarted (it is gone)."""

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from typing import Any, Final, Literal
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.queue import Batch, DispatchQueue
+from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event
@@ -45,6 +46,7 @@ from nostr_buzz.nips.nip_am import MetricPayload
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
+from .intake import in_flight_action
 from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
 from .state import BotStore
 from .supervisor import AgentSupervisor, Session, secret_values
@@ -52,6 +54,9 @@ from .supervisor import AgentSupervisor, Session, secret_values
 __all__ = ["CancelWhy", "Phase", "Turn", "TurnRunner"]
 
 log = logging.getLogger(__name__)
+
+#: The worker re-checks the queue at least this often (backoffs end without a wake-up).
+_POLL: Final = 0.5
 
 #: A turn the agent started on its own is over once it has been quiet this long (seconds),
 #: or given up when nothing at all came for ``FOLLOW_SILENCE``.
@@ -99,7 +104,7 @@ class Turn:
     session: Session | None = None
     phase: Phase = Phase.PREPARING
     cancel_reason: CancelWhy | None = None
-    steered: list[str] = field(default_factory=list)  # ids injected into this turn
+    steered: list[QueuedEvent] = field(default_factory=list)  # injected into this turn
     #: Steers the agent answered ``startedNewTurn``: each is a turn of its own.
     followups: list[Followup] = field(default_factory=list)
     steering: bool = False  # a steer is on the wire
@@ -182,6 +187,48 @@ class TurnRunner:
         self._secrets = secret_values(config)
         #: The running turn of each queue channel.
         self.running: dict[str, Turn] = {}
+        #: When intake last queued an event (monotonic): the worker waits for a quiet moment.
+        self.last_push = 0.0
+
+    # -- the worker -----------------------------------------------------------------------
+
+    async def work(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
+        """Flush batches and run each as a turn until ``stop``; ``wake`` says the queue
+        changed (backoffs end without one: the queue is looked at every ``_POLL`` s)."""
+        while not stop.is_set():
+            quiet_for = time.monotonic() - self.last_push
+            if quiet_for < self.config.coalesce_window:
+                # A burst may still be arriving: a deliberate debounce, bounded by the window.
+                await asyncio.sleep(self.config.coalesce_window - quiet_for)
+                continue
+            batch = self.queue.flush_next(self._clock())
+            if batch is None:
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_POLL):
+                        await wake.wait()
+                continue
+            self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
+
+    async def react(self, channel: str, event: Event, prompt_tag: str) -> None:
+        """An admitted event for ``channel`` whose turn is running: steer it, interrupt it, or
+        (most often) let the event wait for a turn of its own (:func:`.intake.in_flight_action`)."""
+        turn = self.running.get(channel)
+        if turn is None or not self.queue.in_flight(channel):
+            return
+        newest = turn.batch.events[-1].event
+        action = in_flight_action(self.config.in_flight, newest, event)
+        if action == "steer":
+            self._spawn(self.steer(turn, event, prompt_tag), "buzz-steer")
+        elif action == "interrupt":
+            await self.cancel(turn, "interrupt")
+
+    async def cancel_for_owner(self, channel: str) -> None:
+        """The owner's ``!cancel``: the running turn of its channel, else every running turn."""
+        running = self.running
+        targets = [running[channel]] if channel in running else list(running.values())
+        for turn in targets:
+            await self.cancel(turn, "owner")
 
     # -- one turn -------------------------------------------------------------------------
 
@@ -207,7 +254,7 @@ class TurnRunner:
         except Exception as exc:  # resolution, session or compile trouble: retry the batch
             log.warning("turn in %s failed: %s", batch.channel, exc)
             self._report_failure(turn, f"{type(exc).__name__}: {exc}", None)
-            self._commit(turn, lambda: self._fail(batch))
+            self._commit(turn, lambda: self._fail(turn))
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
         finally:
@@ -250,7 +297,8 @@ class TurnRunner:
     async def _prepare(self, turn: Turn) -> tuple[CompiledTurn, list[str]] | None:
         """Session, context, compile; the compiled turn, or None when cancelled meanwhile."""
         batch = turn.batch
-        session = await self.supervisor.session_for(batch.channel)
+        channel_id = turn.channel_id if turn.channel_type == "stream" else None
+        session = await self.supervisor.session_for(batch.channel, channel_id)
         turn.session = session
         turn_input, history_ids = await self.resolver.resolve(batch, session)
         compiled = compile_turn(turn_input)
@@ -275,7 +323,7 @@ class TurnRunner:
     def _standing_included(self, turn_input: TurnInput) -> bool:
         # Legacy delivery prepends every non-blank standing section to this prompt.
         return not turn_input.standing_context_sent and bool(
-            standing_text(self.config.standing, None)
+            standing_text(turn_input.standing, None)
         )
 
     async def _prompt(self, turn: Turn, compiled: CompiledTurn) -> TurnResult:
@@ -386,24 +434,35 @@ class TurnRunner:
             session.delivered.update(q.event.id for q in batch.events)
             session.delivered.update(q.event.id for q in batch.cancelled_events)
             session.delivered.update(history)
-            session.delivered.update(turn.steered)
+            session.delivered.update(q.event.id for q in turn.steered)
             return []
         if result.outcome == "cancelled":
             return self._settle_cancelled(turn)
-        return self._fail(batch)
+        return self._fail(turn)
 
     def _settle_cancelled(self, turn: Turn) -> list[Event]:
+        if turn.session is not None:
+            self.supervisor.forget(turn.batch.channel, turn.session)
         reason = turn.cancel_reason
         if reason == "interrupt" or reason == "steer":
             self.queue.requeue_cancelled(turn.batch, reason)
+            self._readmit_steers(turn)
         else:  # the owner's !cancel, or the agent cancelled on its own: dropped, not retried
             self.queue.complete(turn.batch)
         return []
 
-    def _fail(self, batch: Batch) -> list[Event]:
+    def _readmit_steers(self, turn: Turn) -> None:
+        """The steers injected into a turn that did not complete were not answered: they are
+        queued again (their rows never left the state database)."""
+        for steer in turn.steered:
+            if self.queue.forget(steer.event.id):
+                self.queue.push(steer.event, steer.prompt_tag, now=steer.received_at)
+
+    def _fail(self, turn: Turn) -> list[Event]:
         """Back to the queue with backoff; a dead letter gets one short notice in its thread
         (stored with the settlement, sent after it)."""
-        dead = self.queue.fail(batch, self._clock())
+        dead = self.queue.fail(turn.batch, self._clock())
+        self._readmit_steers(turn)
         if dead is None:
             return []
         self.diagnostics.emit(
@@ -451,8 +510,8 @@ class TurnRunner:
         now = self._clock()
         if outcome == "injected":
             turn.ledger.accept_update(steer.manifest)  # before acknowledging (spec 06)
-            turn.steered.append(event.id)
-            self._steer_result(event.id, "injected", now)
+            taken = self._steer_result(event.id, "injected", now)
+            turn.steered += [taken] if taken is not None else []
             self.diagnostics.prompt_context_steer("injected", turn.ledger.snapshot(), **ids)
         elif outcome == "started_new_turn":
             # A turn of its own: answered and metered after this one's prompt returns, and
@@ -467,6 +526,8 @@ class TurnRunner:
         # Nothing is written here: an injected steer's row stays until the turn's outcome
         # (and the reply that answers it) commits, so a crash before that runs it again.
 
-    def _steer_result(self, event_id: str, outcome: str, now: float) -> None:
-        with contextlib.suppress(QueueError):
-            self.queue.steer_result(event_id, outcome, now)
+    def _steer_result(self, event_id: str, outcome: str, now: float) -> QueuedEvent | None:
+        try:
+            return self.queue.steer_result(event_id, outcome, now)
+        except QueueError:
+            return None

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 import typer
 
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
-from nostr_buzz.errors import SECRET_HINT, BuzzError
+from nostr_buzz.errors import SECRET_HINT, BuzzError, looks_secret
+from nostr_buzz.keys import SecretKey
 
 app = typer.Typer(
     name="buzz",
@@ -48,6 +49,7 @@ from nostr_buzz.cli.metrics import metrics_command  # noqa: E402
 from nostr_buzz.cli.private import dm_command, inbox_command  # noqa: E402
 from nostr_buzz.cli.relay import relay_command  # noqa: E402
 from nostr_buzz.cli.run import run_command  # noqa: E402
+from nostr_buzz.cli.standing import canvas_app, mem_app  # noqa: E402
 
 app.command("compile")(compile_command)
 app.add_typer(manifest_app, name="manifest")
@@ -59,6 +61,8 @@ app.command("relay")(relay_command)
 app.command("metrics")(metrics_command)
 app.command("run")(run_command)
 app.command("demo")(demo_command)
+app.add_typer(canvas_app, name="canvas")
+app.add_typer(mem_app, name="mem")
 
 
 _SECRET_LIKE = re.compile(r"nsec1[0-9a-z]+", re.IGNORECASE)
@@ -78,11 +82,75 @@ def _redact(message: str, args: Sequence[str]) -> str:
         a.split("=", 1)[1] for a in args if a.startswith(tuple(o + "=" for o in _SECRET_OPTIONS))
     ]
     secrets += [os.environ.get(name, "") for name in _SECRET_VARIABLES]
+    # 64 hex characters given anywhere but as an id option may be a secret key: not repeated.
+    secrets += [
+        m.group(0)
+        for option, value in _option_values(args)
+        if option not in (*_ID_OPTIONS, *_SECRET_OPTIONS)
+        for m in _HEX_RUN.finditer(value)
+    ]
     candidates = {s for secret in secrets for s in (secret, secret.strip())}
     for secret in sorted(candidates, key=len, reverse=True):
         if len(secret) >= _MIN_REDACTED:
-            message = message.replace(secret, SECRET_HINT)
+            message = re.sub(re.escape(secret), SECRET_HINT, message, flags=re.IGNORECASE)
     return _SECRET_LIKE.sub(SECRET_HINT, message)
+
+
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{64}")
+_NSEC_INSIDE = re.compile(r"nsec1[02-9ac-hj-np-z]{58}", re.IGNORECASE)
+#: Options whose values are event ids, public keys or channel ids, echoed back where useful.
+_ID_OPTIONS = ("--event", "--reply-to", "--owner", "--agent", "--channel", "--to")
+
+
+def _option_values(args: Sequence[str]) -> list[tuple[str | None, str]]:
+    """(the option it belongs to, or None, value) for every argument that is a value."""
+    pairs: list[tuple[str | None, str]] = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--") and "=" in arg:
+            option, value = arg.split("=", 1)
+            pairs.append((option, value))
+        elif not arg.startswith("-"):
+            previous = args[i - 1] if i > 0 else ""
+            pairs.append((previous if previous.startswith("--") else None, arg))
+    return pairs
+
+
+def _configured_secret(pairs: Sequence[tuple[str | None, str]]) -> SecretKey | None:
+    """The secret key this invocation would use (flag, environment, config), if any."""
+    from nostr_buzz.config import ConfigSources
+
+    key = next((v for o, v in pairs if o in _SECRET_OPTIONS), None)
+    config = next((v for o, v in pairs if o == "--config"), None)
+    try:
+        return ConfigSources(config_path=config).secret_key(key)
+    except BuzzError:
+        return None
+
+
+def _refuse_secret_arguments(args: Sequence[str]) -> None:
+    """A secret key anywhere but ``--key`` (an nsec, or the configured key in any form) is
+    refused before anything is sent anywhere, and never repeated."""
+    pairs = _option_values(args)
+    suspicious = [
+        (o, v)
+        for o, v in pairs
+        if o not in _SECRET_OPTIONS
+        and (looks_secret(v) or _NSEC_INSIDE.search(v) or _HEX_RUN.search(v))
+    ]
+    if not suspicious:
+        return
+    hex_given = any(_HEX_RUN.search(v) for _, v in suspicious)
+    secret = _configured_secret(pairs) if hex_given else None
+    forms = () if secret is None else (secret.hex, secret.bech32)
+    for option, value in suspicious:
+        lowered = value.strip().lower()
+        if looks_secret(value) or _NSEC_INSIDE.search(value) or any(f in lowered for f in forms):
+            where = f"{option}: " if option else ""
+            raise CliFailure(
+                ExitCode.BAD_INPUT,
+                f"{where}the value looks like a secret key (not shown): secret keys go only to "
+                "--key, BUZZ_PRIVATE_KEY or the config file",
+            )
 
 
 def _is_parser_error(exc: BaseException) -> bool:
@@ -100,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        _refuse_secret_arguments(args)
         result = app(args=args, prog_name="buzz", standalone_mode=False)
     except CliFailure as exc:
         note(f"buzz: {_redact(exc.message, args)}")

@@ -121,9 +121,13 @@ class EventRef(NamedTuple):
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
 
+_LONG_HEX = re.compile(r"[0-9a-fA-F]{32,}")
+
+
 def describe_input(text: str) -> str:
-    """An input for an error message, unless it looks like a secret key."""
-    if looks_secret(text):
+    """An input for an error message, unless it looks like a secret key (an nsec, or a long
+    run of hex digits: a mistyped raw secret key must not be half repeated)."""
+    if looks_secret(text) or _LONG_HEX.search(text):
         return SECRET_HINT
     return repr(text if len(text) <= 40 else text[:40] + "…")
 

@@ -13,7 +13,6 @@ the plain-text layer table.
 from __future__ import annotations
 
 import sys
-import unicodedata
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +23,7 @@ import typer
 from rich.cells import cell_len
 
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
+from nostr_buzz.cli.output import terminal_safe as terminal_safe  # shared, re-exported
 from nostr_buzz.core.compiler import compile_turn
 from nostr_buzz.core.manifest import Layer, Manifest
 from nostr_buzz.core.turn_input import TurnInput
@@ -74,20 +74,6 @@ def read_input(path: str, what: str) -> bytes:
             ExitCode.BAD_INPUT, f"{name} is not UTF-8 (invalid byte at offset {exc.start})"
         ) from None
     return data
-
-
-def terminal_safe(text: str, *, multiline: bool) -> str:
-    """Text for a human reader: control characters shown as ``\\xNN`` escapes.
-
-    The text format is for reading, so a signed message cannot move the cursor or recolour a
-    terminal; ``--format json`` carries the exact bytes.  ``multiline`` keeps newlines and tabs.
-    """
-    keep = "\n\t" if multiline else ""
-    if all(c in keep or unicodedata.category(c) != "Cc" for c in text):
-        return text
-    return "".join(
-        c if c in keep or unicodedata.category(c) != "Cc" else f"\\x{ord(c):02x}" for c in text
-    )
 
 
 def aligned(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str]:

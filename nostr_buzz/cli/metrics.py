@@ -21,9 +21,16 @@ stderr):
                   "totalTokens", "costUsd", "deltaSource", "deltaReliable", "stopReason",
                   "outcome", "manifestHash", "manifestValid"}],
        "ignored": {"total": n, "byReason": {reason: n}},
-       "manifestMismatches": n}
+       "manifestMismatches": n,
+       "unknownAgents": [{"agent", "metrics", "firstTimestamp", "lastTimestamp"}]}
 
   Unknown counters are ``null`` and a total is ``null`` when no turn reported that counter.
+
+Only the owner's agents count: ``--agent KEY`` (repeatable, hex or npub), else ``agents`` in
+``buzz.toml``.  Metrics signed by any other key are listed apart (``unknownAgents``, and a note
+on stderr), never in the turns or totals; with no agents named every agent counts (and a note
+says so).  CSV cells that would start a spreadsheet formula are prefixed with ``'``; table
+output shows control and bidirectional characters as escapes and never reads rich markup.
 
 Exit codes (spec 05): 0 report printed (also when some events were ignored or a manifest is
 flagged: the report shows them); 1 bad input (times, format, key, no relay configured); 2 no
@@ -55,7 +62,7 @@ from nostr_buzz.cli.common import (
     run,
     sources,
 )
-from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, terminal_safe, write_stdout
 from nostr_buzz.core.metrics_report import MetricsReport, TotalRow, TurnRow
 from nostr_buzz.io.metrics_reader import MetricsFetch, read_metrics
 from nostr_buzz.keys import SecretKey
@@ -155,8 +162,13 @@ def render_json(
         "turns": msgspec.to_builtins(report.turns),
         "ignored": {"total": report.ignored_total, "byReason": report.ignored},
         "manifestMismatches": report.manifest_mismatches,
+        "unknownAgents": msgspec.to_builtins(report.unknown_agents),
     }
     return json.dumps(doc, ensure_ascii=False) + "\n"
+
+
+#: A CSV cell starting with one of these is a formula in a spreadsheet.
+_FORMULA_START: Final = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _cell(value: Any) -> str:
@@ -166,6 +178,8 @@ def _cell(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value  # text from an agent is never a formula (OWASP CSV injection)
     return str(value)
 
 
@@ -215,9 +229,10 @@ _NUMERIC: Final = {
 
 
 def _flat(text: str, width: int) -> str:
-    # Payload strings come from the agent: no control characters reach the terminal.
-    clean = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
-    return clean if len(clean) <= width else clean[: width - 1] + "…"
+    # Payload strings come from the agent: no control or bidirectional character reaches the
+    # terminal (shown as escapes), and the cut never splits an escape.
+    clean = text if len(text) <= width else text[: width - 1] + "…"
+    return terminal_safe(clean, multiline=False)
 
 
 def _table_cell(field: str, value: Any) -> str:
@@ -259,13 +274,14 @@ def render_plain_table(report: MetricsReport, turns: bool) -> str:
 def render_rich_table(report: MetricsReport, turns: bool, *, width: int | None = None) -> str:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     header, body, right = _table(report, turns)
     table = Table(title="turns" if turns else "usage per day, agent and model")
     for title, is_right in zip(header, right, strict=True):
         table.add_column(title, justify="right" if is_right else "left")
     for row in body:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))  # cells are text, never rich markup
     buffer = io.StringIO()
     columns = width if width is not None else max(80, shutil.get_terminal_size().columns)
     Console(file=buffer, force_terminal=True, width=columns).print(table)
@@ -282,7 +298,8 @@ def _report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
     for url, r in fetch.relays.items():
         if r.error is not None:
             what = "partial result" if r.finished else "not used"
-            note(f"buzz: warning: relay {url}: {r.error} ({what})")
+            error = terminal_safe(r.error, multiline=False)  # a relay's words, maybe hostile
+            note(f"buzz: warning: relay {url}: {error} ({what})")
         if r.rejected:
             note(
                 f"buzz: warning: relay {url} served {r.rejected} event(s) that failed verification"
@@ -290,6 +307,10 @@ def _report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
     if report.ignored:
         reasons = ", ".join(f"{reason} {n}" for reason, n in report.ignored.items())
         note(f"buzz: ignored {report.ignored_total} metric event(s): {reasons}")
+    if report.unknown_agents:
+        keys = ", ".join(f"{a.agent[:12]}… ({a.metrics})" for a in report.unknown_agents)
+        count = sum(a.metrics for a in report.unknown_agents)
+        note(f"buzz: {count} metric(s) from keys that are not your agents, not counted: {keys}")
     if report.manifest_mismatches:
         note(
             f"buzz: warning: {report.manifest_mismatches} metric(s) carry a manifest whose hash "
@@ -327,6 +348,15 @@ def metrics_command(
     turns: Annotated[
         bool, typer.Option("--turns", help="table/csv: one row per turn instead of totals.")
     ] = False,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent",
+            help="Count only this agent's metrics (public key, repeatable); default: agents "
+            "in buzz.toml, else every agent.",
+            show_default=False,
+        ),
+    ] = None,
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
@@ -342,11 +372,25 @@ def metrics_command(
     cfg = sources(config)
     owner: SecretKey = cfg.require_secret_key(key)
     relays = cfg.require_relays(relay or (), direction="read")
+    agents = cfg.agents(agent or ())
     progress(f"reading metrics for {owner.public_key.hex[:12]}… from {len(relays)} relay(s)")
     report, fetch = run(
-        read_metrics(owner, relays, since=start, until=end, timeout=timeout, progress=progress)
+        read_metrics(
+            owner,
+            relays,
+            since=start,
+            until=end,
+            timeout=timeout,
+            progress=progress,
+            agents=agents or None,
+        )
     )
     _report_problems(report, fetch)
+    if not agents and report.turns:
+        note(
+            "buzz: counting every key that sends you metrics: name your agents with --agent "
+            "or agents in buzz.toml"
+        )
     if fmt == "json":
         write_stdout(render_json(report, fetch, owner.public_key.hex, start, end))
     elif fmt == "csv":

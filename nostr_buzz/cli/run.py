@@ -75,8 +75,9 @@ def run_command(
     """Run the agent bot: answer mentions with the configured ACP agent until stopped."""
     try:
         parsed_shard = parse_shard(shard) if shard is not None else None
+        config_sources = sources(config)
         settings = PluginConfig.from_sources(
-            sources(config),
+            config_sources,
             key=key,
             owner=owner,
             relays=relay or (),
@@ -86,6 +87,12 @@ def run_command(
         )
     except ConfigError as exc:
         raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
+
+    if config_sources.file.agent.user is None:
+        note(
+            "buzz: warning: the agent runs as this same OS user and can read the bot's key and "
+            'state; set [agent] user = "NAME" to run it as another user'
+        )
 
     async def body() -> None:
         plugin = BuzzPlugin(settings)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import msgspec
 
 from nostr_buzz.core.escape import escape_attribute, escape_text
+from nostr_buzz.core.labels import message_lines, one_line, unique_labels
 from nostr_buzz.core.manifest import (
     Layer,
     Manifest,
@@ -22,7 +23,14 @@ from nostr_buzz.core.manifest import (
     estimate_tokens,
     manifest_from_layers,
 )
-from nostr_buzz.core.text import WHITESPACE, ascii_lower, is_blank, sanitize_label, trim
+from nostr_buzz.core.text import (
+    LINE_BREAKS,
+    WHITESPACE,
+    ascii_lower,
+    is_blank,
+    sanitize_label,
+    trim,
+)
 from nostr_buzz.core.turn_input import (
     ChannelInfo,
     ProfileInfo,
@@ -42,7 +50,7 @@ STEER_NOTE: Final = (
 )
 
 DESCRIPTION_LIMIT: Final = 500
-_NEWLINES: Final = re.compile(r"[\n\r]")
+_NEWLINES: Final = re.compile("[" + LINE_BREAKS + "]")
 _HANDLE: Final = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -61,26 +69,40 @@ class CompiledSteer(msgspec.Struct, frozen=True):
 
 
 class _Profiles:
-    """Profile lookups with ASCII-lowercased keys; on a collision the later key wins."""
+    """Profile lookups with ASCII-lowercased keys; on a collision the later key wins.
+
+    :meth:`label` gives the label shown in this turn: unique among the turn's actors (see
+    :mod:`nostr_buzz.core.labels`) once :meth:`settle` has seen them all.
+    """
 
     def __init__(self, profiles: Mapping[str, ProfileInfo]) -> None:
         self._table: dict[str, ProfileInfo] = {}
         for key, profile in profiles.items():
             self._table[ascii_lower(key)] = profile
+        self._shown: dict[str, str] = {}
 
-    def label(self, pubkey: str) -> str:
-        """The sanitized label, or "" for none."""
+    def sanitized_label(self, pubkey: str) -> str:
+        """The sanitized profile label, or "" for none."""
         profile = self._table.get(ascii_lower(pubkey))
         if profile is None or profile.label is None:
             return ""
         return sanitize_label(profile.label)
+
+    def settle(self, actors: Iterable[str]) -> None:
+        """Fix the labels shown for the turn's actors (every pubkey the turn names)."""
+        self._shown = unique_labels(actors, self.sanitized_label)
+
+    def label(self, pubkey: str) -> str:
+        """The label shown for ``pubkey`` in this turn, or "" for none."""
+        shown = self._shown.get(ascii_lower(pubkey))
+        return self.sanitized_label(pubkey) if shown is None else shown
 
     def is_agent(self, pubkey: str) -> bool:
         profile = self._table.get(ascii_lower(pubkey))
         return profile is not None and profile.is_agent
 
     def known_labels(self) -> list[str]:
-        """Non-empty sanitized labels, longest first (ties in table order, stable)."""
+        """Non-empty sanitized profile labels, longest first (ties in table order, stable)."""
         labels = [sanitize_label(p.label) for p in self._table.values() if p.label is not None]
         return sorted((label for label in labels if label), key=len, reverse=True)
 
@@ -181,7 +203,7 @@ def _event_block(item: TurnEvent, profiles: _Profiles) -> str:
             rendered.append(f"{label} ({value})" if label else value)
         attrs.append(("mentions", ", ".join(rendered)))
     head = " ".join(f'{name}="{escape_attribute(value)}"' for name, value in attrs)
-    return f"<event {head}>\nContent: {escape_text(event.content)}\n</event>"
+    return f"<event {head}>\nContent: {escape_text(message_lines(event.content))}\n</event>"
 
 
 def _scope(channel: ChannelInfo | None, newest: Event) -> str:
@@ -233,8 +255,8 @@ def _recent_delta(context: TurnContext, profiles: _Profiles) -> str:
     )
     lines = [opening]
     for m in context.messages:
-        label = profiles.label(m.pubkey) or m.pubkey
-        lines.append(f"{escape_text(label)}: {escape_text(m.content)}")
+        label = one_line(profiles.label(m.pubkey) or m.pubkey)
+        lines.append(f"{escape_text(label)}: {escape_text(message_lines(m.content))}")
     lines.append("</recent-thread-delta>")
     return "\n".join(lines)
 
@@ -331,17 +353,31 @@ def slash_command(content: str, known_labels: Sequence[str]) -> str | None:
 # The compiler
 
 
+def _actors(ti: TurnInput) -> list[str]:
+    """Every pubkey the turn shows with a label: authors, mentions, history senders."""
+    actors: list[str] = []
+    for item in (*ti.cancelled_events, *ti.events):
+        actors.append(item.event.pubkey)
+        actors.extend(nip10.mentions(item.event))
+    if ti.context is not None:
+        actors.extend(m.pubkey for m in ti.context.messages)
+    return actors
+
+
 def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     """Compile one turn input into its sections and manifest (spec 03, "The sections")."""
     profiles = _Profiles(turn_input.profiles)
+    profiles.settle(_actors(turn_input))
     newest = turn_input.events[-1].event
     channel_id = turn_input.channel_id
     scope = _scope(turn_input.channel, newest)
     layers: list[Layer] = []
     sections: list[str] = []
 
-    # 0. slash-command block (raw, no layer)
-    if len(turn_input.events) == 1 and not turn_input.cancelled_events:
+    # 0. slash-command block (raw, no layer): only the owner's, when the owner is known
+    owner = turn_input.owner
+    from_owner = owner is None or ascii_lower(newest.pubkey) == ascii_lower(owner)
+    if len(turn_input.events) == 1 and not turn_input.cancelled_events and from_owner:
         command = slash_command(newest.content, profiles.known_labels())
         if command is not None:
             sections.append(command)

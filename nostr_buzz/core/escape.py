@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from nostr_buzz.core.text import LINE_BREAKS
+
 _ATTRIBUTE_EXTRA: Final = str.maketrans(
-    {'"': "&quot;", "'": "&apos;", "\n": " ", "\r": " ", "\t": " "}
+    {'"': "&quot;", "'": "&apos;", "\t": " ", **dict.fromkeys(LINE_BREAKS, " ")}
 )
 
 
@@ -19,5 +21,9 @@ def escape_text(s: str) -> str:
 
 
 def escape_attribute(s: str) -> str:
-    """:func:`escape_text`, then quotes to entities and each newline, CR and tab to a space."""
+    """:func:`escape_text`, then quotes to entities and each line break and tab to a space.
+
+    Line breaks are all of :data:`~nostr_buzz.core.text.LINE_BREAKS` (newline, CR, U+2028, …),
+    so an attribute value always stays on its line.
+    """
     return escape_text(s).translate(_ATTRIBUTE_EXTRA)

@@ -8,12 +8,17 @@ can, checks every manifest hash, and totals usage per agent, model and UTC day.
 
 Unknown numbers stay unknown: ``null`` is never summed as zero, and a decreasing cumulative
 counter gives an unknown delta, never a negative one.  No I/O, no clock.
+
+Anyone can encrypt a metric to the owner.  Given the owner's agents (``agents``), metrics signed
+by any other key are listed apart as unknown agents (:class:`UnknownAgentRow`) and never reach
+the turns or the totals.  Every counter of a valid metric is at most 2^53 and every turn's cost
+at most 10^6 USD (a recomputed delta above that is unknown), so every total is finite.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -23,7 +28,13 @@ from nostr_buzz.errors import MetricError, Nip44Error
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
-from nostr_buzz.nips.nip_am import KIND, MetricPayload, TokenCounts, open_metric_event
+from nostr_buzz.nips.nip_am import (
+    KIND,
+    MAX_TURN_COST_USD,
+    MetricPayload,
+    TokenCounts,
+    open_metric_event,
+)
 
 __all__ = [
     "COST_DECIMALS",
@@ -33,6 +44,7 @@ __all__ = [
     "OpenedMetric",
     "TotalRow",
     "TurnRow",
+    "UnknownAgentRow",
     "build_report",
     "open_metric",
 ]
@@ -114,12 +126,23 @@ class TotalRow(msgspec.Struct, frozen=True, rename="camel"):
     unknown_turns: int
 
 
+class UnknownAgentRow(msgspec.Struct, frozen=True, rename="camel"):
+    """Valid metrics signed by a key that is not one of the owner's agents: counted here only."""
+
+    agent: str
+    metrics: int
+    first_timestamp: str
+    last_timestamp: str
+
+
 class MetricsReport(msgspec.Struct, frozen=True, rename="camel"):
     totals: tuple[TotalRow, ...]
     turns: tuple[TurnRow, ...]
     #: Ignored events per reason (only reasons that occurred).
     ignored: dict[str, int]
     manifest_mismatches: int
+    #: Metrics from keys outside the owner's agents (empty when no agents were given).
+    unknown_agents: tuple[UnknownAgentRow, ...] = ()
 
     @property
     def ignored_total(self) -> int:
@@ -179,7 +202,8 @@ COST_DECIMALS: Final = 10
 def _cost_diff(after: float | None, before: float | None) -> float | None:
     if after is None or before is None or after < before:
         return None
-    return round(after - before, COST_DECIMALS)
+    cost = round(after - before, COST_DECIMALS)
+    return cost if cost <= MAX_TURN_COST_USD else None
 
 
 def _from_cumulative(
@@ -331,15 +355,38 @@ def _totals(rows: Iterable[TurnRow]) -> list[TotalRow]:
     return totals
 
 
+def _unknown_agents(metrics: Iterable[OpenedMetric]) -> tuple[UnknownAgentRow, ...]:
+    by_agent: dict[str, list[str]] = defaultdict(list)
+    for m in metrics:
+        by_agent[m.agent].append(m.payload.timestamp)
+    return tuple(
+        UnknownAgentRow(agent, len(stamps), min(stamps), max(stamps))
+        for agent, stamps in sorted(by_agent.items())
+    )
+
+
 def build_report(
-    metrics: Iterable[OpenedMetric], ignored: Mapping[str, int] | None = None
+    metrics: Iterable[OpenedMetric],
+    ignored: Mapping[str, int] | None = None,
+    *,
+    agents: Collection[str] | None = None,
 ) -> MetricsReport:
     """The report for ``metrics`` (de-duplicated by event id here, first wins) and the
-    ignored counts gathered while opening them."""
+    ignored counts gathered while opening them.
+
+    ``agents`` (hex public keys, any case) are the owner's agents: metrics signed by any other
+    key are only listed in ``unknown_agents``.  None counts every agent.
+    """
     unique: dict[str, OpenedMetric] = {}
     for m in metrics:
         unique.setdefault(m.event_id, m)
-    rows = _turn_rows(unique.values())
+    known = list(unique.values())
+    strangers: list[OpenedMetric] = []
+    if agents is not None:
+        mine = {a.lower() for a in agents}
+        strangers = [m for m in known if m.agent not in mine]
+        known = [m for m in known if m.agent in mine]
+    rows = _turn_rows(known)
     counts = Counter({k: v for k, v in (ignored or {}).items() if v})
     reasons: dict[str, int] = {r: counts.pop(r) for r in IGNORE_REASONS if r in counts}
     reasons.update(sorted(counts.items()))
@@ -348,4 +395,5 @@ def build_report(
         turns=tuple(rows),
         ignored=reasons,
         manifest_mismatches=sum(r.manifest_valid is False for r in rows),
+        unknown_agents=_unknown_agents(strangers),
     )

@@ -471,6 +471,16 @@ class DispatchQueue:
                 return entry.queued
         return None
 
+    def forget(self, event_id: str) -> bool:
+        """Drop ``event_id`` from the remembered delivered ids, so that it can be pushed again
+        (a steer the agent took into a turn that then failed was not answered after all);
+        True when it was remembered."""
+        if event_id not in self._remembered_set:
+            return False
+        self._remembered_set.discard(event_id)
+        self._remembered.remove(event_id)
+        return True
+
     def _remove_pending(self, ch: _Channel, index: int) -> _Entry:
         entry = ch.pending.pop(index)
         self._live.discard(entry.id)

@@ -6,15 +6,18 @@ because Python's ``str.strip()`` also strips U+001C-U+001F.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 __all__ = [
     "LABEL_MAX_CHARS",
+    "LINE_BREAKS",
     "WHITESPACE",
     "ascii_lower",
     "is_blank",
     "is_utf8_encodable",
     "sanitize_label",
+    "split_lines",
     "trim",
     "utf8_document",
 ]
@@ -26,6 +29,13 @@ WHITESPACE: str = (
     "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
     "\u2028\u2029\u202f\u205f\u3000"
 )
+
+#: Every character a reader (or a model) may take as the end of a line: LF, VT, FF, CR, the
+#: information separators U+001C-U+001E, NEL, and the Unicode line and paragraph separators
+#: (the set of ``str.splitlines``).  CR LF counts as one break.
+LINE_BREAKS: str = "\n\x0b\x0c\r\x1c\x1d\x1e\x85\u2028\u2029"
+
+_LINE_BREAK: re.Pattern[str] = re.compile("\r\n|[" + LINE_BREAKS + "]")
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -81,3 +91,12 @@ def utf8_document(data: object) -> bytes:
         raw.decode("utf-8")
         return raw
     raise TypeError("expected JSON text as str or bytes")
+
+
+def split_lines(s: str) -> list[str]:
+    """``s`` cut at every line break of :data:`LINE_BREAKS` (CR LF as one), breaks removed.
+
+    Unlike ``str.splitlines`` a trailing break gives a trailing empty line, so joining the
+    result with ``"\\n"`` only normalizes the breaks and loses nothing else.
+    """
+    return _LINE_BREAK.split(s)

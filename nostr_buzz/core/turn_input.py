@@ -21,6 +21,7 @@ from nostr_buzz.errors import InvalidEvent, TurnInputError
 from nostr_buzz.event import Event, WireEvent, check_structure
 from nostr_buzz.nips import nip10
 
+_HEX = frozenset("0123456789abcdefABCDEF")
 CancelReason = Literal["interrupt", "steer"]
 ContextKind = Literal["thread", "dm"]
 
@@ -85,6 +86,11 @@ class Standing(msgspec.Struct, frozen=True):
     channel_canvas: str | None = None
 
 
+def is_public_key_hex(value: str) -> bool:
+    """64 hexadecimal characters (either case; compared ASCII-lowercased)."""
+    return len(value) == 64 and all(ch in _HEX for ch in value)
+
+
 def _require_utf8(what: str, values: Iterable[str | None]) -> None:
     for value in values:
         if value is not None and not is_utf8_encodable(value):
@@ -124,10 +130,15 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     standing: Standing = Standing()
     system_prompt_support: bool = False
     standing_context_sent: bool = False
+    #: The owner's public key (hex).  When given, only the owner's messages can carry a slash
+    #: command; None (a hand-written turn file) keeps the rule of any single event.
+    owner: str | None = None
 
     def __post_init__(self) -> None:
         if not self.events:
             raise TurnInputError("events must not be empty")
+        if self.owner is not None and not is_public_key_hex(self.owner):
+            raise TurnInputError("owner must be a public key: 64 hexadecimal characters")
         for item in (*self.events, *self.cancelled_events):
             if not isinstance(item, TurnEvent) or not isinstance(item.event, Event):
                 raise TurnInputError("events must be TurnEvent values holding verified Events")
@@ -245,6 +256,7 @@ class _WireTurnInput(msgspec.Struct, rename="camel"):
     standing: _WireStanding | None = None
     system_prompt_support: bool | None = None
     standing_context_sent: bool | None = None
+    owner: str | None = None
 
 
 _decode_file = msgspec.json.Decoder(_WireTurnInput).decode
@@ -314,6 +326,8 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
             type=w.channel.type if w.channel.type is not None else "stream",
             description=w.channel.description,
         )
+    if w.owner is not None and not is_public_key_hex(w.owner):
+        raise TurnInputError("owner must be a public key: 64 hexadecimal characters")
     newest = w.events[-1].event
     resolve_channel_id(channel, nip10.channel(_TagsOnly(newest.kind, newest.tags)))  # type: ignore[arg-type]
 
@@ -373,6 +387,7 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
         standing=standing,
         system_prompt_support=bool(w.system_prompt_support),
         standing_context_sent=bool(w.standing_context_sent),
+        owner=w.owner,
     )
 
 

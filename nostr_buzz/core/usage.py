@@ -20,7 +20,12 @@ from typing import Final
 
 import msgspec
 
-from nostr_buzz.nips.nip_am import TokenCounts
+from nostr_buzz.nips.nip_am import (
+    MAX_CUMULATIVE_COST_USD,
+    MAX_TOKENS,
+    MAX_TURN_COST_USD,
+    TokenCounts,
+)
 
 __all__ = ["UsageRecord", "UsageTracker"]
 
@@ -50,6 +55,24 @@ def _cost(value: object) -> float | None:
     except OverflowError:
         return None
     return cost if math.isfinite(cost) and cost >= 0 else None
+
+
+def _bounded_count(value: int | None) -> int | None:
+    return value if value is None or value <= MAX_TOKENS else None
+
+
+def _within_bounds(counts: TokenCounts, max_cost: float) -> TokenCounts:
+    """``counts`` with every value a metric cannot carry (a count above 2^53, a cost above
+    ``max_cost``) made unknown, so an agent's absurd report never makes its metric invalid."""
+    cost = counts.cost_usd
+    return TokenCounts(
+        _bounded_count(counts.input_tokens),
+        _bounded_count(counts.output_tokens),
+        _bounded_count(counts.total_tokens),
+        None if cost is None or cost > max_cost else cost,
+        cache_read_tokens=_bounded_count(counts.cache_read_tokens),
+        cache_write_tokens=_bounded_count(counts.cache_write_tokens),
+    )
 
 
 def _fold(base: int | None, *parts: int | None) -> int | None:
@@ -267,7 +290,9 @@ class UsageTracker:
         else:
             return None
         state.seq += 1
-        return UsageRecord(record_turn, cumulative, reliable, state.seq)
+        turn = _within_bounds(record_turn, MAX_TURN_COST_USD)
+        total = None if cumulative is None else _within_bounds(cumulative, MAX_CUMULATIVE_COST_USD)
+        return UsageRecord(turn, total, reliable, state.seq)
 
     @staticmethod
     def _from_totals(state: _Session, totals: _Totals) -> tuple[TokenCounts, TokenCounts, bool]:

@@ -30,7 +30,9 @@ turn spends this many seconds writing its answer, announced by an ``agent_though
 (exit abruptly when a prompt contains TEXT), ``--never-answer`` (never respond to a prompt,
 even when cancelled), ``--decreasing`` (cumulative counters go down after the first turn),
 ``--legacy`` (no system-prompt support), ``--no-steering`` (advertise no steering) and
-``--goose`` (identify as ``goose``: ``_goose/unstable/session/system-prompt/set``, a run id in
+``--record PATH`` (append one JSON line per new session ``{"session", "systemPrompt"}`` and
+per prompt ``{"session", "prompt": [texts]}``, so a test can see exactly what reached the agent)
+and ``--goose`` (identify as ``goose``: ``_goose/unstable/session/system-prompt/set``, a run id in
 ``session_info_update`` ``_meta.goose.activeRunId``, ``_goose/unstable/session/steer`` and
 goose-style cumulative counters on ``_goose/unstable/session/update``).
 """
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import re
 import sys
@@ -68,6 +71,7 @@ class DemoOptions:
     legacy: bool = False
     steering: bool = True
     goose: bool = False
+    record: str | None = None
 
 
 @dataclass
@@ -150,6 +154,11 @@ class DemoAgent:
     def on_connect(self, conn: Any) -> None:
         self._client = conn
 
+    def _record(self, entry: dict[str, Any]) -> None:
+        if self._options.record is not None:
+            with open(self._options.record, "a", encoding="utf-8") as out:
+                out.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
     # -- lifecycle ------------------------------------------------------------------------
 
     async def initialize(
@@ -185,6 +194,7 @@ class DemoAgent:
             append = prompt.get("append")
             if isinstance(append, str) and append:
                 state.standing = append
+        self._record({"session": session_id, "systemPrompt": state.standing})
         return schema.NewSessionResponse(session_id=session_id)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
@@ -204,6 +214,7 @@ class DemoAgent:
         if state.running is not None:
             raise acp.RequestError.invalid_request({"details": "a prompt is already running"})
         texts = _texts(prompt)
+        self._record({"session": session_id, "prompt": texts})
         if self._options.crash_on is not None and any(self._options.crash_on in t for t in texts):
             os._exit(3)  # an abrupt crash mid-turn, on purpose
         self._next_run += 1
@@ -320,6 +331,7 @@ class DemoAgent:
             if state is None or not isinstance(text, str):
                 raise acp.RequestError.invalid_params({"details": "sessionId and text"})
             state.standing = text
+            self._record({"session": str(params.get("sessionId")), "systemPrompt": text})
             return {}
         raise acp.RequestError.method_not_found(f"_{method}")
 
@@ -399,6 +411,11 @@ def _parse(argv: Sequence[str] | None) -> DemoOptions:
         default=os.environ.get(_ENV_PREFIX + "CRASH_ON") or None,
         help="exit abruptly when a prompt contains this text",
     )
+    parser.add_argument(
+        "--record",
+        default=os.environ.get(_ENV_PREFIX + "RECORD") or None,
+        help="append what reaches the agent (system prompts, prompts) to this JSON Lines file",
+    )
     for flag, env, text in (
         ("--never-answer", "NEVER_ANSWER", "never respond to a prompt"),
         ("--decreasing", "DECREASING", "cumulative counters go down after the first turn"),
@@ -419,6 +436,7 @@ def _parse(argv: Sequence[str] | None) -> DemoOptions:
         legacy=args.legacy,
         steering=not args.no_steering,
         goose=args.goose,
+        record=args.record,
     )
 
 

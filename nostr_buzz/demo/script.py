@@ -6,7 +6,9 @@ mention, a burst of replies in one thread, a reply by a second person and, while
 running, a message by its author in its thread (a steer) and one by someone else (which waits
 for a turn of its own).  The script prints the first turn's envelope, every manifest, the usage
 table the owner reads back from the metrics, and one message fetched with
-``buzz messages raw``.
+``buzz messages raw``.  The owner's channel canvas and the agent's core memory (set with
+``buzz canvas set`` and ``buzz mem set core``) reach the agent's system role; a new canvas
+revision reaches the next session only, which a bot restart opens, and changes its manifest.
 
 Every wait is bounded; any failure raises :class:`DemoFailure` with what went wrong.
 """
@@ -22,7 +24,7 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -30,8 +32,10 @@ from typing import Any, Final
 from nostr_buzz.bot import BuzzPlugin, PluginConfig
 from nostr_buzz.cli.common import progress
 from nostr_buzz.cli.compile import layer_table, terminal_safe
+from nostr_buzz.cli.manifest import render_diff_text
 from nostr_buzz.cli.metrics import render_plain_table
 from nostr_buzz.core.manifest import Manifest
+from nostr_buzz.core.manifest_diff import diff_manifests
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, sign_event
@@ -53,6 +57,12 @@ BUNDLED_STEP_TIMEOUT: Final = 30.0
 EXTERNAL_STEP_TIMEOUT: Final = 180.0
 RELAY_TIMEOUT: Final = 5.0
 #: Standing context: it travels in the agent's system role and shows in every manifest.
+#: The owner's canvas (two revisions) and the agent's core memory, set before the bot starts.
+CANVAS_V1: Final = "# Deploy plan\n1. Fix the migration.\n2. Retry the deploy."
+CANVAS_V2: Final = "# Deploy plan\n1. Migration fixed.\n2. Deploy to staging first."
+CORE_MEMORY: Final = "Alex owns the deploys; Sam knows the database migrations."
+#: What the bundled agent records (its sessions and prompts), in the state directory.
+AGENT_RECORD: Final = "agent-record.jsonl"
 STANDING: Final = Standing(
     base="You are buzz, an agent on a Nostr team chat. Reply in the thread you were asked in.",
     system="Be brief and concrete.",
@@ -160,6 +170,8 @@ class _Demo:
         self.agent = list(agent)
         self.bundled = bundled
         self.state = state
+        if bundled:  # the demo agent writes down what reached it, so the demo can show it
+            self.agent += ["--record", str(state / AGENT_RECORD)]
         self.step_timeout = BUNDLED_STEP_TIMEOUT if bundled else EXTERNAL_STEP_TIMEOUT
         self.owner = SecretKey.generate()
         self.agent_key = SecretKey.generate()
@@ -167,6 +179,8 @@ class _Demo:
         self.second = SecretKey.generate()
         self.feed = _Feed()
         self.url = ""
+        self.before: Manifest | None = None  # the manifest of the last turn of a session
+        self.revision = ""  # the canvas revision published while that session ran
 
     def sign(
         self,
@@ -250,12 +264,25 @@ class _Demo:
                 tags=[["d", CHANNEL], ["name", "demo"], ["about", "Where the demo happens."]],
             ),
         )
+        canvas = await self.buzz(self.owner, "canvas", "set", "--channel", CHANNEL, CANVAS_V1)
+        write(f"$ buzz canvas set --channel {CHANNEL} …   (as the owner) → revision {canvas}\n")
+        await self.buzz(self.agent_key, "mem", "set", "core", CORE_MEMORY)
+        write("$ buzz mem set core …   (as the agent: stored encrypted to the agent's own key)\n")
+        async with self.bot():
+            await self._conversation()
+            await self._metrics_and_raw()
+            await self._canvas_revision()
+        async with self.bot():
+            await self._next_session()
+
+    @contextlib.asynccontextmanager
+    async def bot(self) -> AsyncIterator[None]:
+        """The bot running (on the demo's state directory) for the duration of the block."""
         plugin = BuzzPlugin(self.config(), on_diagnostic=self.feed, include_prompt_text=True)
         runner = asyncio.create_task(plugin.run(), name="buzz-demo-bot")
         self.feed.watch(runner)
         try:
-            await self._conversation()
-            await self._metrics_and_raw()
+            yield
         finally:
             plugin.stop()
             try:
@@ -267,6 +294,34 @@ class _Demo:
                 raise
             except BuzzError:
                 pass  # already reported by the step that saw the bot stop
+
+    async def buzz(self, key: SecretKey | None, *argv: str) -> str:
+        """Run the real ``buzz`` command against the demo relay; its stdout, stripped."""
+        command = [sys.executable, "-m", "nostr_buzz", *argv, "--relay", self.url]
+        command += ["--timeout", f"{RELAY_TIMEOUT:g}"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+        if key is not None:  # through the environment, never on a command line
+            env["BUZZ_PRIVATE_KEY"] = key.hex
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=self.state,  # no stray ./buzz.toml is read
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), RELAY_TIMEOUT * 4)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise DemoFailure(f"buzz {argv[0]} {argv[1]} did not finish in time") from None
+        if proc.returncode != 0:
+            raise DemoFailure(
+                f"buzz {argv[0]} {argv[1]} exited {proc.returncode}: "
+                f"{err.decode(errors='replace')}"
+            )
+        return out.decode("utf-8").strip()
 
     async def _conversation(self) -> None:
         write = self.write
@@ -280,6 +335,17 @@ class _Demo:
         for section in delivery.payload.get("promptText", []):
             write(terminal_safe(section, multiline=True) + "\n\n")
         write(_manifest_lines("manifest of turn 1", _manifest_of(delivery)))
+        frozen = self.feed.of("standing_context_frozen")[0].payload
+        text = str(frozen.get("standingText", ""))
+        started = self.feed.of("session_started")
+        legacy = bool(started) and started[0].payload.get("standingStrategy") == "legacy"
+        where = "prepended to its first prompt" if legacy else "in the agent's system role"
+        write(f"\nthe standing context frozen for this session ({where}):\n")
+        write(terminal_safe(text, multiline=True) + "\n")
+        if "<channel-canvas>" not in text or CORE_MEMORY not in text:
+            raise DemoFailure("the canvas or the core memory did not reach the session")
+        if self.bundled and text not in self._recorded_system_prompts():
+            raise DemoFailure("the demo agent did not receive the standing context")
 
         _heading(write, 3, "a burst of replies in one thread (coalesced: turn 2)")
         burst = [
@@ -382,6 +448,12 @@ class _Demo:
             raise DemoFailure(f"the relay holds the private text in the clear: {leaked}")
         write("the relay holds gift wraps only: no event on it contains the text\n")
 
+    def _recorded_system_prompts(self) -> list[str]:
+        path = self.state / AGENT_RECORD
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        entries = [json.loads(line) for line in lines]
+        return [str(e["systemPrompt"]) for e in entries if e.get("systemPrompt")]
+
     def _delivery(self, turn: int) -> DiagnosticRecord:
         return self.feed.of("prompt_context_delivery")[turn - 1]
 
@@ -406,30 +478,43 @@ class _Demo:
         if not replies:
             raise DemoFailure("the agent published no reply")
         event_id = str(replies[0].payload["eventId"])
-        command = [sys.executable, "-m", "nostr_buzz", "messages", "raw"]
-        command += ["--event", event_id, "--relay", self.url, "--timeout", f"{RELAY_TIMEOUT:g}"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
-        proc = await asyncio.create_subprocess_exec(
-            *command,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            cwd=self.state,  # no stray ./buzz.toml is read
-        )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), RELAY_TIMEOUT * 4)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise DemoFailure("buzz messages raw did not finish in time") from None
-        if proc.returncode != 0:
-            raise DemoFailure(
-                f"buzz messages raw exited {proc.returncode}: {err.decode(errors='replace')}"
-            )
+        raw = await self.buzz(None, "messages", "raw", "--event", event_id)
         write(f"$ buzz messages raw --event {event_id} --relay {self.url}\n")
-        raw = out.decode("utf-8")
         Event.from_json(raw)  # the printed event verifies (id and signature)
-        write(raw)
+        write(raw + "\n")
+
+    async def _canvas_revision(self) -> None:
+        write = self.write
+        _heading(write, 9, "a new canvas revision: the running session keeps its own")
+        revision = await self.buzz(self.owner, "canvas", "set", "--channel", CHANNEL, CANVAS_V2)
+        write(f"$ buzz canvas set --channel {CHANNEL} …   (as the owner) → revision {revision}\n")
+        await self.publish(self.sign(self.human, "Is the plan still the same?"))
+        turn = len(self.feed.of("turn_started")) + 1
+        await self.turn(turn, "the turn after the canvas changed")
+        self.before = _manifest_of(self._delivery(turn))
+        write(_manifest_lines(f"manifest of turn {turn} (same session)", self.before))
+        first = _manifest_of(self._delivery(1))
+        canvas = [layer.version for layer in self.before.layers if layer.layer == "channel_canvas"]
+        if canvas != [layer.version for layer in first.layers if layer.layer == "channel_canvas"]:
+            raise DemoFailure("the running session's canvas changed with the new revision")
+        write(f"channel_canvas is still {canvas[0]}: the revision this session started with\n")
+        self.revision = revision
+
+    async def _next_session(self) -> None:
+        write = self.write
+        _heading(write, 10, "the bot restarts: the next session sees the new revision")
+        await self.publish(self.sign(self.human, "And now?"))
+        turn = len(self.feed.of("turn_started")) + 1
+        await self.turn(turn, "the first turn of the next session")
+        frozen = self.feed.of("standing_context_frozen")
+        if frozen[-1].payload.get("canvasRevision") != self.revision:
+            raise DemoFailure("the next session did not get the new canvas revision")
+        after = _manifest_of(self._delivery(turn))
+        write(_manifest_lines(f"manifest of turn {turn} (a new session)", after))
+        write("\nwhat changed between the two turns (as `buzz manifest diff` shows it):\n")
+        if self.before is None:
+            raise DemoFailure("no turn ran in the first session")
+        write(render_diff_text(diff_manifests(self.before, after)))
 
 
 #: Variables an external agent usually needs (its API keys); only those set are passed.
@@ -456,5 +541,5 @@ async def run_demo(write: Write, agent: Sequence[str] | None = None) -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="buzz-demo-") as state:
         await _Demo(write, command, bundled, Path(state)).run()
-    _heading(write, 9, "done")
+    _heading(write, 11, "done")
     write(f"demo finished in {time.monotonic() - started:.1f} s\n")

@@ -55,6 +55,7 @@ from nostr_buzz.core.escape import escape_text
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.errors import AgentError
+from nostr_buzz.io.run_as import launcher_argv
 
 __all__ = [
     "AgentDriver",
@@ -236,6 +237,8 @@ class AgentDriver:
     ``env`` gives explicit values.  Nothing else of the environment reaches the agent beyond
     the package's trimmed base (HOME, LOGNAME, PATH, SHELL, TERM, USER).  The agent's stderr
     goes to ``log_path`` (appended) or is discarded, never to a pipe that could fill up.
+    ``BUZZ_PRIVATE_KEY`` never reaches the agent, whatever is asked.  ``user``: run the agent as
+    that OS user (see :mod:`nostr_buzz.io.run_as`), so it cannot read the bot's key or state.
     """
 
     def __init__(
@@ -256,8 +259,10 @@ class AgentDriver:
         usage: UsageTracker | None = None,
         on_diagnostic: DiagnosticCallback | None = None,
         clock: Callable[[], datetime] = _utc_now,
+        user: str | None = None,
     ) -> None:
         self.command = command
+        self.user = user
         self.args = tuple(args)
         self._env_names = tuple(env_names)
         self._env = dict(env or {})
@@ -305,7 +310,14 @@ class AgentDriver:
     def _child_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in self._env_names if name in os.environ}
         env.update(self._env)
+        env.pop("BUZZ_PRIVATE_KEY", None)  # the bot's key is never the agent's
         return env
+
+    def _argv(self) -> list[str]:
+        if self.user is None:
+            return [self.command, *self.args]
+        program, launcher_args = launcher_argv(self.user, self.command, self.args)
+        return [program, *launcher_args]
 
     async def start(self) -> AgentInfo:
         """Spawn the agent and ``initialize`` it; raises :class:`AgentError` on failure."""
@@ -321,8 +333,7 @@ class AgentDriver:
             conn, process = await stack.enter_async_context(
                 acp.spawn_stdio_connection(
                     self._handle,
-                    self.command,
-                    *self.args,
+                    *self._argv(),
                     env=self._child_env(),
                     cwd=self._cwd,
                     stderr=stderr,

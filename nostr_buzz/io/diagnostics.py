@@ -5,6 +5,10 @@ JSON object per line.  ``seq`` increases by one per record and continues from th
 already in the file, so a restarted bot keeps the feed monotonic.  The feed never carries
 secrets (strings that look like secret keys are replaced) nor prompt text, unless the feed was
 opened with ``include_prompt_text=True``.  The clock is injected.
+
+The file is private (``0600`` in a ``0700`` directory) and bounded: once it reaches
+``max_bytes`` (10 MiB by default) it is renamed to ``NAME.1`` (replacing the previous one) and
+a new file starts, so refused events from a flood can never fill the disk; ``seq`` goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import msgspec
 
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.errors import SECRET_HINT, looks_secret
+from nostr_buzz.io.filemodes import open_private
 
 __all__ = ["DiagnosticRecord", "DiagnosticsFeed", "rfc3339_ms"]
 
@@ -35,6 +40,8 @@ KINDS: Final = (
     "event_rejected",
 )
 _TAIL_BYTES: Final = 64 * 1024
+#: Size at which the feed file is rotated.
+MAX_FEED_BYTES: Final = 10 << 20
 
 
 class DiagnosticRecord(msgspec.Struct, frozen=True, rename="camel"):
@@ -86,6 +93,10 @@ def _last_seq(path: Path) -> int:
     return 0
 
 
+def _rotated(path: Path) -> Path:
+    return path.with_name(path.name + ".1")
+
+
 def _ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as fh:
         fh.seek(-1, os.SEEK_END)
@@ -106,8 +117,10 @@ class DiagnosticsFeed:
         clock: Callable[[], datetime],
         callback: Callable[[DiagnosticRecord], None] | None = None,
         include_prompt_text: bool = False,
+        max_bytes: int = MAX_FEED_BYTES,
     ) -> None:
         self._path = Path(path) if path is not None else None
+        self._max_bytes = max_bytes
         self._clock = clock
         self._callback = callback
         self.include_prompt_text = include_prompt_text
@@ -118,13 +131,13 @@ class DiagnosticsFeed:
         # plugin that owns one) creates nothing on disk.
         self._opened = self._path is None
         if self._path is not None:
-            self._seq = _last_seq(self._path)
+            # Just after a rotation the current file is empty: the last record is in NAME.1.
+            self._seq = _last_seq(self._path) or _last_seq(_rotated(self._path))
 
     def _open(self) -> None:
         self._opened = True
         if self._path is not None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self._path, "ab")  # noqa: SIM115 (closed by close())
+            self._file = open_private(self._path)
             if self._file.tell() > 0 and not _ends_with_newline(self._path):
                 self._file.write(b"\n")  # a torn last line must not swallow the next record
 
@@ -157,9 +170,17 @@ class DiagnosticsFeed:
         if self._file is not None:
             self._file.write(msgspec.json.encode(record) + b"\n")
             self._file.flush()
+            if self._file.tell() >= self._max_bytes:
+                self._rotate()
         if self._callback is not None:
             self._callback(record)
         return record
+
+    def _rotate(self) -> None:
+        assert self._file is not None and self._path is not None
+        self._file.close()
+        os.replace(self._path, _rotated(self._path))
+        self._file = open_private(self._path)
 
     def close(self) -> None:
         """Close the file; later records reach only the callback."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -31,6 +31,9 @@ __all__ = ["PAGE_LIMIT", "MetricsFetch", "RelayFetch", "fetch_metrics", "read_me
 PAGE_LIMIT: Final = 500
 #: Pages per relay at most: a bound on the loop (500 × 400 = 200,000 metrics).
 MAX_PAGES: Final = 400
+#: Bytes of metric events kept from one relay over all its pages (each page is bounded by the
+#: relay client too); past it the relay is cut off and named, and what it gave so far is used.
+MAX_RELAY_BYTES: Final = 48 << 20
 #: Extra time past the timeout before a page is abandoned outright (the client bounds itself).
 _GRACE: Final = 2.0
 
@@ -49,6 +52,7 @@ class RelayFetch:
     events: int = 0
     rejected: int = 0
     pages: int = 0
+    bytes: int = 0
 
 
 @dataclass
@@ -76,6 +80,11 @@ def metric_filter(
     return flt
 
 
+def _size(event: Event) -> int:
+    """About the bytes an event holds: its content and tags (plus the fixed fields)."""
+    return 200 + len(event.content) + sum(8 + sum(map(len, tag)) for tag in event.tags)
+
+
 async def _fetch_relay(
     url: str,
     owner: SecretKey,
@@ -84,6 +93,7 @@ async def _fetch_relay(
     timeout: float,
     page_limit: int,
     progress: Progress | None,
+    max_bytes: int = MAX_RELAY_BYTES,
 ) -> tuple[RelayFetch, list[Event]]:
     report = RelayFetch(url)
     events: list[Event] = []
@@ -121,6 +131,10 @@ async def _fetch_relay(
                     # it rather than stop and lose every older metric.
                     upper -= 1
                     continue
+                break
+            report.bytes += sum(_size(e) for e in fresh)
+            if report.bytes > max_bytes:
+                report.error = f"cut off: the relay sent more than {max_bytes >> 20} MiB of metrics"
                 break
             seen.update(e.id for e in fresh)
             events.extend(fresh)
@@ -183,8 +197,11 @@ async def read_metrics(
     timeout: float = 10.0,
     page_limit: int = PAGE_LIMIT,
     progress: Progress | None = None,
+    agents: Collection[str] | None = None,
 ) -> tuple[MetricsReport, MetricsFetch]:
-    """:func:`fetch_metrics`, then the report (totals per agent, model and day)."""
+    """:func:`fetch_metrics`, then the report (totals per agent, model and day); ``agents``
+    are the owner's agents (None: every agent counts), see
+    :func:`~nostr_buzz.core.metrics_report.build_report`."""
     fetch = await fetch_metrics(
         owner,
         relays,
@@ -194,4 +211,4 @@ async def read_metrics(
         page_limit=page_limit,
         progress=progress,
     )
-    return build_report(fetch.metrics, fetch.ignored), fetch
+    return build_report(fetch.metrics, fetch.ignored, agents=agents), fetch

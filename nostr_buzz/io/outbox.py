@@ -13,7 +13,6 @@ returning a float in [0, 1)) at construction or per call.  The SQL is the only I
 from __future__ import annotations
 
 import json
-import os
 import random
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping
@@ -25,6 +24,7 @@ from typing import Final
 from nostr_buzz.errors import InvalidEvent, OutboxError
 from nostr_buzz.event import Event
 
+from .filemodes import make_private, private_dir
 from .relay import Verdict
 
 __all__ = [
@@ -170,10 +170,10 @@ class Outbox:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             # Who published what and when is nobody else's business: 0600 (SQLite gives its
             # -wal and -shm files the same mode).
-            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+            make_private(self.path)
             # isolation_level=None: transactions are explicit, so each write commits at once.
             # check_same_thread=False: a bot may open it before starting its event loop's
             # thread; calls never overlap (the publisher runs on one loop).
@@ -252,13 +252,15 @@ class Outbox:
         listed = list(verdicts.values() if isinstance(verdicts, Mapping) else verdicts)
         u = (rng or self._rng)()
         try:
-            self._db.execute("BEGIN IMMEDIATE")
+            # A savepoint, not BEGIN: on a connection shared with an open transaction it
+            # nests inside it (and commits with it) instead of failing.
+            self._db.execute("SAVEPOINT outbox_attempt")
             try:
                 row = self._db.execute(
                     "SELECT attempts, accepted_by FROM outbox WHERE id = ?", (event_id,)
                 ).fetchone()
                 if row is None:
-                    self._db.execute("COMMIT")
+                    self._db.execute("RELEASE outbox_attempt")
                     return None
                 attempts = int(row[0]) + 1
                 accepted = list(
@@ -275,9 +277,10 @@ class Outbox:
                         event_id,
                     ),
                 )
-                self._db.execute("COMMIT")
+                self._db.execute("RELEASE outbox_attempt")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("ROLLBACK TO outbox_attempt")
+                self._db.execute("RELEASE outbox_attempt")
                 raise
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None

@@ -27,8 +27,9 @@ from .relay import CLOSE_TIMEOUT, MAX_SEEN_IDS, QueryResult, RelayClient, Verdic
 #: Extra time past the timeout before the pool abandons a relay outright (a backstop: the
 #: client already bounds itself; this covers closing the socket).
 _GRACE: Final = CLOSE_TIMEOUT * 3
-#: Live events waiting for the consumer of :meth:`RelayPool.subscribe`.
-_LIVE_QUEUE: Final = 1_000
+#: Live events waiting for the consumer of :meth:`RelayPool.subscribe`: few, since an event
+#: may be up to a frame (1 MiB); each relay client buffers more, bounded by bytes.
+_LIVE_QUEUE: Final = 64
 
 
 @dataclass
@@ -116,6 +117,8 @@ class RelayPool:
         self.urls = _unique_urls(urls)
         self.secret = secret
         self.timeout = float(timeout)
+        #: Told ``(url, why)`` whenever a relay is cut off for sending more than its bounds.
+        self.on_cut_off: Callable[[str, str], None] | None = None
 
     async def publish(
         self, event: Event, *, min_ok: int = 1, timeout: float | None = None
@@ -154,7 +157,11 @@ class RelayPool:
 
         async def one(url: str, auth: bool) -> QueryResult:
             client = RelayClient(
-                url, secret=self.secret if auth else None, timeout=limit, auth=auth
+                url,
+                secret=self.secret if auth else None,
+                timeout=limit,
+                auth=auth,
+                on_cut_off=self.on_cut_off,
             )
             try:
                 async with asyncio.timeout(limit + _GRACE):
@@ -192,7 +199,7 @@ class RelayPool:
         limit = self.timeout if timeout is None else float(timeout)
 
         async def one(url: str) -> QueryResult:
-            client = RelayClient(url, secret=self.secret, timeout=limit)
+            client = RelayClient(url, secret=self.secret, timeout=limit, on_cut_off=self.on_cut_off)
             collected = QueryResult(relay=url)
             seen: set[str] = set()
             until: int | None = None
@@ -242,7 +249,10 @@ class RelayPool:
         """
         flts = nip01.as_filters(filters)
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=_LIVE_QUEUE)
-        clients = [RelayClient(u, secret=self.secret, timeout=self.timeout) for u in self.urls]
+        clients = [
+            RelayClient(u, secret=self.secret, timeout=self.timeout, on_cut_off=self.on_cut_off)
+            for u in self.urls
+        ]
 
         async def pump(client: RelayClient) -> None:
             async for event in client.subscribe(

@@ -33,9 +33,19 @@ from nostr_buzz.nips.nip01 import Filter, FilterLike
 MAX_FRAME_BYTES: Final = 1 << 20
 #: Events buffered by one query before it stops and reports ``too many events``.
 MAX_QUERY_EVENTS: Final = 10_000
+#: Bytes of ``EVENT`` frames one query accepts from a relay (rejected events count too); past
+#: it the relay is cut off (the connection dropped) and named in the result's error.
+MAX_QUERY_BYTES: Final = 32 << 20
+#: Tags in the events of one query; past it the relay is cut off, as for bytes.
+MAX_QUERY_TAGS: Final = 200_000
+#: Tags one event may carry; an event with more is refused before it is verified (the events
+#: this project reads carry a handful).
+MAX_EVENT_TAGS: Final = 2_500
 #: Events buffered for a live subscription whose consumer is slow; past it the subscription is
 #: closed and re-opened from the last event seen, so nothing is lost and memory stays bounded.
 MAX_LIVE_BUFFER: Final = 1_000
+#: Bytes of events buffered for a live subscription, bounded as the count above.
+MAX_LIVE_BUFFER_BYTES: Final = 16 << 20
 #: Verification failure texts kept per result (the total is counted separately).
 MAX_REJECTED_KEPT: Final = 100
 #: Ids remembered by a live subscription for de-duplication across reconnects.
@@ -106,14 +116,35 @@ class _Lost:
     reason: str
 
 
-class _Subscription:
-    """State of one ``REQ``: filled by the reader task, drained by query/subscribe."""
+@dataclass(frozen=True)
+class Budget:
+    """What one query (or one live subscription's buffer) may take from a relay."""
 
-    def __init__(self, sub_id: str, filters: list[Filter], *, live: bool, cap: int) -> None:
+    events: int = MAX_QUERY_EVENTS
+    bytes: int = MAX_QUERY_BYTES
+    tags: int = MAX_QUERY_TAGS
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
+class _Subscription:
+    """State of one ``REQ``: filled by the reader task, drained by query/subscribe.
+
+    A query charges every ``EVENT`` frame's bytes and tags against its budget; a live
+    subscription charges what it buffers and is credited as the consumer drains it.
+    """
+
+    def __init__(self, sub_id: str, filters: list[Filter], *, live: bool, budget: Budget) -> None:
         self.id = sub_id
         self.filters = filters
         self.live = live
-        self.cap = cap
+        self.cap = budget.events
+        self.budget = budget
+        self.bytes = 0
+        self.tags = 0
+        self.sizes: deque[int] = deque()
         self.events: deque[Event] = deque()
         self.seen: set[str] = set()  # query only; live de-duplication is done by the caller
         self.rejected: list[str] = []
@@ -131,14 +162,37 @@ class _Subscription:
         if len(self.rejected) < MAX_REJECTED_KEPT:
             self.rejected.append(reason)
 
-    def offer(self, event: Event) -> None:
+    def charge(self, size: int, tags: int) -> bool:
+        """Count one frame of ``size`` bytes and ``tags`` tags; False (and the end) when it
+        would pass the budget."""
         if self.end is not None:
+            return False
+        if self.bytes + size > self.budget.bytes:
+            self.finish("cut off", f"more than {_mib(self.budget.bytes)} of events")
+            return False
+        if self.tags + tags > self.budget.tags:
+            self.finish("cut off", f"more than {self.budget.tags} tags")
+            return False
+        self.bytes += size
+        self.tags += tags
+        return True
+
+    def refund(self, size: int, tags: int) -> None:
+        """A live subscription's consumer took an event: its bytes and tags are free again."""
+        if self.live:
+            self.bytes -= size
+            self.tags -= tags
+
+    def offer(self, event: Event, size: int = 0) -> None:
+        if self.end is not None:
+            self.refund(size, len(event.tags))
             return
         if not self.live:
             if event.id in self.seen:
                 return
             self.seen.add(event.id)
         self.events.append(event)
+        self.sizes.append(size)
         self.wake.set()
         if len(self.events) >= self.cap:
             self.finish("overflow", f"stopped after {self.cap} events")
@@ -148,7 +202,9 @@ class _Subscription:
         async with asyncio.timeout(timeout):
             while True:
                 if self.events:
-                    return self.events.popleft()
+                    event = self.events.popleft()
+                    self.refund(self.sizes.popleft(), len(event.tags))
+                    return event
                 if self.end is not None:
                     return None
                 self.wake.clear()
@@ -190,6 +246,9 @@ class RelayClient:
         auth: bool = True,
         max_events: int = MAX_QUERY_EVENTS,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_query_bytes: int = MAX_QUERY_BYTES,
+        max_query_tags: int = MAX_QUERY_TAGS,
+        on_cut_off: Callable[[str, str], None] | None = None,
     ) -> None:
         self.url = nip42.check_relay_url(url)
         self.secret = secret
@@ -197,6 +256,9 @@ class RelayClient:
         self.auth = auth
         self.max_events = max_events
         self.max_frame_bytes = max_frame_bytes
+        self.query_budget = Budget(max_events, max_query_bytes, max_query_tags)
+        self._on_cut_off = on_cut_off
+        self.live_budget = Budget(MAX_LIVE_BUFFER, MAX_LIVE_BUFFER_BYTES, MAX_QUERY_TAGS)
         self.notices: deque[str] = deque(maxlen=20)
         self.malformed_frames = 0
         #: Verification failures on this connection (all operations), and the latest texts.
@@ -284,7 +346,7 @@ class RelayClient:
         seen: set[str] = set()
         retried = False
         while True:
-            sub = await self._open(flts, live=False, cap=self.max_events, deadline=deadline)
+            sub = await self._open(flts, live=False, budget=self.query_budget, deadline=deadline)
             timed_out = False
             try:
                 async with asyncio.timeout(max(0.0, deadline - _now())):
@@ -319,6 +381,12 @@ class RelayClient:
                     result.error = f"closed: {detail}"
             elif how == "overflow":
                 result.error = f"too many events: {detail}"
+            elif how == "cut off":
+                result.error = f"cut off: the relay sent {detail} for one query"
+                self._report_cut_off(result.error)
+                # It would go on sending: drop the connection rather than read the rest.
+                self._unresponsive = True
+                await self._drop(f"cut off: {detail}")
             else:
                 result.error = f"connection lost: {detail}"
             break
@@ -364,7 +432,7 @@ class RelayClient:
                 continue
             resume = resume_since() if resume_since is not None and opened else last_seen
             current = flts if resume is None else [f.with_since(resume) for f in flts]
-            sub = await self._open(current, live=True, cap=MAX_LIVE_BUFFER, deadline=None)
+            sub = await self._open(current, live=True, budget=self.live_budget, deadline=None)
             if opened and on_reopen is not None:
                 on_reopen()
             opened = True
@@ -413,9 +481,25 @@ class RelayClient:
                     self.last_error = f"gave up after {max_failures} reconnects: {detail}"
                     return
                 await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
-            # "overflow": re-open at once from the last event seen
+            if how == "cut off":
+                # More bytes or tags than the buffer holds: drop the connection rather than
+                # read the rest, and come back later (backing off: a relay that floods every
+                # connection is never progress) from the last event seen.
+                self.last_error = f"cut off: the relay sent {detail} faster than they were used"
+                self._report_cut_off(self.last_error)
+                self._unresponsive = True
+                await self._drop(self.last_error)
+                failures += 1
+                if failures > max_failures:
+                    return
+                await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
+            # "overflow" (too many events buffered): re-open at once from the last event seen
 
     # -- internals -------------------------------------------------------------------------
+
+    def _report_cut_off(self, why: str) -> None:
+        if self._on_cut_off is not None:
+            self._on_cut_off(self.url, why)
 
     def _deadline(self, timeout: float | None) -> float:
         return _now() + (self.timeout if timeout is None else float(timeout))
@@ -470,10 +554,10 @@ class RelayClient:
         return None
 
     async def _open(
-        self, filters: list[Filter], *, live: bool, cap: int, deadline: float | None
+        self, filters: list[Filter], *, live: bool, budget: Budget, deadline: float | None
     ) -> _Subscription:
         sub_id = f"buzz{next(_counter)}"
-        sub = _Subscription(sub_id, filters, live=live, cap=cap)
+        sub = _Subscription(sub_id, filters, live=live, budget=budget)
         self._subs[sub_id] = sub
         problem = await self._send(nip01.encode_req(sub_id, filters), deadline)
         if problem is not None:
@@ -563,7 +647,7 @@ class RelayClient:
         try:
             async for frame in ws:
                 try:
-                    self._dispatch(nip01.parse_relay_message(frame))
+                    self._dispatch(nip01.parse_relay_message(frame), len(frame))
                 except Exception:  # a frame must never kill the reader; count it and go on
                     self.malformed_frames += 1
         except websockets.exceptions.ConnectionClosed as exc:
@@ -577,7 +661,7 @@ class RelayClient:
                 self._ws = None
             self._fail_all(reason)
 
-    def _dispatch(self, msg: nip01.RelayMessage) -> None:
+    def _dispatch(self, msg: nip01.RelayMessage, size: int = 0) -> None:
         if isinstance(msg, nip01.EventMessage):
             sub = self._subs.get(msg.subscription_id)
             if sub is None:
@@ -586,15 +670,25 @@ class RelayClient:
                 return
             if sub.end is not None:
                 return
+            raw_tags = msg.event.get("tags") if isinstance(msg.event, dict) else None
+            tags = len(raw_tags) if isinstance(raw_tags, list) else 0
+            if not sub.charge(size, tags):
+                return
+            if tags > MAX_EVENT_TAGS:
+                sub.refund(size, tags)
+                self._reject(sub, f"more than {MAX_EVENT_TAGS} tags")
+                return
             try:
                 event = Event.from_dict(msg.event)
             except InvalidEvent as exc:
+                sub.refund(size, tags)
                 self._reject(sub, exc.reason)
                 return
             if not nip01.matches_any(sub.filters, event):
+                sub.refund(size, tags)
                 self._reject(sub, "does not match filter")
                 return
-            sub.offer(event)
+            sub.offer(event, size)
         elif isinstance(msg, nip01.OkMessage):
             self._resolve_ok(msg)
         elif isinstance(msg, (nip01.EoseMessage, nip01.ClosedMessage)):

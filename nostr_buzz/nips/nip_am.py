@@ -13,7 +13,6 @@ randomness is the NIP-44 nonce and BIP-340 aux bytes, from the OS CSPRNG unless 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable
 from typing import Any, Final
@@ -70,7 +69,15 @@ _EVENT_ID: Final = re.compile(r"[0-9a-f]{64}")
 # The longest NIP-44 content a plaintext within the cap can produce: anything longer is
 # rejected before decrypting (a hostile relay could otherwise make readers decrypt 16 MiB).
 _MAX_CONTENT_CHARS: Final = 4 * -(-(65 + 2 + nip44.calc_padded_len(MAX_PAYLOAD_BYTES)) // 3)
-_MAX_TOKENS: Final = 2**63 - 1
+#: The largest valid token counter: every count up to it is exact in a JSON double, so any
+#: reader (not only Python) sums it without rounding.
+MAX_TOKENS: Final = 2**53
+#: The largest valid cost of one turn, in USD: an absurd value is a forged or broken metric,
+#: and bounding each term keeps every total finite.
+MAX_TURN_COST_USD: Final = 1e6
+#: The largest valid cumulative cost of one session, in USD.
+MAX_CUMULATIVE_COST_USD: Final = 1e9
+_MAX_TOKENS: Final = MAX_TOKENS
 
 
 # --- public types -----------------------------------------------------------------------------
@@ -399,7 +406,7 @@ def _is_int(value: object) -> bool:
     return type(value) is int
 
 
-def _check_counts(name: str, counts: object) -> None:
+def _check_counts(name: str, counts: object, max_cost: float) -> None:
     if not isinstance(counts, TokenCounts):
         raise MetricError(f"{name} must be TokenCounts or null")
     for field in (
@@ -411,12 +418,14 @@ def _check_counts(name: str, counts: object) -> None:
     ):
         value = getattr(counts, field)
         if value is not None and (not _is_int(value) or not 0 <= value <= _MAX_TOKENS):
-            raise MetricError(f"{name}.{field} must be a non-negative integer or null")
+            raise MetricError(
+                f"{name}.{field} must be an integer from 0 to 2^53 or null"
+            )
     cost = counts.cost_usd
     if cost is not None and (
-        type(cost) is not float or not math.isfinite(cost) or cost < 0  # NaN fails isfinite
+        type(cost) is not float or not 0 <= cost <= max_cost  # NaN fails both comparisons
     ):
-        raise MetricError(f"{name}.cost_usd must be a finite number >= 0 or null")
+        raise MetricError(f"{name}.cost_usd must be a number from 0 to {max_cost:g} or null")
 
 
 def _check_optional_str(name: str, value: object) -> None:
@@ -449,9 +458,9 @@ def _validate(p: MetricPayload) -> None:
     if p.turn_seq is not None and (not _is_int(p.turn_seq) or not 1 <= p.turn_seq <= _MAX_TOKENS):
         raise MetricError("turn_seq must be an integer >= 1 or null")
     if p.turn is not None:
-        _check_counts("turn", p.turn)
+        _check_counts("turn", p.turn, MAX_TURN_COST_USD)
     if p.cumulative is not None:
-        _check_counts("cumulative", p.cumulative)
+        _check_counts("cumulative", p.cumulative, MAX_CUMULATIVE_COST_USD)
         if p.session_id is None or p.turn_seq is None:
             raise MetricError("cumulative counters need both session_id and turn_seq")
     if not isinstance(p.delta_reliable, bool):

@@ -1,0 +1,56 @@
+"""The standing context a new agent session starts with, frozen for the session's life.
+
+Base, persona and team instructions come from the configuration's files.  For a channel (never
+a private conversation) the relays are asked, within 3 seconds, for the channel's canvas and
+huddle guidelines by a trusted author — the owner, the agent itself, ``[gate] trusted`` keys
+and the keys the read relays announce (NIP-11) — and for the agent's own core memory.  What
+they answer is frozen into the session: a canvas published later reaches the channel's next
+session (after a cancel, an agent restart or a bot restart), never the running one.
+"""
+
+from __future__ import annotations
+
+from nostr_buzz.core.turn_input import Standing
+from nostr_buzz.io.acp_driver import standing_text
+from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.relay_info import relay_pubkeys
+from nostr_buzz.io.standing import STANDING_TIMEOUT, fetch_standing
+
+from .config import PluginConfig
+
+__all__ = ["SessionStanding"]
+
+
+class SessionStanding:
+    """Freezes the standing context of each new session (see the module docstring)."""
+
+    def __init__(self, config: PluginConfig, pool: RelayPool, diagnostics: DiagnosticsFeed):
+        self.config = config
+        self.pool = pool
+        self.diagnostics = diagnostics
+        self._relay_keys: frozenset[str] | None = None  # asked once: a relay's key is stable
+
+    async def trusted(self) -> set[str]:
+        """Whose canvases and huddle guidelines count (hex public keys)."""
+        cfg = self.config
+        if self._relay_keys is None:
+            self._relay_keys = await relay_pubkeys(self.pool.urls, timeout=STANDING_TIMEOUT)
+        agent = cfg.agent_secret.public_key.hex
+        return {cfg.owner.hex, agent, *cfg.trusted, *self._relay_keys}
+
+    async def freeze(self, channel_id: str | None) -> Standing:
+        """The standing context of a new session for ``channel_id`` (None: a private
+        conversation, which gets the configured files only)."""
+        cfg = self.config
+        if channel_id is None:
+            return cfg.standing
+        fetched = await fetch_standing(
+            self.pool, cfg.agent_secret, channel=channel_id, trusted=await self.trusted()
+        )
+        standing = fetched.apply(cfg.standing)
+        payload = fetched.describe()
+        if self.diagnostics.include_prompt_text:  # asked for: the text the session starts with
+            payload["standingText"] = standing_text(standing, cfg.agent_cwd)
+        self.diagnostics.emit("standing_context_frozen", channel_id=channel_id, payload=payload)
+        return standing

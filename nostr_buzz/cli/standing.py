@@ -1,0 +1,308 @@
+"""``buzz canvas`` and ``buzz mem``: read and update the standing context an agent starts with.
+
+``buzz canvas get|set --channel C [TEXT|-]`` reads or publishes a channel's canvas (kind 40100);
+``buzz mem get|set core [TEXT|-]`` reads or publishes the configured key's core memory (kind
+30174, ``d`` = ``core``), NIP-44 encrypted to that same key, so relays only ever store
+ciphertext.  An agent with shell access uses these, as its envelope tells it to.
+
+Start-up stays light: the relay client, the pool and the codecs are imported when a command
+runs, not when ``buzz`` builds its command list.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from nostr_buzz.cli.common import (
+    DEFAULT_TIMEOUT,
+    ConfigOption,
+    JsonOption,
+    KeyOption,
+    RelayOption,
+    TimeoutOption,
+    progress,
+    run,
+    sources,
+)
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+
+if TYPE_CHECKING:
+    from nostr_buzz.event import Event
+    from nostr_buzz.io.pool import PoolQueryResult, PublishResult
+    from nostr_buzz.keys import SecretKey
+
+canvas_app = typer.Typer(
+    name="canvas",
+    help="Read or update a channel's canvas (the shared document agents are pointed at).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+mem_app = typer.Typer(
+    name="mem",
+    help="Read or update your core memory (encrypted to your own key).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+ChannelOption = Annotated[
+    str, typer.Option("--channel", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -.")
+]
+TextArgument = Annotated[
+    str,
+    typer.Argument(
+        help="The new text, or - (the default) to read it from stdin.", show_default=False
+    ),
+]
+AuthorOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--author",
+        help="Also trust canvases signed by this public key (hex or npub); repeatable. "
+        "The owner, your own key, [gate] trusted keys and a relay's NIP-11 key always are.",
+        show_default=False,
+    ),
+]
+MemoryName = Annotated[str, typer.Argument(help="Which memory: core.", show_default=False)]
+
+
+# --- shared steps --------------------------------------------------------------------------
+
+
+def _text(value: str) -> str:
+    if value == "-":
+        try:
+            value = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise CliFailure(ExitCode.BAD_INPUT, "stdin is not UTF-8 text") from None
+    if not value.strip():
+        raise CliFailure(ExitCode.BAD_INPUT, "the text is empty")
+    return value
+
+
+def _channel(channel: str) -> str:
+    from nostr_buzz.nips import nip10
+
+    if not nip10.is_valid_channel_id(channel) or channel.startswith(nip10.DIRECT_CHANNEL_PREFIX):
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            "--channel: not a channel id (1-128 characters from A-Z a-z 0-9 _ -, "
+            "not starting with 'dm-')",
+        )
+    return channel
+
+
+def _memory_name(name: str) -> None:
+    if name != "core":
+        raise CliFailure(ExitCode.BAD_INPUT, "only the 'core' memory exists: buzz mem get core")
+
+
+def _flat(text: str) -> str:
+    return "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)[:300]
+
+
+def _problems(result: PoolQueryResult) -> list[str]:
+    return [
+        f"{_flat(url)}: {_flat(per.error or 'no answer')}"
+        for url, per in result.per_relay.items()
+        if not per.finished
+    ]
+
+
+def _not_found(result: PoolQueryResult, what: str) -> CliFailure:
+    problems = _problems(result)
+    if not result.any_finished:
+        return CliFailure(
+            ExitCode.NETWORK, "no relay answered:\n  " + "\n  ".join(problems or ["no relay"])
+        )
+    for line in problems:
+        note(f"buzz: warning: relay {line}")
+    return CliFailure(ExitCode.NOT_FOUND, f"{what} not found")
+
+
+def _publish_report(event: Event, published: PublishResult, json_output: bool) -> None:
+    failed = {
+        url: v.message or v.prefix or "refused" for url, v in published.verdicts.items() if not v.ok
+    }
+    if not published.ok:
+        lines = [f"{_flat(u)}: {_flat(m)}" for u, m in failed.items()]
+        raise CliFailure(
+            ExitCode.NETWORK, f"no relay accepted {event.id}:\n  " + "\n  ".join(lines)
+        )
+    for url, message in failed.items():
+        note(f"buzz: warning: not stored on {_flat(url)}: {_flat(message)}")
+    if json_output:
+        payload = {"id": event.id, "accepted": published.accepted, "failed": failed}
+        write_stdout(json.dumps(payload, ensure_ascii=False) + "\n")
+    else:
+        write_stdout(event.id + "\n")
+
+
+def _publish(
+    event: Event, relays: Sequence[str], secret: SecretKey, timeout: float
+) -> PublishResult:
+    from nostr_buzz.io.pool import RelayPool
+
+    progress(f"publishing {event.id} to {len(relays)} relay(s)…")
+    return run(RelayPool(relays, secret=secret, timeout=timeout).publish(event, min_ok=1))
+
+
+def _query(
+    filters: list[dict[str, Any]], relays: Sequence[str], secret: SecretKey | None, timeout: float
+) -> PoolQueryResult:
+    from nostr_buzz.io.pool import RelayPool
+
+    progress(f"asking {len(relays)} relay(s)…")
+    return run(RelayPool(relays, secret=secret, timeout=timeout).query(filters, timeout=timeout))
+
+
+def _document(event: Event, content: str) -> str:
+    return (
+        json.dumps(
+            {
+                "id": event.id,
+                "pubkey": event.pubkey,
+                "created_at": event.created_at,
+                "content": content,
+            },
+            ensure_ascii=False,
+        )
+        + "\n"
+    )
+
+
+def _as_text(content: str) -> str:
+    return content if content.endswith("\n") else content + "\n"
+
+
+# --- buzz canvas ----------------------------------------------------------------------------
+
+
+@canvas_app.command("get")
+def canvas_get(
+    channel: ChannelOption,
+    author: AuthorOption = None,
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Print the newest canvas of CHANNEL by a trusted key: the owner, you, [gate] trusted
+    keys, a relay's own (NIP-11) key, --author."""
+    from nostr_buzz.io.pool import RelayPool
+    from nostr_buzz.io.relay_info import relay_pubkeys
+    from nostr_buzz.io.standing import STANDING_TIMEOUT
+    from nostr_buzz.keys import PublicKey
+    from nostr_buzz.nips import standing
+
+    channel = _channel(channel)
+    cfg = sources(config)
+    relays = cfg.require_relays(relay or (), direction="read")
+    secret = cfg.secret_key(key)
+    given = [*(author or ()), *cfg.file.gate.trusted]
+    trusted = {PublicKey.from_str(a.strip()).hex for a in given}
+    owner = cfg.owner()
+    if owner is not None:
+        trusted.add(owner.hex)
+    if secret is not None:
+        trusted.add(secret.public_key.hex)
+
+    async def body() -> PoolQueryResult:
+        trusted.update(await relay_pubkeys(relays, timeout=min(timeout, STANDING_TIMEOUT)))
+        if not trusted:
+            raise CliFailure(
+                ExitCode.BAD_INPUT,
+                "no trusted author: configure an owner or a key, or give --author",
+            )
+        progress(f"asking {len(relays)} relay(s)…")
+        pool = RelayPool(relays, secret=secret, timeout=timeout)
+        return await pool.query([standing.canvas_filter(channel, trusted)], timeout=timeout)
+
+    result = run(body())
+    chosen = standing.select_canvas(result.events, channel, trusted)
+    if chosen is None:
+        raise _not_found(result, f"no canvas for channel {channel}")
+    write_stdout(_document(chosen, chosen.content) if json_output else _as_text(chosen.content))
+
+
+@canvas_app.command("set")
+def canvas_set(
+    channel: ChannelOption,
+    text: TextArgument = "-",
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Publish a new revision of CHANNEL's canvas, signed with your key."""
+    import time
+
+    from nostr_buzz.nips import standing
+
+    channel = _channel(channel)
+    content = _text(text)
+    cfg = sources(config)
+    secret = cfg.require_secret_key(key)
+    relays = cfg.require_relays(relay or (), direction="write")
+    # The clock is read here, at the edge.
+    event = standing.build_canvas_event(secret, channel, content, created_at=int(time.time()))
+    _publish_report(event, _publish(event, relays, secret, timeout), json_output)
+
+
+# --- buzz mem -------------------------------------------------------------------------------
+
+
+@mem_app.command("get")
+def mem_get(
+    name: MemoryName,
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Print your core memory, decrypted with your key."""
+    from nostr_buzz.nips import standing
+
+    _memory_name(name)
+    cfg = sources(config)
+    secret = cfg.require_secret_key(key)
+    relays = cfg.require_relays(relay or (), direction="read")
+    mine = secret.public_key.hex
+    result = _query([standing.core_memory_filter(mine)], relays, secret, timeout)
+    candidates = standing.select_core_memory(result.events, mine)
+    if not candidates:
+        raise _not_found(result, "no core memory")
+    try:
+        text = standing.open_core_memory(secret, candidates[0])
+    except standing.StandingError as exc:
+        raise CliFailure(ExitCode.VERIFICATION, str(exc)) from None
+    write_stdout(_document(candidates[0], text) if json_output else _as_text(text))
+
+
+@mem_app.command("set")
+def mem_set(
+    name: MemoryName,
+    text: TextArgument = "-",
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Replace your core memory; relays store it encrypted to your own key."""
+    import time
+
+    from nostr_buzz.nips import standing
+
+    _memory_name(name)
+    content = _text(text)
+    cfg = sources(config)
+    secret = cfg.require_secret_key(key)
+    relays = cfg.require_relays(relay or (), direction="write")
+    event = standing.build_core_memory_event(secret, content, created_at=int(time.time()))
+    _publish_report(event, _publish(event, relays, secret, timeout), json_output)

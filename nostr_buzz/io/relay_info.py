@@ -1,0 +1,116 @@
+"""A relay's own public key, from its NIP-11 information document.
+
+Relays that manage groups (NIP-29) sign channel documents with their own key and announce it as
+``pubkey`` in the information document served over HTTP(S) at the relay's URL (``Accept:
+application/nostr+json``).  The fetch is one bounded GET: at most ``MAX_DOCUMENT`` bytes, within
+``timeout`` seconds; anything unexpected (no document, not JSON, no valid key) means "no key".
+A relay is never trusted more because of this: its key only joins the authors the owner already
+trusts for a channel's standing documents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from typing import Final
+from urllib.parse import urlsplit
+
+from nostr_buzz.errors import InvalidKey
+from nostr_buzz.keys import PublicKey
+
+__all__ = ["MAX_DOCUMENT", "relay_pubkey", "relay_pubkeys"]
+
+#: The whole response (headers and body) a relay may send; information documents are small.
+MAX_DOCUMENT: Final = 64 * 1024
+
+
+def _request(url: str) -> tuple[str, int, bool, bytes]:
+    parts = urlsplit(url)
+    secure = parts.scheme == "wss"
+    host = parts.hostname or ""
+    port = parts.port or (443 if secure else 80)
+    authority = host if parts.port is None else f"{host}:{parts.port}"
+    if ":" in host:  # IPv6 literal
+        authority = f"[{host}]" if parts.port is None else f"[{host}]:{parts.port}"
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    head = (
+        f"GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/nostr+json\r\n"
+        "User-Agent: nostr-buzz\r\nConnection: close\r\n\r\n"
+    )
+    return host, port, secure, head.encode("ascii")
+
+
+def _body(response: bytes) -> bytes | None:
+    head, sep, body = response.partition(b"\r\n\r\n")
+    if not sep:
+        return None
+    lines = head.split(b"\r\n")
+    status = lines[0].split()
+    if len(status) < 2 or status[1] != b"200":
+        return None
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])
+    }
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        decoded = bytearray()
+        while body:
+            size_line, _, rest = body.partition(b"\r\n")
+            try:
+                size = int(size_line.split(b";")[0], 16)
+            except ValueError:
+                return None
+            if size == 0:
+                break
+            decoded += rest[:size]
+            body = rest[size + 2 :]
+        return bytes(decoded)
+    return body
+
+
+async def relay_pubkey(url: str, *, timeout: float = 3.0) -> str | None:
+    """The hex public key the relay at ``url`` (ws:// or wss://) announces, or None."""
+    try:
+        host, port, secure, request = _request(url)
+    except ValueError:
+        return None
+    if not host:
+        return None
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=secure or None, server_hostname=host if secure else None
+            )
+            try:
+                writer.write(request)
+                await writer.drain()
+                response = await reader.read(MAX_DOCUMENT + 1)
+                while len(response) <= MAX_DOCUMENT:
+                    more = await reader.read(MAX_DOCUMENT + 1 - len(response))
+                    if not more:
+                        break
+                    response += more
+            finally:
+                writer.close()
+    except (OSError, TimeoutError, ValueError):
+        return None
+    if len(response) > MAX_DOCUMENT:
+        return None
+    body = _body(response)
+    try:
+        document = json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        return None
+    key = document.get("pubkey") if isinstance(document, dict) else None
+    if not isinstance(key, str) or len(key) != 64:
+        return None
+    try:
+        return PublicKey.from_str(key).hex
+    except InvalidKey:
+        return None
+
+
+async def relay_pubkeys(urls: Iterable[str], *, timeout: float = 3.0) -> frozenset[str]:
+    """The keys announced by any of ``urls``, asked concurrently."""
+    found = await asyncio.gather(*(relay_pubkey(url, timeout=timeout) for url in urls))
+    return frozenset(key for key in found if key is not None)

@@ -1,0 +1,98 @@
+"""Bounded memory against any relay: real ``buzz`` processes against a flooding relay.
+
+A relay may send 1,500 valid, matching events of 1 MB each, or 200 of 100,000 tags each.
+Queries are bounded by total bytes and tag count (not only by event count): the relay is cut
+off and named, and the process's peak resident memory (measured by the kernel for that child
+alone, ``wait4``) stays under 300 MB.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hostile_relay import HostileRelay, hostile_relay
+from test_cli_metrics import BackgroundLoop
+
+from nostr_buzz.keys import SecretKey
+
+RSS_LIMIT_KB = 300 * 1024
+OWNER = SecretKey.from_str("6e" * 32)
+
+
+@pytest.fixture(params=["flood_big_events", "flood_many_tags"])
+def flooding_relay(request: pytest.FixtureRequest) -> Iterator[HostileRelay]:
+    bg = BackgroundLoop()
+    manager = hostile_relay(request.param)
+    relay = bg.call(manager.__aenter__())
+    try:
+        yield relay
+    finally:
+        bg.call(manager.__aexit__(None, None, None))
+        bg.close()
+
+
+def run_measured(argv: list[str], cwd: Path) -> tuple[int, str, int]:
+    """Run ``buzz argv``; (exit code, stderr, peak RSS in KiB of that process alone)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+    env["BUZZ_PRIVATE_KEY"] = OWNER.hex
+    err_path = cwd / "stderr.txt"
+    with open(err_path, "wb") as err, open(os.devnull, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nostr_buzz", *argv], stdout=out, stderr=err, env=env, cwd=cwd
+        )
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            proc.returncode = -1  # reaped above: Popen must not wait for it again
+    return os.waitstatus_to_exitcode(status), err_path.read_text(), usage.ru_maxrss
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["messages", "get", "--channel", "engineering", "--limit", "500"],
+        ["metrics", "--json"],
+    ],
+    ids=["messages-get", "metrics"],
+)
+def test_a_flooding_relay_is_cut_off_and_memory_stays_bounded(
+    flooding_relay: HostileRelay, argv: list[str], tmp_path: Path
+) -> None:
+    code, err, peak_kb = run_measured(
+        [*argv, "--relay", flooding_relay.url, "--timeout", "20"], tmp_path
+    )
+    print(f"peak RSS {peak_kb // 1024} MiB")
+    assert "Traceback" not in err
+    assert peak_kb < RSS_LIMIT_KB, f"peak RSS {peak_kb // 1024} MiB"
+    assert flooding_relay.url in err and "cut off" in err, err
+    assert code in (0, 2), err  # the relay's partial answer or none: never a crash
+    # cut off early: far fewer frames than the relay had in store
+    assert flooding_relay.frames_sent < 100
+
+
+async def test_a_live_subscription_buffers_a_bounded_number_of_bytes() -> None:
+    """The consumer takes one event and stops pulling while the relay floods: the client's
+    buffer for the subscription never holds more than its byte bound."""
+    from test_relay_client import wait_until
+
+    from nostr_buzz.io.relay import MAX_LIVE_BUFFER_BYTES, RelayClient
+
+    async with hostile_relay("flood_big_events") as relay:
+        client = RelayClient(relay.url, timeout=10)
+        stream = client.subscribe({"kinds": [9], "#h": ["engineering"]})
+        try:
+            first = await anext(stream)
+            assert first.kind == 9
+            await wait_until(lambda: relay.frames_sent >= 40, timeout=60)  # 40 MB sent
+            buffered = [
+                sum(len(e.content) for e in sub.events) for sub in client._subs.values()
+            ]
+            assert buffered and max(buffered) <= MAX_LIVE_BUFFER_BYTES
+        finally:
+            await stream.aclose()
+            await client.close()
