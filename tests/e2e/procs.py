@@ -201,6 +201,11 @@ class BotProcess:
             )  # fmt: skip
         self.starts += 1
 
+    async def exited(self) -> int:
+        """Wait until the bot exits; its status."""
+        assert self.proc is not None
+        return await self.proc.wait()
+
     def kill_now(self) -> list[int]:
         """SIGKILL the bot at this very instant; returns its descendants (for :meth:`reap`)."""
         assert self.proc is not None and self.proc.returncode is None, "the bot is not running"
@@ -380,7 +385,9 @@ def write_config(
 ) -> Path:
     """A buzz.toml in ``directory``: allowlist gate (owner + friend), the demo agent."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "agent.key").write_text(cast.agent.hex + "\n", encoding="utf-8")
+    key_file = directory / "agent.key"
+    key_file.write_text(cast.agent.hex + "\n", encoding="utf-8")
+    key_file.chmod(0o600)  # buzz refuses a key file that others can read
     args = ["-m", "nostr_buzz.demo.agent", *agent_args]
     config = directory / "buzz.toml"
     config.write_text(

@@ -127,10 +127,16 @@ async def start(bot: Bot, timeout: float = 30.0) -> None:
     """Start the bot and wait until its agent runs (its subscription follows at once)."""
     bot.tail.poll()
     await bot.process.start()
-    try:
-        await bot.tail.next_record(lambda r: r.get("kind") in START_KINDS, timeout, "agent start")
-    except AssertionError:
-        raise AssertionError(f"the bot did not start:\n{bot.process.log_tail()}") from None
+    started = asyncio.create_task(
+        bot.tail.next_record(lambda r: r.get("kind") in START_KINDS, timeout, "agent start")
+    )
+    exited = asyncio.create_task(bot.process.exited())
+    await asyncio.wait({started, exited}, return_when=asyncio.FIRST_COMPLETED)
+    exited.cancel()
+    if not started.done():
+        started.cancel()
+    if not started.done() or started.cancelled() or started.exception() is not None:
+        raise AssertionError(f"the bot did not start:\n{bot.process.log_tail()}")
 
 
 async def kill_when(
@@ -200,17 +206,21 @@ def _root_of(event: Event, roots: dict[str, list[Event]]) -> Event:
     return next(r for rs in roots.values() for r in rs if r.id == thread)
 
 
-async def _follow_up(bot: Bot, relay: RelayProcess, follow: Event, after: int, wait: float) -> None:
-    """Publish ``follow`` ``wait`` seconds after a turn in its channel goes live (or after
-    5 s): with the agent's 0.3 s of work and 0.3 s of writing, it reaches the turn while the
-    prompt still takes steers (injected), while the answer is being written (the agent starts
-    a turn of its own for it) or after the turn (a turn of its own from the queue)."""
-    channel = nip10.channel(follow)
+async def _follow_up(
+    bot: Bot, relay: RelayProcess, first: Event, follow: Event, after: int, wait: float
+) -> None:
+    """Publish ``follow`` ``wait`` seconds after the turn of ``first`` (same thread) starts
+    (or after 5 s): with the agent's 0.3 s of work and 0.3 s of writing, it reaches the turn
+    while the prompt still takes steers (injected), while the answer is being written (the
+    agent starts a turn of its own for it) or after the turn (a turn of its own)."""
     with contextlib.suppress(AssertionError):
         await bot.tail.next_record(
-            lambda r: r.get("kind") in TURN_LIVE_KINDS and r.get("channelId") == channel,
+            lambda r: (
+                r.get("kind") == "turn_started"
+                and first.id in ((r.get("payload") or {}).get("triggeringEventIds") or ())
+            ),
             5,
-            "a live turn",
+            "the turn of the first mention",
             after,
         )
     await asyncio.sleep(wait)  # deliberate timing of the steer
@@ -230,25 +240,27 @@ async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
         faults: list[str] = []
         # One kill per round: two at random instants (right after a relay restart that
         # happened while turns ran), two while a prompt is live, two within milliseconds of a
-        # turn's completion and two within milliseconds of its metric being stored.  The
-        # watch starts before the round is published, so that no record can slip by.
-        modes = ["turn_completed", "live", "restart", "metric_queued"] * 2
+        # turn's completion, two within milliseconds of its metric being stored, and two up
+        # to 1.2 s after a steer was answered (the agent's own turn for it may be running).
+        # The watch starts before the round is published, so that no record can slip by.
+        modes = ["turn_completed", "live", "restart", "metric_queued", "steer"] * 2
         for index, mode in enumerate(modes):
             admitted, strangers, follow = _round(rng, st.cast, channels, roots, 6)
             accepted += [*admitted, follow]
             refused += strangers
             pause, kill_delay = rng.uniform(0.0, 1.5), rng.uniform(0.0, 0.004)
             live_delay, restart_bot = rng.uniform(0.0, 0.25), rng.random() < 0.6
-            steer_wait = rng.uniform(0.0, 0.7)
+            steer_wait = rng.uniform(0.3, 0.55) if mode == "steer" else rng.uniform(0.0, 0.7)
+            steer_kill = rng.uniform(0.0, 1.2)
             mark = bot.tail.mark()
             watch = asyncio.create_task(
-                _fault(bot, relay, mode, mark, pause, kill_delay, live_delay)
+                _fault(bot, relay, mode, mark, pause, kill_delay, live_delay, steer_kill)
             )
             was_down = not bot.process.running
             await publish([relay.url], [*admitted, *strangers])
             if was_down:  # published while the bot was down: it finds them on start
                 await start(bot)
-            await _follow_up(bot, relay, follow, mark, steer_wait)
+            await _follow_up(bot, relay, admitted[0], follow, mark, steer_wait)
             faults.extend(await watch)
             if restart_bot or index == len(modes) - 1:
                 await start(bot)  # else the next round is published while the bot is down
@@ -257,7 +269,7 @@ async def test_sigkills_and_relay_restarts_answer_every_mention_exactly_once(
             counter, accepted, refused=refused, timeout=60, tails=[bot.tail]
         )
         st.report(tally, f"kills {bot.process.kills}; faults {faults}")
-        assert bot.process.kills >= 6 and relay.starts == 3
+        assert bot.process.kills >= 10 and relay.starts == 3
         st.check(tally, accepted)
 
 
@@ -269,6 +281,7 @@ async def _fault(
     pause: float,
     kill_delay: float,
     live_delay: float,
+    steer_kill: float,
 ) -> list[str]:
     if mode == "restart":  # same store, same port, while turns run
         with contextlib.suppress(AssertionError):  # no live turn in time: restart anyway
@@ -279,6 +292,8 @@ async def _fault(
         return ["relay restart", f"kill {pause * 1000:.0f} ms after the relay restart"]
     if mode == "live":
         return [await kill_when(bot, TURN_LIVE_KINDS, live_delay, after)]
+    if mode == "steer":  # while the steer's own turn (or the turn it joined) runs
+        return [await kill_when(bot, ("prompt_context_steer",), steer_kill, after, timeout=4)]
     return [await kill_when(bot, (mode,), kill_delay, after)]
 
 
