@@ -93,7 +93,7 @@ class PluginConfig:
     model: str | None = None
     shard: Shard | None = None
     #: A new event waits this long before its channel is flushed, so that a burst of
-    #: messages sent together becomes one turn (spec 02 coalesces only what is queued).
+    #: messages sent together becomes one turn (the queue coalesces only what is queued).
     coalesce_window: float = 0.25
     #: A batch that failed this many times is dead-lettered (a notice goes to its thread).
     max_attempts: int = 10

@@ -509,7 +509,7 @@ class TurnRunner:
         ids = turn.ids.as_kwargs()
         now = self._clock()
         if outcome == "injected":
-            turn.ledger.accept_update(steer.manifest)  # before acknowledging (spec 06)
+            turn.ledger.accept_update(steer.manifest)  # in the ledger before it is acknowledged
             taken = self._steer_result(event.id, "injected", now)
             turn.steered += [taken] if taken is not None else []
             self.diagnostics.prompt_context_steer("injected", turn.ledger.snapshot(), **ids)
