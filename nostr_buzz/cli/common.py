@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
-import threading
-from collections.abc import Callable, Coroutine
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple, TypeVar
 
@@ -26,6 +23,7 @@ RelayOption = Annotated[
     list[str] | None,
     typer.Option(
         "--relay",
+        metavar="URL",
         help="Relay URL (ws:// or wss://); repeat for more. Else $BUZZ_RELAYS, else buzz.toml.",
         show_default=False,
     ),
@@ -34,6 +32,7 @@ TimeoutOption = Annotated[
     float,
     typer.Option(
         "--timeout",
+        metavar="SECONDS",
         min=0.1,
         # Finite, so that every wait has a bound (spec 05): "inf" would let a tarpit hang us.
         max=MAX_TIMEOUT,
@@ -44,6 +43,7 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option(
         "--config",
+        metavar="FILE",
         help="Configuration file (default: $BUZZ_CONFIG, else ./buzz.toml when present).",
         show_default=False,
         dir_okay=False,
@@ -53,6 +53,7 @@ KeyOption = Annotated[
     str | None,
     typer.Option(
         "--key",
+        metavar="KEY",
         help="Secret key (64-hex or nsec). Else $BUZZ_PRIVATE_KEY, else buzz.toml.",
         show_default=False,
     ),
@@ -67,41 +68,12 @@ def sources(config: Path | None) -> ConfigSources:
     return ConfigSources(config_path=config)
 
 
-class _UnjoinedExecutor(ThreadPoolExecutor):
-    """The event loop's default executor, whose blocking calls run in daemon threads that
-    nobody waits for.
-
-    The loop resolves relay host names (``getaddrinfo``) in its default executor.  A lookup
-    cannot be cancelled, and ``asyncio.run`` and interpreter exit both join executor threads,
-    so a stalled DNS server would hold the command well past ``--timeout`` (spec 05).  The
-    caller has already given up on such a lookup, so its thread is simply left behind.
-    """
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        future: Future[T] = Future()
-
-        def work() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:  # handed to the awaiting caller, as an executor does
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-
-        threading.Thread(target=work, name="buzz-blocking", daemon=True).start()
-        return future
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        return None  # nothing pooled; running lookups are abandoned, not joined
-
-
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one command's async body to completion on a fresh event loop."""
-    with asyncio.Runner() as runner:
-        runner.get_loop().set_default_executor(_UnjoinedExecutor())
-        return runner.run(coro)
+    # asyncio and its executor are loaded by the commands that use them, not at start-up.
+    from nostr_buzz.cli.runner import run_coroutine
+
+    return run_coroutine(coro)
 
 
 def progress(message: str) -> None:

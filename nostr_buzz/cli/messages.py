@@ -28,6 +28,7 @@ from nostr_buzz.cli.common import (
     run,
     sources,
 )
+from nostr_buzz.cli.kit import sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
@@ -39,20 +40,23 @@ CHAT_KIND = 9  # NIP-C7 chat message, scoped to a channel by its h tag (NIP-29)
 #: LocalRelay served at most 500 events per query in our measurements (spec 05).
 MAX_QUERY_LIMIT = 500
 
-messages_app = typer.Typer(
-    name="messages",
-    help="Fetch raw events, read channels and threads, send chat messages.",
-    context_settings={"help_option_names": ["-h", "--help"]},
+messages_app = sub_app(
+    "messages",
+    "Fetch raw events, read channels and threads, send chat messages.",
 )
 
 ChannelOption = Annotated[
-    str, typer.Option("--channel", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -.")
+    str,
+    typer.Option(
+        "--channel", metavar="CHANNEL", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -."
+    ),
 ]
 Format = Literal["json", "table"]
 FormatOption = Annotated[
     str,
     typer.Option(
         "--format",
+        metavar="[json|table]",
         help="json: one canonical event per line; table: for reading.",
         case_sensitive=False,
     ),
@@ -203,7 +207,9 @@ def _render(events: Sequence[Event], fmt: Format) -> str:
 
 @messages_app.command("raw")
 def raw(
-    event: Annotated[str, typer.Option("--event", help="Event id: 64-hex, note1… or nevent1….")],
+    event: Annotated[
+        str, typer.Option("--event", metavar="EVENT", help="Event id: 64-hex, note1… or nevent1….")
+    ],
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
@@ -220,7 +226,10 @@ def raw(
 def get(
     channel: ChannelOption,
     limit: Annotated[
-        int, typer.Option("--limit", min=1, max=MAX_QUERY_LIMIT, help="How many recent messages.")
+        int,
+        typer.Option(
+            "--limit", metavar="N", min=1, max=MAX_QUERY_LIMIT, help="How many recent messages."
+        ),
     ] = 50,
     output_format: FormatOption = "json",
     relay: RelayOption = None,
@@ -250,7 +259,10 @@ def get(
 def thread(
     channel: ChannelOption,
     event: Annotated[
-        str, typer.Option("--event", help="Any event of the thread: 64-hex, note1… or nevent1….")
+        str,
+        typer.Option(
+            "--event", metavar="EVENT", help="Any event of the thread: 64-hex, note1… or nevent1…."
+        ),
     ],
     output_format: FormatOption = "json",
     relay: RelayOption = None,
@@ -310,11 +322,14 @@ def _verdict_lines(published: PublishResult) -> list[str]:
 @messages_app.command("send")
 def send(
     channel: ChannelOption,
-    text: Annotated[str, typer.Argument(help="The message text.", show_default=False)],
+    text: Annotated[
+        str, typer.Argument(metavar="TEXT", help="The message text.", show_default=False)
+    ],
     reply_to: Annotated[
         str | None,
         typer.Option(
             "--reply-to",
+            metavar="EVENT",
             help="Reply to this event (64-hex, note1… or nevent1…).",
             show_default=False,
         ),
