@@ -6,7 +6,7 @@ import re
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple, TypeVar
+from typing import Annotated, Any, Final, NamedTuple, TypeVar
 
 import typer
 
@@ -139,3 +139,63 @@ def parse_event_ref(text: str, *, option: str = "--event") -> EventRef:
         ExitCode.BAD_INPUT,
         f"{option}: {describe_input(s)} is not an event id (64 hex characters, note1… or nevent1…)",
     )
+
+
+def parse_public_key(text: str, *, option: str) -> str:
+    """A public key given on the command line (64-hex or npub), as hex."""
+    from nostr_buzz.errors import InvalidKey
+    from nostr_buzz.keys import PublicKey
+
+    value = text.strip()
+    if looks_secret(value):
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"{option}: expected a public key (hex or npub); the value looks like a secret key "
+            "(not shown)",
+        )
+    try:
+        return PublicKey.from_str(value).hex
+    except InvalidKey as exc:
+        raise CliFailure(
+            ExitCode.BAD_INPUT, f"{option}: {describe_input(value)} is not a public key: {exc}"
+        ) from None
+
+
+def read_stdin_text() -> str:
+    """All of standard input as UTF-8 text, without its final line break."""
+    try:
+        data = sys.stdin.buffer.read()
+    except (OSError, AttributeError) as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"cannot read standard input: {exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CliFailure(ExitCode.BAD_INPUT, "standard input is not UTF-8 text") from None
+    return text[:-1] if text.endswith("\n") else text
+
+
+def read_stdin_lines(what: str) -> list[str]:
+    """The non-blank lines of standard input (JSON lines, one ``what`` each)."""
+    lines = [line for line in read_stdin_text().splitlines() if line.strip()]
+    if not lines:
+        raise CliFailure(ExitCode.BAD_INPUT, f"standard input holds no {what}")
+    return lines
+
+
+def one_line(text: str, width: int) -> str:
+    """A stranger's text (a relay's message, an event's content) flattened to one line of at
+    most ``width`` characters, so that it cannot drive the terminal or forge lines of ours."""
+    flat = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def verdict_text(accepted: bool, duplicate: bool, message: str, prefix: str | None) -> str:
+    """One relay's answer to a publish, for a person."""
+    if duplicate:
+        return "duplicate (the relay already had it)"
+    if accepted:
+        return "accepted"
+    return "refused: " + one_line(message or prefix or "no reason given", 200)
+
+
+RELAY_SOURCES_HINT: Final = "give --relay URL, set BUZZ_RELAYS or list relays in buzz.toml"

@@ -24,7 +24,9 @@ from nostr_buzz.cli.common import (
     RelayOption,
     TimeoutOption,
     parse_event_ref,
+    parse_public_key,
     progress,
+    read_stdin_text,
     run,
     sources,
 )
@@ -33,6 +35,7 @@ from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
+from nostr_buzz.io.relay import QueryResult
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip42
 
@@ -166,11 +169,21 @@ async def _fetch_event(
     hints: Sequence[str],
     secret: SecretKey | None,
     timeout: float,
+    *,
+    wait_all: bool = False,
 ) -> tuple[Event, PoolQueryResult]:
+    """Ask every relay for one event; unless ``wait_all``, the first relay that returns a valid
+    copy ends the wait (a dead relay listed first costs nothing once another answered)."""
     # Only the id goes into the filter: an nevent's author and kind are hints (spec 05).
     pool = RelayPool(relays, secret=secret, timeout=timeout)
     progress(f"asking {len(relays) + len(hints)} relay(s) for {ref.id}…")
-    result = await pool.query({"ids": [ref.id]}, extra_urls=hints, timeout=timeout)
+
+    def found(one: QueryResult) -> bool:
+        return any(e.id == ref.id for e in one.events)
+
+    result = await pool.query(
+        {"ids": [ref.id]}, extra_urls=hints, timeout=timeout, enough=None if wait_all else found
+    )
     return _pick_event(ref.id, result), result
 
 
@@ -214,11 +227,19 @@ def raw(
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
     config: ConfigOption = None,
+    wait_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Wait for every relay (to see which ones misbehave) instead of printing the "
+            "first valid copy at once.",
+        ),
+    ] = False,
 ) -> None:
     """Fetch one signed event by id and print its canonical JSON (one line) after checking it."""
     ref = parse_event_ref(event)
     relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
-    found, _ = run(_fetch_event(ref, relays, hints, secret, timeout))
+    found, _ = run(_fetch_event(ref, relays, hints, secret, timeout, wait_all=wait_all))
     write_stdout(found.to_json() + "\n")
 
 
@@ -323,7 +344,10 @@ def _verdict_lines(published: PublishResult) -> list[str]:
 def send(
     channel: ChannelOption,
     text: Annotated[
-        str, typer.Argument(metavar="TEXT", help="The message text.", show_default=False)
+        str,
+        typer.Argument(
+            metavar="TEXT", help="The message text; '-' reads it from stdin.", show_default=False
+        ),
     ],
     reply_to: Annotated[
         str | None,
@@ -331,6 +355,16 @@ def send(
             "--reply-to",
             metavar="EVENT",
             help="Reply to this event (64-hex, note1… or nevent1…).",
+            show_default=False,
+        ),
+    ] = None,
+    mention: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mention",
+            metavar="KEY",
+            help="Mention this public key (hex or npub) with a p tag; repeat for more. A bot "
+            "that requires mentions answers only messages that mention it.",
             show_default=False,
         ),
     ] = None,
@@ -342,6 +376,9 @@ def send(
 ) -> None:
     """Publish a kind 9 chat message to CHANNEL, threaded with NIP-10 marked e tags."""
     channel = _check_channel(channel)
+    mentioned = [parse_public_key(k, option="--mention") for k in mention or ()]
+    if text == "-":
+        text = read_stdin_text()
     if not text.strip():
         raise CliFailure(ExitCode.BAD_INPUT, "the message text is empty")
     ref = parse_event_ref(reply_to, option="--reply-to") if reply_to is not None else None
@@ -376,6 +413,8 @@ def send(
                 parent_relay=_first_relay_with(found, parent.id),
                 root_relay=root_relay,
             )
+        listed = {t[1] for t in tags if t[0] == "p"}
+        tags += [["p", k] for k in dict.fromkeys(mentioned) if k not in listed]
         # The clock is read here, at the edge; the library itself never reads one.
         message = sign_event(
             secret, kind=CHAT_KIND, content=text, tags=tags, created_at=int(time.time())
