@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, NamedTuple, TypeVar
 
@@ -63,9 +63,9 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 DEFAULT_TIMEOUT = 10.0
 
 
-def sources(config: Path | None) -> ConfigSources:
-    """Flags › environment › file, for one command run."""
-    return ConfigSources(config_path=config)
+def sources(config: Path | None, overrides: Mapping[str, Any] | None = None) -> ConfigSources:
+    """Flags › environment › file, for one command run (``overrides``: settings by flag)."""
+    return ConfigSources(config_path=config, overrides=overrides)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
