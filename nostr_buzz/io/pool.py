@@ -136,7 +136,8 @@ class RelayPool:
 
         ``enough``: when one relay's finished result satisfies it, the relays still working
         are abandoned (closed at once) and reported as unfinished with the error
-        ``"not waited for"``: a fetch by id needs only the first valid copy.
+        ``"not waited for"``: a fetch by id needs only the first valid copy.  With it, a relay
+        that has served every id asked for is finished without waiting for its EOSE.
         """
         flts = nip01.as_filters(filters)
         limit = self.timeout if timeout is None else float(timeout)
@@ -156,7 +157,7 @@ class RelayPool:
             )
             try:
                 async with asyncio.timeout(limit + _GRACE):
-                    return await client.query(flts)
+                    return await client.query(flts, end_when_ids_served=enough is not None)
             except TimeoutError:
                 return QueryResult(relay=url, error="timeout")
             finally:
