@@ -23,6 +23,7 @@ from nostr_buzz.cli.common import (
     KeyOption,
     RelayOption,
     TimeoutOption,
+    one_line,
     parse_event_ref,
     parse_public_key,
     progress,
@@ -122,7 +123,7 @@ def _rejections(result: PoolQueryResult) -> dict[str, str]:
     for url, per in result.per_relay.items():
         if per.rejected_count:
             reasons = list(dict.fromkeys(per.rejected))
-            out[_one_line(url, 200)] = (
+            out[one_line(url, 200)] = (
                 f"{per.rejected_count} event(s) failed verification ({', '.join(reasons)})"
             )
     return out
@@ -132,7 +133,7 @@ def _unreachable(result: PoolQueryResult) -> list[str]:
     # A relay's CLOSED reason and a hint's URL are a stranger's text: flattened, so that they
     # cannot drive the terminal or forge lines of our own.
     return [
-        f"{_one_line(url, 200)}: {_one_line(per.error or 'no answer', 300)}"
+        f"{one_line(url, 200)}: {one_line(per.error or 'no answer', 300)}"
         for url, per in result.per_relay.items()
         if not per.finished
     ]
@@ -199,19 +200,13 @@ def _warn_list_problems(result: PoolQueryResult) -> None:
         note(f"buzz: warning: relay {line}")
 
 
-def _one_line(text: str, width: int) -> str:
-    # Control characters could drive the terminal; newlines would break the table.
-    flat = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
 def _render(events: Sequence[Event], fmt: Format) -> str:
     if fmt == "json":
         return "".join(e.to_json() + "\n" for e in events)
     lines = []
     for e in events:
         when = datetime.fromtimestamp(e.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(f"{when}  {e.id[:12]}  {e.pubkey[:12]}  {_one_line(e.content, 80)}\n")
+        lines.append(f"{when}  {e.id[:12]}  {e.pubkey[:12]}  {one_line(e.content, 80)}\n")
     return "".join(lines)
 
 
@@ -334,7 +329,7 @@ def _first_relay_with(result: PoolQueryResult, event_id: str) -> str:
 def _verdict_lines(published: PublishResult) -> list[str]:
     # A relay's message is its own text: flattened so it cannot drive the terminal.
     return [
-        f"{_one_line(url, 200)}: {_one_line(v.message or v.prefix or 'refused', 200)}"
+        f"{one_line(url, 200)}: {one_line(v.message or v.prefix or 'refused', 200)}"
         for url, v in published.verdicts.items()
         if not v.ok
     ]
