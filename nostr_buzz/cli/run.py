@@ -150,13 +150,11 @@ class TurnReporter:
         self._state_dir = state_dir
         self._clock = clock
         self._started: dict[str, tuple[float, list[str]]] = {}
-        self._tokens: dict[str, str] = {}  # metric event id → token summary
+        #: The token counts of a metric the bot has just stored, by the metric's event id.
+        self.tokens_of: Callable[[str], str] = lambda event_id: "tokens unknown"
         self._pending: dict[str, str] = {}  # turn id → its line, until its metric is known
         #: True once the bot is shutting down: the agent's exit is then expected, not news.
         self.stopping: Callable[[], bool] = lambda: False
-
-    def metric_stored(self, event_id: str, summary: str) -> None:
-        self._tokens[event_id] = summary
 
     def __call__(self, record: DiagnosticRecord) -> None:
         kind, payload, turn = record.kind, record.payload, record.turn_id or ""
@@ -176,8 +174,7 @@ class TurnReporter:
         elif kind == "metric_queued":
             line = self._pending.pop(turn, None)
             if line is not None:
-                tokens = self._tokens.pop(str(payload.get("eventId")), "tokens unknown")
-                self._write(line.replace("{tokens}", tokens))
+                self._write(line.replace("{tokens}", self.tokens_of(str(payload.get("eventId")))))
         elif kind == "turn_failed":
             self._started.pop(turn, None)
             self._write(
@@ -202,11 +199,13 @@ class TurnReporter:
             self._write(line.replace("{tokens}", "no usage reported"))
 
 
-def _token_summary(settings: PluginConfig, event: Event) -> str:
-    """The turn's token counts, read back from the metric the bot just sealed for the owner
+def _token_summary(settings: PluginConfig, event: Event | None) -> str:
+    """The turn's token counts, read back from the metric the bot has just sealed for the owner
     (NIP-44 is symmetric: the agent's key opens what it encrypted)."""
     from nostr_buzz.nips import nip44
 
+    if event is None:
+        return "tokens unknown"
     try:
         key = nip44.conversation_key(settings.agent_secret, settings.owner)
         turn = json.loads(nip44.decrypt(event.content, key)).get("turn") or {}
@@ -219,17 +218,15 @@ def _token_summary(settings: PluginConfig, event: Event) -> str:
     return f"{total} tokens ({counts[0]} in, {counts[1]} out)"
 
 
-def _watch_metrics(plugin: BuzzPlugin, reporter: TurnReporter) -> None:
-    publisher = getattr(plugin, "publisher", None)
-    store = getattr(publisher, "store", None)
-    if publisher is None or store is None:
-        return  # no token counts in the turn lines; nothing else changes
-
-    def recording_store(event: Event) -> Any:
-        reporter.metric_stored(event.id, _token_summary(plugin.config, event))
-        return store(event)
-
-    publisher.store = recording_store
+def _stored_metric(plugin: BuzzPlugin, event_id: str) -> Event | None:
+    """A metric from the bot's outbox, where it is committed before its diagnostic is sent."""
+    if plugin.store is None:  # not started
+        return None
+    try:
+        entry = plugin.store.outbox.get(event_id)
+    except Exception:  # the outbox is the bot's: trouble there is reported by the bot itself
+        return None
+    return entry.event if entry is not None else None
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -272,13 +269,10 @@ def _run(
     async def body() -> None:
         plugin = BuzzPlugin(settings, on_diagnostic=reporter)
         reporter.stopping = lambda: plugin.stopping
+        reporter.tokens_of = lambda event_id: _token_summary(
+            settings, _stored_metric(plugin, event_id)
+        )
         note(start_line(settings, cfg.path))
-        try:
-            await plugin.start()
-        except BaseException:
-            await plugin.close()
-            raise
-        _watch_metrics(plugin, reporter)
         await serve(plugin)
 
     try:
