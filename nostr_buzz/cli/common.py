@@ -198,4 +198,8 @@ def verdict_text(accepted: bool, duplicate: bool, message: str, prefix: str | No
     return "refused: " + one_line(message or prefix or "no reason given", 200)
 
 
-RELAY_SOURCES_HINT: Final = "give --relay URL, set BUZZ_RELAYS or list relays in buzz.toml"
+#: What to do when no relay answered.
+UNREACHABLE_HINT: Final = (
+    "check that each relay URL is right and the relay is running (buzz relay starts a local "
+    "one), or allow more time with --timeout"
+)

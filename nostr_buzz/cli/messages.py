@@ -17,6 +17,7 @@ import typer
 
 from nostr_buzz.cli.common import (
     DEFAULT_TIMEOUT,
+    UNREACHABLE_HINT,
     ConfigOption,
     EventRef,
     JsonOption,
@@ -160,7 +161,9 @@ def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
         raise CliFailure(ExitCode.NOT_FOUND, f"event {event_id} not found")
     raise CliFailure(
         ExitCode.NETWORK,
-        "no relay answered:\n  " + "\n  ".join(_unreachable(result) or ["no relay to ask"]),
+        "no relay answered:\n  "
+        + "\n  ".join(_unreachable(result) or ["no relay to ask"])
+        + f"\n{UNREACHABLE_HINT}",
     )
 
 
@@ -194,7 +197,8 @@ def _warn_list_problems(result: PoolQueryResult) -> None:
         note(f"buzz: warning: relay {url}: {what}; those were dropped")
     if not result.any_finished:
         raise CliFailure(
-            ExitCode.NETWORK, "no relay answered:\n  " + "\n  ".join(_unreachable(result))
+            ExitCode.NETWORK,
+            "no relay answered:\n  " + "\n  ".join(_unreachable(result)) + f"\n{UNREACHABLE_HINT}",
         )
     for line in _unreachable(result):
         note(f"buzz: warning: relay {line}")
