@@ -73,7 +73,9 @@ def req_command(
     ] = None,
     kind: Annotated[
         list[int] | None,
-        typer.Option("-k", "--kind", metavar="KIND", min=0, max=65535, help="Repeatable."),
+        typer.Option(
+            "-k", "--kind", metavar="KIND", min=0, max=65535, help="Event kind; repeatable."
+        ),
     ] = None,
     author: Annotated[
         list[str] | None,
