@@ -318,6 +318,7 @@ _FLAG_NAMES: Final = {
     "subscriptions.channels": "--channel",
     "subscriptions.kinds": "--kind",
     "subscriptions.mentions_required": "--mentions-required",
+    "subscriptions.plaintext_dm": "--plaintext-dm",
     "gate.mode": "--gate",
     "timeouts.relay": "--timeout",
     "timeouts.idle": "--idle-timeout",

@@ -86,7 +86,7 @@ def all_help_paths() -> list[list[str]]:
     for name in COMMANDS:
         command = _load(name)
         paths.append([name])
-        for sub in getattr(command, "commands", {}):
+        for sub in command.list_commands(None) if hasattr(command, "list_commands") else ():
             paths.append([name, sub])
     return paths
 

@@ -275,7 +275,7 @@ def _sample(setting: Setting) -> tuple[str, object]:
     if get_origin(base) is dict:
         return "A=1, B=x=y", {"A": "1", "B": "x=y"}
     if base is bool:
-        return "no", False
+        return ("no", False) if setting.default else ("yes", True)
     if base is int:
         return "7", 7
     if base is float:
@@ -300,7 +300,7 @@ def _flag_sample(setting: Setting, env_value: object) -> tuple[object, object]:
     if get_origin(base) is dict:
         return ["C=3"], {"C": "3"}
     if base is bool:
-        return True, True
+        return not env_value, not env_value
     if base is int:
         return 8, 8
     if base is float:
@@ -323,6 +323,7 @@ def test_every_setting_comes_from_its_variable_and_its_flag_wins(
     tmp_path: Path, setting: Setting
 ) -> None:
     text, expected = _sample(setting)
+    assert expected != setting.default
     assert setting.env.startswith("BUZZ_")
     assert _value(ConfigSources(environ={}, cwd=tmp_path).file, setting.name) == setting.default
     from_env = ConfigSources(environ={setting.env: text}, cwd=tmp_path).file

@@ -11,24 +11,23 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from importlib import import_module
 from typing import Any, Final
 
 import typer
 import typer.core
 import typer.main
 
-from nostr_buzz.cli.kit import CONTEXT, sub_app
+from nostr_buzz.cli.kit import CONTEXT, LazyGroup, LazySpec, load_command
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.errors import SECRET_HINT, BuzzError, looks_secret
 from nostr_buzz.keys import SecretKey
 
 #: name → (module in nostr_buzz.cli, attribute, one line of help), in the order of ``--help``.
-COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
+COMMANDS: Final[dict[str, LazySpec]] = {
     "messages": (
         "messages",
         "messages_app",
-        "Fetch raw events, read channels and threads, send chat messages.",
+        "Fetch events, read channels and threads, send chat and private messages.",
     ),
     "event": (
         "event",
@@ -105,39 +104,17 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
 
 def _load(name: str) -> Any:
     """The click command for ``name``, importing its module now."""
-    module, attribute, help_text = COMMANDS[name]
-    target = getattr(import_module(f"nostr_buzz.cli.{module}"), attribute)
-    if isinstance(target, typer.Typer):
-        return typer.main.get_group(target)  # a group, even with one command
-    wrapper = sub_app(name, help_text)
-    wrapper.command(name)(target)
-    return typer.main.get_command(wrapper)
+    return load_command(name, COMMANDS[name])
 
 
-class _LazyGroup(typer.core.TyperGroup):
-    """The root group: lists every command from the table, imports one only when it runs."""
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        return [*COMMANDS, *(n for n in super().list_commands(ctx) if n not in COMMANDS)]
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        if cmd_name in COMMANDS:
-            if cmd_name not in self.commands:
-                self.commands[cmd_name] = _load(cmd_name)
-            return self.commands[cmd_name]
-        return super().get_command(ctx, cmd_name)
-
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
-        # The help line comes from the table: listing commands loads none of them.
-        rows = [(name, spec[2]) for name, spec in COMMANDS.items()]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+class _Root(LazyGroup):
+    lazy = COMMANDS
 
 
 app = typer.Typer(
     name="buzz",
     help="nostr-buzz: verified Nostr events in, auditable agent turns out.",
-    cls=_LazyGroup,
+    cls=_Root,
     add_completion=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,

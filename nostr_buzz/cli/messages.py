@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import typer
 
@@ -32,7 +32,7 @@ from nostr_buzz.cli.common import (
     run,
     sources,
 )
-from nostr_buzz.cli.kit import sub_app
+from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
@@ -45,9 +45,19 @@ CHAT_KIND = 9  # NIP-C7 chat message, scoped to a channel by its h tag (NIP-29)
 #: LocalRelay served at most 500 events per query in our measurements (spec 05).
 MAX_QUERY_LIMIT = 500
 
+
+class _MessagesGroup(LazyGroup):
+    # Private messages need NIP-44/59 and build on this module: loaded when asked for.
+    lazy: ClassVar[dict[str, LazySpec]] = {
+        "dm": ("private", "dm_command", "Send a NIP-17 private message to one key."),
+        "inbox": ("private", "inbox_command", "Private messages (NIP-17) addressed to your key."),
+    }
+
+
 messages_app = sub_app(
     "messages",
-    "Fetch raw events, read channels and threads, send chat messages.",
+    "Fetch raw events, read channels and threads, send chat and private messages.",
+    cls=_MessagesGroup,
 )
 
 ChannelOption = Annotated[
@@ -212,6 +222,9 @@ def _render(events: Sequence[Event], fmt: Format) -> str:
         when = datetime.fromtimestamp(e.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
         lines.append(f"{when}  {e.id[:12]}  {e.pubkey[:12]}  {one_line(e.content, 80)}\n")
     return "".join(lines)
+
+
+_one_line = one_line  # the name nostr_buzz.cli.private imports
 
 
 # --- commands ------------------------------------------------------------------------------
