@@ -142,3 +142,19 @@ def test_run_reports_bad_settings_with_exit_1(tmp_path: Path) -> None:
     done = buzz("run", "--agent", "x", env={**env, "BUZZ_SUBSCRIPTIONS_MENTIONS_REQUIRED": "maybe"})
     assert done.returncode == 1
     assert "BUZZ_SUBSCRIPTIONS_MENTIONS_REQUIRED" in done.stderr.decode()
+
+
+def test_an_agent_that_cannot_start_exits_1_pointing_at_its_log(tmp_path: Path) -> None:
+    env = {
+        "BUZZ_PRIVATE_KEY": AGENT.hex,
+        "BUZZ_OWNER": OWNER.public_key.hex,
+        "BUZZ_RELAYS": "ws://127.0.0.1:9",
+    }
+    broken = f"{sys.executable} -c 'import sys; sys.stderr.write(\"no API key\"); sys.exit(3)'"
+    done = buzz("run", "--agent", broken, env=env, cwd=str(tmp_path))
+    assert (done.returncode, done.stdout) == (1, b"")
+    err = done.stderr.decode()
+    log = tmp_path / ".buzz" / "agent.log"
+    assert "the agent exited (3)" in err and "could not be started" in err
+    assert str(log) in err
+    assert "no API key" in log.read_text(encoding="utf-8")
