@@ -155,3 +155,11 @@ def test_errors_say_what_to_do(
     assert main(["messages", "rwa"]) == 1
     err = capsys.readouterr().err
     assert "--help" in err
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "demo"])
+def test_no_command_but_demo_loads_the_agent_protocol_to_parse_its_options(command: str) -> None:
+    # buzz run loads the ACP schema when the bot starts, not to read its flags.
+    code, modules = imported_by(command, "--help")
+    assert code == 0
+    assert [m for m in heavy_in(modules) if not m.startswith("rich")] == [], command
