@@ -540,7 +540,10 @@ class ConfigSources:
                 self._effective = self.file_only
             else:
                 merged = _overlay(msgspec.to_builtins(self.file_only), _nested(top))
-                config = msgspec.convert(merged, BuzzConfig)
+                try:
+                    config = msgspec.convert(merged, BuzzConfig)
+                except msgspec.ValidationError as exc:  # each value was checked: a backstop
+                    raise ConfigError(f"flags and environment: {exc}") from None
                 _validate(config, "flags and environment")
                 self._effective = config
         return self._effective
