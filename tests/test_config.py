@@ -262,7 +262,7 @@ def _sample(setting: Setting) -> tuple[str, object]:
     """A value that differs from the default, as variable text and as the parsed value."""
     from typing import Literal, get_args, get_origin
 
-    if setting.name in ("gate.allowlist", "gate.agents"):
+    if setting.name.startswith("gate.") and setting.name != "gate.mode":  # lists of keys
         return f"{PUB_HEX}, {NPUB}", (PUB_HEX, NPUB)
     base = setting.base
     if get_origin(base) is Literal:
@@ -288,7 +288,7 @@ def _flag_sample(setting: Setting, env_value: object) -> tuple[object, object]:
     from typing import Literal, get_args, get_origin
 
     base = setting.base
-    if setting.name in ("gate.allowlist", "gate.agents"):
+    if setting.name.startswith("gate.") and setting.name != "gate.mode":  # lists of keys
         return [PUB_HEX], (PUB_HEX,)
     if get_origin(base) is Literal:
         choice = next(c for c in get_args(base) if c != env_value)

@@ -43,24 +43,32 @@ canvas_app = sub_app(
 mem_app = sub_app("mem", "Read or update your core memory (encrypted to your own key).")
 
 ChannelOption = Annotated[
-    str, typer.Option("--channel", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -.")
+    str,
+    typer.Option(
+        "--channel", metavar="CHANNEL", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -."
+    ),
 ]
 TextArgument = Annotated[
     str,
     typer.Argument(
-        help="The new text, or - (the default) to read it from stdin.", show_default=False
+        metavar="TEXT",
+        help="The new text, or - (the default) to read it from stdin.",
+        show_default=False,
     ),
 ]
 AuthorOption = Annotated[
     list[str] | None,
     typer.Option(
         "--author",
+        metavar="KEY",
         help="Also trust canvases signed by this public key (hex or npub); repeatable. "
         "The owner, your own key, [gate] trusted keys and a relay's NIP-11 key always are.",
         show_default=False,
     ),
 ]
-MemoryName = Annotated[str, typer.Argument(help="Which memory: core.", show_default=False)]
+MemoryName = Annotated[
+    str, typer.Argument(metavar="NAME", help="Which memory: core.", show_default=False)
+]
 
 
 # --- shared steps --------------------------------------------------------------------------
