@@ -225,6 +225,18 @@ def test_decode_encode_round_trips_for_all_five(
         ),
     ]
     for argv, decoded in cases:
+        if argv[0] == "nsec":
+            # A secret key is never an argument (other users can see those): stdin carries it.
+            code, out, err = buzz(capsys, "encode", "nsec", stdin=sec, monkeypatch=monkeypatch)
+            assert code == 0, err
+            encoded = out.strip()
+            code, out, err = buzz(capsys, "decode", stdin=encoded, monkeypatch=monkeypatch)
+            assert (code, json.loads(out)) == (0, decoded), err
+            for refused in (["encode", "nsec", sec], ["decode", encoded]):
+                code, out, err = buzz(capsys, *refused)
+                assert (code, out) == (1, "")
+                assert sec not in err and encoded not in err
+            continue
         code, out, err = buzz(capsys, "encode", *argv)
         assert code == 0, (argv, err)
         encoded = out.strip()

@@ -262,7 +262,7 @@ def _sample(setting: Setting) -> tuple[str, object]:
     """A value that differs from the default, as variable text and as the parsed value."""
     from typing import Literal, get_args, get_origin
 
-    if setting.name.startswith("gate.") and setting.name != "gate.mode":  # lists of keys
+    if setting.name.split(".")[-1] in ("allowlist", "agents", "trusted"):  # key lists
         return f"{PUB_HEX}, {NPUB}", (PUB_HEX, NPUB)
     base = setting.base
     if get_origin(base) is Literal:
@@ -288,7 +288,7 @@ def _flag_sample(setting: Setting, env_value: object) -> tuple[object, object]:
     from typing import Literal, get_args, get_origin
 
     base = setting.base
-    if setting.name.startswith("gate.") and setting.name != "gate.mode":  # lists of keys
+    if setting.name.split(".")[-1] in ("allowlist", "agents", "trusted"):  # key lists
         return [PUB_HEX], (PUB_HEX,)
     if get_origin(base) is Literal:
         choice = next(c for c in get_args(base) if c != env_value)
@@ -354,6 +354,7 @@ def test_every_setting_has_a_run_flag() -> None:
 def test_grouped_settings_pick_one_source(tmp_path: Path) -> None:
     write(tmp_path / "buzz.toml", 'read_relays = ["wss://file-read.example"]\nkey_env = "NOPE"\n')
     (tmp_path / "k.nsec").write_text(NSEC, encoding="utf-8")
+    (tmp_path / "k.nsec").chmod(0o600)
     env = {"BUZZ_KEY_FILE": "k.nsec", "BUZZ_WRITE_RELAYS": "wss://env-write.example"}
     sources = ConfigSources(environ=env, cwd=tmp_path)
     # The environment's key_file wins over the file's key_env (relative to the working dir).

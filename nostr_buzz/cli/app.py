@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import typer
 import typer.core
@@ -20,7 +20,9 @@ import typer.main
 from nostr_buzz.cli.kit import CONTEXT, LazyGroup, LazySpec, load_command
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.errors import SECRET_HINT, BuzzError, looks_secret
-from nostr_buzz.keys import SecretKey
+
+if TYPE_CHECKING:
+    from nostr_buzz.keys import SecretKey  # the key code loads only when a command needs it
 
 #: name → (module in nostr_buzz.cli, attribute, one line of help), in the order of ``--help``.
 COMMANDS: Final[dict[str, LazySpec]] = {

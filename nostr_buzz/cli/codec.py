@@ -1,9 +1,10 @@
 """``buzz decode`` and ``buzz encode``: NIP-19 entities to JSON and back (nak's verbs).
 
 Values come from the arguments, or one per line on stdin when there are none; each result is
-one line on stdout.  ``decode`` accepts a ``nostr:`` prefix (NIP-21).  ``decode nsec1…`` and
-``encode nsec`` print a secret key because the user asked for exactly that, as ``keys generate``
-does; error messages never repeat one.
+one line on stdout.  ``decode`` accepts a ``nostr:`` prefix (NIP-21).  Secret keys (``nsec``)
+come only on stdin (the command line refuses them as arguments, which other users can see);
+``decode`` and ``encode nsec`` then print one because the user asked for exactly that, as
+``keys generate`` does; error messages never repeat one.
 """
 
 from __future__ import annotations
@@ -144,7 +145,11 @@ def encode_npub(values: Values = None) -> None:
 
 @encode_app.command("nsec")
 def encode_nsec(values: Values = None) -> None:
-    """A secret key as nsec (printed on stdout: keep it secret)."""
+    """A secret key as nsec, read from stdin (printed on stdout: keep it secret).
+
+    A secret key given as an argument is refused: other users of the machine can read the
+    arguments of a running process.
+    """
     from nostr_buzz.errors import InvalidKey
     from nostr_buzz.keys import SecretKey
 

@@ -355,6 +355,7 @@ def metrics_command(
         list[str] | None,
         typer.Option(
             "--agent",
+            metavar="KEY",
             help="Count only this agent's metrics (public key, repeatable); default: agents "
             "in buzz.toml, else every agent.",
             show_default=False,
