@@ -55,6 +55,7 @@ def test_help_keys_show_and_messages_raw_stay_light() -> None:
         code, modules = imported_by(*argv, env=env)
         assert code == 0, argv
         assert heavy_in(modules) == [], argv
+        assert "websockets" not in modules, argv  # no network code where none is used
     with relay_process() as relay:
         argv = ["messages", "raw", "--event", "ab" * 32, "--relay", relay]
         code, modules = imported_by(*argv)
