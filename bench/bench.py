@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
@@ -181,6 +185,47 @@ def core_rows() -> list[Row]:
     ]
 
 
+def _wall_ms(argv: list[str], env: dict[str, str], repeat: int = 9) -> float:
+    """Best-of-``repeat`` wall time of one process, in milliseconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        subprocess.run(argv, env=env, capture_output=True, check=True, timeout=60)
+        best = min(best, time.perf_counter() - started)
+    return best * 1000
+
+
+def startup_rows() -> list[tuple[str, float]]:
+    """What one ``buzz`` command costs from exec to exit, next to the bare interpreter."""
+    script = Path(sys.executable).with_name("buzz")
+    buzz = [str(script)] if script.exists() else [sys.executable, "-m", "nostr_buzz"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+    env["BUZZ_PRIVATE_KEY"] = "11" * 32
+    relay = subprocess.Popen(
+        [*buzz, "relay", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        assert relay.stdout is not None
+        env["BUZZ_RELAYS"] = relay.stdout.readline().decode().strip()
+        sent = subprocess.run(
+            [*buzz, "event", "-c", "bench"], env=env, capture_output=True, check=True, timeout=60
+        )
+        event_id = json.loads(sent.stdout)["id"]
+        return [
+            ("python -c pass", _wall_ms([sys.executable, "-c", "pass"], env)),
+            ("buzz --version", _wall_ms([*buzz, "--version"], env)),
+            ("buzz --help", _wall_ms([*buzz, "--help"], env)),
+            ("buzz keys show", _wall_ms([*buzz, "keys", "show"], env)),
+            (
+                "buzz messages raw (local relay)",
+                _wall_ms([*buzz, "messages", "raw", "--event", event_id], env),
+            ),
+        ]
+    finally:
+        relay.send_signal(signal.SIGINT)
+        relay.wait(30)
+
+
 def main() -> int:
     rows = event_rows() + extra_rows() + core_rows()
     print(f"python {sys.version.split()[0]}; microseconds per operation, best of 5")
@@ -197,6 +242,12 @@ def main() -> int:
     print(" the id and the signature; nostr-sdk's NIP-44 derives the conversation key on every")
     print(" call, while nostr-buzz caches it per peer: the 'deriving the key' row compares like")
     print(" with like.)")
+    print()
+    print(f"{'start-up (exec to exit)':<48} {'ms, best of 9':>26} {'over python':>12}")
+    timings = startup_rows()
+    bare = timings[0][1]
+    for title, ms in timings:
+        print(f"{title:<48} {ms:>26.1f} {ms - bare:>+11.1f}")
     from bot_bench import bot_lines  # bench/ is on sys.path when run as a script
 
     print("\nthe bot, end to end in one process (real SQLite state, real demo agent):")

@@ -1,77 +1,139 @@
 """nostr-buzz: verified Nostr events in, deterministic and auditable agent turns out.
 
-The names below are the stable public API (see the README).  The pure core (events, routing,
-queue, compiler, ledger, usage accounting, NIP-44 and NIP-AM) imports no network code; the relay
-client and pool are loaded on first use.
+The names below are the stable public API (see the README).  Each is loaded on first use, so
+``import nostr_buzz`` stays cheap (the command line starts in tens of milliseconds) while every
+name stays importable with ``from nostr_buzz import …``.  The pure core (events, routing, queue,
+compiler, ledger, usage accounting, NIP-44 and NIP-AM) imports no network code; the edges
+(relays, the ACP agent, the outbox, diagnostics) are separate modules.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nostr_buzz.core.compiler import CompiledSteer, CompiledTurn, compile_steer, compile_turn
-from nostr_buzz.core.escape import escape_attribute, escape_text
-from nostr_buzz.core.ledger import TurnLedger
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
-from nostr_buzz.core.metrics_report import MetricsReport, build_report
-from nostr_buzz.core.queue import Batch, DeadLetter, DispatchQueue, PushResult, QueuedEvent
-from nostr_buzz.core.turn_input import TurnInput
-from nostr_buzz.core.usage import UsageRecord, UsageTracker
-from nostr_buzz.errors import (
-    BuzzError,
-    InvalidEvent,
-    InvalidKey,
-    ManifestError,
-    MetricError,
-    Nip19Error,
-    Nip44Error,
-    OutboxError,
-    QueueError,
-    RelayError,
-    TurnInputError,
-)
-from nostr_buzz.event import Event, sign_event
-from nostr_buzz.keys import PublicKey, SecretKey
-from nostr_buzz.nips.nip_am import MetricPayload, PricingIdentity, TokenCounts
-from nostr_buzz.profile import Profile
-
 if TYPE_CHECKING:
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
+    from nostr_buzz.config import BuzzConfig, ConfigSources
+    from nostr_buzz.core.compiler import (
+        CompiledSteer,
+        CompiledTurn,
+        compile_steer,
+        compile_turn,
+    )
+    from nostr_buzz.core.escape import escape_attribute, escape_text
+    from nostr_buzz.core.ledger import TurnLedger
+    from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
+    from nostr_buzz.core.metrics_report import MetricsReport, build_report
+    from nostr_buzz.core.queue import Batch, DeadLetter, DispatchQueue, PushResult, QueuedEvent
+    from nostr_buzz.core.turn_input import TurnInput
+    from nostr_buzz.core.usage import UsageRecord, UsageTracker
+    from nostr_buzz.errors import (
+        AgentError,
+        BuzzError,
+        ConfigError,
+        InvalidEvent,
+        InvalidKey,
+        ManifestError,
+        MetricError,
+        Nip19Error,
+        Nip44Error,
+        OutboxError,
+        QueueError,
+        RelayError,
+        TurnInputError,
+    )
+    from nostr_buzz.event import Event, sign_event
+    from nostr_buzz.io.acp_driver import AgentDriver
+    from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
     from nostr_buzz.io.metrics_reader import read_metrics
     from nostr_buzz.io.outbox import Outbox
     from nostr_buzz.io.pool import RelayPool
     from nostr_buzz.io.publisher import MetricPublisher, PublishReport
     from nostr_buzz.io.relay import RelayClient
+    from nostr_buzz.keys import PublicKey, SecretKey
+    from nostr_buzz.nips.nip10 import ThreadRef
+    from nostr_buzz.nips.nip_am import (
+        MetricPayload,
+        PricingIdentity,
+        TokenCounts,
+        build_metric_event,
+        open_metric_event,
+    )
+    from nostr_buzz.profile import Profile
 
-# The edges pull in websockets and sqlite3; load them only when someone asks for them.
-_LAZY = {
-    "BuzzPlugin": "nostr_buzz.bot",
-    "PluginConfig": "nostr_buzz.bot",
-    "MetricPublisher": "nostr_buzz.io.publisher",
-    "Outbox": "nostr_buzz.io.outbox",
-    "PublishReport": "nostr_buzz.io.publisher",
-    "RelayClient": "nostr_buzz.io.relay",
-    "RelayPool": "nostr_buzz.io.pool",
+#: Where each public name lives.  Nothing is imported until a name is asked for.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("BuzzPlugin", "PluginConfig"), "nostr_buzz.bot"),
+    **dict.fromkeys(("BuzzConfig", "ConfigSources"), "nostr_buzz.config"),
+    **dict.fromkeys(
+        ("CompiledSteer", "CompiledTurn", "compile_steer", "compile_turn"),
+        "nostr_buzz.core.compiler",
+    ),
+    **dict.fromkeys(("escape_attribute", "escape_text"), "nostr_buzz.core.escape"),
+    "TurnLedger": "nostr_buzz.core.ledger",
+    **dict.fromkeys(("Layer", "Manifest", "manifest_from_layers"), "nostr_buzz.core.manifest"),
+    **dict.fromkeys(("MetricsReport", "build_report"), "nostr_buzz.core.metrics_report"),
+    **dict.fromkeys(
+        ("Batch", "DeadLetter", "DispatchQueue", "PushResult", "QueuedEvent"),
+        "nostr_buzz.core.queue",
+    ),
+    "TurnInput": "nostr_buzz.core.turn_input",
+    **dict.fromkeys(("UsageRecord", "UsageTracker"), "nostr_buzz.core.usage"),
+    **dict.fromkeys(
+        (
+            "AgentError",
+            "BuzzError",
+            "ConfigError",
+            "InvalidEvent",
+            "InvalidKey",
+            "ManifestError",
+            "MetricError",
+            "Nip19Error",
+            "Nip44Error",
+            "OutboxError",
+            "QueueError",
+            "RelayError",
+            "TurnInputError",
+        ),
+        "nostr_buzz.errors",
+    ),
+    **dict.fromkeys(("Event", "sign_event"), "nostr_buzz.event"),
+    "AgentDriver": "nostr_buzz.io.acp_driver",
+    **dict.fromkeys(("DiagnosticRecord", "DiagnosticsFeed"), "nostr_buzz.io.diagnostics"),
     "read_metrics": "nostr_buzz.io.metrics_reader",
+    "Outbox": "nostr_buzz.io.outbox",
+    "RelayPool": "nostr_buzz.io.pool",
+    **dict.fromkeys(("MetricPublisher", "PublishReport"), "nostr_buzz.io.publisher"),
+    "RelayClient": "nostr_buzz.io.relay",
+    **dict.fromkeys(("PublicKey", "SecretKey"), "nostr_buzz.keys"),
+    "ThreadRef": "nostr_buzz.nips.nip10",
+    **dict.fromkeys(
+        (
+            "MetricPayload",
+            "PricingIdentity",
+            "TokenCounts",
+            "build_metric_event",
+            "open_metric_event",
+        ),
+        "nostr_buzz.nips.nip_am",
+    ),
+    "Profile": "nostr_buzz.profile",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nostr_buzz' has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(module), name)
-
-
 __all__ = [
+    "AgentDriver",
+    "AgentError",
     "Batch",
+    "BuzzConfig",
     "BuzzError",
     "BuzzPlugin",
     "CompiledSteer",
     "CompiledTurn",
+    "ConfigError",
+    "ConfigSources",
     "DeadLetter",
+    "DiagnosticRecord",
+    "DiagnosticsFeed",
     "DispatchQueue",
     "Event",
     "InvalidEvent",
@@ -99,18 +161,36 @@ __all__ = [
     "RelayError",
     "RelayPool",
     "SecretKey",
+    "ThreadRef",
     "TokenCounts",
     "TurnInput",
     "TurnInputError",
     "TurnLedger",
     "UsageRecord",
     "UsageTracker",
+    "build_metric_event",
     "build_report",
     "compile_steer",
     "compile_turn",
     "escape_attribute",
     "escape_text",
     "manifest_from_layers",
+    "open_metric_event",
     "read_metrics",
     "sign_event",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nostr_buzz' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

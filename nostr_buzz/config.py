@@ -14,7 +14,8 @@ import os
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from types import UnionType
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import msgspec
@@ -26,11 +27,13 @@ from nostr_buzz.nips.nip10 import is_valid_channel_id
 
 __all__ = [
     "DEFAULT_CONFIG_NAME",
+    "SETTINGS",
     "AgentSection",
     "BuzzConfig",
     "ConfigSources",
     "ContextSection",
     "GateSection",
+    "Setting",
     "SubscriptionsSection",
     "TimeoutsSection",
     "load_config_file",
@@ -303,12 +306,172 @@ def _parse_public(text: str, source: str) -> PublicKey:
         raise ConfigError(f"{source}: {exc}") from None
 
 
+# --- every setting as a flag and a BUZZ_* variable ------------------------------------------
+
+#: Names that differ from the rule (``--section-field`` and ``BUZZ_SECTION_FIELD``): the ones
+#: every command already used, and shorter flags for the settings people give most.
+_ENV_NAMES: Final = {
+    "secret_key": ENV_PRIVATE_KEY,
+    "subscriptions.clock_skew": "BUZZ_CLOCK_SKEW",
+}
+_FLAG_NAMES: Final = {
+    "secret_key": "--key",
+    "relays": "--relay",
+    "read_relays": "--read-relay",
+    "write_relays": "--write-relay",
+    "agent.args": "--agent-arg",
+    "agent.model": "--model",
+    "subscriptions.channels": "--channel",
+    "subscriptions.kinds": "--kind",
+    "subscriptions.mentions_required": "--mentions-required",
+    "subscriptions.plaintext_dm": "--plaintext-dm",
+    "subscriptions.clock_skew": "--clock-skew",
+    "gate.mode": "--gate",
+    "timeouts.relay": "--timeout",
+    "timeouts.idle": "--idle-timeout",
+    "timeouts.hard": "--hard-timeout",
+}
+#: Settings that each pick their whole source (flags, else environment, else file) together
+#: with their siblings, through :meth:`ConfigSources.secret_key`, ``owner`` and ``relays``.
+KEY_SETTINGS: Final = ("secret_key", "key_file", "key_env")
+RELAY_SETTINGS: Final = ("relays", "read_relays", "write_relays")
+_BY_SOURCE: Final = frozenset({*KEY_SETTINGS, *RELAY_SETTINGS, "owner"})
+
+
+class Setting(msgspec.Struct, frozen=True):
+    """One ``buzz.toml`` setting and the flag and variable that can give it instead."""
+
+    name: str  # dotted: "subscriptions.mentions_required"
+    type: Any  # the schema's annotation (Annotated, optional and Literal included)
+    default: Any
+
+    @property
+    def env(self) -> str:
+        return _ENV_NAMES.get(self.name, "BUZZ_" + self.name.replace(".", "_").upper())
+
+    @property
+    def flag(self) -> str:
+        return _FLAG_NAMES.get(self.name, "--" + self.name.replace(".", "-").replace("_", "-"))
+
+    @property
+    def base(self) -> Any:
+        """The type without Annotated metadata and without ``| None``."""
+        return _base_type(self.type)
+
+
+def _base_type(annotation: Any) -> Any:
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (Union, UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return _base_type(members[0])
+    return annotation
+
+
+def _walk(struct_type: type[msgspec.Struct], prefix: str) -> list[Setting]:
+    found: list[Setting] = []
+    for field in msgspec.structs.fields(struct_type):
+        name = prefix + field.encode_name
+        kind = field.type
+        if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+            found.extend(_walk(kind, name + "."))
+        else:
+            default = (
+                field.default_factory()
+                if field.default_factory is not msgspec.NODEFAULT
+                else field.default
+            )
+            found.append(Setting(name, kind, default))
+    return found
+
+
+#: Every setting of the file, in the file's order: derived from the schema, so a new key gets
+#: its flag and its variable without being listed anywhere else.
+SETTINGS: Final[tuple[Setting, ...]] = tuple(_walk(BuzzConfig, ""))
+SETTINGS_BY_NAME: Final = {s.name: s for s in SETTINGS}
+
+
+def _from_text(setting: Setting, text: str, source: str) -> Any:
+    """A setting's value from an environment variable's text.
+
+    Lists are comma-separated (blank items dropped); a table is ``NAME=VALUE`` pairs separated
+    by commas; booleans are true/false, yes/no, on/off or 1/0.
+    """
+    base = setting.base
+    origin = get_origin(base)
+    value: Any = text
+    if origin is dict:
+        pairs = [item.strip() for item in text.split(",") if item.strip()]
+        if any("=" not in pair for pair in pairs):
+            raise ConfigError(f"{source}: expected NAME=VALUE pairs separated by commas")
+        value = dict(pair.split("=", 1) for pair in pairs)
+    elif origin is tuple or origin is list:
+        value = [item.strip() for item in text.split(",") if item.strip()]
+    elif base is bool:
+        lowered = text.strip().lower()
+        truth = {"true": True, "yes": True, "on": True, "1": True}
+        falsity = {"false": False, "no": False, "off": False, "0": False}
+        if lowered not in truth and lowered not in falsity:
+            raise ConfigError(f"{source}: expected true or false, got {_describe(text)}")
+        value = truth.get(lowered, False)
+    return check_setting(setting, value, source)
+
+
+def check_setting(setting: Setting, value: Any, source: str) -> Any:
+    """``value`` converted to the setting's type; a :class:`ConfigError` naming ``source``."""
+    if isinstance(value, list) and get_origin(setting.base) is dict:
+        value = _pairs(value, source)
+    try:
+        return msgspec.convert(value, setting.type, strict=False)
+    except msgspec.ValidationError as exc:
+        detail = str(exc).replace(" - at `$`", "").split(" - at `$")[0]
+        raise ConfigError(f"{source}: {detail}") from None
+
+
+def _pairs(items: Iterable[str], source: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"{source}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def _nested(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1}`` → ``{"a": {"b": 1}}``."""
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        *sections, leaf = name.split(".")
+        target = out
+        for section in sections:
+            target = target.setdefault(section, {})
+        target[leaf] = value
+    return out
+
+
+def _overlay(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _overlay(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 class ConfigSources:
     """Flags, ``BUZZ_*`` environment and ``buzz.toml``, resolved value by value.
 
     The file is found as ``config_path`` (``--config``), else ``$BUZZ_CONFIG``, else
     ``./buzz.toml`` when it exists; an explicitly named file must exist and is read at once,
     the implicit one only when a value is needed from it.
+
+    Every setting of the file can also come from a flag (``overrides``: dotted setting name →
+    value, as :data:`SETTINGS` names them) or from its variable (``Setting.env``).  The key, the
+    owner and the relays pick one source for the whole group (:meth:`secret_key`, :meth:`owner`,
+    :meth:`relays`); every other setting is resolved on its own, in :attr:`file`.
     """
 
     RELAY_SOURCES: Final = f"--relay, {ENV_RELAYS} or relays in {DEFAULT_CONFIG_NAME}"
@@ -323,14 +486,24 @@ class ConfigSources:
         config_path: str | Path | None = None,
         environ: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
     ) -> None:
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self._flags: dict[str, Any] = {}
+        for name, value in (overrides or {}).items():
+            setting = SETTINGS_BY_NAME.get(name)
+            if setting is None:
+                raise ConfigError(f"unknown setting {name!r}")
+            if value is not None:
+                self._flags[name] = check_setting(setting, value, setting.flag)
+        self._env: dict[str, Any] | None = None
         explicit: Path | None = None
         if config_path is not None and str(config_path).strip():
             explicit = Path(config_path)
         elif (from_env := _env_value(self.environ, ENV_CONFIG)) is not None:
             explicit = Path(from_env)
         self._file: BuzzConfig | None = None
+        self._effective: BuzzConfig | None = None
         if explicit is not None:
             if not explicit.is_file():
                 raise ConfigError(f"config file {explicit} not found")
@@ -341,14 +514,60 @@ class ConfigSources:
             self.path = implicit if implicit.is_file() else None
 
     @property
-    def file(self) -> BuzzConfig:
-        """The config file's contents (all defaults when there is no file)."""
+    def file_only(self) -> BuzzConfig:
+        """The config file's own contents (all defaults when there is no file)."""
         if self._file is None:
             self._file = BuzzConfig() if self.path is None else load_config_file(self.path)
         return self._file
 
+    @property
+    def env_settings(self) -> dict[str, Any]:
+        """The settings the environment gives (dotted name → value), checked."""
+        if self._env is None:
+            found: dict[str, Any] = {}
+            for setting in SETTINGS:
+                text = _env_value(self.environ, setting.env)
+                if text is not None and setting.name not in ("secret_key", "owner", "relays"):
+                    found[setting.name] = _from_text(setting, text, setting.env)
+            self._env = found
+        return self._env
+
+    @property
+    def file(self) -> BuzzConfig:
+        """The effective configuration: each setting from its flag, else its variable, else
+        the file (the key, owner and relays as the file has them: use the methods for those)."""
+        if self._effective is None:
+            top = {
+                name: value
+                for layer in (self.env_settings, self._flags)
+                for name, value in layer.items()
+                if name not in _BY_SOURCE
+            }
+            if not top:
+                self._effective = self.file_only
+            else:
+                merged = _overlay(msgspec.to_builtins(self.file_only), _nested(top))
+                try:
+                    config = msgspec.convert(merged, BuzzConfig)
+                except msgspec.ValidationError as exc:  # each value was checked: a backstop
+                    raise ConfigError(f"flags and environment: {exc}") from None
+                _validate(config, "flags and environment")
+                self._effective = config
+        return self._effective
+
     def _file_label(self) -> str:
         return str(self.path) if self.path is not None else DEFAULT_CONFIG_NAME
+
+    def _levels(self, names: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+        """For a group of settings: what the flags, the environment and the file give."""
+        config = self.file_only
+        file_values = {n: getattr(config, n) for n in names}
+        env = {n: self.env_settings.get(n) for n in names}
+        return [
+            ("flag", {n: self._flags.get(n) for n in names}),
+            ("env", env),
+            ("file", file_values),
+        ]
 
     def relays(
         self, flags: Sequence[str] = (), *, direction: Direction = "read"
@@ -356,12 +575,21 @@ class ConfigSources:
         """The relays for reading or writing, from the first source that names any."""
         if flags:
             return parse_relay_list(flags, source="--relay")
+        specific_name = "read_relays" if direction == "read" else "write_relays"
+        specific_flag = self._flags.get(specific_name) or ()
+        general_flag = self._flags.get("relays") or ()
+        if specific_flag or general_flag:
+            setting = SETTINGS_BY_NAME[specific_name if specific_flag else "relays"]
+            return parse_relay_list(specific_flag or general_flag, source=setting.flag)
+        specific_env = self.env_settings.get(specific_name) or ()
+        if specific_env:
+            return parse_relay_list(specific_env, source=SETTINGS_BY_NAME[specific_name].env)
         env = _env_value(self.environ, ENV_RELAYS)
         if env is not None:
             items = [item for item in env.split(",") if item.strip()]
             if items:  # "," alone names no relay: as blank, it counts as unset
                 return parse_relay_list(items, source=ENV_RELAYS)
-        config = self.file
+        config = self.file_only
         specific = config.read_relays if direction == "read" else config.write_relays
         # Already validated when the file was loaded.
         return specific or config.relays
@@ -379,32 +607,44 @@ class ConfigSources:
         if flag is not None and flag.strip():
             return _parse_secret(flag, "--key")
         env = _env_value(self.environ, ENV_PRIVATE_KEY)
-        if env is not None:
-            return _parse_secret(env, ENV_PRIVATE_KEY)
-        config = self.file
-        label = self._file_label()
-        if config.secret_key is not None:
-            return _parse_secret(config.secret_key, f"{label}: secret_key")
-        if config.key_env is not None:
-            value = _env_value(self.environ, config.key_env)
-            if value is None:
-                raise ConfigError(
-                    f"{label}: key_env names {config.key_env!r}, which is not set or blank"
+        for level, values in self._levels(KEY_SETTINGS):
+            if level == "env" and env is not None:
+                return _parse_secret(env, ENV_PRIVATE_KEY)
+            given = {n: v for n, v in values.items() if v is not None}
+            if not given:
+                continue
+            if len(given) > 1:
+                names = ", ".join(
+                    SETTINGS_BY_NAME[n].flag if level == "flag" else SETTINGS_BY_NAME[n].env
+                    for n in given
                 )
-            return _parse_secret(value, f"{label}: key_env {config.key_env}")
-        if config.key_file is not None:
-            path = Path(config.key_file).expanduser()
-            if not path.is_absolute() and self.path is not None:
-                # Relative to the config file, so the file works from any directory.
-                path = self.path.parent / path
-            check_key_file(path, where=label)
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-                raise ConfigError(f"{label}: key_file {path}: cannot read it ({reason})") from None
-            return _parse_secret(text, f"{label}: key_file {path}")
+                raise ConfigError(f"give at most one of {names}")
+            return self._key_from(level, *next(iter(given.items())))
         return None
+
+    def _key_from(self, level: str, name: str, value: str) -> SecretKey:
+        setting = SETTINGS_BY_NAME[name]
+        label = {"flag": setting.flag, "env": setting.env}.get(
+            level, f"{self._file_label()}: {name}"
+        )
+        if name == "secret_key":
+            return _parse_secret(value, label)
+        if name == "key_env":
+            found = _env_value(self.environ, value)
+            if found is None:
+                raise ConfigError(f"{label} names {value!r}, which is not set or blank")
+            return _parse_secret(found, f"{label} {value}")
+        path = Path(value).expanduser()
+        if level == "file" and not path.is_absolute() and self.path is not None:
+            # Relative to the config file, so the file works from any directory.
+            path = self.path.parent / path
+        check_key_file(path, where=self._file_label() if level == "file" else label)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError(f"{label} {path}: cannot read it ({reason})") from None
+        return _parse_secret(text, f"{label} {path}")
 
     def require_secret_key(self, flag: str | None = None) -> SecretKey:
         key = self.secret_key(flag)
@@ -414,13 +654,14 @@ class ConfigSources:
 
     def owner(self, flag: str | None = None) -> PublicKey | None:
         """The owner's public key, or None when no source names one."""
+        flag = flag if flag is not None and flag.strip() else self._flags.get("owner")
         if flag is not None and flag.strip():
             return _parse_public(flag.strip(), "--owner")
         env = _env_value(self.environ, ENV_OWNER)
         if env is not None:
             return _parse_public(env, ENV_OWNER)
-        if self.file.owner is not None:
-            return _parse_public(self.file.owner, f"{self._file_label()}: owner")
+        if self.file_only.owner is not None:
+            return _parse_public(self.file_only.owner, f"{self._file_label()}: owner")
         return None
 
     def agents(self, flags: Sequence[str] = ()) -> tuple[str, ...]:

@@ -30,6 +30,9 @@ Tags = tuple[tuple[str, ...], ...]
 
 # Set only while sign_event constructs the Event it has just signed and verified.
 _JUST_SIGNED: ContextVar[bool] = ContextVar("nostr_buzz_just_signed", default=False)
+# Set only while from_wire constructs an Event from a WireEvent, whose types msgspec has
+# already checked (str fields, int fields, tags as tuples of str).
+_TYPED: ContextVar[bool] = ContextVar("nostr_buzz_typed", default=False)
 
 
 class WireEvent(msgspec.Struct):
@@ -89,6 +92,17 @@ def check_structure(
                 raise InvalidEvent("malformed", f"tags[{i}] must hold only UTF-8 strings")
 
 
+def _check_typed(id: str, pubkey: str, created_at: int, kind: int, tags: Tags, sig: str) -> None:
+    """The checks of :func:`check_structure` that msgspec's typed decoding leaves to us: the hex
+    fields, the ranges and non-empty tags.  Text that is not UTF-8 (a lone surrogate) is caught
+    when the id is computed, which encodes every string."""
+    if not (_HEX64.fullmatch(id) and _HEX64.fullmatch(pubkey) and _HEX128.fullmatch(sig)):
+        # The full check names the field.
+        check_structure(id, pubkey, created_at, kind, tags, "", sig)
+    if not (0 <= created_at < MAX_CREATED_AT and 0 <= kind <= MAX_KIND and all(tags)):
+        check_structure(id, pubkey, created_at, kind, tags, "", sig)
+
+
 def compute_id(
     pubkey: str, created_at: int, kind: int, tags: Iterable[Sequence[str]], content: str
 ) -> str:
@@ -111,10 +125,17 @@ class Event(msgspec.Struct, frozen=True):
     def __post_init__(self) -> None:
         if _JUST_SIGNED.get():
             return  # built by sign_event from checked parts; libsecp256k1 verified the signature
-        check_structure(
-            self.id, self.pubkey, self.created_at, self.kind, self.tags, self.content, self.sig
-        )
-        if compute_id(self.pubkey, self.created_at, self.kind, self.tags, self.content) != self.id:
+        fields = (self.id, self.pubkey, self.created_at, self.kind, self.tags, self.content)
+        if _TYPED.get():
+            _check_typed(*fields[:5], self.sig)
+        else:
+            check_structure(*fields, self.sig)
+        try:
+            computed = compute_id(self.pubkey, self.created_at, self.kind, self.tags, self.content)
+        except UnicodeEncodeError:
+            check_structure(*fields, self.sig)  # names the string that is not UTF-8
+            raise InvalidEvent("malformed", "content and tags must be UTF-8 text") from None
+        if computed != self.id:
             raise InvalidEvent("bad_id", "id does not match the event's content")
         try:
             public = PublicKey(bytes.fromhex(self.pubkey))
@@ -144,13 +165,25 @@ class Event(msgspec.Struct, frozen=True):
         except RecursionError:
             # msgspec still walks ignored extra fields; absurd nesting must not escape untyped.
             raise InvalidEvent("malformed", "JSON nested too deeply") from None
-        return cls.from_wire(wire)
+        return cls._from_decoded(wire)
 
     @classmethod
     def from_wire(cls, wire: WireEvent) -> Event:
+        """Verify a :class:`WireEvent` (its fields may hold anything: every check runs)."""
         return cls(
             wire.id, wire.pubkey, wire.created_at, wire.kind, wire.tags, wire.content, wire.sig
         )
+
+    @classmethod
+    def _from_decoded(cls, wire: WireEvent) -> Event:
+        """Verify a WireEvent that msgspec decoded or converted: its types are already right."""
+        token = _TYPED.set(True)
+        try:
+            return cls(
+                wire.id, wire.pubkey, wire.created_at, wire.kind, wire.tags, wire.content, wire.sig
+            )
+        finally:
+            _TYPED.reset(token)
 
     @classmethod
     def from_dict(cls, obj: Any) -> Event:
@@ -161,7 +194,7 @@ class Event(msgspec.Struct, frozen=True):
             raise InvalidEvent("malformed", str(exc)) from None
         except RecursionError:
             raise InvalidEvent("malformed", "object nested too deeply") from None
-        return cls.from_wire(wire)
+        return cls._from_decoded(wire)
 
     def to_json(self) -> str:
         """Canonical one-line JSON: the seven fields in NIP-01 order, escaped as in the id."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -184,6 +186,40 @@ def test_raw_one_dead_relay_does_not_hide_a_found_event(
     assert (code, out) == (0, event.to_json() + "\n")
 
 
+@pytest.fixture
+def silent_relay() -> Iterator[str]:
+    """A relay address that accepts TCP connections and never says a word (not even the
+    WebSocket handshake): the worst kind of dead relay, one that costs a full timeout."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield f"ws://127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_raw_returns_the_first_valid_copy_without_waiting_for_a_silent_relay(
+    bg: BackgroundLoop, relay_a: str, silent_relay: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    event = sign_event(ALICE, kind=1, content="first answer wins", created_at=1_700_000_011)
+    publish(bg, relay_a, event)
+    argv = ["messages", "raw", "--event", event.id, "--timeout", "10"]
+    started = time.monotonic()
+    code, out, err = buzz(capsys, *argv, "--relay", silent_relay, "--relay", relay_a)
+    elapsed = time.monotonic() - started
+    assert (code, out) == (0, event.to_json() + "\n"), err
+    # The silent relay would hold the command for its whole 10 s timeout.
+    assert elapsed < 1.0, elapsed
+
+
+def test_raw_all_waits_for_every_relay(
+    bg: BackgroundLoop, relay_a: str, silent_relay: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    event = sign_event(ALICE, kind=1, content="wait for all", created_at=1_700_000_012)
+    publish(bg, relay_a, event)
+    argv = ["messages", "raw", "--all", "--event", event.id, "--timeout", "0.5"]
+    code, out, err = buzz(capsys, *argv, "--relay", silent_relay, "--relay", relay_a)
+    assert (code, out) == (0, event.to_json() + "\n"), err
+
+
 NSEC = "nsec1vl029mgpspedva04g90vltkh6fvh240zqtv9k0t9af8935ke9laqsnlfe5"
 
 
@@ -293,8 +329,18 @@ def test_raw_good_relay_wins_over_a_forger_and_names_it(
     decoy = sign_event(BOB, kind=1, content="a decoy the forger serves", created_at=1)
     stored = [event] if behaviour == "forged_sig" else [decoy]
     forger = bg.enter(hostile_relay(behaviour, stored=stored))
+    # --all waits for every relay, so the forger has surely answered and is named.
     code, out, err = buzz(
-        capsys, "messages", "raw", "--event", event.id, "--relay", forger.url, "--relay", relay_a
+        capsys,
+        "messages",
+        "raw",
+        "--all",
+        "--event",
+        event.id,
+        "--relay",
+        forger.url,
+        "--relay",
+        relay_a,
     )
     assert (code, out) == (0, event.to_json() + "\n")
     assert forger.url in err

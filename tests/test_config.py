@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from nostr_buzz.cli.app import main
-from nostr_buzz.config import BuzzConfig, ConfigSources, load_config_file, validate_relay_url
+from nostr_buzz.config import (
+    SETTINGS,
+    BuzzConfig,
+    ConfigSources,
+    Setting,
+    load_config_file,
+    validate_relay_url,
+)
 from nostr_buzz.errors import BuzzError, ConfigError
 from nostr_buzz.keys import SecretKey
 
@@ -246,3 +253,130 @@ def test_cli_reports_config_errors_with_exit_1(
     out, err = capsys.readouterr()
     assert (code, out) == (1, "")
     assert "not found" in err
+
+
+# --- every setting as a flag and a BUZZ_* variable -------------------------------------------
+
+
+def _sample(setting: Setting) -> tuple[str, object]:
+    """A value that differs from the default, as variable text and as the parsed value."""
+    from typing import Literal, get_args, get_origin
+
+    if setting.name.split(".")[-1] in ("allowlist", "agents", "trusted"):  # key lists
+        return f"{PUB_HEX}, {NPUB}", (PUB_HEX, NPUB)
+    base = setting.base
+    if get_origin(base) is Literal:
+        choice = get_args(base)[-1]
+        return choice, choice
+    if get_origin(base) is tuple:
+        if "int" in str(get_args(base)[0]):
+            return "1, 7", (1, 7)
+        return "alpha, beta", ("alpha", "beta")
+    if get_origin(base) is dict:
+        return "A=1, B=x=y", {"A": "1", "B": "x=y"}
+    if base is bool:
+        return ("no", False) if setting.default else ("yes", True)
+    if base is int:
+        return "7", 7
+    if base is float:
+        return "3.5", 3.5
+    return "some-value", "some-value"
+
+
+def _flag_sample(setting: Setting, env_value: object) -> tuple[object, object]:
+    """A flag value unlike the variable's, as typer passes it and as the config holds it."""
+    from typing import Literal, get_args, get_origin
+
+    base = setting.base
+    if setting.name.split(".")[-1] in ("allowlist", "agents", "trusted"):  # key lists
+        return [PUB_HEX], (PUB_HEX,)
+    if get_origin(base) is Literal:
+        choice = next(c for c in get_args(base) if c != env_value)
+        return choice, choice
+    if get_origin(base) is tuple:
+        if "int" in str(get_args(base)[0]):
+            return [2], (2,)
+        return ["gamma"], ("gamma",)
+    if get_origin(base) is dict:
+        return ["C=3"], {"C": "3"}
+    if base is bool:
+        return not env_value, not env_value
+    if base is int:
+        return 8, 8
+    if base is float:
+        return 4.5, 4.5
+    return "flag-value", "flag-value"
+
+
+def _value(config: BuzzConfig, name: str) -> object:
+    value: object = config
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+GROUPED = {"secret_key", "key_file", "key_env", "owner", "relays", "read_relays", "write_relays"}
+
+
+@pytest.mark.parametrize("setting", [s for s in SETTINGS if s.name not in GROUPED], ids=str)
+def test_every_setting_comes_from_its_variable_and_its_flag_wins(
+    tmp_path: Path, setting: Setting
+) -> None:
+    text, expected = _sample(setting)
+    assert expected != setting.default
+    assert setting.env.startswith("BUZZ_")
+    assert _value(ConfigSources(environ={}, cwd=tmp_path).file, setting.name) == setting.default
+    from_env = ConfigSources(environ={setting.env: text}, cwd=tmp_path).file
+    assert _value(from_env, setting.name) == expected
+    # The flag beats the variable (given as the CLI would: lists as lists).
+    flag_value, parsed = _flag_sample(setting, expected)
+    both = ConfigSources(
+        environ={setting.env: text}, cwd=tmp_path, overrides={setting.name: flag_value}
+    )
+    assert _value(both.file, setting.name) == parsed
+    # Blank counts as unset.
+    assert _value(ConfigSources(environ={setting.env: " "}, cwd=tmp_path).file, setting.name) == (
+        setting.default
+    )
+
+
+def test_every_setting_has_a_run_flag() -> None:
+    from typer.testing import CliRunner
+
+    from nostr_buzz.cli.app import app
+
+    help_text = CliRunner().invoke(app, ["run", "--help"], prog_name="buzz").output
+    for setting in SETTINGS:
+        assert f"{setting.flag} " in help_text or f"{setting.flag} /" in help_text, setting.flag
+        assert f"${setting.env}" in help_text.replace("\n", "").replace(" ", ""), setting.env
+
+
+def test_grouped_settings_pick_one_source(tmp_path: Path) -> None:
+    write(tmp_path / "buzz.toml", 'read_relays = ["wss://file-read.example"]\nkey_env = "NOPE"\n')
+    (tmp_path / "k.nsec").write_text(NSEC, encoding="utf-8")
+    (tmp_path / "k.nsec").chmod(0o600)
+    env = {"BUZZ_KEY_FILE": "k.nsec", "BUZZ_WRITE_RELAYS": "wss://env-write.example"}
+    sources = ConfigSources(environ=env, cwd=tmp_path)
+    # The environment's key_file wins over the file's key_env (relative to the working dir).
+    import os
+
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert sources.require_secret_key().hex == SECRET_HEX
+    finally:
+        os.chdir(here)
+    assert sources.relays(direction="write") == ("wss://env-write.example",)
+    assert sources.relays(direction="read") == ("wss://file-read.example",)
+    flagged = ConfigSources(
+        environ=env, cwd=tmp_path, overrides={"read_relays": ["wss://flag-read.example"]}
+    )
+    assert flagged.relays(direction="read") == ("wss://flag-read.example",)
+    with pytest.raises(ConfigError, match=r"--key-file.*--key-env|--key-env.*--key-file"):
+        ConfigSources(
+            environ={}, cwd=tmp_path, overrides={"key_file": "a", "key_env": "B"}
+        ).secret_key()
+    with pytest.raises(ConfigError, match="BUZZ_SUBSCRIPTIONS_KINDS"):
+        _ = ConfigSources(environ={"BUZZ_SUBSCRIPTIONS_KINDS": "9,x"}, cwd=tmp_path).file
+    with pytest.raises(ConfigError, match="BUZZ_IN_FLIGHT"):
+        _ = ConfigSources(environ={"BUZZ_IN_FLIGHT": "sometimes"}, cwd=tmp_path).file

@@ -237,6 +237,21 @@ async def test_connection_cut_mid_frame_is_a_relay_failure_not_a_crash() -> None
     assert not result.finished and result.error
 
 
+async def test_an_ids_query_may_end_once_every_id_is_served_without_eose() -> None:
+    async def script(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "REQ":
+            await conn.send(["EVENT", msg[1], NOTE.to_dict()])  # and never an EOSE
+
+    async with scripted_relay(script) as relay, RelayClient(relay.url, timeout=1) as c:
+        start = now()
+        early = await c.query({"ids": [NOTE.id]}, end_when_ids_served=True)
+        assert now() - start < 0.9  # well inside the timeout
+        waited = await c.query({"ids": [NOTE.id]})  # by default, EOSE or the timeout ends it
+    assert early.finished and [e.id for e in early.events] == [NOTE.id]
+    assert not waited.finished and waited.error == "timeout"
+    assert [e.id for e in waited.events] == [NOTE.id]
+
+
 async def test_accept_then_silence_costs_at_most_the_timeout() -> None:
     async with tarpit() as url, scripted_relay() as silent:
         start = now()

@@ -4,7 +4,6 @@ flags) and the ``--shard i/n`` split of destinations between processes."""
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,8 +20,6 @@ __all__ = ["CHAT_KIND", "PRIVATE_MESSAGE_KIND", "PluginConfig", "Shard", "parse_
 CHAT_KIND: Final = 9
 #: NIP-17 private messages (kind 14 rumors in kind 1059 gift wraps).
 PRIVATE_MESSAGE_KIND: Final = 14
-ENV_CLOCK_SKEW: Final = "BUZZ_CLOCK_SKEW"
-MAX_CLOCK_SKEW: Final = 7 * 86400
 
 
 @dataclass(frozen=True)
@@ -45,16 +42,6 @@ def parse_shard(text: str) -> Shard:
 def shard_of(destination: str, count: int) -> int:
     """The stable shard of a destination: sha256 of its UTF-8 bytes, as an integer, mod n."""
     return int.from_bytes(hashlib.sha256(destination.encode("utf-8")).digest(), "big") % count
-
-
-def _env_skew(environ: Mapping[str, str]) -> float | None:
-    text = environ.get(ENV_CLOCK_SKEW, "").strip()
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{ENV_CLOCK_SKEW}: expected seconds, got {text[:20]!r}") from None
 
 
 @dataclass(frozen=True)
@@ -116,15 +103,9 @@ class PluginConfig:
         relays: Sequence[str] = (),
         shard: Shard | None = None,
         state_dir: str | None = None,
-        clock_skew: float | None = None,
     ) -> PluginConfig:
         """Resolve flags › environment › ``buzz.toml``; every problem is a ConfigError."""
         file = sources.file
-        skew = clock_skew if clock_skew is not None else _env_skew(sources.environ)
-        if skew is None:
-            skew = file.subscriptions.clock_skew
-        elif not (math.isfinite(skew) and 0 <= skew <= MAX_CLOCK_SKEW):
-            raise ConfigError(f"clock skew: expected 0 to {MAX_CLOCK_SKEW} seconds")
         secret = sources.require_secret_key(key)
         owner_key = sources.require_owner(owner)
         read = sources.require_relays(relays, direction="read")
@@ -181,5 +162,5 @@ class PluginConfig:
             reply_mode=file.reply_mode,
             model=file.agent.model,
             shard=shard,
-            clock_skew=skew,
+            clock_skew=file.subscriptions.clock_skew,
         )

@@ -1,4 +1,9 @@
-"""The ``buzz`` entry point: the typer application and the exit-code contract of spec 05."""
+"""The ``buzz`` entry point: the typer application and the exit-code contract of spec 05.
+
+Commands are loaded on demand: ``buzz keys show`` imports the key code and nothing else, and
+``buzz --version`` or ``buzz --help`` import no command at all.  The table below is the one
+list of commands, with the one-line help ``buzz --help`` prints for each.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,116 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import typer
+import typer.core
+import typer.main
 
+from nostr_buzz.cli.kit import CONTEXT, LazyGroup, LazySpec, load_command
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.errors import SECRET_HINT, BuzzError, looks_secret
-from nostr_buzz.keys import SecretKey
+
+if TYPE_CHECKING:
+    from nostr_buzz.keys import SecretKey  # the key code loads only when a command needs it
+
+#: name → (module in nostr_buzz.cli, attribute, one line of help), in the order of ``--help``.
+COMMANDS: Final[dict[str, LazySpec]] = {
+    "messages": (
+        "messages",
+        "messages_app",
+        "Fetch events, read channels and threads, send chat and private messages.",
+    ),
+    "event": (
+        "event",
+        "event_command",
+        "Sign an event with the configured key and publish it.",
+    ),
+    "req": (
+        "req",
+        "req_command",
+        "Query relays with a filter; print verified events as JSON lines.",
+    ),
+    "verify": (
+        "verify",
+        "verify_command",
+        "Check the id and signature of events (arguments or stdin).",
+    ),
+    "decode": (
+        "codec",
+        "decode_command",
+        "Decode a NIP-19 code (npub, nsec, note, nevent, nprofile) to JSON.",
+    ),
+    "encode": (
+        "codec",
+        "encode_app",
+        "Encode a key or an event id as npub, nsec, note, nevent or nprofile.",
+    ),
+    "keys": (
+        "keys",
+        "keys_app",
+        "Make a key pair; show the public key of the configured key.",
+    ),
+    "compile": (
+        "compile",
+        "compile_command",
+        "Compile a turn-input file offline: prompt sections and manifest.",
+    ),
+    "manifest": (
+        "manifest",
+        "manifest_app",
+        "Inspect context manifests.",
+    ),
+    "metrics": (
+        "metrics",
+        "metrics_command",
+        "The owner's usage report, decrypted with the owner's key.",
+    ),
+    "canvas": (
+        "standing",
+        "canvas_app",
+        "Read or update a channel's canvas (the shared document agents are pointed at).",
+    ),
+    "mem": (
+        "standing",
+        "mem_app",
+        "Read or update your core memory (encrypted to your own key).",
+    ),
+    "relay": (
+        "relay",
+        "relay_command",
+        "Run a local Nostr relay and print its ws:// URL.",
+    ),
+    "run": (
+        "run",
+        "run_command",
+        "Run the agent bot: answer mentions with an ACP agent until stopped.",
+    ),
+    "demo": (
+        "demo",
+        "demo_command",
+        "The whole pipeline on an embedded relay, in one command.",
+    ),
+}
+
+
+def _load(name: str) -> Any:
+    """The click command for ``name``, importing its module now."""
+    return load_command(name, COMMANDS[name])
+
+
+class _Root(LazyGroup):
+    lazy = COMMANDS
+
 
 app = typer.Typer(
     name="buzz",
     help="nostr-buzz: verified Nostr events in, auditable agent turns out.",
-    add_completion=False,
+    cls=_Root,
+    add_completion=True,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings=CONTEXT,
 )
 
 
@@ -37,32 +139,6 @@ def _root(
     ),
 ) -> None:
     """nostr-buzz: verified Nostr events in, auditable agent turns out."""
-
-
-# Command groups register here (one module per group).
-from nostr_buzz.cli.compile import compile_command  # noqa: E402
-from nostr_buzz.cli.demo import demo_command  # noqa: E402
-from nostr_buzz.cli.keys import keys_app  # noqa: E402
-from nostr_buzz.cli.manifest import manifest_app  # noqa: E402
-from nostr_buzz.cli.messages import messages_app  # noqa: E402
-from nostr_buzz.cli.metrics import metrics_command  # noqa: E402
-from nostr_buzz.cli.private import dm_command, inbox_command  # noqa: E402
-from nostr_buzz.cli.relay import relay_command  # noqa: E402
-from nostr_buzz.cli.run import run_command  # noqa: E402
-from nostr_buzz.cli.standing import canvas_app, mem_app  # noqa: E402
-
-app.command("compile")(compile_command)
-app.add_typer(manifest_app, name="manifest")
-app.add_typer(keys_app, name="keys")
-messages_app.command("dm")(dm_command)
-messages_app.command("inbox")(inbox_command)
-app.add_typer(messages_app, name="messages")
-app.command("relay")(relay_command)
-app.command("metrics")(metrics_command)
-app.command("run")(run_command)
-app.command("demo")(demo_command)
-app.add_typer(canvas_app, name="canvas")
-app.add_typer(mem_app, name="mem")
 
 
 _SECRET_LIKE = re.compile(r"nsec1[0-9a-z]+", re.IGNORECASE)

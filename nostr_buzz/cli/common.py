@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
-import threading
-from collections.abc import Callable, Coroutine
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple, TypeVar
+from typing import Annotated, Any, Final, NamedTuple, TypeVar
 
 import typer
 
@@ -26,6 +23,7 @@ RelayOption = Annotated[
     list[str] | None,
     typer.Option(
         "--relay",
+        metavar="URL",
         help="Relay URL (ws:// or wss://); repeat for more. Else $BUZZ_RELAYS, else buzz.toml.",
         show_default=False,
     ),
@@ -34,6 +32,7 @@ TimeoutOption = Annotated[
     float,
     typer.Option(
         "--timeout",
+        metavar="SECONDS",
         min=0.1,
         # Finite, so that every wait has a bound (spec 05): "inf" would let a tarpit hang us.
         max=MAX_TIMEOUT,
@@ -44,6 +43,7 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option(
         "--config",
+        metavar="FILE",
         help="Configuration file (default: $BUZZ_CONFIG, else ./buzz.toml when present).",
         show_default=False,
         dir_okay=False,
@@ -53,6 +53,7 @@ KeyOption = Annotated[
     str | None,
     typer.Option(
         "--key",
+        metavar="KEY",
         help="Secret key (64-hex or nsec). Else $BUZZ_PRIVATE_KEY, else buzz.toml.",
         show_default=False,
     ),
@@ -62,46 +63,17 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 DEFAULT_TIMEOUT = 10.0
 
 
-def sources(config: Path | None) -> ConfigSources:
-    """Flags › environment › file, for one command run."""
-    return ConfigSources(config_path=config)
-
-
-class _UnjoinedExecutor(ThreadPoolExecutor):
-    """The event loop's default executor, whose blocking calls run in daemon threads that
-    nobody waits for.
-
-    The loop resolves relay host names (``getaddrinfo``) in its default executor.  A lookup
-    cannot be cancelled, and ``asyncio.run`` and interpreter exit both join executor threads,
-    so a stalled DNS server would hold the command well past ``--timeout`` (spec 05).  The
-    caller has already given up on such a lookup, so its thread is simply left behind.
-    """
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        future: Future[T] = Future()
-
-        def work() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:  # handed to the awaiting caller, as an executor does
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-
-        threading.Thread(target=work, name="buzz-blocking", daemon=True).start()
-        return future
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        return None  # nothing pooled; running lookups are abandoned, not joined
+def sources(config: Path | None, overrides: Mapping[str, Any] | None = None) -> ConfigSources:
+    """Flags › environment › file, for one command run (``overrides``: settings by flag)."""
+    return ConfigSources(config_path=config, overrides=overrides)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one command's async body to completion on a fresh event loop."""
-    with asyncio.Runner() as runner:
-        runner.get_loop().set_default_executor(_UnjoinedExecutor())
-        return runner.run(coro)
+    # asyncio and its executor are loaded by the commands that use them, not at start-up.
+    from nostr_buzz.cli.runner import run_coroutine
+
+    return run_coroutine(coro)
 
 
 def progress(message: str) -> None:
@@ -167,3 +139,67 @@ def parse_event_ref(text: str, *, option: str = "--event") -> EventRef:
         ExitCode.BAD_INPUT,
         f"{option}: {describe_input(s)} is not an event id (64 hex characters, note1… or nevent1…)",
     )
+
+
+def parse_public_key(text: str, *, option: str) -> str:
+    """A public key given on the command line (64-hex or npub), as hex."""
+    from nostr_buzz.errors import InvalidKey
+    from nostr_buzz.keys import PublicKey
+
+    value = text.strip()
+    if looks_secret(value):
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"{option}: expected a public key (hex or npub); the value looks like a secret key "
+            "(not shown)",
+        )
+    try:
+        return PublicKey.from_str(value).hex
+    except InvalidKey as exc:
+        raise CliFailure(
+            ExitCode.BAD_INPUT, f"{option}: {describe_input(value)} is not a public key: {exc}"
+        ) from None
+
+
+def read_stdin_text() -> str:
+    """All of standard input as UTF-8 text, without its final line break."""
+    try:
+        data = sys.stdin.buffer.read()
+    except (OSError, AttributeError) as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"cannot read standard input: {exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CliFailure(ExitCode.BAD_INPUT, "standard input is not UTF-8 text") from None
+    return text[:-1] if text.endswith("\n") else text
+
+
+def read_stdin_lines(what: str) -> list[str]:
+    """The non-blank lines of standard input (JSON lines, one ``what`` each)."""
+    lines = [line for line in read_stdin_text().splitlines() if line.strip()]
+    if not lines:
+        raise CliFailure(ExitCode.BAD_INPUT, f"standard input holds no {what}")
+    return lines
+
+
+def one_line(text: str, width: int) -> str:
+    """A stranger's text (a relay's message, an event's content) flattened to one line of at
+    most ``width`` characters, so that it cannot drive the terminal or forge lines of ours."""
+    flat = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def verdict_text(accepted: bool, duplicate: bool, message: str, prefix: str | None) -> str:
+    """One relay's answer to a publish, for a person."""
+    if duplicate:
+        return "duplicate (the relay already had it)"
+    if accepted:
+        return "accepted"
+    return "refused: " + one_line(message or prefix or "no reason given", 200)
+
+
+#: What to do when no relay answered.
+UNREACHABLE_HINT: Final = (
+    "check that each relay URL is right and the relay is running (buzz relay starts a local "
+    "one), or allow more time with --timeout"
+)

@@ -158,6 +158,7 @@ def compile_command(
         OutputFormat | None,
         typer.Option(
             "--format",
+            metavar="[text|json]",
             help="text (default): the sections, the manifest hash and a layer table. "
             "json: one line {sections, manifest}.",
             show_default=False,

@@ -21,6 +21,7 @@ def demo_command(
         str | None,
         typer.Option(
             "--agent",
+            metavar='"CMD ARGS"',
             help='An ACP agent command to use instead of the bundled demo agent, e.g. "goose acp".',
             show_default=False,
         ),

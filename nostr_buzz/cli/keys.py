@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import sys
 
-import typer
-
 from nostr_buzz.cli.common import ConfigOption, JsonOption, KeyOption, sources
+from nostr_buzz.cli.kit import sub_app
 from nostr_buzz.cli.output import note, write_stdout
 from nostr_buzz.keys import SecretKey
 
-keys_app = typer.Typer(
-    name="keys",
-    help="Make a key pair; show the public key of the configured key.",
-    context_settings={"help_option_names": ["-h", "--help"]},
+keys_app = sub_app(
+    "keys",
+    "Make a key pair; show the public key of the configured key.",
 )
 
 

@@ -25,16 +25,14 @@ from nostr_buzz.cli.compile import (
     resolve_format,
     terminal_safe,
 )
+from nostr_buzz.cli.kit import sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
 from nostr_buzz.core.manifest import SCHEMA_VERSION, Layer, Manifest, layers_hash
 from nostr_buzz.core.manifest_diff import LAYER_FIELDS, LayerKey, ManifestDiff, diff_manifests
 
-manifest_app = typer.Typer(
-    name="manifest",
-    help="Inspect context manifests.",
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+manifest_app = sub_app(
+    "manifest",
+    "Inspect context manifests.",
 )
 
 
@@ -163,6 +161,7 @@ def diff_command(
         OutputFormat | None,
         typer.Option(
             "--format",
+            metavar="[text|json]",
             help="text (default): a short report. json: one line with the full comparison.",
             show_default=False,
         ),

@@ -11,27 +11,33 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import typer
 
 from nostr_buzz.cli.common import (
     DEFAULT_TIMEOUT,
+    UNREACHABLE_HINT,
     ConfigOption,
     EventRef,
     JsonOption,
     KeyOption,
     RelayOption,
     TimeoutOption,
+    one_line,
     parse_event_ref,
+    parse_public_key,
     progress,
+    read_stdin_text,
     run,
     sources,
 )
+from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
+from nostr_buzz.io.relay import QueryResult
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip42
 
@@ -39,20 +45,33 @@ CHAT_KIND = 9  # NIP-C7 chat message, scoped to a channel by its h tag (NIP-29)
 #: LocalRelay served at most 500 events per query in our measurements (spec 05).
 MAX_QUERY_LIMIT = 500
 
-messages_app = typer.Typer(
-    name="messages",
-    help="Fetch raw events, read channels and threads, send chat messages.",
-    context_settings={"help_option_names": ["-h", "--help"]},
+
+class _MessagesGroup(LazyGroup):
+    # Private messages need NIP-44/59 and build on this module: loaded when asked for.
+    lazy: ClassVar[dict[str, LazySpec]] = {
+        "dm": ("private", "dm_command", "Send a NIP-17 private message to one key."),
+        "inbox": ("private", "inbox_command", "Private messages (NIP-17) addressed to your key."),
+    }
+
+
+messages_app = sub_app(
+    "messages",
+    "Fetch raw events, read channels and threads, send chat and private messages.",
+    cls=_MessagesGroup,
 )
 
 ChannelOption = Annotated[
-    str, typer.Option("--channel", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -.")
+    str,
+    typer.Option(
+        "--channel", metavar="CHANNEL", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -."
+    ),
 ]
 Format = Literal["json", "table"]
 FormatOption = Annotated[
     str,
     typer.Option(
         "--format",
+        metavar="[json|table]",
         help="json: one canonical event per line; table: for reading.",
         case_sensitive=False,
     ),
@@ -115,7 +134,7 @@ def _rejections(result: PoolQueryResult) -> dict[str, str]:
     for url, per in result.per_relay.items():
         if per.rejected_count:
             reasons = list(dict.fromkeys(per.rejected))
-            out[_one_line(url, 200)] = (
+            out[one_line(url, 200)] = (
                 f"{per.rejected_count} event(s) failed verification ({', '.join(reasons)})"
             )
     return out
@@ -125,7 +144,7 @@ def _unreachable(result: PoolQueryResult) -> list[str]:
     # A relay's CLOSED reason and a hint's URL are a stranger's text: flattened, so that they
     # cannot drive the terminal or forge lines of our own.
     return [
-        f"{_one_line(url, 200)}: {_one_line(per.error or 'no answer', 300)}"
+        f"{one_line(url, 200)}: {one_line(per.error or 'no answer', 300)}"
         for url, per in result.per_relay.items()
         if not per.finished
     ]
@@ -152,7 +171,9 @@ def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
         raise CliFailure(ExitCode.NOT_FOUND, f"event {event_id} not found")
     raise CliFailure(
         ExitCode.NETWORK,
-        "no relay answered:\n  " + "\n  ".join(_unreachable(result) or ["no relay to ask"]),
+        "no relay answered:\n  "
+        + "\n  ".join(_unreachable(result) or ["no relay to ask"])
+        + f"\n{UNREACHABLE_HINT}",
     )
 
 
@@ -162,11 +183,21 @@ async def _fetch_event(
     hints: Sequence[str],
     secret: SecretKey | None,
     timeout: float,
+    *,
+    wait_all: bool = False,
 ) -> tuple[Event, PoolQueryResult]:
+    """Ask every relay for one event; unless ``wait_all``, the first relay that returns a valid
+    copy ends the wait (a dead relay listed first costs nothing once another answered)."""
     # Only the id goes into the filter: an nevent's author and kind are hints (spec 05).
     pool = RelayPool(relays, secret=secret, timeout=timeout)
     progress(f"asking {len(relays) + len(hints)} relay(s) for {ref.id}…")
-    result = await pool.query({"ids": [ref.id]}, extra_urls=hints, timeout=timeout)
+
+    def found(one: QueryResult) -> bool:
+        return any(e.id == ref.id for e in one.events)
+
+    result = await pool.query(
+        {"ids": [ref.id]}, extra_urls=hints, timeout=timeout, enough=None if wait_all else found
+    )
     return _pick_event(ref.id, result), result
 
 
@@ -176,16 +207,11 @@ def _warn_list_problems(result: PoolQueryResult) -> None:
         note(f"buzz: warning: relay {url}: {what}; those were dropped")
     if not result.any_finished:
         raise CliFailure(
-            ExitCode.NETWORK, "no relay answered:\n  " + "\n  ".join(_unreachable(result))
+            ExitCode.NETWORK,
+            "no relay answered:\n  " + "\n  ".join(_unreachable(result)) + f"\n{UNREACHABLE_HINT}",
         )
     for line in _unreachable(result):
         note(f"buzz: warning: relay {line}")
-
-
-def _one_line(text: str, width: int) -> str:
-    # Control characters could drive the terminal; newlines would break the table.
-    flat = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def _render(events: Sequence[Event], fmt: Format) -> str:
@@ -194,8 +220,11 @@ def _render(events: Sequence[Event], fmt: Format) -> str:
     lines = []
     for e in events:
         when = datetime.fromtimestamp(e.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(f"{when}  {e.id[:12]}  {e.pubkey[:12]}  {_one_line(e.content, 80)}\n")
+        lines.append(f"{when}  {e.id[:12]}  {e.pubkey[:12]}  {one_line(e.content, 80)}\n")
     return "".join(lines)
+
+
+_one_line = one_line  # the name nostr_buzz.cli.private imports
 
 
 # --- commands ------------------------------------------------------------------------------
@@ -203,16 +232,26 @@ def _render(events: Sequence[Event], fmt: Format) -> str:
 
 @messages_app.command("raw")
 def raw(
-    event: Annotated[str, typer.Option("--event", help="Event id: 64-hex, note1… or nevent1….")],
+    event: Annotated[
+        str, typer.Option("--event", metavar="EVENT", help="Event id: 64-hex, note1… or nevent1….")
+    ],
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
     config: ConfigOption = None,
+    wait_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Wait for every relay (to see which ones misbehave) instead of printing the "
+            "first valid copy at once.",
+        ),
+    ] = False,
 ) -> None:
     """Fetch one signed event by id and print its canonical JSON (one line) after checking it."""
     ref = parse_event_ref(event)
     relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
-    found, _ = run(_fetch_event(ref, relays, hints, secret, timeout))
+    found, _ = run(_fetch_event(ref, relays, hints, secret, timeout, wait_all=wait_all))
     write_stdout(found.to_json() + "\n")
 
 
@@ -220,7 +259,10 @@ def raw(
 def get(
     channel: ChannelOption,
     limit: Annotated[
-        int, typer.Option("--limit", min=1, max=MAX_QUERY_LIMIT, help="How many recent messages.")
+        int,
+        typer.Option(
+            "--limit", metavar="N", min=1, max=MAX_QUERY_LIMIT, help="How many recent messages."
+        ),
     ] = 50,
     output_format: FormatOption = "json",
     relay: RelayOption = None,
@@ -250,7 +292,10 @@ def get(
 def thread(
     channel: ChannelOption,
     event: Annotated[
-        str, typer.Option("--event", help="Any event of the thread: 64-hex, note1… or nevent1….")
+        str,
+        typer.Option(
+            "--event", metavar="EVENT", help="Any event of the thread: 64-hex, note1… or nevent1…."
+        ),
     ],
     output_format: FormatOption = "json",
     relay: RelayOption = None,
@@ -301,7 +346,7 @@ def _first_relay_with(result: PoolQueryResult, event_id: str) -> str:
 def _verdict_lines(published: PublishResult) -> list[str]:
     # A relay's message is its own text: flattened so it cannot drive the terminal.
     return [
-        f"{_one_line(url, 200)}: {_one_line(v.message or v.prefix or 'refused', 200)}"
+        f"{one_line(url, 200)}: {one_line(v.message or v.prefix or 'refused', 200)}"
         for url, v in published.verdicts.items()
         if not v.ok
     ]
@@ -310,12 +355,28 @@ def _verdict_lines(published: PublishResult) -> list[str]:
 @messages_app.command("send")
 def send(
     channel: ChannelOption,
-    text: Annotated[str, typer.Argument(help="The message text.", show_default=False)],
+    text: Annotated[
+        str,
+        typer.Argument(
+            metavar="TEXT", help="The message text; '-' reads it from stdin.", show_default=False
+        ),
+    ],
     reply_to: Annotated[
         str | None,
         typer.Option(
             "--reply-to",
+            metavar="EVENT",
             help="Reply to this event (64-hex, note1… or nevent1…).",
+            show_default=False,
+        ),
+    ] = None,
+    mention: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mention",
+            metavar="KEY",
+            help="Mention this public key (hex or npub) with a p tag; repeat for more. A bot "
+            "that requires mentions answers only messages that mention it.",
             show_default=False,
         ),
     ] = None,
@@ -327,6 +388,9 @@ def send(
 ) -> None:
     """Publish a kind 9 chat message to CHANNEL, threaded with NIP-10 marked e tags."""
     channel = _check_channel(channel)
+    mentioned = [parse_public_key(k, option="--mention") for k in mention or ()]
+    if text == "-":
+        text = read_stdin_text()
     if not text.strip():
         raise CliFailure(ExitCode.BAD_INPUT, "the message text is empty")
     ref = parse_event_ref(reply_to, option="--reply-to") if reply_to is not None else None
@@ -361,6 +425,8 @@ def send(
                 parent_relay=_first_relay_with(found, parent.id),
                 root_relay=root_relay,
             )
+        listed = {t[1] for t in tags if t[0] == "p"}
+        tags += [["p", k] for k in dict.fromkeys(mentioned) if k not in listed]
         # The clock is read here, at the edge; the library itself never reads one.
         message = sign_event(
             secret, kind=CHAT_KIND, content=text, tags=tags, created_at=int(time.time())

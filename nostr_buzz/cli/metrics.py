@@ -323,6 +323,7 @@ def metrics_command(
         str | None,
         typer.Option(
             "--since",
+            metavar="TIME",
             help="From this time: unix seconds, a date or an RFC 3339 date-time.",
             show_default=False,
         ),
@@ -331,6 +332,7 @@ def metrics_command(
         str | None,
         typer.Option(
             "--until",
+            metavar="TIME",
             help="Up to this time, inclusive (a bare date means its end).",
             show_default=False,
         ),
@@ -339,6 +341,7 @@ def metrics_command(
         str | None,
         typer.Option(
             "--format",
+            metavar="[table|json|csv]",
             help="table (default), json or csv.",
             case_sensitive=False,
             show_default=False,
@@ -352,6 +355,7 @@ def metrics_command(
         list[str] | None,
         typer.Option(
             "--agent",
+            metavar="KEY",
             help="Count only this agent's metrics (public key, repeatable); default: agents "
             "in buzz.toml, else every agent.",
             show_default=False,

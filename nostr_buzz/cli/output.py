@@ -14,8 +14,7 @@ from typing import Final
 #: Characters that reorder or hide text on a terminal (bidirectional controls and marks) or
 #: break its lines without being control characters (U+2028, U+2029).
 _INVISIBLE: Final = frozenset(
-    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-    "\u2028\u2029"
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029"
 )
 
 

@@ -63,11 +63,16 @@ def _failures(delivery: Delivery) -> dict[str, str]:
 
 
 def dm_command(
-    to: Annotated[str, typer.Option("--to", help="The receiver's public key (npub1… or 64-hex).")],
+    to: Annotated[
+        str,
+        typer.Option("--to", metavar="KEY", help="The receiver's public key (npub1… or 64-hex)."),
+    ],
     text: Annotated[
         str,
         typer.Argument(
-            help="The message text; - reads it from standard input.", show_default=False
+            metavar="TEXT",
+            help="The message text; - reads it from standard input.",
+            show_default=False,
         ),
     ],
     relay: RelayOption = None,
@@ -146,7 +151,11 @@ def inbox_command(
     limit: Annotated[
         int,
         typer.Option(
-            "--limit", min=1, max=MAX_QUERY_LIMIT, help="How many gift wraps to ask each relay for."
+            "--limit",
+            metavar="N",
+            min=1,
+            max=MAX_QUERY_LIMIT,
+            help="How many gift wraps to ask each relay for.",
         ),
     ] = 100,
     output_format: FormatOption = "table",

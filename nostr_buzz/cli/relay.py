@@ -91,13 +91,19 @@ async def _serve(sdk: Any, *, host: str, port: int, db: Path | None, auth: bool)
 
 def relay_command(
     port: Annotated[
-        int, typer.Option("--port", min=0, max=65535, help="TCP port (0: any free port).")
+        int,
+        typer.Option(
+            "--port", metavar="PORT", min=0, max=65535, help="TCP port (0: any free port)."
+        ),
     ] = 0,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option("--host", metavar="ADDRESS", help="Address to listen on.")
+    ] = "127.0.0.1",
     db: Annotated[
         Path | None,
         typer.Option(
             "--db",
+            metavar="DIR",
             help="LMDB directory: events survive restarts (default: in memory).",
             file_okay=False,
             show_default=False,

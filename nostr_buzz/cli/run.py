@@ -1,23 +1,40 @@
 """``buzz run``: the agent bot (spec 06, "The bot plugin").
 
-Configuration comes from flags, then ``BUZZ_*`` environment, then ``buzz.toml``.  The bot runs
-until SIGINT or SIGTERM (or the owner's ``!shutdown``) and exits 0 after a clean stop; bad
-configuration exits 1, an agent that cannot be started exits 1 with the reason, and losing
+Every ``buzz.toml`` setting is also a flag and a ``BUZZ_*`` variable (their names come from the
+schema, see :data:`nostr_buzz.config.SETTINGS`); flags win over the environment, which wins
+over the file.  ``--agent "CMD ARGS"`` gives the agent command and its arguments in one go.
+
+The bot talks on stderr: one line when it starts (the agent's npub, the relays, the agent
+command, the gate and the in-flight policy), one line per turn (channel, triggering events,
+outcome, tokens, seconds), and a line for agent failures, owner commands and refused replies.
+It runs until SIGINT or SIGTERM (or the owner's ``!shutdown``) and exits 0 after a clean stop;
+bad configuration exits 1, an agent that cannot be started exits 1 with the reason, and losing
 every read relay for good (each gave up reconnecting) exits 2.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
+import shlex
 import signal
-from typing import Annotated
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 import typer
 
-from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
-from nostr_buzz.cli.common import ConfigOption, KeyOption, RelayOption, progress, run, sources
+from nostr_buzz.cli.common import ConfigOption, run, sources
 from nostr_buzz.cli.output import CliFailure, ExitCode, note
+from nostr_buzz.config import SETTINGS, ConfigSources, Setting
 from nostr_buzz.errors import AgentError, ConfigError, RelayError
+
+if TYPE_CHECKING:
+    from nostr_buzz.bot import BuzzPlugin, PluginConfig
+    from nostr_buzz.event import Event
+    from nostr_buzz.io.diagnostics import DiagnosticRecord
 
 
 async def serve(plugin: BuzzPlugin) -> None:
@@ -33,79 +50,275 @@ async def serve(plugin: BuzzPlugin) -> None:
             loop.remove_signal_handler(signum)
 
 
+# --- the flags, one per setting ---------------------------------------------------------------
+
+_METAVARS = {
+    "secret_key": "KEY",
+    "key_file": "FILE",
+    "key_env": "NAME",
+    "owner": "KEY",
+    "state_dir": "DIR",
+    "agent.command": "CMD",
+    "agent.args": "ARG",
+    "agent.env": "NAME=VALUE",
+    "agent.pass_env": "NAME",
+    "agent.cwd": "DIR",
+    "agent.model": "MODEL",
+    "subscriptions.channels": "CHANNEL",
+    "subscriptions.kinds": "KIND",
+    "gate.allowlist": "KEY",
+    "gate.agents": "KEY",
+    "context.base": "FILE",
+    "context.persona": "FILE",
+    "context.team_instructions": "FILE",
+}
+
+
+def _param_name(setting: Setting) -> str:
+    return "setting__" + setting.name.replace(".", "__")
+
+
+def _option(setting: Setting) -> inspect.Parameter:
+    """A typer option for one setting: repeatable for lists, --x/--no-x for booleans."""
+    base = setting.base
+    origin = get_origin(base)
+    help_text = f"buzz.toml: {setting.name}; else ${setting.env}."
+    metavar = _METAVARS.get(setting.name)
+    kind: Any
+    flags = [setting.flag]
+    if origin in (tuple, list, dict):
+        element = get_args(base)[0] if origin is not dict else str
+        kind = list[int] if _is_int(element) else list[str]
+        help_text = "Repeatable. " + help_text
+        metavar = metavar or ("URL" if "relay" in setting.name else "VALUE")
+    elif base is bool:
+        kind = bool
+        flags = [f"{setting.flag}/--no-{setting.flag[2:]}"]
+    elif get_origin(base) is Literal:
+        kind = str
+        metavar = "[" + "|".join(map(str, get_args(base))) + "]"
+    elif _is_int(base):
+        kind, metavar = int, metavar or "N"
+    elif base is float:
+        kind, metavar = float, metavar or "SECONDS"
+    else:
+        kind, metavar = str, metavar or "TEXT"
+    if setting.default not in (None, (), {}):
+        shown = (
+            ",".join(map(str, setting.default))
+            if isinstance(setting.default, tuple)
+            else setting.default
+        )
+        help_text += f" Default: {str(shown).lower() if isinstance(shown, bool) else shown}."
+    option = typer.Option(*flags, metavar=metavar, help=help_text, show_default=False)
+    return inspect.Parameter(
+        _param_name(setting),
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[kind | None, option],
+    )
+
+
+def _is_int(annotation: Any) -> bool:
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation is int
+
+
+# --- what the bot says on stderr --------------------------------------------------------------
+
+
+def start_line(settings: PluginConfig, config_file: Path | None) -> str:
+    command = shlex.join([settings.agent_command, *settings.agent_args])
+    relays = ", ".join(dict.fromkeys([*settings.read_relays, *settings.write_relays]))
+    gate = settings.gate + (", mentions required" if settings.mentions_required else "")
+    where = f"; config {config_file}" if config_file is not None else ""
+    return (
+        f"buzz: agent {settings.agent_secret.public_key.bech32} on {relays}; "
+        f"agent command: {command}; gate: {gate}; in-flight policy: {settings.in_flight}; "
+        f"state in {settings.state_dir}{where}"
+    )
+
+
+class TurnReporter:
+    """Turns the plugin's diagnostic records into one line per turn (and a few others)."""
+
+    def __init__(
+        self, write: Callable[[str], None], state_dir: Path, clock: Callable[[], float]
+    ) -> None:
+        self._write = write
+        self._state_dir = state_dir
+        self._clock = clock
+        self._started: dict[str, tuple[float, list[str]]] = {}
+        #: The token counts of a metric the bot has just stored, by the metric's event id.
+        self.tokens_of: Callable[[str], str] = lambda event_id: "tokens unknown"
+        self._pending: dict[str, str] = {}  # turn id → its line, until its metric is known
+        #: True once the bot is shutting down: the agent's exit is then expected, not news.
+        self.stopping: Callable[[], bool] = lambda: False
+
+    def __call__(self, record: DiagnosticRecord) -> None:
+        kind, payload, turn = record.kind, record.payload, record.turn_id or ""
+        if kind == "turn_started":
+            ids = [str(i) for i in payload.get("triggeringEventIds", [])]
+            self._started[turn] = (self._clock(), ids)
+        elif kind == "turn_completed":
+            began, ids = self._started.pop(turn, (self._clock(), []))
+            shown = ", ".join(i[:12] for i in ids[:3]) + (", …" if len(ids) > 3 else "")
+            self._pending[turn] = (
+                f"buzz: turn in {record.channel_id or 'a direct channel'} for {shown or '?'}: "
+                f"{payload.get('outcome', '?')}, {{tokens}}, {self._clock() - began:.1f} s"
+            )
+            # The metric (with the token counts) follows within the same step, if the agent
+            # reported usage: print once the loop gets back here.
+            asyncio.get_running_loop().call_soon(self._flush, turn)
+        elif kind == "metric_queued":
+            line = self._pending.pop(turn, None)
+            if line is not None:
+                self._write(line.replace("{tokens}", self.tokens_of(str(payload.get("eventId")))))
+        elif kind == "turn_failed":
+            self._started.pop(turn, None)
+            self._write(
+                f"buzz: turn in {record.channel_id} failed, will retry: {payload.get('error')}"
+            )
+        elif kind in ("agent_exited", "agent_restart_failed") and not self.stopping():
+            detail = payload.get("returncode", payload.get("error", ""))
+            self._write(
+                f"buzz: the agent {'exited' if kind == 'agent_exited' else 'could not restart'} "
+                f"({detail}); its stderr is in {self._state_dir / 'agent.log'}"
+            )
+        elif kind == "owner_command":
+            self._write(f"buzz: owner command !{payload.get('command')}")
+        elif kind == "reply_failed":
+            self._write(
+                f"buzz: no relay accepted the reply to {str(payload.get('inReplyTo'))[:12]}"
+            )
+
+    def _flush(self, turn: str) -> None:
+        line = self._pending.pop(turn, None)
+        if line is not None:
+            self._write(line.replace("{tokens}", "no usage reported"))
+
+
+def _token_summary(settings: PluginConfig, event: Event | None) -> str:
+    """The turn's token counts, read back from the metric the bot has just sealed for the owner
+    (NIP-44 is symmetric: the agent's key opens what it encrypted)."""
+    from nostr_buzz.nips import nip44
+
+    if event is None:
+        return "tokens unknown"
+    try:
+        key = nip44.conversation_key(settings.agent_secret, settings.owner)
+        turn = json.loads(nip44.decrypt(event.content, key)).get("turn") or {}
+    except Exception:  # a summary line must never break the bot
+        return "tokens unknown"
+    total, given, taken = (turn.get(k) for k in ("totalTokens", "inputTokens", "outputTokens"))
+    if total is None:
+        return "tokens unknown"
+    counts = ["?" if n is None else str(n) for n in (given, taken)]
+    return f"{total} tokens ({counts[0]} in, {counts[1]} out)"
+
+
+def _stored_metric(plugin: BuzzPlugin, event_id: str) -> Event | None:
+    """A metric from the bot's outbox, where it is committed before its diagnostic is sent."""
+    if plugin.store is None:  # not started
+        return None
+    try:
+        entry = plugin.store.outbox.get(event_id)
+    except Exception:  # the outbox is the bot's: trouble there is reported by the bot itself
+        return None
+    return entry.event if entry is not None else None
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def _run(
+    config: Path | None,
+    shard: str | None,
+    agent: str | None,
+    values: dict[str, Any],
+) -> None:
+    from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
+
+    overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
+    if agent is not None:
+        if overrides["agent.command"] is not None or overrides["agent.args"]:
+            raise CliFailure(
+                ExitCode.BAD_INPUT, "give --agent, or --agent-command with --agent-arg, not both"
+            )
+        try:
+            words = shlex.split(agent)
+        except ValueError as exc:
+            raise CliFailure(ExitCode.BAD_INPUT, f"--agent: {exc}") from None
+        if not words:
+            raise CliFailure(ExitCode.BAD_INPUT, '--agent: the command is empty (e.g. "goose acp")')
+        overrides["agent.command"], overrides["agent.args"] = words[0], words[1:]
+    try:
+        parsed_shard = parse_shard(shard) if shard is not None else None
+        cfg: ConfigSources = sources(config, overrides)
+        settings = PluginConfig.from_sources(cfg, shard=parsed_shard)
+    except ConfigError as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
+    if cfg.file.agent.user is None:
+        note(
+            "buzz: warning: the agent runs as this same OS user and can read the bot's key and "
+            'state; set [agent] user = "NAME" (or --agent-user NAME) to run it as another user'
+        )
+    reporter = TurnReporter(note, settings.state_dir, time.monotonic)
+
+    async def body() -> None:
+        plugin = BuzzPlugin(settings, on_diagnostic=reporter)
+        reporter.stopping = lambda: plugin.stopping
+        reporter.tokens_of = lambda event_id: _token_summary(
+            settings, _stored_metric(plugin, event_id)
+        )
+        note(start_line(settings, cfg.path))
+        await serve(plugin)
+
+    try:
+        run(body())
+    except AgentError as exc:
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"the agent could not be started: {exc}; check --agent (or [agent] command in "
+            f"buzz.toml) and {settings.state_dir / 'agent.log'}",
+        ) from None
+    except RelayError as exc:
+        raise CliFailure(ExitCode.NETWORK, str(exc)) from None
+    note("buzz: stopped")
+
+
 def run_command(
     config: ConfigOption = None,
     shard: Annotated[
         str | None,
         typer.Option(
             "--shard",
-            help="Serve only destinations whose stable hash mod N is I (I/N, e.g. 0/2).",
+            metavar="I/N",
+            help="Serve only destinations whose stable hash mod N is I (e.g. 0/2).",
             show_default=False,
         ),
     ] = None,
-    relay: RelayOption = None,
-    key: KeyOption = None,
-    owner: Annotated[
+    agent: Annotated[
         str | None,
         typer.Option(
-            "--owner",
-            help="The owner's public key (hex or npub). Else $BUZZ_OWNER, else buzz.toml.",
+            "--agent",
+            metavar='"CMD ARGS"',
+            help='The ACP agent command and its arguments, e.g. "goose acp" (else '
+            "--agent-command and --agent-arg, else buzz.toml [agent]).",
             show_default=False,
         ),
     ] = None,
-    state_dir: Annotated[
-        str | None,
-        typer.Option(
-            "--state-dir",
-            help="Where the state database, diagnostics and agent log live (else buzz.toml).",
-            show_default=False,
-        ),
-    ] = None,
-    clock_skew: Annotated[
-        float | None,
-        typer.Option(
-            "--clock-skew",
-            help="Seconds replay reaches back before the last handled message, for senders "
-            "whose clocks run behind. Else $BUZZ_CLOCK_SKEW, else buzz.toml [subscriptions] "
-            "clock_skew, else 600.",
-            show_default=False,
-        ),
-    ] = None,
+    **values: Any,
 ) -> None:
     """Run the agent bot: answer mentions with the configured ACP agent until stopped."""
-    try:
-        parsed_shard = parse_shard(shard) if shard is not None else None
-        config_sources = sources(config)
-        settings = PluginConfig.from_sources(
-            config_sources,
-            key=key,
-            owner=owner,
-            relays=relay or (),
-            shard=parsed_shard,
-            state_dir=state_dir,
-            clock_skew=clock_skew,
-        )
-    except ConfigError as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
+    _run(config, shard, agent, values)
 
-    if config_sources.file.agent.user is None:
-        note(
-            "buzz: warning: the agent runs as this same OS user and can read the bot's key and "
-            'state; set [agent] user = "NAME" to run it as another user'
-        )
 
-    async def body() -> None:
-        plugin = BuzzPlugin(settings)
-        progress(
-            f"buzz: agent {settings.agent_secret.public_key.bech32} serving "
-            f"{len(settings.read_relays)} relay(s); state in {settings.state_dir}"
-        )
-        await serve(plugin)
-
-    try:
-        run(body())
-    except AgentError as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, f"the agent could not be started: {exc}") from None
-    except RelayError as exc:
-        raise CliFailure(ExitCode.NETWORK, str(exc)) from None
-    note("buzz: stopped")
+# typer reads the options from the signature: the fixed ones above, then one per setting.
+_fixed = [
+    p
+    for p in inspect.signature(run_command, eval_str=True).parameters.values()
+    if p.kind != p.VAR_KEYWORD
+]
+run_command.__signature__ = inspect.Signature([*_fixed, *map(_option, SETTINGS)])  # type: ignore[attr-defined]

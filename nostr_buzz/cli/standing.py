@@ -29,6 +29,7 @@ from nostr_buzz.cli.common import (
     run,
     sources,
 )
+from nostr_buzz.cli.kit import sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 
 if TYPE_CHECKING:
@@ -36,36 +37,38 @@ if TYPE_CHECKING:
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult
     from nostr_buzz.keys import SecretKey
 
-canvas_app = typer.Typer(
-    name="canvas",
-    help="Read or update a channel's canvas (the shared document agents are pointed at).",
-    context_settings={"help_option_names": ["-h", "--help"]},
+canvas_app = sub_app(
+    "canvas", "Read or update a channel's canvas (the shared document agents are pointed at)."
 )
-mem_app = typer.Typer(
-    name="mem",
-    help="Read or update your core memory (encrypted to your own key).",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+mem_app = sub_app("mem", "Read or update your core memory (encrypted to your own key).")
 
 ChannelOption = Annotated[
-    str, typer.Option("--channel", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -.")
+    str,
+    typer.Option(
+        "--channel", metavar="CHANNEL", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -."
+    ),
 ]
 TextArgument = Annotated[
     str,
     typer.Argument(
-        help="The new text, or - (the default) to read it from stdin.", show_default=False
+        metavar="TEXT",
+        help="The new text, or - (the default) to read it from stdin.",
+        show_default=False,
     ),
 ]
 AuthorOption = Annotated[
     list[str] | None,
     typer.Option(
         "--author",
+        metavar="KEY",
         help="Also trust canvases signed by this public key (hex or npub); repeatable. "
         "The owner, your own key, [gate] trusted keys and a relay's NIP-11 key always are.",
         show_default=False,
     ),
 ]
-MemoryName = Annotated[str, typer.Argument(help="Which memory: core.", show_default=False)]
+MemoryName = Annotated[
+    str, typer.Argument(metavar="NAME", help="Which memory: core.", show_default=False)
+]
 
 
 # --- shared steps --------------------------------------------------------------------------

@@ -318,8 +318,7 @@ class _Demo:
             raise DemoFailure(f"buzz {argv[0]} {argv[1]} did not finish in time") from None
         if proc.returncode != 0:
             raise DemoFailure(
-                f"buzz {argv[0]} {argv[1]} exited {proc.returncode}: "
-                f"{err.decode(errors='replace')}"
+                f"buzz {argv[0]} {argv[1]} exited {proc.returncode}: {err.decode(errors='replace')}"
             )
         return out.decode("utf-8").strip()
 

@@ -1,7 +1,21 @@
-"""Edges: relay client and pool (network I/O around the pure core)."""
+"""Edges: relay client and pool (network I/O around the pure core), outbox, diagnostics, agent.
 
-from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
-from nostr_buzz.io.relay import QueryResult, RelayClient, Verdict
+The names below load on first use: a module of this package that needs no network (file
+modes, say) does not pull in the WebSocket stack.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
+    from nostr_buzz.io.relay import QueryResult, RelayClient, Verdict
+
+_EXPORTS = {
+    **dict.fromkeys(("PoolQueryResult", "PublishResult", "RelayPool"), "nostr_buzz.io.pool"),
+    **dict.fromkeys(("QueryResult", "RelayClient", "Verdict"), "nostr_buzz.io.relay"),
+}
 
 __all__ = [
     "PoolQueryResult",
@@ -11,3 +25,12 @@ __all__ = [
     "RelayPool",
     "Verdict",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nostr_buzz.io' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(module), name)

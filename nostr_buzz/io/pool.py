@@ -145,8 +145,15 @@ class RelayPool:
         *,
         extra_urls: Sequence[str] = (),
         timeout: float | None = None,
+        enough: Callable[[QueryResult], bool] | None = None,
     ) -> PoolQueryResult:
-        """Ask every relay (plus ``extra_urls``, hint relays never authenticated to)."""
+        """Ask every relay (plus ``extra_urls``, hint relays never authenticated to).
+
+        ``enough``: when one relay's finished result satisfies it, the relays still working
+        are abandoned (closed at once) and reported as unfinished with the error
+        ``"not waited for"``: a fetch by id needs only the first valid copy.  With it, a relay
+        that has served every id asked for is finished without waiting for its EOSE.
+        """
         flts = nip01.as_filters(filters)
         limit = self.timeout if timeout is None else float(timeout)
         configured = {nip42.normalize_relay_url(u) for u in self.urls}
@@ -165,14 +172,39 @@ class RelayPool:
             )
             try:
                 async with asyncio.timeout(limit + _GRACE):
-                    return await client.query(flts)
+                    return await client.query(flts, end_when_ids_served=enough is not None)
             except TimeoutError:
                 return QueryResult(relay=url, error="timeout")
             finally:
                 await client.close()
 
-        results = await asyncio.gather(*(one(u, a) for u, a in targets))
-        return _merge(zip([u for u, _ in targets], results, strict=True))
+        tasks = [asyncio.create_task(one(u, a), name=f"pool-query {u}") for u, a in targets]
+        try:
+            if enough is None:
+                await asyncio.gather(*tasks)
+            else:
+                for finished in asyncio.as_completed(tasks):
+                    if enough(await finished):
+                        break
+        finally:
+            for task in tasks:
+                task.cancel()  # a no-op for the finished ones
+            await asyncio.gather(*tasks, return_exceptions=True)
+        results = [
+            t.result()
+            if not t.cancelled() and t.exception() is None
+            else QueryResult(relay=url, error="not waited for")
+            for t, (url, _) in zip(tasks, targets, strict=True)
+        ]
+        merged = PoolQueryResult()
+        seen: set[str] = set()
+        for (url, _), result in zip(targets, results, strict=True):
+            merged.per_relay[url] = result
+            for event in result.events:
+                if event.id not in seen:
+                    seen.add(event.id)
+                    merged.events.append(event)
+        return merged
 
     async def query_back(
         self,

@@ -332,9 +332,18 @@ class RelayClient:
         return verdict
 
     async def query(
-        self, filters: FilterLike | Iterable[FilterLike], *, timeout: float | None = None
+        self,
+        filters: FilterLike | Iterable[FilterLike],
+        *,
+        timeout: float | None = None,
+        end_when_ids_served: bool = False,
     ) -> QueryResult:
-        """Stored events matching ``filters``; ends at EOSE, CLOSED or the timeout."""
+        """Stored events matching ``filters``; ends at EOSE, CLOSED or the timeout.
+
+        ``end_when_ids_served``: when every filter names its ids, end (as finished) as soon as
+        each of them has arrived, valid and matching, without waiting for the relay's EOSE
+        (some relays send it tens of milliseconds late).
+        """
         flts = nip01.as_filters(filters)
         deadline = self._deadline(timeout)
         result = QueryResult(relay=self.url)
@@ -345,12 +354,18 @@ class RelayClient:
         malformed_before = self.malformed_frames
         seen: set[str] = set()
         retried = False
+        wanted: set[str] | None = None
+        if end_when_ids_served and all(f.ids is not None for f in flts):
+            wanted = {i for f in flts for i in f.ids or ()}
         while True:
             sub = await self._open(flts, live=False, budget=self.query_budget, deadline=deadline)
             timed_out = False
             try:
                 async with asyncio.timeout(max(0.0, deadline - _now())):
                     while sub.end is None:
+                        if wanted is not None and wanted <= sub.seen:
+                            sub.finish("eose")
+                            break
                         sub.wake.clear()
                         await sub.wake.wait()
             except TimeoutError:

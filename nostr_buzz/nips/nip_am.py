@@ -418,9 +418,7 @@ def _check_counts(name: str, counts: object, max_cost: float) -> None:
     ):
         value = getattr(counts, field)
         if value is not None and (not _is_int(value) or not 0 <= value <= _MAX_TOKENS):
-            raise MetricError(
-                f"{name}.{field} must be an integer from 0 to 2^53 or null"
-            )
+            raise MetricError(f"{name}.{field} must be an integer from 0 to 2^53 or null")
     cost = counts.cost_usd
     if cost is not None and (
         type(cost) is not float or not 0 <= cost <= max_cost  # NaN fails both comparisons

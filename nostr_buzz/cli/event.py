@@ -1,0 +1,204 @@
+"""``buzz event``: sign any event with the configured key and publish it (nak's ``event``).
+
+The event comes from flags, from a template given as JSON (the argument, or one per line on
+stdin with ``-``), or both: flags override the template's kind, content and created_at, and
+their tags are added to its tags.  Each signed event is printed on stdout as one line of
+canonical JSON; each relay's verdict goes to stderr.  Exit 2 when some event was accepted by no
+relay (stdout then stays empty, as on every failure).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Annotated, Any, Final
+
+import typer
+
+from nostr_buzz.cli.common import (
+    DEFAULT_TIMEOUT,
+    ConfigOption,
+    KeyOption,
+    RelayOption,
+    TimeoutOption,
+    one_line,
+    parse_event_ref,
+    parse_public_key,
+    read_stdin_lines,
+    read_stdin_text,
+    run,
+    sources,
+    verdict_text,
+)
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.pool import PublishResult, RelayPool
+
+DEFAULT_KIND: Final = 1
+#: Template members; id, pubkey and sig are accepted and ignored (the event is signed anew).
+_TEMPLATE_KEYS: Final = frozenset({"kind", "content", "tags", "created_at"})
+_IGNORED_KEYS: Final = frozenset({"id", "pubkey", "sig"})
+
+
+def parse_tag(text: str) -> list[str]:
+    """``NAME=VALUE[;VALUE…]`` (or a bare ``NAME``) as a tag."""
+    name, sep, values = text.partition("=")
+    if not name:
+        raise CliFailure(
+            ExitCode.BAD_INPUT, f"--tag: {one_line(text, 60)!r} has no name (NAME=VALUE[;VALUE…])"
+        )
+    return [name, *values.split(";")] if sep else [name]
+
+
+def _template(text: str, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"{where}: not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise CliFailure(ExitCode.BAD_INPUT, f"{where}: an event template is a JSON object")
+    unknown = sorted(set(doc) - _TEMPLATE_KEYS - _IGNORED_KEYS)
+    if unknown:
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"{where}: unknown member(s) {', '.join(map(repr, unknown))}; "
+            "a template has kind, content, tags and created_at",
+        )
+    return {k: v for k, v in doc.items() if k in _TEMPLATE_KEYS}
+
+
+def _publish_all(events: Sequence[Event], pool: RelayPool) -> list[PublishResult]:
+    async def body() -> list[PublishResult]:
+        return [await pool.publish(event, min_ok=1) for event in events]
+
+    return run(body())
+
+
+def event_command(
+    template: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[TEMPLATE]",
+            help="An event template as JSON ({kind, content, tags, created_at}); '-' reads "
+            "one template per line from stdin.",
+            show_default=False,
+        ),
+    ] = None,
+    kind: Annotated[
+        int | None,
+        typer.Option(
+            "-k",
+            "--kind",
+            metavar="KIND",
+            min=0,
+            max=65535,
+            help=f"Event kind (default {DEFAULT_KIND}).",
+            show_default=False,
+        ),
+    ] = None,
+    content: Annotated[
+        str | None,
+        typer.Option(
+            "-c",
+            "--content",
+            metavar="TEXT",
+            help="The content; '-' reads it from stdin.",
+            show_default=False,
+        ),
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-t",
+            "--tag",
+            metavar="NAME=VALUE[;VALUE…]",
+            help="A tag, e.g. -t h=engineering or -t e=ID;wss://relay;root; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    pubkey: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-p",
+            metavar="KEY",
+            help="A p tag for this public key (hex or npub); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    event_id: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-e",
+            metavar="EVENT",
+            help="An e tag for this event (hex, note1… or nevent1…); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    created_at: Annotated[
+        str | None,
+        typer.Option(
+            "--created-at",
+            metavar="TIME",
+            help="Unix seconds, a date or an RFC 3339 date-time (default: now).",
+            show_default=False,
+        ),
+    ] = None,
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Sign an event with the configured key and publish it to the write relays."""
+    if template == "-" and content == "-":
+        raise CliFailure(
+            ExitCode.BAD_INPUT, "stdin can hold the templates or the content, not both"
+        )
+    if template == "-":
+        templates = [
+            _template(line, f"stdin line {n}")
+            for n, line in enumerate(read_stdin_lines("event template"), 1)
+        ]
+    else:
+        templates = [_template(template, "TEMPLATE") if template is not None else {}]
+    if content == "-":
+        content = read_stdin_text()
+    extra_tags = [parse_tag(t) for t in tag or ()]
+    extra_tags += [["p", parse_public_key(k, option="-p")] for k in pubkey or ()]
+    extra_tags += [["e", parse_event_ref(e, option="-e").id] for e in event_id or ()]
+    when: int | None = None
+    if created_at is not None:
+        from nostr_buzz.cli.metrics import parse_time
+
+        when = parse_time(created_at, option="--created-at")
+    cfg = sources(config)
+    secret = cfg.require_secret_key(key)
+    relays = cfg.require_relays(relay or (), direction="write")
+    now = int(time.time())  # the clock is read here, at the edge
+    events: list[Event] = []
+    for doc in templates:
+        tags = doc.get("tags", [])
+        if not isinstance(tags, list):
+            raise CliFailure(ExitCode.BAD_INPUT, "a template's tags are a list of lists")
+        # sign_event checks every member (kind range, tags of strings…): InvalidEvent exits 1.
+        events.append(
+            sign_event(
+                secret,
+                kind=kind if kind is not None else doc.get("kind", DEFAULT_KIND),
+                content=content if content is not None else doc.get("content", ""),
+                tags=[*tags, *extra_tags],
+                created_at=when if when is not None else doc.get("created_at", now),
+            )
+        )
+    pool = RelayPool(relays, secret=secret, timeout=timeout)
+    results = _publish_all(events, pool)
+    refused = []
+    for event, result in zip(events, results, strict=True):
+        for url, v in result.verdicts.items():
+            answer = verdict_text(v.accepted, v.duplicate, v.message, v.prefix)
+            note(f"{one_line(url, 200)}: {event.id[:12]}: {answer}")
+        if not result.ok:
+            refused.append(event.id)
+    if refused:
+        raise CliFailure(ExitCode.NETWORK, f"no relay accepted {', '.join(refused)}")
+    write_stdout("".join(e.to_json() + "\n" for e in events))

@@ -1,0 +1,185 @@
+"""``buzz req``: query relays with any filter (nak's ``req``).
+
+The filter comes from flags, from JSON (the argument: one filter object or a list of them; or
+``-``: one filter per line on stdin), or both: the flags are added to every filter.  Verified,
+de-duplicated events are printed as JSON lines; a relay that served forgeries is named on
+stderr and its forgeries are dropped.  ``--stream`` stays subscribed and prints new events as
+they arrive, until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+from collections.abc import AsyncGenerator
+from typing import Annotated, Any, cast
+
+import typer
+
+from nostr_buzz.cli.common import (
+    DEFAULT_TIMEOUT,
+    ConfigOption,
+    KeyOption,
+    RelayOption,
+    TimeoutOption,
+    one_line,
+    parse_event_ref,
+    parse_public_key,
+    read_stdin_lines,
+    run,
+    sources,
+)
+from nostr_buzz.cli.messages import _warn_list_problems
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.event import Event
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.nips.nip01 import Filter
+
+
+def _filter_docs(text: str, where: str) -> list[dict[str, Any]]:
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"{where}: not JSON: {exc}") from None
+    docs = doc if isinstance(doc, list) else [doc]
+    if not docs or not all(isinstance(d, dict) for d in docs):
+        raise CliFailure(
+            ExitCode.BAD_INPUT, f"{where}: a filter is a JSON object (or a list of them)"
+        )
+    return docs
+
+
+def _tag_condition(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or len(name) != 1 or not name.isascii() or not name.isalpha():
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"-t: {one_line(text, 60)!r}: expected LETTER=VALUE, e.g. -t h=engineering",
+        )
+    return name, value
+
+
+def req_command(
+    filter_json: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[FILTER]",
+            help='A filter as JSON, e.g. \'{"kinds":[1],"limit":5}\' (or a list of filters); '
+            "'-' reads one filter per line from stdin.",
+            show_default=False,
+        ),
+    ] = None,
+    kind: Annotated[
+        list[int] | None,
+        typer.Option(
+            "-k", "--kind", metavar="KIND", min=0, max=65535, help="Event kind; repeatable."
+        ),
+    ] = None,
+    author: Annotated[
+        list[str] | None,
+        typer.Option("-a", "--author", metavar="KEY", help="Public key (hex or npub); repeatable."),
+    ] = None,
+    event_id: Annotated[
+        list[str] | None,
+        typer.Option("-i", "--id", metavar="EVENT", help="Hex, note1… or nevent1…; repeatable."),
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-t", "--tag", metavar="LETTER=VALUE", help="A tag condition (#LETTER); repeatable."
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("-l", "--limit", metavar="N", min=0, help="At most N events.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="TIME", help="Unix seconds, a date or RFC 3339."),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", metavar="TIME", help="Unix seconds, a date or RFC 3339."),
+    ] = None,
+    stream: Annotated[
+        bool,
+        typer.Option("--stream", help="Stay subscribed: print new events until interrupted."),
+    ] = False,
+    relay: RelayOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    key: KeyOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Query relays with a filter; print the verified events as JSON lines."""
+    if filter_json == "-":
+        docs = [
+            d
+            for n, line in enumerate(read_stdin_lines("filter"), 1)
+            for d in _filter_docs(line, f"stdin line {n}")
+        ]
+    else:
+        docs = _filter_docs(filter_json, "FILTER") if filter_json is not None else [{}]
+    extra: dict[str, Any] = {}
+    if kind:
+        extra["kinds"] = list(dict.fromkeys(kind))
+    if author:
+        extra["authors"] = list(dict.fromkeys(parse_public_key(a, option="-a") for a in author))
+    if event_id:
+        extra["ids"] = list(dict.fromkeys(parse_event_ref(i, option="-i").id for i in event_id))
+    for name, value in map(_tag_condition, tag or ()):
+        extra.setdefault(f"#{name}", []).append(value)
+    if limit is not None:
+        extra["limit"] = limit
+    if since is not None or until is not None:
+        from nostr_buzz.cli.metrics import parse_time
+
+        if since is not None:
+            extra["since"] = parse_time(since, option="--since")
+        if until is not None:
+            extra["until"] = parse_time(until, option="--until", end_of_day=True)
+    # Filter.from_dict names any unknown key or bad value (a RelayError: exit 1).
+    filters = [Filter.from_dict({**doc, **extra}) for doc in docs]
+    cfg = sources(config)
+    relays = cfg.require_relays(relay or (), direction="read")
+    pool = RelayPool(relays, secret=cfg.secret_key(key), timeout=timeout)
+    if stream:
+        run(_stream(pool, filters))
+        return
+
+    async def body() -> list[Event]:
+        result = await pool.query(filters, timeout=timeout)
+        _warn_list_problems(result)
+        return result.events
+
+    write_stdout("".join(e.to_json() + "\n" for e in run(body())))
+
+
+async def _stream(pool: RelayPool, filters: list[Filter]) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    handled = (signal.SIGINT, signal.SIGTERM)
+    for signum in handled:
+        loop.add_signal_handler(signum, stop.set)
+    # An async generator: aclose() ends every relay's subscription.
+    events = cast(AsyncGenerator[Event, None], pool.subscribe(filters))
+
+    async def pump() -> None:
+        async for event in events:
+            write_stdout(event.to_json() + "\n")  # at once: a stream is read as it comes
+
+    printer = asyncio.create_task(pump())
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({printer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+        for task in (printer, stopper):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await printer
+        await events.aclose()
+    if not stop.is_set():
+        note("buzz: every relay's subscription ended")
+        raise CliFailure(ExitCode.NETWORK, "no relay is left to stream from; check the relays")
