@@ -201,6 +201,14 @@ class BotProcess:
             )  # fmt: skip
         self.starts += 1
 
+    async def running_again(self, timeout: float = 30.0) -> None:
+        """Wait (bounded) until the bot runs, e.g. while another task is starting it."""
+        deadline = time.monotonic() + timeout
+        while not self.running:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"the bot did not run again within {timeout} s")
+            await asyncio.sleep(0.01)
+
     async def exited(self) -> int:
         """Wait until the bot exits; its status."""
         assert self.proc is not None

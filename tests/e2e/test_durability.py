@@ -150,6 +150,7 @@ async def kill_when(
             lambda r: r.get("kind") in kinds, timeout, str(kinds), after
         )
     except AssertionError:
+        await bot.process.running_again()  # it may be being started for this round
         await bot.process.kill()
         return f"kill (no {'/'.join(kinds)} within {timeout:.0f} s)"
     if delay > 0:
@@ -288,6 +289,7 @@ async def _fault(
             await bot.tail.next_record(lambda r: r.get("kind") in TURN_LIVE_KINDS, 15, "", after)
         await relay.restart()
         await asyncio.sleep(pause)  # deliberate fault timing
+        await bot.process.running_again()
         await bot.process.kill()
         return ["relay restart", f"kill {pause * 1000:.0f} ms after the relay restart"]
     if mode == "live":
