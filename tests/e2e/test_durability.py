@@ -124,18 +124,23 @@ async def stage(tmp: Path, name: str) -> AsyncIterator[Stage]:
 
 
 async def start(bot: Bot, timeout: float = 30.0) -> None:
-    """Start the bot and wait until its agent runs (its subscription follows at once)."""
-    bot.tail.poll()
+    """Start the bot and wait until its agent runs (its subscription follows at once).  A
+    fault watching the same round may already have killed it again: that is no failure."""
+    mark = bot.tail.mark()
+    kills = bot.process.kills
     await bot.process.start()
     started = asyncio.create_task(
-        bot.tail.next_record(lambda r: r.get("kind") in START_KINDS, timeout, "agent start")
+        bot.tail.next_record(lambda r: r.get("kind") in START_KINDS, timeout, "start", mark)
     )
     exited = asyncio.create_task(bot.process.exited())
     await asyncio.wait({started, exited}, return_when=asyncio.FIRST_COMPLETED)
-    exited.cancel()
-    if not started.done():
-        started.cancel()
-    if not started.done() or started.cancelled() or started.exception() is not None:
+    for task in (started, exited):
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, AssertionError):
+        await started
+    bot.tail.poll()
+    killed = bot.process.kills > kills  # by a fault of this round, while it started
+    if not killed and not any(r.get("kind") in START_KINDS for r in bot.tail.records[mark:]):
         raise AssertionError(f"the bot did not start:\n{bot.process.log_tail()}")
 
 
@@ -284,6 +289,7 @@ async def _fault(
     live_delay: float,
     steer_kill: float,
 ) -> list[str]:
+    await bot.process.running_again(60)  # a bot that was down is started for this round
     if mode == "restart":  # same store, same port, while turns run
         with contextlib.suppress(AssertionError):  # no live turn in time: restart anyway
             await bot.tail.next_record(lambda r: r.get("kind") in TURN_LIVE_KINDS, 15, "", after)
@@ -295,7 +301,7 @@ async def _fault(
     if mode == "live":
         return [await kill_when(bot, TURN_LIVE_KINDS, live_delay, after)]
     if mode == "steer":  # while the steer's own turn (or the turn it joined) runs
-        return [await kill_when(bot, ("prompt_context_steer",), steer_kill, after, timeout=4)]
+        return [await kill_when(bot, ("prompt_context_steer",), steer_kill, after, timeout=8)]
     return [await kill_when(bot, (mode,), kill_delay, after)]
 
 
