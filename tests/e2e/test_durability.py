@@ -2,7 +2,8 @@
 
 Each scenario publishes signed mentions from the owner, an allowlisted friend and a stranger,
 injects faults (SIGKILL of the bot at random instants and within milliseconds of a turn's end,
-relay restarts on the same store and port, a relay down for 30 s, spam while the bot is down),
+relay restarts on the same store and port, a relay down for 30 s, spam while the bot is down,
+a 600-mention load with and without SIGKILLs, clock skew, two shards),
 then counts on the relays what the bot published: every accepted mention must be answered by
 exactly one metered turn with exactly one reply, no turn metered twice, and nothing a stranger
 sent answered.  Helpers: ``procs.py`` in this folder.
@@ -198,10 +199,11 @@ def _in_thread(
     text: str,
     channel: str,
     roots: dict[str, list[Event]],
+    created_at: int | None = None,
 ) -> Event:
     """A mention that starts a thread in ``channel`` or, half the time, follows up in one."""
     root = rng.choice(roots[channel]) if roots[channel] and rng.random() < 0.5 else None
-    event = mention(cast, author, text, channel=channel, root=root)
+    event = mention(cast, author, text, channel=channel, root=root, created_at=created_at)
     if root is None:
         roots[channel].append(event)
     return event
@@ -387,6 +389,33 @@ async def test_bot_down_while_owner_and_spam_arrive_answers_all_owner_mentions(
 
 
 # -- d. 600 owner mentions over 20 channels and 1,100 strangers' events, instant agent ---------
+# (and the same load with three SIGKILLs of the bot)
+
+
+def _load(st: Stage, second: int | None = None) -> tuple[list[Event], list[Event], list[Event]]:
+    """600 owner mentions over 20 channels (half of them follow-ups in a thread), 1,100
+    strangers' events (most mention the agent), and all of them shuffled.  They are signed in
+    one burst, so they share one or two seconds of ``created_at`` (all ``second`` if given)."""
+    rng = st.rng
+    channels = [f"room{i:02d}" for i in range(20)]
+    roots: dict[str, list[Event]] = {c: [] for c in channels}
+    owner = [
+        _in_thread(rng, st.cast, st.cast.owner, f"load {i}", channels[i % 20], roots, second)
+        for i in range(600)
+    ]
+    strangers = [
+        mention(
+            st.cast,
+            st.cast.stranger,
+            f"noise {i}",
+            channel=rng.choice(channels),
+            mentions_agent=rng.random() < 0.8,
+        )
+        for i in range(1100)
+    ]
+    mixed = [*owner, *strangers]
+    rng.shuffle(mixed)
+    return owner, strangers, mixed
 
 
 async def test_600_owner_mentions_among_1100_stranger_events_are_all_answered(
@@ -394,25 +423,7 @@ async def test_600_owner_mentions_among_1100_stranger_events_are_all_answered(
 ) -> None:
     async with stage(tmp_path, "load") as st:
         relay, bot = await st.single()
-        rng = st.rng
-        channels = [f"room{i:02d}" for i in range(20)]
-        roots: dict[str, list[Event]] = {c: [] for c in channels}
-        owner = [
-            _in_thread(rng, st.cast, st.cast.owner, f"load {i}", channels[i % 20], roots)
-            for i in range(600)
-        ]
-        strangers = [
-            mention(
-                st.cast,
-                st.cast.stranger,
-                f"noise {i}",
-                channel=rng.choice(channels),
-                mentions_agent=rng.random() < 0.8,
-            )
-            for i in range(1100)
-        ]
-        mixed = [*owner, *strangers]
-        rng.shuffle(mixed)
+        owner, strangers, mixed = _load(st)
         # Paced over a few seconds, so that mentions arrive while turns run (steering).
         for chunk in range(0, len(mixed), 100):
             await publish([relay.url], mixed[chunk : chunk + 100])
@@ -422,6 +433,39 @@ async def test_600_owner_mentions_among_1100_stranger_events_are_all_answered(
             counter, owner, refused=strangers, timeout=120, tails=[bot.tail]
         )
         st.report(tally)
+        st.check(tally, owner)
+
+
+async def test_load_with_sigkills_answers_every_mention(tmp_path: Path) -> None:
+    """The same load, all dated in one second, with three SIGKILLs of the bot: after the 3rd
+    chunk (restarted at once), after the 6th (it stays down while the other 11 chunks
+    arrive) and while it works through them after its restart.  Each restart must replay
+    more than a relay's page (500) of events that share one second."""
+    async with stage(tmp_path, "load-kills") as st:
+        relay, bot = await st.single()
+        owner, strangers, mixed = _load(st, second=int(time.time()))
+        pauses = [st.rng.uniform(0.05, 0.6) for _ in range(3)]
+        faults: list[str] = []
+        for index, chunk in enumerate(range(0, len(mixed), 100)):
+            await publish([relay.url], mixed[chunk : chunk + 100])
+            if index in (2, 5):
+                await asyncio.sleep(pauses[index // 3])  # deliberate fault timing
+                await bot.process.kill()
+                faults.append(f"kill {pauses[index // 3] * 1000:.0f} ms after chunk {index + 1}")
+                if index == 2:
+                    await start(bot)
+            elif bot.process.running:
+                await asyncio.sleep(0.3)  # deliberate load shape, not synchronisation
+        await start(bot)
+        await asyncio.sleep(pauses[2])  # deliberate fault timing: while it catches up
+        await bot.process.kill()
+        faults.append(f"kill {pauses[2] * 1000:.0f} ms after the restart")
+        await start(bot)
+        counter = Counter44200(st.cast, [relay.url])
+        tally = await wait_answered(
+            counter, owner, refused=strangers, timeout=120, tails=[bot.tail]
+        )
+        st.report(tally, "; ".join(faults))
         st.check(tally, owner)
 
 
