@@ -27,7 +27,6 @@ import os
 import random
 import re
 import signal
-import socket
 import sys
 import time
 from collections import Counter
@@ -36,6 +35,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from relays import free_port  # tests/relays.py
 
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.relay import RelayClient
@@ -49,13 +50,6 @@ CHAT = 9
 PAGE = 500  # what buzz relay (nostr-sdk's LocalRelay) returns at most per query
 _ID_LEN = 64
 _LATER_PART = re.compile(r"\[([2-9]|[1-9][0-9]+)/[0-9]+\]\n")  # part 2+ of a split reply
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def seeded_rng(name: str) -> tuple[random.Random, int]:
