@@ -248,6 +248,7 @@ class BuzzPlugin:
             handle=self.handle_event,
             diagnostics=self.diagnostics,
             stopping=self._stop.is_set,
+            on_reconnect=self.delivery.nudge if self.delivery is not None else None,
         )
         await listener.run()
 
