@@ -27,7 +27,7 @@ from nostr_buzz.core.compiler import compile_turn
 from nostr_buzz.core.manifest import Manifest, manifest_from_layers
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.event import Event, sign_event
-from nostr_buzz.io.acp_driver import AgentDriver
+from nostr_buzz.io.acp_driver import AgentDriver, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
@@ -948,11 +948,14 @@ async def test_legacy_standing_sections_lead_the_first_prompt_only(world: World)
         await plugin.handle_event(world.message("two"))
         await rec.kind("turn_completed", 2)
     first, second = (agent.requests("session/prompt")[i]["params"]["prompt"] for i in (0, 1))
-    assert first[0] == {"type": "text", "text": "<team-instructions>\nT\n</team-instructions>"}
+    # <workspace> reaches a legacy agent too: the first block of the session's first prompt
+    assert first[0] == {"type": "text", "text": standing_text(Standing(), str(world.tmp))}
+    assert first[0]["text"].startswith("<workspace>\n")
+    assert first[1] == {"type": "text", "text": "<team-instructions>\nT\n</team-instructions>"}
     # every relay answered that the agent has no core memory: the nudge is a standing section
-    assert first[1]["text"] == f"<core-memory>\n{CORE_MEMORY_NUDGE}\n</core-memory>"
-    assert first[2]["text"] == "<buzz-turn>" and second[0]["text"] == "<buzz-turn>"
-    assert "<workspace>" not in prompt_text(agent, 0)  # the system role only
+    assert first[2]["text"] == f"<core-memory>\n{CORE_MEMORY_NUDGE}\n</core-memory>"
+    assert first[3]["text"] == "<buzz-turn>" and second[0]["text"] == "<buzz-turn>"
+    assert "<workspace>" not in prompt_text(agent, 1)
     deliveries = rec.of("prompt_context_delivery")
     assert [d.payload["standingContextIncluded"] for d in deliveries] == [True, False]
     [new] = agent.requests("session/new")
