@@ -15,11 +15,13 @@ stderr):
       {"owner": hex, "since": unix|null, "until": unix|null,
        "relays": {url: {"finished": bool, "error": str|null, "events": n, "rejected": n}},
        "totals": [{"day", "agent", "model", "turns", "inputTokens", "outputTokens",
-                   "totalTokens", "costUsd", "unknownTurns"}],
+                   "totalTokens", "costUsd", "unknownTurns", "cacheReadTokens",
+                   "cacheWriteTokens"}],
        "turns": [{"eventId", "agent", "harness", "model", "day", "timestamp", "sessionId",
                   "turnSeq", "turnId", "channelId", "inputTokens", "outputTokens",
                   "totalTokens", "costUsd", "deltaSource", "deltaReliable", "stopReason",
-                  "outcome", "manifestHash", "manifestValid"}],
+                  "outcome", "manifestHash", "manifestValid", "cacheReadTokens",
+                  "cacheWriteTokens", "contextUsedTokens", "contextWindowTokens"}],
        "ignored": {"total": n, "byReason": {reason: n}},
        "manifestMismatches": n,
        "unknownAgents": [{"agent", "metrics", "firstTimestamp", "lastTimestamp"}]}
@@ -199,6 +201,8 @@ _TABLE_TOTALS: Final = [
     ("model", "model"),
     ("turns", "turns"),
     ("inputTokens", "input"),
+    ("cacheReadTokens", "cache read"),
+    ("cacheWriteTokens", "cache write"),
     ("outputTokens", "output"),
     ("totalTokens", "total"),
     ("costUsd", "cost USD"),
@@ -211,9 +215,12 @@ _TABLE_TURNS: Final = [
     ("sessionId", "session"),
     ("turnSeq", "seq"),
     ("inputTokens", "input"),
+    ("cacheReadTokens", "cache read"),
+    ("cacheWriteTokens", "cache write"),
     ("outputTokens", "output"),
     ("totalTokens", "total"),
     ("costUsd", "cost USD"),
+    ("contextUsedTokens", "context"),
     ("deltaSource", "delta"),
     ("manifestValid", "manifest"),
 ]
@@ -225,6 +232,10 @@ _NUMERIC: Final = {
     "costUsd",
     "unknownTurns",
     "turnSeq",
+    "cacheReadTokens",
+    "cacheWriteTokens",
+    "contextUsedTokens",
+    "contextWindowTokens",
 }
 
 
