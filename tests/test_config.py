@@ -222,6 +222,36 @@ def test_owner_sources(tmp_path: Path) -> None:
     assert "looks like a secret key" in str(info.value) and NSEC not in str(info.value)
 
 
+def test_permissions_sources_default_owner(tmp_path: Path) -> None:
+    assert ConfigSources(environ={}, cwd=tmp_path).permissions() == "owner"
+    write(tmp_path / "buzz.toml", '[agent]\npermissions = "allow"')
+    assert ConfigSources(environ={}, cwd=tmp_path).permissions() == "allow"
+    env = ConfigSources(environ={"BUZZ_AGENT_PERMISSIONS": "Reject"}, cwd=tmp_path)
+    assert env.permissions() == "reject"
+    assert env.permissions("owner") == "owner"
+    with pytest.raises(ConfigError, match="--permissions: expected one of owner, allow, reject"):
+        env.permissions("sometimes")
+    write(tmp_path / "buzz.toml", '[agent]\npermissions = "always"')
+    with pytest.raises(ConfigError, match="permissions"):
+        ConfigSources(environ={}, cwd=tmp_path).permissions()
+
+
+def test_pass_env_flags_add_to_the_file(tmp_path: Path) -> None:
+    write(tmp_path / "buzz.toml", '[agent]\npass_env = ["ANTHROPIC_API_KEY", "HTTPS_PROXY"]')
+    sources = ConfigSources(environ={}, cwd=tmp_path)
+    assert sources.pass_env() == ("ANTHROPIC_API_KEY", "HTTPS_PROXY")
+    assert sources.pass_env(["ANTHROPIC_BASE_URL", "HTTPS_PROXY"]) == (
+        "ANTHROPIC_API_KEY",
+        "HTTPS_PROXY",
+        "ANTHROPIC_BASE_URL",
+    )
+    with pytest.raises(ConfigError, match="--pass-env: 'A=B' is not an environment variable"):
+        sources.pass_env(["A=B"])
+    write(tmp_path / "buzz.toml", '[agent]\npass_env = ["1BAD"]')
+    with pytest.raises(ConfigError, match="agent.pass_env"):
+        ConfigSources(environ={}, cwd=tmp_path).pass_env()
+
+
 def test_config_path_sources(tmp_path: Path) -> None:
     elsewhere = write(tmp_path / "other.toml", 'relays = ["wss://other.example"]')
     write(tmp_path / "buzz.toml", 'relays = ["wss://cwd.example"]')
