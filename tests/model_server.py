@@ -13,7 +13,8 @@ answer can be traced back to its question:
 * ``ASK:<word>`` → the answer text ``ANSWER:<word>`` (the last marker wins);
 * ``SHELL:<command>;;`` → first a shell tool call running ``<command>``; once the tool's
   result is in the conversation, the text ``TOOL-DONE`` plus the answer;
-* ``FAIL:<word>`` → an HTTP 400 error whose message contains ``<word>``;
+* ``FAIL:<word>`` → an HTTP 400 error whose message contains ``<word>`` (once per word: a
+  later request that still carries the marker is answered normally);
 * ``HOLD:<name>`` → the answer waits until the test calls :meth:`ModelServer.release`
   (bounded by ``hold_timeout``), so a turn can be kept running without timing guesses.
 
@@ -103,6 +104,7 @@ class ModelServer:
         self.hold_timeout = hold_timeout
         self.requests: list[Seen] = []
         self.outbound: list[str] = []
+        self._failed: set[str] = set()
         self._holds: dict[str, threading.Event] = {}
         self._lock = threading.Condition()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -156,8 +158,9 @@ class ModelServer:
     def _decide(self, user_text: str, tool_result: bool, main: bool) -> _Decision:
         if not main:
             return _Decision("Buzz conversation", None, None)
-        fail = FAIL.findall(user_text)
+        fail = [word for word in FAIL.findall(user_text) if word not in self._failed]
         if fail:
+            self._failed.add(fail[-1])
             return _Decision(f"the mock refuses: {fail[-1]}", None, None, fail[-1])
         asks = ASK.findall(user_text)
         answer = f"ANSWER:{asks[-1]}" if asks else "ANSWER:none"

@@ -191,13 +191,27 @@ async def test_claude_shell_tool_follows_the_permission_policy(
         assert result.reply == "Let me run that.\n\nTOOL-DONE ANSWER:tool"
 
 
-async def test_claude_agent_error_text_reaches_the_turn_result(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", [CLAUDE, CODEX])
+async def test_agent_error_text_reaches_the_turn_result(tmp_path: Path, name: str) -> None:
     with ModelServer(usage=USAGE) as server:
-        async with _agent(CLAUDE, server, tmp_path) as (driver, _):
+        async with _agent(name, server, tmp_path) as (driver, _):
             start = await driver.new_session(str(tmp_path / "work"))
-            result = await driver.run_turn(start.session_id, ["FAIL:the-mock-says-no ASK:x"])
-    assert result.outcome == "failed"
-    assert result.error is not None and "the-mock-says-no" in result.error
+            failed = await driver.run_turn(start.session_id, ["FAIL:the-mock-says-no ASK:x"])
+            # claude's session answers every later prompt with the previous one's answer
+            # after a failed turn: it is retired like a cancelled one
+            assert driver.usable(start.session_id) is (name == CODEX)
+            if name == CLAUDE:
+                start = await driver.new_session(str(tmp_path / "work"))
+            after = [await driver.run_turn(start.session_id, [f"ASK:{q}"]) for q in "ab"]
+    assert (failed.outcome, failed.stop_reason, failed.terminal_evidence) == (
+        "failed",
+        "error",
+        "error",
+    )
+    # −32603 "Internal error", the provider's text in the error's data
+    assert failed.error is not None and "-32603" in failed.error
+    assert "the mock refuses: the-mock-says-no" in failed.error
+    assert [r.reply.rsplit("ANSWER:", 1)[-1] for r in after] == ["a", "b"]
 
 
 # -- codex-acp -----------------------------------------------------------------------------

@@ -38,11 +38,13 @@ Choices where spec 06 is silent (also in the project report):
   the running one with ``end_turn`` and the usage then covers two prompts; a message that
   arrives mid-turn is steered natively or cancels and merges;
 * agents that do not survive ``session/cancel`` (:attr:`AgentInfo.survives_cancel`: every
-  claude agent) have the cancelled session retired: it is never prompted again
-  (:meth:`AgentDriver.usable` is false, ``session/close`` is sent when advertised) and the
-  caller opens a fresh one.  For any agent, a turn that follows a cancel in the same session
-  and ends within :data:`HOLLOW_WINDOW` seconds with no text, no tool call and no (or zero)
-  usage is failed rather than settled, and its session retired too;
+  claude agent) have a session retired after a cancelled or failed turn (claude-agent-acp
+  answers every later prompt of such a session with the previous one's answer): it is never
+  prompted again (:meth:`AgentDriver.usable` is false, ``session/close`` is sent when
+  advertised) and the caller opens a fresh one.  For any agent, a turn that follows a
+  cancelled or failed one in the same session and ends within :data:`HOLLOW_WINDOW` seconds
+  with no text, no tool call and no (or zero) usage is failed rather than settled, and its
+  session retired too;
 * text that a tool call separates from earlier text starts a new paragraph (a blank line);
   thoughts are never part of the reply;
 * the agent runs in a process group of its own; closing it ends the whole group (launchers
@@ -466,7 +468,7 @@ class AgentDriver:
         self._info: AgentInfo | None = None
         self._turns: dict[str, _Turn] = {}
         self._run_ids: dict[str, str] = {}
-        self._cancelled: set[str] = set()  # sessions whose last turn got session/cancel
+        self._troubled: set[str] = set()  # sessions whose last turn was cancelled or failed
         self._retired: set[str] = set()  # sessions never to be prompted again
         self._legacy_first: dict[str, str] = {}  # legacy sessions: <workspace> for turn 1
         self._lost = False  # the connection ended (agent exit) before close()
@@ -588,7 +590,7 @@ class AgentDriver:
         process, self._process = self._process, None
         self._info = None
         self._run_ids.clear()
-        self._cancelled.clear()
+        self._troubled.clear()
         self._retired.clear()
         self._legacy_first.clear()
         for turn in self._turns.values():
@@ -751,17 +753,17 @@ class AgentDriver:
                 native=ending.native,
                 error=(
                     "the agent ended the turn at once with no text and no usage after a "
-                    "cancel: its session did not survive the cancel"
+                    "cancelled or failed turn: its session did not survive the cancel"
                 ),
             )
             await self._retire(session_id)
-        elif turn.cancel_deadline is not None:
-            self._cancelled.add(session_id)
+        elif turn.cancel_deadline is not None or ending.outcome != "success":
+            self._troubled.add(session_id)
             info = self._info
             if info is not None and not info.survives_cancel:
                 await self._retire(session_id)
         else:
-            self._cancelled.discard(session_id)
+            self._troubled.discard(session_id)
         result = TurnResult(
             reply="".join(turn.chunks),
             final_message="".join(turn.final),
@@ -791,7 +793,7 @@ class AgentDriver:
         seconds: float,
     ) -> bool:
         """A turn after a cancel that the agent ended at once with nothing at all."""
-        if session_id not in self._cancelled or turn.cancel_deadline is not None:
+        if session_id not in self._troubled or turn.cancel_deadline is not None:
             return False
         if ending.outcome != "success" or seconds > HOLLOW_WINDOW:
             return False
