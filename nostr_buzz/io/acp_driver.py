@@ -42,9 +42,9 @@ Choices where spec 06 is silent (also in the project report):
   answers every later prompt of such a session with the previous one's answer): it is never
   prompted again (:meth:`AgentDriver.usable` is false, ``session/close`` is sent when
   advertised) and the caller opens a fresh one.  For any agent, a turn that follows a
-  cancelled or failed one in the same session and ends within :data:`HOLLOW_WINDOW` seconds
-  with no text, no tool call and no (or zero) usage is failed rather than settled, and its
-  session retired too;
+  cancelled one in the same session and ends within :data:`HOLLOW_WINDOW` seconds with no
+  text, no tool call and no (or zero) usage is failed rather than settled, and its session
+  retired too;
 * text that a tool call separates from earlier text starts a new paragraph (a blank line);
   thoughts are never part of the reply;
 * the agent runs in a process group of its own; closing it ends the whole group (launchers
@@ -186,7 +186,8 @@ class PermissionRequest:
     title: str
     kind: str | None
     tool_call_id: str | None
-    #: A turn of this session is running (the policy is only asked when it is).
+    #: A turn of this session is running: its prompt is unanswered and not being cancelled
+    #: (the policy is only asked when it is).
     turn_running: bool
 
 
@@ -260,6 +261,7 @@ class _Turn:
     run_id: str | None = None
     cancel_deadline: float | None = None
     steer_in_flight: bool = False
+    prompt: asyncio.Future[Any] | None = None
     tool_calls: int = 0
     paragraph_break: bool = False
     context_used: int | None = None
@@ -468,7 +470,7 @@ class AgentDriver:
         self._info: AgentInfo | None = None
         self._turns: dict[str, _Turn] = {}
         self._run_ids: dict[str, str] = {}
-        self._troubled: set[str] = set()  # sessions whose last turn was cancelled or failed
+        self._cancelled: set[str] = set()  # sessions whose last turn got session/cancel
         self._retired: set[str] = set()  # sessions never to be prompted again
         self._legacy_first: dict[str, str] = {}  # legacy sessions: <workspace> for turn 1
         self._lost = False  # the connection ended (agent exit) before close()
@@ -590,7 +592,7 @@ class AgentDriver:
         process, self._process = self._process, None
         self._info = None
         self._run_ids.clear()
-        self._troubled.clear()
+        self._cancelled.clear()
         self._retired.clear()
         self._legacy_first.clear()
         for turn in self._turns.values():
@@ -732,6 +734,7 @@ class AgentDriver:
             blocks.insert(0, {"type": "text", "text": workspace})
         params = {"sessionId": session_id, "prompt": blocks}
         prompt = asyncio.ensure_future(conn.send_request("session/prompt", params))
+        turn.prompt = prompt
         try:
             ending = await self._await_prompt(turn, prompt)
         finally:
@@ -753,17 +756,19 @@ class AgentDriver:
                 native=ending.native,
                 error=(
                     "the agent ended the turn at once with no text and no usage after a "
-                    "cancelled or failed turn: its session did not survive the cancel"
+                    "cancel: its session did not survive the cancel"
                 ),
             )
             await self._retire(session_id)
-        elif turn.cancel_deadline is not None or ending.outcome != "success":
-            self._troubled.add(session_id)
-            info = self._info
-            if info is not None and not info.survives_cancel:
-                await self._retire(session_id)
         else:
-            self._troubled.discard(session_id)
+            if turn.cancel_deadline is not None:
+                self._cancelled.add(session_id)
+            else:
+                self._cancelled.discard(session_id)
+            info = self._info
+            troubled = turn.cancel_deadline is not None or ending.outcome != "success"
+            if troubled and info is not None and not info.survives_cancel:
+                await self._retire(session_id)
         result = TurnResult(
             reply="".join(turn.chunks),
             final_message="".join(turn.final),
@@ -793,7 +798,7 @@ class AgentDriver:
         seconds: float,
     ) -> bool:
         """A turn after a cancel that the agent ended at once with nothing at all."""
-        if session_id not in self._troubled or turn.cancel_deadline is not None:
+        if session_id not in self._cancelled or turn.cancel_deadline is not None:
             return False
         if ending.outcome != "success" or seconds > HOLLOW_WINDOW:
             return False
@@ -1056,13 +1061,22 @@ class AgentDriver:
         session_id = session_id if isinstance(session_id, str) else ""
         tool = params.get("toolCall")
         tool = tool if isinstance(tool, dict) else {}
+        # Running: the prompt is unanswered (the agent may ask after its answer, which the
+        # connection has already resolved) and not being cancelled.
+        turn = self._turns.get(session_id)
+        running = (
+            turn is not None
+            and turn.prompt is not None
+            and not turn.prompt.done()
+            and turn.cancel_deadline is None
+        )
         title, kind, call_id = tool.get("title"), tool.get("kind"), tool.get("toolCallId")
         request = PermissionRequest(
             session_id=session_id,
             title=title if isinstance(title, str) else "",
             kind=kind if isinstance(kind, str) else None,
             tool_call_id=call_id if isinstance(call_id, str) else None,
-            turn_running=session_id in self._turns,
+            turn_running=running,
         )
         approve = False
         if request.turn_running:
