@@ -226,6 +226,7 @@ async def test_codex_answers_without_usage_but_with_context_figures(tmp_path: Pa
     assert (result.outcome, result.stop_reason) == ("success", "end_turn")
     assert result.reply.endswith("ANSWER:one")
     assert result.usage is None  # no usage in the prompt response, no cost
+    assert result.turn_seq == 1
     assert result.context_used is not None and result.context_used > 0
     assert result.context_size is not None and result.context_size >= result.context_used
     # legacy delivery: <workspace> travels as the first block of the session's first prompt

@@ -245,6 +245,9 @@ class TurnResult:
     #: The last ``usage_update`` ``used``/``size`` of the turn: context occupancy (tokens).
     context_used: int | None = None
     context_size: int | None = None
+    #: The turn's position in its session (``usage.turn_seq`` when usage was observed; the
+    #: next number of the same sequence when it was not).
+    turn_seq: int | None = None
 
 
 @dataclass
@@ -748,6 +751,11 @@ class AgentDriver:
             await self._notify("session/cancel", {"sessionId": session_id})
             turn.cancel_deadline = turn.cancel_deadline or loop.time()
         usage = self.usage.end_turn(self._usage_key(session_id))
+        turn_seq = (
+            usage.turn_seq
+            if usage is not None
+            else self.usage.unknown_turn(self._usage_key(session_id))
+        )
         if self._hollow(session_id, turn, ending, usage, loop.time() - now):
             ending = _Ending(
                 "error",
@@ -784,6 +792,7 @@ class AgentDriver:
             error=ending.error,
             context_used=turn.context_used,
             context_size=turn.context_size,
+            turn_seq=turn_seq,
         )
         if ending.evidence == "agent_exit":
             await self._reap()
