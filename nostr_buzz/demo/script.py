@@ -524,8 +524,8 @@ class _Demo:
 
 #: Variables an external agent usually needs, passed when set (on top of the trimmed base
 #: every agent gets: HOME, LOGNAME, PATH, SHELL, TERM, USER): API keys and endpoints of the
-#: model providers, the adapters' own homes, proxies and CA certificates.  ``--pass-env``
-#: adds more.
+#: model providers, the adapters' own homes and traffic settings, proxies and CA certificates.
+#: ``--pass-env`` adds more.
 DEMO_AGENT_ENV: Final = (
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
@@ -534,6 +534,10 @@ DEMO_AGENT_ENV: Final = (
     "CLAUDE_CONFIG_DIR",
     "CLAUDE_CODE_USE_BEDROCK",
     "CLAUDE_CODE_USE_VERTEX",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    "DISABLE_TELEMETRY",
+    "DISABLE_AUTOUPDATER",
+    "DISABLE_ERROR_REPORTING",
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "CODEX_API_KEY",
