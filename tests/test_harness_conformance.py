@@ -32,7 +32,7 @@ from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
-from nostr_buzz.nips.nip_am import MetricPayload, open_metric_event
+from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, open_metric_event
 from nostr_buzz.nips.standing import CORE_MEMORY_NUDGE
 
 WAIT = 12.0
@@ -830,7 +830,7 @@ async def test_crash_publishes_an_error_metric_restarts_and_retries(world: World
     assert crashed.session_id != retried.session_id and retried.turn_seq == 1
 
 
-async def test_no_usage_no_metric_and_dm_channel_fallback(world: World) -> None:
+async def test_no_usage_unknown_counters_and_dm_channel_fallback(world: World) -> None:
     agent = Scripted(world.tmp, {"turns": [{"updates": [chunk("hi")]}]})  # no usage at all
     rec = Recorder()
     config = world.config(agent.args, plaintext_dm=True)  # a kind 9 without h, opted in
@@ -838,8 +838,12 @@ async def test_no_usage_no_metric_and_dm_channel_fallback(world: World) -> None:
         dm = world.message("hello in private", channel=None)
         await plugin.handle_event(dm)
         done = await rec.kind("turn_completed")
+        await rec.kind("metric_published")
     assert done.channel_id == f"dm-{world.owner.public_key.hex}"
-    assert rec.of("metric_queued") == []
+    # A turn without usage still has its metric: every counter unknown, the sequence kept.
+    [metric] = await world.metrics(1)
+    assert metric.turn == TokenCounts(None, None, None, None)
+    assert (metric.turn_seq, metric.cumulative, metric.outcome) == (1, None, "success")
     text = "\n".join(b["text"] for b in agent.requests("session/prompt")[0]["params"]["prompt"])
     assert f"dm-{world.owner.public_key.hex}" in text
 
