@@ -410,3 +410,25 @@ def test_grouped_settings_pick_one_source(tmp_path: Path) -> None:
         _ = ConfigSources(environ={"BUZZ_SUBSCRIPTIONS_KINDS": "9,x"}, cwd=tmp_path).file
     with pytest.raises(ConfigError, match="BUZZ_IN_FLIGHT"):
         _ = ConfigSources(environ={"BUZZ_IN_FLIGHT": "sometimes"}, cwd=tmp_path).file
+
+
+def test_buzz_run_rejects_bad_permissions_and_pass_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("BUZZ_RELAYS", "BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("BUZZ_AGENT_PERMISSIONS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    write(
+        tmp_path / "buzz.toml",
+        f'secret_key = "{NSEC}"\nowner = "{NPUB}"\nrelays = ["ws://127.0.0.1:9"]\n'
+        '[agent]\ncommand = "true"\n',
+    )
+    for flags, problem in (
+        (["--permissions", "sometimes"], "--permissions: expected one of owner, allow, reject"),
+        (["--pass-env", "A-B"], "--pass-env: 'A-B' is not an environment variable name"),
+    ):
+        code = main(["run", *flags])
+        out, err = capsys.readouterr()
+        assert (code, out) == (1, "")
+        assert problem in err

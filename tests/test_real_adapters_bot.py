@@ -243,13 +243,27 @@ async def test_codex_metrics_with_unknown_counters_steer_and_cancel(tmp_path: Pa
 # -- permissions ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [CLAUDE, CODEX])
-async def test_shell_tool_rejected_for_a_non_owner_and_approved_for_the_owner(
-    tmp_path: Path, name: str
+@pytest.mark.parametrize(
+    ("name", "mode", "human", "owner"),
+    [
+        (CLAUDE, "owner", False, True),
+        (CODEX, "owner", False, True),
+        (CLAUDE, "allow", True, True),
+        (CLAUDE, "reject", False, False),
+    ],
+)
+async def test_shell_tool_follows_the_permissions_setting(
+    tmp_path: Path, name: str, mode: str, human: bool, owner: bool
 ) -> None:
+    """Default ``owner``: a non-owner's turn (gate ``allowlist``) whose model asks for a shell
+    command is refused (the command does not run), the owner's is approved."""
     work = tmp_path / "work"
     async with _bot(tmp_path) as bot:
-        config = {"gate": "allowlist", "allowlist": frozenset({bot.human.public_key.hex})}
+        config = {
+            "gate": "allowlist",
+            "allowlist": frozenset({bot.human.public_key.hex}),
+            "permissions": mode,
+        }
         async with _running(bot, name, **config) as plugin:
             stranger = bot.message("SHELL:touch by-human;; ASK:h", author=bot.human)
             await plugin.handle_event(stranger)
@@ -260,10 +274,11 @@ async def test_shell_tool_rejected_for_a_non_owner_and_approved_for_the_owner(
             await bot.count("permission_decision", 2)
             await bot.count("turn_completed", 2)
     decisions = [(r.payload["decision"], r.payload["title"]) for r in bot.of("permission_decision")]
-    assert [d for d, _ in decisions] == ["rejected", "approved"]
+    expected = ["approved" if ok else "rejected" for ok in (human, owner)]
+    assert [d for d, _ in decisions] == expected
     assert "touch by-human" in decisions[0][1] and "touch by-owner" in decisions[1][1]
-    assert not (work / "by-human").exists()
-    assert (work / "by-owner").exists()
+    assert (work / "by-human").exists() is human
+    assert (work / "by-owner").exists() is owner
     # each decision names the turn it was made for
     assert all(r.turn_id for r in bot.of("permission_decision"))
 

@@ -466,6 +466,9 @@ class _Demo:
         write = self.write
         _heading(write, 7, "metrics: published by the agent, read back by the owner")
         queued = len(self.feed.of("metric_queued"))
+        turns = len(self.feed.of("turn_completed"))
+        if queued != turns:  # every turn is metered, with unknown counters if need be
+            raise DemoFailure(f"{turns} turn(s) ended but {queued} metric(s) were queued")
         await self.feed.wait_for("metric_published", queued, self.step_timeout, "the metrics")
         write(f"{queued} metric event(s) (kind 44200, NIP-44 encrypted to the owner) published\n")
         report, fetch = await read_metrics(self.owner, [self.url], timeout=RELAY_TIMEOUT)
