@@ -97,9 +97,16 @@ class ModelServer:
     """A ThreadingHTTPServer on 127.0.0.1 with a random port; use as a context manager."""
 
     def __init__(
-        self, *, delay: float = 0.0, usage: Usage | None = None, hold_timeout: float = 30.0
+        self,
+        *,
+        delay: float = 0.0,
+        usage: Usage | None = None,
+        hold_timeout: float = 30.0,
+        refuse: str | None = None,
     ) -> None:
+        """``refuse``: every conversation request fails with this word (as ``FAIL:``)."""
         self.delay = delay
+        self.refuse = refuse
         self.usage = usage or Usage()
         self.hold_timeout = hold_timeout
         self.requests: list[Seen] = []
@@ -158,6 +165,8 @@ class ModelServer:
     def _decide(self, user_text: str, tool_result: bool, main: bool) -> _Decision:
         if not main:
             return _Decision("Buzz conversation", None, None)
+        if self.refuse is not None:
+            return _Decision(f"the mock refuses: {self.refuse}", None, None, self.refuse)
         fail = [word for word in FAIL.findall(user_text) if word not in self._failed]
         if fail:
             self._failed.add(fail[-1])

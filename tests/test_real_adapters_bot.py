@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -192,21 +193,24 @@ async def test_claude_reply_metric_steer_cancel_then_three_answers(tmp_path: Pat
         await bot.count("turn_completed", completed + 1)
         bot.server.release("four")
 
-        # Three more questions: each answered with its own answer, none empty.
+        # Three more questions: each answered with its own answer, none empty (the second
+        # runs a shell command: the owner's turn, approved while it runs).
         before = len(bot.of("turn_completed"))
-        for word in ("five", "six", "seven"):
-            assert await _answer(bot, plugin, bot.message(f"ASK:{word}")) == f"ANSWER:{word}"
+        assert await _answer(bot, plugin, bot.message("ASK:five")) == "ANSWER:five"
+        six = await _answer(bot, plugin, bot.message("SHELL:touch six;; ASK:six"))
+        assert six == "Let me run that.\n\nTOOL-DONE ANSWER:six"
+        assert await _answer(bot, plugin, bot.message("ASK:seven")) == "ANSWER:seven"
         later = bot.of("turn_completed")[before:]
         # every turn that reached the agent has its metric
         metrics = await bot.metrics(len(bot.of("turn_completed")))
         assert len(metrics) == len(bot.of("turn_completed"))
     assert [r.payload["outcome"] for r in later] == ["success"] * 3
     assert bot.of("session_replaced")  # fresh sessions after the cancels
-    assert not [
-        r
-        for r in bot.of("permission_decision")
-        if r.payload["decision"] == "approved" and not r.payload["turnRunning"]
+    decisions = bot.of("permission_decision")
+    assert [(r.payload["decision"], r.payload["turnRunning"]) for r in decisions] == [
+        ("approved", True)
     ]
+    assert (tmp_path / "work" / "six").exists()
 
 
 # -- codex-acp -----------------------------------------------------------------------------
@@ -322,6 +326,29 @@ async def test_a_crashed_codex_is_restarted_and_leaves_nothing_behind(tmp_path: 
         assert (await _answer(bot, plugin, bot.message("ASK:after"))).endswith("ANSWER:after")
     failed = bot.of("turn_failed")
     assert failed and failed[0].payload["terminalEvidence"] == "agent_exit"
+
+
+async def test_buzz_demo_reports_the_agent_error_and_keeps_its_log(tmp_path: Path) -> None:
+    with ModelServer(usage=USAGE, refuse="quota-exhausted") as server:
+        env = codex_env(server, tmp_path / "home")
+        command = [sys.executable, "-m", "nostr_buzz", "demo", "--agent", adapter(CODEX)]
+        done = await asyncio.to_thread(
+            subprocess.run,
+            command,
+            env=_buzz_env(env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 1 and done.stdout == ""
+    # the agent's own error text (−32603, the provider's message in data), at once
+    assert "the turn failed: JSON-RPC error -32603" in done.stderr
+    assert "the mock refuses: quota-exhausted" in done.stderr
+    kept = re.search(r"the agent log is kept at (\S+);", done.stderr)
+    assert kept is not None
+    Path(kept.group(1)).unlink()
+    assert _adapter_processes() == []
 
 
 def _buzz_env(extra: dict[str, str]) -> dict[str, str]:
