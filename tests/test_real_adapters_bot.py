@@ -330,17 +330,7 @@ async def test_a_crashed_codex_is_restarted_and_leaves_nothing_behind(tmp_path: 
 
 async def test_buzz_demo_reports_the_agent_error_and_keeps_its_log(tmp_path: Path) -> None:
     with ModelServer(usage=USAGE, refuse="quota-exhausted") as server:
-        env = codex_env(server, tmp_path / "home")
-        command = [sys.executable, "-m", "nostr_buzz", "demo", "--agent", adapter(CODEX)]
-        done = await asyncio.to_thread(
-            subprocess.run,
-            command,
-            env=_buzz_env(env),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = await _demo(codex_env(server, tmp_path / "home"))
     assert done.returncode == 1 and done.stdout == ""
     # the agent's own error text (−32603, the provider's message in data), at once
     assert "the turn failed: JSON-RPC error -32603" in done.stderr
@@ -349,6 +339,20 @@ async def test_buzz_demo_reports_the_agent_error_and_keeps_its_log(tmp_path: Pat
     assert kept is not None
     Path(kept.group(1)).unlink()
     assert _adapter_processes() == []
+
+
+async def _demo(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess[str]:
+    """``buzz demo --agent codex-acp`` as a subprocess, with the adapter's environment."""
+    command = [sys.executable, "-m", "nostr_buzz", "demo", "--agent", adapter(CODEX), *flags]
+    return await asyncio.to_thread(
+        subprocess.run,
+        command,
+        env=_buzz_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _buzz_env(extra: dict[str, str]) -> dict[str, str]:
@@ -408,18 +412,7 @@ async def test_buzz_demo_with_codex_meters_every_turn_and_leaves_no_process(
 ) -> None:
     # a small delay keeps turn 4 running while the demo's mid-turn message arrives
     with ModelServer(usage=USAGE, delay=1.0) as server:
-        env = codex_env(server, tmp_path / "home")
-        command = [sys.executable, "-m", "nostr_buzz", "demo", "--agent", adapter(CODEX)]
-        command += ["--pass-env", "RUST_LOG"]
-        done = await asyncio.to_thread(
-            subprocess.run,
-            command,
-            env=_buzz_env(env),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = await _demo(codex_env(server, tmp_path / "home"), "--pass-env", "RUST_LOG")
         assert server.outbound == []
     assert done.returncode == 0, done.stderr
     turns = done.stdout.split("totals:")[1]
