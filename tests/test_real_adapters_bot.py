@@ -205,12 +205,31 @@ async def test_claude_reply_metric_steer_cancel_then_three_answers(tmp_path: Pat
         metrics = await bot.metrics(len(bot.of("turn_completed")))
         assert len(metrics) == len(bot.of("turn_completed"))
     assert [r.payload["outcome"] for r in later] == ["success"] * 3
-    assert bot.of("session_replaced")  # fresh sessions after the cancels
+    # claude's cancelled sessions are retired; each cancel is followed by a fresh session
+    assert len(bot.of("session_retired")) == 2 and len(bot.of("session_started")) == 3
     decisions = bot.of("permission_decision")
     assert [(r.payload["decision"], r.payload["turnRunning"]) for r in decisions] == [
         ("approved", True)
     ]
     assert (tmp_path / "work" / "six").exists()
+
+
+async def test_claude_failed_turn_is_reported_and_retried_in_a_fresh_session(
+    tmp_path: Path,
+) -> None:
+    async with _bot(tmp_path) as bot, _running(bot, CLAUDE) as plugin:
+        question = bot.message("FAIL:overloaded ASK:again")
+        # the model refuses once: the turn fails with the agent's error, the batch is retried
+        # (claude's session is retired after a failed turn) and answered in a new session
+        assert await _answer(bot, plugin, question) == "ANSWER:again"
+        [failed] = bot.of("turn_failed")
+        metrics = await bot.metrics(2)
+    assert "-32603" in failed.payload["error"]
+    assert "the mock refuses: overloaded" in failed.payload["error"]
+    assert failed.turn_id is not None
+    assert [r.payload["outcome"] for r in bot.of("turn_completed")] == ["failed", "success"]
+    assert len(bot.of("session_replaced")) == 1
+    assert sorted(m.outcome or "" for m in metrics) == ["failed", "success"]
 
 
 # -- codex-acp -----------------------------------------------------------------------------
