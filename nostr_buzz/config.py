@@ -693,6 +693,12 @@ class ConfigSources:
     def pass_env(self, flags: Sequence[str] = ()) -> tuple[str, ...]:
         """``[agent] pass_env`` plus every ``--pass-env`` name (in order, without repeats)."""
         extra = parse_env_names(flags, source="--pass-env")  # the file's: checked on load
+        key_env = self.file.key_env
+        for name in extra:
+            if name in (ENV_PRIVATE_KEY, key_env):
+                raise ConfigError(
+                    f"--pass-env: {name} holds the bot's secret key: the agent must never get it"
+                )
         return tuple(dict.fromkeys((*self.file.agent.pass_env, *extra)))
 
     def permissions(self, flag: str | None = None) -> Permissions:

@@ -247,6 +247,8 @@ def test_pass_env_flags_add_to_the_file(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="--pass-env: 'A=B' is not an environment variable"):
         sources.pass_env(["A=B"])
+    with pytest.raises(ConfigError, match="--pass-env: BUZZ_PRIVATE_KEY holds the bot's secret"):
+        sources.pass_env(["BUZZ_PRIVATE_KEY"])
     write(tmp_path / "buzz.toml", '[agent]\npass_env = ["1BAD"]')
     with pytest.raises(ConfigError, match=r"agent\.pass_env"):
         ConfigSources(environ={}, cwd=tmp_path).pass_env()

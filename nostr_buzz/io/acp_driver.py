@@ -519,12 +519,13 @@ class AgentDriver:
             self._log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = stack.enter_context(open(self._log_path, "ab"))  # noqa: SIM115
             stderr = self._log.fileno()
+        program, *arguments = self._argv()
         try:
             conn, process = await stack.enter_async_context(
                 _spawn_group(
                     self._handle,
-                    self._argv()[0],
-                    self._argv()[1:],
+                    program,
+                    arguments,
                     env=self._child_env(),
                     cwd=self._cwd,
                     stderr=stderr,
