@@ -386,6 +386,7 @@ async def test_buzz_run_stopped_leaves_no_agent_process(tmp_path: Path) -> None:
         (tmp_path / "work").mkdir()
         key = tmp_path / "agent.key"
         key.write_text(bot.agent.hex, encoding="utf-8")
+        key.chmod(0o600)  # buzz refuses a key file others can read
         names = ", ".join(f'"{name}"' for name in env)
         (tmp_path / "buzz.toml").write_text(
             f'key_file = "agent.key"\nowner = "{bot.owner.public_key.hex}"\n'
@@ -403,7 +404,9 @@ async def test_buzz_run_stopped_leaves_no_agent_process(tmp_path: Path) -> None:
         try:
             bot.clock = int(time.time()) + 2  # a first start serves what is newer than it
             question = bot.message("ASK:run")
-            await _until(lambda: (tmp_path / "state" / "diagnostics.jsonl").exists(), "start")
+            started = tmp_path / "state" / "diagnostics.jsonl"
+            await _until(lambda: started.exists() or proc.poll() is not None, "the bot starting")
+            assert proc.poll() is None, proc.communicate()[1]
             await RelayPool([bot.relay.url], timeout=3.0).publish(question)
             answered = await _until_reply(bot, question)
             assert answered.endswith("ANSWER:run")

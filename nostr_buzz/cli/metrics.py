@@ -6,8 +6,9 @@ The owner reads with their own secret key (``--key``, else ``BUZZ_PRIVATE_KEY``,
 Output (stdout; notes about ignored events, manifest mismatches and unreachable relays go to
 stderr):
 
-- ``--format table`` (default): totals per UTC day, agent and model (``--turns``: one row per
-  turn); a rich table on a terminal, aligned plain text otherwise.
+- ``--format table`` (default): totals per UTC day, agent and model, with the cache read and
+  write parts of the input (``--turns``: one row per turn, without the cache and context
+  columns, which JSON and CSV carry); a rich table on a terminal, aligned plain text otherwise.
 - ``--format csv``: the same rows with a header line of the JSON field names; unknown values
   are empty cells.
 - ``--format json``: one object::
@@ -215,12 +216,9 @@ _TABLE_TURNS: Final = [
     ("sessionId", "session"),
     ("turnSeq", "seq"),
     ("inputTokens", "input"),
-    ("cacheReadTokens", "cache read"),
-    ("cacheWriteTokens", "cache write"),
     ("outputTokens", "output"),
     ("totalTokens", "total"),
     ("costUsd", "cost USD"),
-    ("contextUsedTokens", "context"),
     ("deltaSource", "delta"),
     ("manifestValid", "manifest"),
 ]
