@@ -50,7 +50,6 @@ ENV_RELAYS: Final = "BUZZ_RELAYS"
 ENV_PRIVATE_KEY: Final = "BUZZ_PRIVATE_KEY"
 ENV_OWNER: Final = "BUZZ_OWNER"
 ENV_CONFIG: Final = "BUZZ_CONFIG"
-ENV_PERMISSIONS: Final = "BUZZ_AGENT_PERMISSIONS"
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 InFlightPolicy = Literal["queue", "steer", "interrupt"]
@@ -338,6 +337,7 @@ _FLAG_NAMES: Final = {
     "write_relays": "--write-relay",
     "agent.args": "--agent-arg",
     "agent.model": "--model",
+    "agent.permissions": "--permissions",
     "subscriptions.channels": "--channel",
     "subscriptions.kinds": "--kind",
     "subscriptions.mentions_required": "--mentions-required",
@@ -702,19 +702,16 @@ class ConfigSources:
         return tuple(dict.fromkeys((*self.file.agent.pass_env, *extra)))
 
     def permissions(self, flag: str | None = None) -> Permissions:
-        """``--permissions``, else ``$BUZZ_AGENT_PERMISSIONS``, else ``[agent] permissions``."""
-        for value, source in (
-            (flag, "--permissions"),
-            (_env_value(self.environ, ENV_PERMISSIONS), ENV_PERMISSIONS),
-        ):
-            if value is not None and value.strip():
-                for known in PERMISSIONS:
-                    if value.strip().lower() == known:
-                        return known
-                shown = value.strip()[:20]
-                raise ConfigError(
-                    f"{source}: expected one of {', '.join(PERMISSIONS)}, got {shown!r}"
-                )
+        """``flag`` (any case), else the effective ``[agent] permissions`` (``--permissions``,
+        else ``$BUZZ_AGENT_PERMISSIONS``, else the file, else ``owner``)."""
+        if flag is not None and flag.strip():
+            for known in PERMISSIONS:
+                if flag.strip().lower() == known:
+                    return known
+            shown = flag.strip()[:20]
+            raise ConfigError(
+                f"--permissions: expected one of {', '.join(PERMISSIONS)}, got {shown!r}"
+            )
         return self.file.agent.permissions
 
     def require_owner(self, flag: str | None = None) -> PublicKey:

@@ -226,11 +226,15 @@ def test_permissions_sources_default_owner(tmp_path: Path) -> None:
     assert ConfigSources(environ={}, cwd=tmp_path).permissions() == "owner"
     write(tmp_path / "buzz.toml", '[agent]\npermissions = "allow"')
     assert ConfigSources(environ={}, cwd=tmp_path).permissions() == "allow"
-    env = ConfigSources(environ={"BUZZ_AGENT_PERMISSIONS": "Reject"}, cwd=tmp_path)
+    env = ConfigSources(environ={"BUZZ_AGENT_PERMISSIONS": "reject"}, cwd=tmp_path)
     assert env.permissions() == "reject"
-    assert env.permissions("owner") == "owner"
+    assert env.permissions("Owner") == "owner"
+    flag = ConfigSources(environ={}, cwd=tmp_path, overrides={"agent.permissions": "allow"})
+    assert flag.permissions() == "allow"
     with pytest.raises(ConfigError, match="--permissions: expected one of owner, allow, reject"):
         env.permissions("sometimes")
+    with pytest.raises(ConfigError, match="BUZZ_AGENT_PERMISSIONS"):
+        ConfigSources(environ={"BUZZ_AGENT_PERMISSIONS": "always"}, cwd=tmp_path).permissions()
     write(tmp_path / "buzz.toml", '[agent]\npermissions = "always"')
     with pytest.raises(ConfigError, match="permissions"):
         ConfigSources(environ={}, cwd=tmp_path).permissions()
@@ -427,7 +431,7 @@ def test_buzz_run_rejects_bad_permissions_and_pass_env(
         '[agent]\ncommand = "true"\n',
     )
     for flags, problem in (
-        (["--permissions", "sometimes"], "--permissions: expected one of owner, allow, reject"),
+        (["--permissions", "sometimes"], "--permissions: Invalid enum value 'sometimes'"),
         (["--pass-env", "A-B"], "--pass-env: 'A-B' is not an environment variable name"),
     ):
         code = main(["run", *flags])
