@@ -33,6 +33,7 @@ def demo_command(
         list[str] | None,
         typer.Option(
             "--pass-env",
+            metavar="NAME",
             help="Also pass this environment variable to the agent (repeatable); API keys, "
             "base URLs, proxies and CA settings of the usual providers are passed already.",
             show_default=False,
