@@ -140,6 +140,8 @@ class BuzzPlugin:
         )
         if PRIVATE_MESSAGE_KIND in self.config.kinds:
             self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
+        self.supervisor.permission_policy = self._runner.permission
+        self.supervisor.locate = self._runner.locate
         await self.supervisor.start()
         self._loops = [
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
