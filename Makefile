@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The real ACP adapters the tests run (pinned in tests/agents/package-lock.json; needs node+npm).
+AGENTS := tests/agents
+AGENTS_STAMP := $(AGENTS)/node_modules/.installed
 
-.PHONY: test lint bench demo clean
+.PHONY: test lint bench demo clean agents
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,7 +15,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,relay]'
 	touch $(STAMP)
 
-test: $(STAMP)
+$(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
+	cd $(AGENTS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(AGENTS_STAMP)
+
+agents: $(AGENTS_STAMP)
+
+test: $(STAMP) $(AGENTS_STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -20,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/mypy nostr_buzz
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(AGENTS)/node_modules
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py

@@ -11,6 +11,7 @@ Error messages never repeat a secret key: a value that looks like one is replace
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -33,10 +34,12 @@ __all__ = [
     "ConfigSources",
     "ContextSection",
     "GateSection",
+    "Permissions",
     "Setting",
     "SubscriptionsSection",
     "TimeoutsSection",
     "load_config_file",
+    "parse_env_names",
     "parse_relay_list",
     "validate_relay_url",
 ]
@@ -47,9 +50,15 @@ ENV_RELAYS: Final = "BUZZ_RELAYS"
 ENV_PRIVATE_KEY: Final = "BUZZ_PRIVATE_KEY"
 ENV_OWNER: Final = "BUZZ_OWNER"
 ENV_CONFIG: Final = "BUZZ_CONFIG"
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 InFlightPolicy = Literal["queue", "steer", "interrupt"]
 AuthorGate = Literal["owner-only", "allowlist", "anyone"]
+#: How the agent's permission requests (run a command, edit a file) are answered: ``owner``
+#: approves only while a turn runs whose triggering events are all the owner's; ``allow``
+#: approves during any turn; ``reject`` never approves.  Outside a turn: always rejected.
+Permissions = Literal["owner", "allow", "reject"]
+PERMISSIONS: Final[tuple[Permissions, ...]] = ("owner", "allow", "reject")
 ReplyMode = Literal["auto", "agent"]
 Direction = Literal["read", "write"]
 
@@ -64,6 +73,7 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     args: tuple[str, ...] = ()  # e.g. ["acp"]
     env: dict[str, str] = {}  # variables set for the agent (values written here)
     pass_env: tuple[str, ...] = ()  # names copied from buzz's own environment (API keys)
+    permissions: Permissions = "owner"  # how the agent's permission requests are answered
     cwd: str | None = None  # the agent's working directory, used exactly as written
     model: str | None = None  # the model the agent runs, reported in metrics when known
     # Run the agent as this OS user (buzz run starts as root and drops to it for the agent):
@@ -181,6 +191,17 @@ def parse_relay_list(urls: Iterable[str], *, source: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def parse_env_names(names: Iterable[str], *, source: str) -> tuple[str, ...]:
+    """Environment variable names (letters, digits and ``_``, not starting with a digit)."""
+    parsed = []
+    for name in names:
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name.strip()):
+            shown = str(name)[:40]
+            raise ConfigError(f"{source}: {shown!r} is not an environment variable name")
+        parsed.append(name.strip())
+    return tuple(parsed)
+
+
 def _unknown_keys(struct_type: type[msgspec.Struct], obj: Any, path: str) -> list[str]:
     """Every key of ``obj`` (recursively) that the schema does not know, as dotted paths."""
     if not isinstance(obj, dict):
@@ -244,6 +265,7 @@ def _validate(config: BuzzConfig, where: str) -> None:
     _check_agent(config, where)
     if config.gate.mode == "allowlist" and not config.gate.allowlist:
         raise ConfigError(f'{where}: gate.mode = "allowlist" needs a non-empty gate.allowlist')
+    parse_env_names(config.agent.pass_env, source=f"{where}: agent.pass_env")
     for i, channel_id in enumerate(config.subscriptions.channels):
         if looks_secret(channel_id):
             raise ConfigError(
@@ -321,6 +343,7 @@ _FLAG_NAMES: Final = {
     "write_relays": "--write-relay",
     "agent.args": "--agent-arg",
     "agent.model": "--model",
+    "agent.permissions": "--permissions",
     "subscriptions.channels": "--channel",
     "subscriptions.kinds": "--kind",
     "subscriptions.mentions_required": "--mentions-required",
@@ -673,6 +696,30 @@ class ConfigSources:
             label = self._file_label()
             found = [_parse_public(a, f"{label}: agents").hex for a in self.file.agents]
         return tuple(dict.fromkeys(found))
+
+    def pass_env(self, flags: Sequence[str] = ()) -> tuple[str, ...]:
+        """``[agent] pass_env`` plus every ``--pass-env`` name (in order, without repeats)."""
+        extra = parse_env_names(flags, source="--pass-env")  # the file's: checked on load
+        key_env = self.file.key_env
+        for name in extra:
+            if name in (ENV_PRIVATE_KEY, key_env):
+                raise ConfigError(
+                    f"--pass-env: {name} holds the bot's secret key: the agent must never get it"
+                )
+        return tuple(dict.fromkeys((*self.file.agent.pass_env, *extra)))
+
+    def permissions(self, flag: str | None = None) -> Permissions:
+        """``flag`` (any case), else the effective ``[agent] permissions`` (``--permissions``,
+        else ``$BUZZ_AGENT_PERMISSIONS``, else the file, else ``owner``)."""
+        if flag is not None and flag.strip():
+            for known in PERMISSIONS:
+                if flag.strip().lower() == known:
+                    return known
+            shown = flag.strip()[:20]
+            raise ConfigError(
+                f"--permissions: expected one of {', '.join(PERMISSIONS)}, got {shown!r}"
+            )
+        return self.file.agent.permissions
 
     def require_owner(self, flag: str | None = None) -> PublicKey:
         owner = self.owner(flag)

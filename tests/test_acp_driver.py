@@ -533,3 +533,116 @@ async def test_protocol_v2_system_prompt_and_the_outcome_table(tmp_path: Path) -
     answer = next(f for f in received if f.get("id") == 900 and "method" not in f)
     assert answer["result"] == {"outcome": {"outcome": "selected", "optionId": "yes"}}
     assert not any(f.get("method", "").startswith("_") for f in received)  # never probed
+
+
+LATE_AGENT = r"""
+import json, sys
+log = open(sys.argv[1], "a")
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+def update(what, **fields):
+    send({"jsonrpc": "2.0", "method": "session/update",
+          "params": {"sessionId": "s1", "update": {"sessionUpdate": what, **fields}}})
+def text(what, words):
+    update(what, content={"type": "text", "text": words})
+for line in sys.stdin:
+    msg = json.loads(line)
+    log.write(line)
+    log.flush()
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        caps = {"sessionCapabilities": {"systemPrompt": {}, "close": {}}}
+        send({"jsonrpc": "2.0", "id": mid, "result": {
+            "protocolVersion": 1, "agentCapabilities": caps, "agentInfo": {"name": "raw-v1"}}})
+    elif method == "session/new":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": "s1"}})
+    elif method == "session/prompt":
+        prompt = msg["params"]["prompt"][0]["text"]
+        if prompt == "paragraphs":
+            text("agent_thought_chunk", "secret thoughts")
+            text("agent_message_chunk", "Narration.")
+            update("tool_call", toolCallId="t1", title="ls", kind="execute", status="pending")
+            update("tool_call_update", toolCallId="t1", status="completed")
+            text("agent_message_chunk", "The answer.")
+            update("usage_update", used=1234, size=200000)
+            send({"jsonrpc": "2.0", "id": mid, "result": {"stopReason": "end_turn"}})
+        elif prompt == "late":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"stopReason": "end_turn"}})
+            options = [
+                {"optionId": "yes", "name": "Yes", "kind": "allow_once"},
+                {"optionId": "no", "name": "No", "kind": "reject_once"},
+            ]
+            call = {"toolCallId": "t2", "title": "rm -rf build", "kind": "execute"}
+            send({"jsonrpc": "2.0", "id": "late-1", "method": "session/request_permission",
+                  "params": {"sessionId": "s1", "toolCall": call, "options": options}})
+        else:
+            error = {"code": -32603, "message": "Internal error",
+                     "data": {"message": "model overloaded: try later"}}
+            send({"jsonrpc": "2.0", "id": mid, "error": error})
+    elif mid is not None:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no"}})
+"""
+
+
+async def test_standard_system_prompt_paragraphs_late_permission_and_error_text(
+    tmp_path: Path,
+) -> None:
+    script, frames = tmp_path / "late_agent.py", tmp_path / "frames.jsonl"
+    script.write_text(LATE_AGENT)
+    asked: list[Any] = []
+    diagnostics: list[tuple[str, str | None, dict[str, Any]]] = []
+
+    def policy(request: Any) -> bool:
+        asked.append(request)
+        return True
+
+    def received() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in frames.read_text().splitlines()]
+
+    driver = AgentDriver(
+        sys.executable,
+        [str(script), str(frames)],
+        clock=_clock(),
+        permission=policy,
+        on_diagnostic=lambda *record: diagnostics.append(record),
+    )
+    async with driver:
+        assert driver.info.system_prompt_capability and driver.info.session_close
+        standing = standing_text(STANDING, str(tmp_path))
+        session = await driver.new_session(str(tmp_path), standing)
+        assert session.strategy == "system_prompt"
+        sid = session.session_id
+        paragraphs = await driver.run_turn(sid, ["paragraphs"])
+        late = await driver.run_turn(sid, ["late"])
+        async with asyncio.timeout(WAIT):
+            while not any(f.get("id") == "late-1" for f in received()):
+                await asyncio.sleep(0.02)
+        failed = await driver.run_turn(sid, ["error"])
+    new = next(f for f in received() if f.get("method") == "session/new")
+    assert new["params"]["systemPrompt"] == {
+        "mode": "append",
+        "content": [{"type": "text", "text": standing}],
+    }
+    assert "_meta" not in new["params"]
+    # Text on both sides of a tool call: two paragraphs; the thought never shows.
+    assert paragraphs.reply == "Narration.\n\nThe answer."
+    assert (paragraphs.context_used, paragraphs.context_size) == (1234, 200_000)
+    assert paragraphs.usage is None  # occupancy is not usage
+    # A permission request after its turn ended: rejected without asking the policy (a
+    # string request id, as codex-acp sends them).
+    assert late.outcome == "success" and asked == []
+    answer = next(f for f in received() if f.get("id") == "late-1" and "method" not in f)
+    assert answer["result"] == {"outcome": {"outcome": "selected", "optionId": "no"}}
+    decisions = [p for kind, _, p in diagnostics if kind == "permission_decision"]
+    assert decisions == [
+        {
+            "decision": "rejected",
+            "title": "rm -rf build",
+            "toolKind": "execute",
+            "turnRunning": False,
+        }
+    ]
+    # −32603 with the text in data.message
+    assert failed.outcome == "failed" and failed.error is not None
+    assert "-32603" in failed.error and "model overloaded: try later" in failed.error

@@ -7,6 +7,7 @@ Real LocalRelays on 127.0.0.1, the real demo agent or a scripted ACP agent as su
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -167,3 +168,24 @@ async def test_a_private_answer_is_stored_as_its_wraps_and_delivered_after_a_res
         [opened] = [nip59.open_gift_wrap(world.owner, w) for w in wraps]
         assert opened.sender == agent and nip17.replied_to(opened.rumor) == message.id
     assert _db_counts(world.tmp / "state") == (0, 0)
+
+
+async def test_when_a_relay_comes_back_what_waits_is_sent_without_waiting_out_the_backoff(
+    world: World,
+) -> None:
+    port = free_port()
+    config = world.config(write_relays=(f"ws://127.0.0.1:{port}",))
+    rec = Recorder()
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+        assert await plugin.handle_event(world.message(world.owner, "answer me"))
+        await rec.kind("reply_failed")
+        await rec.kind("turn_completed")
+        assert plugin.store is not None and plugin.delivery is not None
+        now = time.time()
+        assert all(e.next_attempt > now for e in plugin.store.outbox.entries())  # backing off
+        async with local_relay(port=port):
+            plugin.delivery.nudge()  # what a reconnect of the relay does
+            nudged = await rec.kind("outbox_nudged")
+            await rec.kind("reply_published")
+            await rec.kind("metric_published")
+    assert nudged.payload["waiting"] == 2

@@ -76,7 +76,9 @@ def test_decide_commands_refusals_shards_and_admission() -> None:
     assert decide(msg(OWNER), g, set()) == Admit("eng")
     assert decide(msg(OWNER, channel=None), g, set()) == Refuse("plaintext_direct_message")
     plaintext = gate(plaintext_dm=True)
-    assert decide(msg(OWNER, channel=None), plaintext, set()) == Admit(f"dm-{OWNER.public_key.hex}")
+    assert decide(msg(OWNER, channel=None), plaintext, set()) == Admit(
+        f"dm-{OWNER.public_key.hex}"
+    )
     allow = gate(gate="allowlist")
     assert decide(msg(FRIEND), allow, set()) == Admit("eng")
     assert decide(msg(STRANGER), allow, set()) == Refuse("author_not_allowed")

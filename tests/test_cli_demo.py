@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from nostr_buzz.event import Event
 
@@ -87,3 +89,25 @@ def test_buzz_demo_with_an_agent_that_cannot_start_fails_clearly() -> None:
     assert done.stdout == ""
     assert "demo failed" in done.stderr and "cannot start the agent" in done.stderr
     assert _buzz("demo", "--agent", "  ").returncode == 1
+
+
+def test_buzz_demo_keeps_the_agent_log_and_shows_its_last_lines(tmp_path: Path) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\necho 'boom: the model endpoint refused us' >&2\nexit 3\n")
+    script.chmod(0o755)
+    done = _buzz("demo", "--agent", str(script))
+    assert done.returncode == 1 and done.stdout == ""
+    assert "boom: the model endpoint refused us" in done.stderr
+    kept = re.search(r"the agent log is kept at (\S+);", done.stderr)
+    assert kept is not None
+    log = Path(kept.group(1))
+    try:
+        assert "boom: the model endpoint refused us" in log.read_text(encoding="utf-8")
+    finally:
+        log.unlink()
+
+
+def test_buzz_demo_pass_env_names_are_checked() -> None:
+    done = _buzz("demo", "--pass-env", "NOT=A_NAME")
+    assert done.returncode == 1
+    assert "--pass-env: 'NOT=A_NAME' is not an environment variable name" in done.stderr

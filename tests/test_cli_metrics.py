@@ -139,6 +139,8 @@ def test_json_report_has_totals_turns_ignored_counts_and_flags(
         "totalTokens": 2203,
         "costUsd": 0.25,
         "unknownTurns": 1,
+        "cacheReadTokens": None,
+        "cacheWriteTokens": None,
     }
     assert "ignored 4 metric event(s)" in err and "manifestValid: false" in err
 
@@ -159,6 +161,8 @@ def test_csv_totals_and_turns_have_a_header_line(
         "totalTokens",
         "costUsd",
         "unknownTurns",
+        "cacheReadTokens",
+        "cacheWriteTokens",
     ]
     assert len(rows) == 4
     by_day = {(r[0], r[2]): r for r in rows[1:]}
@@ -184,6 +188,10 @@ def test_plain_table_when_stdout_is_not_a_terminal(
         "model",
         "turns",
         "input",
+        "cache",
+        "read",
+        "cache",
+        "write",
         "output",
         "total",
         "cost",

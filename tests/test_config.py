@@ -222,6 +222,42 @@ def test_owner_sources(tmp_path: Path) -> None:
     assert "looks like a secret key" in str(info.value) and NSEC not in str(info.value)
 
 
+def test_permissions_sources_default_owner(tmp_path: Path) -> None:
+    assert ConfigSources(environ={}, cwd=tmp_path).permissions() == "owner"
+    write(tmp_path / "buzz.toml", '[agent]\npermissions = "allow"')
+    assert ConfigSources(environ={}, cwd=tmp_path).permissions() == "allow"
+    env = ConfigSources(environ={"BUZZ_AGENT_PERMISSIONS": "reject"}, cwd=tmp_path)
+    assert env.permissions() == "reject"
+    assert env.permissions("Owner") == "owner"
+    flag = ConfigSources(environ={}, cwd=tmp_path, overrides={"agent.permissions": "allow"})
+    assert flag.permissions() == "allow"
+    with pytest.raises(ConfigError, match="--permissions: expected one of owner, allow, reject"):
+        env.permissions("sometimes")
+    with pytest.raises(ConfigError, match="BUZZ_AGENT_PERMISSIONS"):
+        ConfigSources(environ={"BUZZ_AGENT_PERMISSIONS": "always"}, cwd=tmp_path).permissions()
+    write(tmp_path / "buzz.toml", '[agent]\npermissions = "always"')
+    with pytest.raises(ConfigError, match="permissions"):
+        ConfigSources(environ={}, cwd=tmp_path).permissions()
+
+
+def test_pass_env_flags_add_to_the_file(tmp_path: Path) -> None:
+    write(tmp_path / "buzz.toml", '[agent]\npass_env = ["ANTHROPIC_API_KEY", "HTTPS_PROXY"]')
+    sources = ConfigSources(environ={}, cwd=tmp_path)
+    assert sources.pass_env() == ("ANTHROPIC_API_KEY", "HTTPS_PROXY")
+    assert sources.pass_env(["ANTHROPIC_BASE_URL", "HTTPS_PROXY"]) == (
+        "ANTHROPIC_API_KEY",
+        "HTTPS_PROXY",
+        "ANTHROPIC_BASE_URL",
+    )
+    with pytest.raises(ConfigError, match="--pass-env: 'A=B' is not an environment variable"):
+        sources.pass_env(["A=B"])
+    with pytest.raises(ConfigError, match="--pass-env: BUZZ_PRIVATE_KEY holds the bot's secret"):
+        sources.pass_env(["BUZZ_PRIVATE_KEY"])
+    write(tmp_path / "buzz.toml", '[agent]\npass_env = ["1BAD"]')
+    with pytest.raises(ConfigError, match=r"agent\.pass_env"):
+        ConfigSources(environ={}, cwd=tmp_path).pass_env()
+
+
 def test_config_path_sources(tmp_path: Path) -> None:
     elsewhere = write(tmp_path / "other.toml", 'relays = ["wss://other.example"]')
     write(tmp_path / "buzz.toml", 'relays = ["wss://cwd.example"]')
@@ -380,3 +416,25 @@ def test_grouped_settings_pick_one_source(tmp_path: Path) -> None:
         _ = ConfigSources(environ={"BUZZ_SUBSCRIPTIONS_KINDS": "9,x"}, cwd=tmp_path).file
     with pytest.raises(ConfigError, match="BUZZ_IN_FLIGHT"):
         _ = ConfigSources(environ={"BUZZ_IN_FLIGHT": "sometimes"}, cwd=tmp_path).file
+
+
+def test_buzz_run_rejects_bad_permissions_and_pass_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("BUZZ_RELAYS", "BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("BUZZ_AGENT_PERMISSIONS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    write(
+        tmp_path / "buzz.toml",
+        f'secret_key = "{NSEC}"\nowner = "{NPUB}"\nrelays = ["ws://127.0.0.1:9"]\n'
+        '[agent]\ncommand = "true"\n',
+    )
+    for flags, problem in (
+        (["--permissions", "sometimes"], "--permissions: Invalid enum value 'sometimes'"),
+        (["--pass-env", "A-B"], "--pass-env: 'A-B' is not an environment variable name"),
+    ):
+        code = main(["run", *flags])
+        out, err = capsys.readouterr()
+        assert (code, out) == (1, "")
+        assert problem in err

@@ -27,12 +27,12 @@ from nostr_buzz.core.compiler import compile_turn
 from nostr_buzz.core.manifest import Manifest, manifest_from_layers
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.event import Event, sign_event
-from nostr_buzz.io.acp_driver import AgentDriver
+from nostr_buzz.io.acp_driver import AgentDriver, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
-from nostr_buzz.nips.nip_am import MetricPayload, open_metric_event
+from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, open_metric_event
 from nostr_buzz.nips.standing import CORE_MEMORY_NUDGE
 
 WAIT = 12.0
@@ -847,7 +847,7 @@ async def test_crash_publishes_an_error_metric_restarts_and_retries(world: World
     assert crashed.session_id != retried.session_id and retried.turn_seq == 1
 
 
-async def test_no_usage_no_metric_and_dm_channel_fallback(world: World) -> None:
+async def test_no_usage_unknown_counters_and_dm_channel_fallback(world: World) -> None:
     agent = Scripted(world.tmp, {"turns": [{"updates": [chunk("hi")]}]})  # no usage at all
     rec = Recorder()
     config = world.config(agent.args, plaintext_dm=True)  # a kind 9 without h, opted in
@@ -855,8 +855,12 @@ async def test_no_usage_no_metric_and_dm_channel_fallback(world: World) -> None:
         dm = world.message("hello in private", channel=None)
         await plugin.handle_event(dm)
         done = await rec.kind("turn_completed")
+        await rec.kind("metric_published")
     assert done.channel_id == f"dm-{world.owner.public_key.hex}"
-    assert rec.of("metric_queued") == []
+    # A turn without usage still has its metric: every counter unknown, the sequence kept.
+    [metric] = await world.metrics(1)
+    assert metric.turn == TokenCounts(None, None, None, None)
+    assert (metric.turn_seq, metric.cumulative, metric.outcome) == (1, None, "success")
     text = "\n".join(b["text"] for b in agent.requests("session/prompt")[0]["params"]["prompt"])
     assert f"dm-{world.owner.public_key.hex}" in text
 
@@ -965,11 +969,14 @@ async def test_legacy_standing_sections_lead_the_first_prompt_only(world: World)
         await plugin.handle_event(world.message("two"))
         await rec.kind("turn_completed", 2)
     first, second = (agent.requests("session/prompt")[i]["params"]["prompt"] for i in (0, 1))
-    assert first[0] == {"type": "text", "text": "<team-instructions>\nT\n</team-instructions>"}
+    # <workspace> reaches a legacy agent too: the first block of the session's first prompt
+    assert first[0] == {"type": "text", "text": standing_text(Standing(), str(world.tmp))}
+    assert first[0]["text"].startswith("<workspace>\n")
+    assert first[1] == {"type": "text", "text": "<team-instructions>\nT\n</team-instructions>"}
     # every relay answered that the agent has no core memory: the nudge is a standing section
-    assert first[1]["text"] == f"<core-memory>\n{CORE_MEMORY_NUDGE}\n</core-memory>"
-    assert first[2]["text"] == "<buzz-turn>" and second[0]["text"] == "<buzz-turn>"
-    assert "<workspace>" not in prompt_text(agent, 0)  # the system role only
+    assert first[2]["text"] == f"<core-memory>\n{CORE_MEMORY_NUDGE}\n</core-memory>"
+    assert first[3]["text"] == "<buzz-turn>" and second[0]["text"] == "<buzz-turn>"
+    assert "<workspace>" not in prompt_text(agent, 1)
     deliveries = rec.of("prompt_context_delivery")
     assert [d.payload["standingContextIncluded"] for d in deliveries] == [True, False]
     [new] = agent.requests("session/new")

@@ -267,6 +267,35 @@ def test_a_counter_nobody_reported_totals_to_null() -> None:
     assert total.total_tokens is None and total.cost_usd is None and total.unknown_turns == 1
 
 
+def test_cache_counters_and_context_occupancy_reach_the_report() -> None:
+    def payload(seq: int, turn: TokenCounts | None, used: int | None) -> MetricPayload:
+        return MetricPayload(
+            harness="claude",
+            timestamp=f"2026-12-02T10:00:0{seq}.000Z",
+            model="m",
+            session_id="s",
+            turn_seq=seq,
+            turn=turn,
+            context_used_tokens=used,
+            context_window_tokens=200_000 if used is not None else None,
+        )
+
+    cached = TokenCounts(170, 20, 190, 0.01, cache_read_tokens=30, cache_write_tokens=40)
+    metrics = [
+        payload(1, cached, 171),
+        payload(2, cached, 362),
+        payload(3, counts(None, None, None, None), 9_000),  # a turn of unknown usage
+    ]
+    report = build_report(opened([metric(AGENT_A, p) for p in metrics]))
+    [total] = report.totals
+    assert (total.turns, total.unknown_turns) == (3, 1)
+    assert (total.input_tokens, total.cache_read_tokens, total.cache_write_tokens) == (340, 60, 80)
+    rows = sorted(report.turns, key=lambda r: r.turn_seq or 0)
+    assert [r.cache_read_tokens for r in rows] == [30, 30, None]
+    assert [r.context_used_tokens for r in rows] == [171, 362, 9_000]
+    assert rows[2].context_window_tokens == 200_000
+
+
 def test_duplicates_by_id_count_once() -> None:
     metrics = opened(scenario().valid)
     report = build_report(metrics + metrics[:2])

@@ -65,6 +65,8 @@ def full_payload(**changes: Any) -> MetricPayload:
         native_stop_reason="stop",
         pricing_identity=PricingIdentity("openrouter", "gpt-x", cache_class="ephemeral-5m"),
         context_manifest=MANIFEST,
+        context_used_tokens=4_200,
+        context_window_tokens=200_000,
     )
     return msgspec.structs.replace(base, **changes)
 
@@ -300,6 +302,9 @@ def test_integral_cost_is_a_float() -> None:
         {"model": 5},
         {"delta_reliable": "yes"},
         {"context_manifest": Manifest(2, MANIFEST.hash, MANIFEST.layers)},
+        {"context_used_tokens": -1},
+        {"context_window_tokens": 1.5},
+        {"context_window_tokens": True},
     ],
 )
 def test_build_rejects_invalid_fields(changes: dict[str, Any]) -> None:
@@ -395,6 +400,8 @@ OMITTABLE = [
     "nativeStopReason",
     "pricingIdentity",
     "contextManifest",
+    "contextUsedTokens",
+    "contextWindowTokens",
 ]
 
 
@@ -432,6 +439,26 @@ def test_full_wire_has_every_field_in_camel_case() -> None:
     assert body["contextManifest"] == json.loads(MANIFEST.to_json())
     no_class = wire(full_payload(pricing_identity=PricingIdentity("a", "m")))
     assert no_class["pricingIdentity"] == {"authority": "a", "model": "m"}
+
+
+def test_unknown_usage_with_context_occupancy() -> None:
+    """A turn whose agent reported no tokens: every counter null, occupancy alongside."""
+    payload = minimal_payload()
+    payload = msgspec.structs.replace(
+        payload,
+        turn=TokenCounts(None, None, None, None),
+        context_used_tokens=9_000,
+        context_window_tokens=272_000,
+    )
+    body = wire(payload)
+    assert body["turn"] == {
+        "inputTokens": None,
+        "outputTokens": None,
+        "totalTokens": None,
+        "costUsd": None,
+    }
+    assert (body["contextUsedTokens"], body["contextWindowTokens"]) == (9_000, 272_000)
+    assert MetricPayload.from_json(payload.to_json()) == payload
 
 
 def test_empty_triggering_ids_are_omitted() -> None:

@@ -379,6 +379,17 @@ def test_begin_turn_twice_keeps_the_open_turn() -> None:
     assert not tracker.in_turn(S)
 
 
+def test_a_turn_without_usage_keeps_the_sequence() -> None:
+    tracker = UsageTracker()
+    tracker.session_started(S)
+    tracker.begin_turn(S)
+    assert tracker.end_turn(S) is None
+    assert tracker.unknown_turn(S) == 1
+    tracker.begin_turn(S)
+    tracker.observe_turn(S, input_tokens=3, output_tokens=2)
+    assert tracker.end_turn(S) == rec(tc(3, 2, None, None), None, True, 2)
+
+
 def test_session_started_after_a_notification_keeps_it() -> None:
     tracker = UsageTracker()
     tracker.observe_cumulative(S, input_tokens=50, output_tokens=5)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from nostr_buzz.config import AuthorGate, ConfigSources, InFlightPolicy, ReplyMode
+from nostr_buzz.config import AuthorGate, ConfigSources, InFlightPolicy, Permissions, ReplyMode
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
@@ -59,6 +59,8 @@ class PluginConfig:
     agent_cwd: str | None = None
     #: Run the agent as this OS user (``[agent] user``), so it cannot read the bot's secrets.
     agent_user: str | None = None
+    #: How the agent's permission requests are answered (``[agent] permissions``).
+    permissions: Permissions = "owner"
     state_dir: Path = Path(".buzz")
     channels: tuple[str, ...] = ()
     kinds: tuple[int, ...] = (CHAT_KIND, PRIVATE_MESSAGE_KIND)
@@ -103,6 +105,8 @@ class PluginConfig:
         relays: Sequence[str] = (),
         shard: Shard | None = None,
         state_dir: str | None = None,
+        pass_env: Sequence[str] = (),
+        permissions: str | None = None,
     ) -> PluginConfig:
         """Resolve flags › environment › ``buzz.toml``; every problem is a ConfigError."""
         file = sources.file
@@ -141,7 +145,8 @@ class PluginConfig:
             agent_command=file.agent.command,
             agent_args=file.agent.args,
             agent_env=dict(file.agent.env),
-            agent_pass_env=file.agent.pass_env,
+            agent_pass_env=sources.pass_env(pass_env),
+            permissions=sources.permissions(permissions),
             agent_cwd=file.agent.cwd,
             agent_user=file.agent.user,
             state_dir=state,

@@ -166,6 +166,17 @@ class Delivery:
         except BuzzError:
             return {}
 
+    def nudge(self) -> None:
+        """A relay connection came back: what waits in the outbox is sent now, not when its
+        backoff ends (an outage would otherwise delay it by up to the last backoff)."""
+        try:
+            waiting = self.store.outbox.make_due(self._clock())
+        except BuzzError:
+            return
+        if waiting:
+            self._diagnostics.emit("outbox_nudged", payload={"waiting": waiting})
+            self._spawn(self.publisher.flush(), "buzz-send")
+
     def send(self, events: Iterable[Event]) -> None:
         """Send stored events in the background, one after the other, in order."""
         listed = list(events)

@@ -29,7 +29,7 @@ from nostr_buzz.io.diagnostics import rfc3339_ms
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip22
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
-from nostr_buzz.nips.nip_am import MetricPayload
+from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
 
 from .config import CHAT_KIND
 
@@ -64,6 +64,10 @@ _SECRET_PATTERNS: Final = re.compile(
     r"nsec1[0-9a-z]{20,}|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{12,}|\bBearer\s+[A-Za-z0-9._~+/=-]{8,}"
     r"|\b[0-9a-fA-F]{64}\b",
 )
+
+
+#: The counters of a turn the agent reported no usage for.
+_UNKNOWN = TokenCounts(None, None, None, None)
 
 
 @dataclass(frozen=True)
@@ -217,11 +221,10 @@ def metric_payload(
     triggering: list[Event],
     manifest: Manifest | None,
     started_at: datetime,
-) -> MetricPayload | None:
-    """The NIP-AM payload of a turn whose usage was observed (None when none was)."""
+) -> MetricPayload:
+    """The NIP-AM payload of a turn; when the agent reported no usage, every counter of
+    ``turn`` is unknown (null) and ``turnSeq`` still follows the session's sequence."""
     usage = result.usage
-    if usage is None:
-        return None
     ref = nip10.thread_ref(triggering[-1])
     return MetricPayload(
         harness=harness,
@@ -230,10 +233,10 @@ def metric_payload(
         channel_id=ids.channel_id,
         session_id=ids.session_id,
         turn_id=ids.turn_id,
-        turn_seq=usage.turn_seq,
-        turn=usage.turn,
-        cumulative=usage.cumulative,
-        delta_reliable=usage.delta_reliable,
+        turn_seq=usage.turn_seq if usage is not None else result.turn_seq,
+        turn=usage.turn if usage is not None else _UNKNOWN,
+        cumulative=usage.cumulative if usage is not None else None,
+        delta_reliable=usage.delta_reliable if usage is not None else True,
         stop_reason=result.stop_reason,
         outcome=result.outcome,
         terminal_evidence=result.terminal_evidence,
@@ -244,4 +247,6 @@ def metric_payload(
         adapter_session_id=result.adapter_session_id,
         native_stop_reason=result.native_stop_reason,
         context_manifest=manifest,
+        context_used_tokens=result.context_used,
+        context_window_tokens=result.context_size,
     )

@@ -140,6 +140,8 @@ class BuzzPlugin:
         )
         if PRIVATE_MESSAGE_KIND in self.config.kinds:
             self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
+        self.supervisor.permission_policy = self._runner.permission
+        self.supervisor.locate = self._runner.locate
         await self.supervisor.start()
         self._loops = [
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
@@ -248,6 +250,7 @@ class BuzzPlugin:
             handle=self.handle_event,
             diagnostics=self.diagnostics,
             stopping=self._stop.is_set,
+            on_reconnect=self.delivery.nudge if self.delivery is not None else None,
         )
         await listener.run()
 

@@ -85,6 +85,7 @@ class Listener:
         handle: Callable[[Event], Awaitable[object]],
         diagnostics: DiagnosticsFeed,
         stopping: Callable[[], bool],
+        on_reconnect: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
         self.gate = gate
@@ -93,10 +94,14 @@ class Listener:
         self._handle = handle
         self._diagnostics = diagnostics
         self._stopping = stopping
+        self._on_reconnect = on_reconnect
         self._wanted = asyncio.Event()
 
     def request_replay(self, relay: str | None = None) -> None:
-        """Ask for a replay (coalesced with one already asked for)."""
+        """Ask for a replay (coalesced with one already asked for); ``relay``: the relay whose
+        subscription was just opened again (``on_reconnect`` is told)."""
+        if relay is not None and self._on_reconnect is not None:
+            self._on_reconnect()
         self._wanted.set()
 
     async def run(self) -> None:

@@ -2,7 +2,12 @@
 
 A turn that ends with the agent gone makes the supervisor restart it with exponential backoff
 (0.5 s doubling to 30 s) while other channels keep being served; the sessions died with the
-process, so each channel opens a new one (with the standing context) on its next turn.
+process, so each channel opens a new one (with the standing context) on its next turn.  So
+does a channel whose session the driver retired (an agent that does not survive a cancel).
+
+The agent's permission requests go to :attr:`AgentSupervisor.permission_policy` (set by the
+plugin once turns can be looked up; until then, and for ``permissions = "reject"``, every
+request is rejected).
 """
 
 from __future__ import annotations
@@ -19,7 +24,15 @@ from typing import Any, Final
 
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
-from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, TurnResult, standing_text
+from nostr_buzz.io.acp_driver import (
+    AgentDriver,
+    PermissionPolicy,
+    PermissionRequest,
+    SessionStart,
+    TurnResult,
+    reject_always,
+    standing_text,
+)
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 
 from .config import PluginConfig
@@ -104,10 +117,15 @@ class AgentSupervisor:
             idle_timeout=config.idle_timeout,
             hard_timeout=config.hard_timeout,
             on_diagnostic=self._on_driver_diagnostic,
+            permission=self._permission,
             # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
             clock=lambda: datetime.fromtimestamp(clock(), UTC),
         )
         self.sessions: dict[str, Session] = {}
+        self.permission_policy: PermissionPolicy = reject_always
+        #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
+        #: for the driver's diagnostics (set by the plugin).
+        self.locate: Callable[[str], dict[str, str | None] | None] = lambda _: None
         self.harness = harness_name(config.agent_command, config.agent_args, None)
         self._lock = asyncio.Lock()
         self._failures = 0
@@ -116,7 +134,14 @@ class AgentSupervisor:
     def _on_driver_diagnostic(
         self, kind: str, session_id: str | None, payload: dict[str, Any]
     ) -> None:
-        self._diagnostics.emit(kind, payload={**payload, "adapterSessionId": session_id})
+        ids = self.locate(session_id) if session_id is not None else None
+        payload = {**payload, "adapterSessionId": session_id}
+        self._diagnostics.emit(kind, payload=payload, **(ids or {}))
+
+    def _permission(self, request: PermissionRequest) -> bool:
+        if self.config.permissions == "reject":
+            return False
+        return self.permission_policy(request)
 
     async def start(self) -> None:
         info = await self.driver.start()
@@ -154,6 +179,12 @@ class AgentSupervisor:
         if not self.driver.alive:
             await self.ensure_agent()
         session = self.sessions.get(channel)
+        if session is not None and not self.driver.usable(session.start.session_id):
+            # It did not survive a cancel (or a failed turn): never prompted again.
+            self._diagnostics.emit(
+                "session_replaced", payload={"adapterSessionId": session.start.session_id}
+            )
+            session = None
         if session is None:
             standing = self.config.standing
             if self._standing_for is not None:

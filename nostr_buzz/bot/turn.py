@@ -11,6 +11,14 @@ A :class:`Turn` moves through explicit phases, never backwards:
   prompt response still reaches the metric.
 * ``SETTLED`` — the outcome is recorded in the queue and the state database.
 
+The agent's permission requests are decided here (:meth:`TurnRunner.permission`): only for a
+turn that is live in the asking session; ``permissions = "owner"`` approves only when every
+triggering event of that turn is the owner's, ``allow`` approves for any live turn.
+
+Every turn that reached the agent gets a metric, cancelled and failed ones included; a turn
+the agent reported no usage for has every counter unknown.  A failed turn emits
+``turn_failed`` with the agent's error.
+
 Settling: success completes the batch (its ids count as delivered); a cancel for ``interrupt``
 or ``steer`` stores the batch as cancelled events for the channel's next turn; the owner's
 ``!cancel`` (or a cancel by the agent itself) drops it as delivered; a failure returns it to
@@ -37,7 +45,7 @@ from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event
-from nostr_buzz.io.acp_driver import TurnResult, standing_text
+from nostr_buzz.io.acp_driver import PermissionRequest, TurnResult, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent
@@ -376,7 +384,7 @@ class TurnRunner:
         turn.session.turns += 1
         self.diagnostics.turn_completed(result.outcome, result.stop_reason, **turn.ids.as_kwargs())
         if result.outcome == "failed":
-            self._report_failure(turn, result.error or result.terminal_evidence, result)
+            self._report_failure(turn, result.error or "the agent gave no reason", result)
 
     def _output(
         self,
@@ -472,6 +480,36 @@ class TurnRunner:
         )
         target = dead.events[-1].event
         return self.delivery.store_reply(target, dead_letter_notice(dead.attempts))
+
+    # -- the agent's permission requests -------------------------------------------------
+
+    def _live_in(self, adapter_session_id: str) -> Turn | None:
+        for turn in self.running.values():
+            session = turn.session
+            if session is not None and session.start.session_id == adapter_session_id:
+                return turn if turn.phase == Phase.LIVE else None
+        return None
+
+    def permission(self, request: PermissionRequest) -> bool:
+        """Approve? Only for a live turn of the asking session; under ``owner``, only when
+        every event that triggered it is the owner's."""
+        turn = self._live_in(request.session_id)
+        if turn is None or turn.cancel_reason is not None:
+            return False
+        if self.config.permissions == "allow":
+            return True
+        owner = self.config.owner.hex
+        return self.config.permissions == "owner" and all(
+            q.event.pubkey == owner for q in turn.batch.events
+        )
+
+    def locate(self, adapter_session_id: str) -> dict[str, str | None] | None:
+        """The ids of the turn running in an adapter session (for diagnostics)."""
+        for turn in self.running.values():
+            session = turn.session
+            if session is not None and session.start.session_id == adapter_session_id:
+                return turn.ids.as_kwargs()
+        return None
 
     # -- cancel and steer -----------------------------------------------------------------
 

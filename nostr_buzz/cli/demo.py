@@ -1,7 +1,8 @@
 """``buzz demo``: the whole pipeline on loopback in one command (spec 06, "`buzz demo`").
 
 No configuration is read: the demo makes its own relay, keys and state directory and removes
-them afterwards.  The report goes to stdout; a failed step exits 1 with the reason on stderr.
+them afterwards.  The report goes to stdout; a failed step exits 1 with the reason on stderr,
+the agent's error when it had one, and the agent log's last lines (the log itself is kept).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import typer
 
 from nostr_buzz.cli.common import run
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
+from nostr_buzz.config import parse_env_names
 from nostr_buzz.demo.script import DemoFailure, run_demo
+from nostr_buzz.errors import ConfigError
 
 
 def demo_command(
@@ -23,6 +26,16 @@ def demo_command(
             "--agent",
             metavar='"CMD ARGS"',
             help='An ACP agent command to use instead of the bundled demo agent, e.g. "goose acp".',
+            show_default=False,
+        ),
+    ] = None,
+    pass_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pass-env",
+            metavar="NAME",
+            help="Also pass this environment variable to the agent (repeatable); API keys, "
+            "base URLs, proxies and CA settings of the usual providers are passed already.",
             show_default=False,
         ),
     ] = None,
@@ -40,7 +53,11 @@ def demo_command(
     # Collected and written at the end: on failure stdout stays empty (spec 05).
     report: list[str] = []
     try:
-        run(run_demo(report.append, command))
+        names = parse_env_names(pass_env or (), source="--pass-env")
+    except ConfigError as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
+    try:
+        run(run_demo(report.append, command, names))
     except DemoFailure as exc:
         raise CliFailure(ExitCode.BAD_INPUT, f"demo failed: {exc}") from None
     write_stdout("".join(report))

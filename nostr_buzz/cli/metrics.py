@@ -6,8 +6,9 @@ The owner reads with their own secret key (``--key``, else ``BUZZ_PRIVATE_KEY``,
 Output (stdout; notes about ignored events, manifest mismatches and unreachable relays go to
 stderr):
 
-- ``--format table`` (default): totals per UTC day, agent and model (``--turns``: one row per
-  turn); a rich table on a terminal, aligned plain text otherwise.
+- ``--format table`` (default): totals per UTC day, agent and model, with the cache read and
+  write parts of the input (``--turns``: one row per turn, without the cache and context
+  columns, which JSON and CSV carry); a rich table on a terminal, aligned plain text otherwise.
 - ``--format csv``: the same rows with a header line of the JSON field names; unknown values
   are empty cells.
 - ``--format json``: one object::
@@ -15,11 +16,13 @@ stderr):
       {"owner": hex, "since": unix|null, "until": unix|null,
        "relays": {url: {"finished": bool, "error": str|null, "events": n, "rejected": n}},
        "totals": [{"day", "agent", "model", "turns", "inputTokens", "outputTokens",
-                   "totalTokens", "costUsd", "unknownTurns"}],
+                   "totalTokens", "costUsd", "unknownTurns", "cacheReadTokens",
+                   "cacheWriteTokens"}],
        "turns": [{"eventId", "agent", "harness", "model", "day", "timestamp", "sessionId",
                   "turnSeq", "turnId", "channelId", "inputTokens", "outputTokens",
                   "totalTokens", "costUsd", "deltaSource", "deltaReliable", "stopReason",
-                  "outcome", "manifestHash", "manifestValid"}],
+                  "outcome", "manifestHash", "manifestValid", "cacheReadTokens",
+                  "cacheWriteTokens", "contextUsedTokens", "contextWindowTokens"}],
        "ignored": {"total": n, "byReason": {reason: n}},
        "manifestMismatches": n,
        "unknownAgents": [{"agent", "metrics", "firstTimestamp", "lastTimestamp"}]}
@@ -199,6 +202,8 @@ _TABLE_TOTALS: Final = [
     ("model", "model"),
     ("turns", "turns"),
     ("inputTokens", "input"),
+    ("cacheReadTokens", "cache read"),
+    ("cacheWriteTokens", "cache write"),
     ("outputTokens", "output"),
     ("totalTokens", "total"),
     ("costUsd", "cost USD"),
@@ -225,6 +230,10 @@ _NUMERIC: Final = {
     "costUsd",
     "unknownTurns",
     "turnSeq",
+    "cacheReadTokens",
+    "cacheWriteTokens",
+    "contextUsedTokens",
+    "contextWindowTokens",
 }
 
 

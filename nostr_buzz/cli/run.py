@@ -237,6 +237,7 @@ def _run(
     shard: str | None,
     agent: str | None,
     values: dict[str, Any],
+    pass_env: list[str] | None = None,
 ) -> None:
     from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
 
@@ -256,7 +257,7 @@ def _run(
     try:
         parsed_shard = parse_shard(shard) if shard is not None else None
         cfg: ConfigSources = sources(config, overrides)
-        settings = PluginConfig.from_sources(cfg, shard=parsed_shard)
+        settings = PluginConfig.from_sources(cfg, shard=parsed_shard, pass_env=pass_env or ())
     except ConfigError as exc:
         raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
     if cfg.file.agent.user is None:
@@ -309,10 +310,20 @@ def run_command(
             show_default=False,
         ),
     ] = None,
+    pass_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pass-env",
+            metavar="NAME",
+            help="Repeatable. Also pass this environment variable to the agent, on top of "
+            "[agent] pass_env (which --agent-pass-env replaces).",
+            show_default=False,
+        ),
+    ] = None,
     **values: Any,
 ) -> None:
     """Run the agent bot: answer mentions with the configured ACP agent until stopped."""
-    _run(config, shard, agent, values)
+    _run(config, shard, agent, values, pass_env)
 
 
 # typer reads the options from the signature: the fixed ones above, then one per setting.

@@ -85,7 +85,9 @@ class TurnRow(msgspec.Struct, frozen=True, rename="camel"):
     """One metric in the report.  The four counters are this turn's usage: recomputed from
     the previous turn's ``cumulative`` when ``delta_source`` is ``cumulative``, else as the
     agent reported them (``reported``), or all unknown (``none``: the payload had no ``turn``).
-    ``manifest_valid`` is None when the metric carried no manifest."""
+    ``manifest_valid`` is None when the metric carried no manifest.  The cache counters are
+    the informational parts of ``input_tokens`` (None when unknown); the context figures are
+    the agent's last report of its context window's occupancy (never summed)."""
 
     event_id: str
     agent: str
@@ -107,13 +109,18 @@ class TurnRow(msgspec.Struct, frozen=True, rename="camel"):
     outcome: str | None
     manifest_hash: str | None
     manifest_valid: bool | None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    context_used_tokens: int | None = None
+    context_window_tokens: int | None = None
 
 
 class TotalRow(msgspec.Struct, frozen=True, rename="camel"):
     """Usage of one agent with one model on one UTC day (from the payload ``timestamp``).
 
     A counter is the sum of the turns that reported it, None when none did; ``unknown_turns``
-    counts turns with at least one unknown counter (so a partial sum is visible as such)."""
+    counts turns with at least one unknown counter (so a partial sum is visible as such);
+    the cache sums (informational parts of the input) do not make a turn unknown."""
 
     day: str
     agent: str
@@ -124,6 +131,8 @@ class TotalRow(msgspec.Struct, frozen=True, rename="camel"):
     total_tokens: int | None
     cost_usd: float | None
     unknown_turns: int
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 class UnknownAgentRow(msgspec.Struct, frozen=True, rename="camel"):
@@ -238,6 +247,7 @@ def _row(
     counters: tuple[int | None, int | None, int | None, float | None],
     source: DeltaSource,
     reliable: bool,
+    cache: tuple[int | None, int | None] = (None, None),
 ) -> TurnRow:
     p = m.payload
     manifest = p.context_manifest
@@ -262,6 +272,10 @@ def _row(
         outcome=p.outcome,
         manifest_hash=None if manifest is None else manifest.hash,
         manifest_valid=None if manifest is None else manifest.hash_matches(),
+        cache_read_tokens=cache[0],
+        cache_write_tokens=cache[1],
+        context_used_tokens=p.context_used_tokens,
+        context_window_tokens=p.context_window_tokens,
     )
 
 
@@ -270,7 +284,8 @@ def _reported_row(m: OpenedMetric) -> TurnRow:
     if turn is None:
         return _row(m, (None, None, None, None), "none", m.payload.delta_reliable)
     counters = (turn.input_tokens, turn.output_tokens, turn.total_tokens, turn.cost_usd)
-    return _row(m, counters, "reported", m.payload.delta_reliable)
+    cache = (turn.cache_read_tokens, turn.cache_write_tokens)
+    return _row(m, counters, "reported", m.payload.delta_reliable, cache)
 
 
 def _turn_rows(metrics: Iterable[OpenedMetric]) -> list[TurnRow]:
@@ -297,8 +312,13 @@ def _turn_rows(metrics: Iterable[OpenedMetric]) -> list[TurnRow]:
                 and before.cumulative is not None
                 and m.payload.cumulative is not None
             ):
-                counters, reliable = _from_cumulative(m.payload.cumulative, before.cumulative)
-                rows.append(_row(m, counters, "cumulative", reliable))
+                now, then = m.payload.cumulative, before.cumulative
+                counters, reliable = _from_cumulative(now, then)
+                cache = (
+                    _diff(now.cache_read_tokens, then.cache_read_tokens) if reliable else None,
+                    _diff(now.cache_write_tokens, then.cache_write_tokens) if reliable else None,
+                )
+                rows.append(_row(m, counters, "cumulative", reliable, cache))
             else:
                 rows.append(_reported_row(m))
             previous = m
@@ -329,10 +349,12 @@ def _totals(rows: Iterable[TurnRow]) -> list[TotalRow]:
         groups[(row.day, row.agent, row.model is not None, row.model or "")].append(row)
     totals: list[TotalRow] = []
     for (day, agent, _, _), members in sorted(groups.items()):
-        inputs = outputs = total = None
+        inputs = outputs = total = cache_read = cache_write = None
         cost: float | None = None
         unknown = 0
         for r in members:
+            cache_read = _add(cache_read, r.cache_read_tokens)
+            cache_write = _add(cache_write, r.cache_write_tokens)
             inputs = _add(inputs, r.input_tokens)
             outputs = _add(outputs, r.output_tokens)
             total = _add(total, r.total_tokens)
@@ -350,6 +372,8 @@ def _totals(rows: Iterable[TurnRow]) -> list[TotalRow]:
                 total_tokens=total,
                 cost_usd=None if cost is None else round(cost, COST_DECIMALS),
                 unknown_turns=unknown,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
             )
         )
     return totals

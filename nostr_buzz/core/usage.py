@@ -294,6 +294,13 @@ class UsageTracker:
         total = None if cumulative is None else _within_bounds(cumulative, MAX_CUMULATIVE_COST_USD)
         return UsageRecord(turn, total, reliable, state.seq)
 
+    def unknown_turn(self, session_id: str) -> int:
+        """Number a turn that :meth:`end_turn` had no usage for (None): its ``turn_seq``, so
+        that its metric, with every counter unknown, keeps the session's sequence."""
+        state = self._session(session_id)
+        state.seq += 1
+        return state.seq
+
     @staticmethod
     def _from_totals(state: _Session, totals: _Totals) -> tuple[TokenCounts, TokenCounts, bool]:
         base = state.cumulative_baseline

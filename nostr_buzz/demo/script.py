@@ -46,7 +46,13 @@ from nostr_buzz.io.private import open_all
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
 
-__all__ = ["DEMO_DELAY", "DemoFailure", "bundled_agent_command", "run_demo"]
+__all__ = [
+    "DEMO_AGENT_ENV",
+    "DEMO_DELAY",
+    "DemoFailure",
+    "bundled_agent_command",
+    "run_demo",
+]
 
 #: How long each turn of the bundled agent works (a steer ends it early): long enough for the
 #: steer to land while the turn runs, short enough for the demo to finish in seconds.
@@ -56,6 +62,8 @@ CHANNEL: Final = "demo"
 BUNDLED_STEP_TIMEOUT: Final = 30.0
 EXTERNAL_STEP_TIMEOUT: Final = 180.0
 RELAY_TIMEOUT: Final = 5.0
+#: How many of the agent log's last lines a failed demo shows.
+LOG_TAIL_LINES: Final = 20
 #: Standing context: it travels in the agent's system role and shows in every manifest.
 #: The owner's canvas (two revisions) and the agent's core memory, set before the bot starts.
 CANVAS_V1: Final = "# Deploy plan\n1. Fix the migration.\n2. Retry the deploy."
@@ -165,9 +173,17 @@ async def _start_relay() -> tuple[Any, str]:
 
 
 class _Demo:
-    def __init__(self, write: Write, agent: Sequence[str], bundled: bool, state: Path) -> None:
+    def __init__(
+        self,
+        write: Write,
+        agent: Sequence[str],
+        bundled: bool,
+        state: Path,
+        pass_env: Sequence[str] = (),
+    ) -> None:
         self.write = write
         self.agent = list(agent)
+        self.pass_env = tuple(dict.fromkeys((*DEMO_AGENT_ENV, *pass_env)))
         self.bundled = bundled
         self.state = state
         if bundled:  # the demo agent writes down what reached it, so the demo can show it
@@ -221,7 +237,7 @@ class _Demo:
             write_relays=(self.url,),
             agent_command=self.agent[0],
             agent_args=tuple(self.agent[1:]),
-            agent_pass_env=_API_KEY_NAMES,
+            agent_pass_env=self.pass_env,
             state_dir=self.state / "bot",
             gate="allowlist",
             allowlist=frozenset({self.human.public_key.hex, self.second.public_key.hex}),
@@ -460,6 +476,9 @@ class _Demo:
         write = self.write
         _heading(write, 7, "metrics: published by the agent, read back by the owner")
         queued = len(self.feed.of("metric_queued"))
+        turns = len(self.feed.of("turn_completed"))
+        if queued != turns:  # every turn is metered, with unknown counters if need be
+            raise DemoFailure(f"{turns} turn(s) ended but {queued} metric(s) were queued")
         await self.feed.wait_for("metric_published", queued, self.step_timeout, "the metrics")
         write(f"{queued} metric event(s) (kind 44200, NIP-44 encrypted to the owner) published\n")
         report, fetch = await read_metrics(self.owner, [self.url], timeout=RELAY_TIMEOUT)
@@ -516,22 +535,72 @@ class _Demo:
         write(render_diff_text(diff_manifests(self.before, after)))
 
 
-#: Variables an external agent usually needs (its API keys); only those set are passed.
-_API_KEY_NAMES: Final = (
+#: Variables an external agent usually needs, passed when set (on top of the trimmed base
+#: every agent gets: HOME, LOGNAME, PATH, SHELL, TERM, USER): API keys and endpoints of the
+#: model providers, the adapters' own homes and traffic settings, proxies and CA certificates.
+#: ``--pass-env`` adds more.
+DEMO_AGENT_ENV: Final = (
     "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_MODEL",
+    "CLAUDE_CONFIG_DIR",
+    "CLAUDE_CODE_USE_BEDROCK",
+    "CLAUDE_CODE_USE_VERTEX",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    "DISABLE_TELEMETRY",
+    "DISABLE_AUTOUPDATER",
+    "DISABLE_ERROR_REPORTING",
     "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "CODEX_API_KEY",
+    "CODEX_HOME",
     "GOOGLE_API_KEY",
     "GEMINI_API_KEY",
     "OPENROUTER_API_KEY",
     "GOOSE_PROVIDER",
     "GOOSE_MODEL",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
 )
 
 
-async def run_demo(write: Write, agent: Sequence[str] | None = None) -> None:
-    """Run the whole demo, writing its report through ``write``; raises :class:`DemoFailure`.
+def _kept_log(state: Path) -> str:
+    """Copy the agent log out of the state directory (which the demo removes) and say where
+    it is, with its last lines; "" when there is none."""
+    log = next(state.rglob("agent.log"), None)
+    if log is None or not log.is_file():
+        return ""
+    try:
+        text = log.read_bytes().decode("utf-8", errors="replace")
+        fd, kept = tempfile.mkstemp(prefix="buzz-demo-agent-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        return f"\n(the agent log could not be kept: {exc.strerror or exc})"
+    tail = text.splitlines()[-LOG_TAIL_LINES:]
+    shown = "\n".join("  " + terminal_safe(line, multiline=False) for line in tail)
+    return f"\nthe agent log is kept at {kept}; its last lines:\n{shown}"
 
-    ``agent``: an ACP command (argv) instead of the bundled demo agent.
+
+async def run_demo(
+    write: Write, agent: Sequence[str] | None = None, pass_env: Sequence[str] = ()
+) -> None:
+    """Run the whole demo, writing its report through ``write``; raises :class:`DemoFailure`
+    (with the agent log's last lines; the log itself is kept).
+
+    ``agent``: an ACP command (argv) instead of the bundled demo agent; ``pass_env``: more
+    variable names to pass to it on top of :data:`DEMO_AGENT_ENV`.
     """
     bundled = agent is None
     command = bundled_agent_command() if agent is None else list(agent)
@@ -539,6 +608,9 @@ async def run_demo(write: Write, agent: Sequence[str] | None = None) -> None:
         raise DemoFailure("--agent: the agent command is empty")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="buzz-demo-") as state:
-        await _Demo(write, command, bundled, Path(state)).run()
+        try:
+            await _Demo(write, command, bundled, Path(state), pass_env).run()
+        except DemoFailure as exc:
+            raise DemoFailure(f"{exc}{_kept_log(Path(state))}") from None
     _heading(write, 11, "done")
     write(f"demo finished in {time.monotonic() - started:.1f} s\n")

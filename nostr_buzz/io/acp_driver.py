@@ -26,9 +26,30 @@ Choices where spec 06 is silent (also in the project report):
   turn with ``stopReason`` ``unknown`` and outcome ``success`` (the agent answered normally);
 * a second steer while one is in flight for the same turn is ``released`` (the queue keeps the
   event); a steer that times out counts as a transport failure (``failed``);
-* a ``usage_update`` cost in a currency other than USD is ignored (``costUsd`` is USD);
-* permission requests are answered with the first ``allow_once`` (else ``allow_always``)
-  option, or cancelled when ``permission="reject"``.
+* a ``usage_update`` cost in a currency other than USD is ignored (``costUsd`` is USD); its
+  ``used``/``size`` are the context occupancy of the turn's last report;
+* permission requests go to a policy (:data:`PermissionPolicy`); a request for a session with
+  no running turn is rejected without asking it (real adapters send requests after a turn has
+  ended).  Approval picks the ``allow_once`` option (else ``allow_always``), rejection the
+  ``reject_once`` option (else the ``cancelled`` outcome).  Every decision is a
+  ``permission_decision`` diagnostic with the tool's title;
+* one prompt at a time per session, always: an agent's prompt queueing (claude-agent-acp
+  advertises ``_meta.claudeCode.promptQueueing``) is never used, because a queued prompt ends
+  the running one with ``end_turn`` and the usage then covers two prompts; a message that
+  arrives mid-turn is steered natively or cancels and merges;
+* agents that do not survive ``session/cancel`` (:attr:`AgentInfo.survives_cancel`: every
+  claude agent) have a session retired after a cancelled or failed turn (claude-agent-acp
+  answers every later prompt of such a session with the previous one's answer): it is never
+  prompted again (:meth:`AgentDriver.usable` is false, ``session/close`` is sent when
+  advertised) and the caller opens a fresh one.  For any agent, a turn that follows a
+  cancelled one in the same session and ends within :data:`HOLLOW_WINDOW` seconds with no
+  text, no tool call and no (or zero) usage is failed rather than settled, and its session
+  retired too;
+* text that a tool call separates from earlier text starts a new paragraph (a blank line);
+  thoughts are never part of the reply;
+* the agent runs in a process group of its own; closing it ends the whole group (launchers
+  such as codex-acp's npm script neither forward SIGTERM nor make their child exit when its
+  stdin closes).
 """
 
 from __future__ import annotations
@@ -36,8 +57,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,6 +70,7 @@ from typing import IO, Any, Final, Literal
 import acp
 from acp import schema
 from acp.connection import Connection
+from acp.transports import default_environment
 from pydantic import ValidationError
 
 from nostr_buzz.core.compiler import standing_sections
@@ -61,6 +84,8 @@ __all__ = [
     "AgentDriver",
     "AgentInfo",
     "DiagnosticCallback",
+    "PermissionPolicy",
+    "PermissionRequest",
     "SessionStart",
     "StandingStrategy",
     "SteerOutcome",
@@ -83,6 +108,11 @@ GOOSE_UPDATE: Final = "_goose/unstable/session/update"
 SESSION_STEERING: Final = "_session/steering"
 #: Lines from the agent may be large (embedded resources); the package's default is 64 KiB.
 STDIO_LIMIT: Final = 50 * 1024 * 1024
+#: A turn after a cancel that ends this fast with nothing to show is the agent's broken
+#: session answering at once (claude-agent-acp), not an answer.
+HOLLOW_WINDOW: Final = 2.0
+#: How long ``session/close`` of a retired session may take before it is given up.
+CLOSE_SESSION_TIMEOUT: Final = 5.0
 WORKSPACE_BODY: Final = (
     "Your working directory is {cwd}. Keep the files you create and the repositories you "
     "clone there."
@@ -94,13 +124,22 @@ _STOP_REASONS: Final[dict[str, StopReason]] = {
 }
 
 
+def workspace_section(cwd: str | Path | None) -> str | None:
+    """``<workspace>`` for an absolute working directory other than ``/`` (written exactly as
+    configured), else None."""
+    if cwd is None:
+        return None
+    cwd = str(cwd)
+    if not os.path.isabs(cwd) or cwd == "/":
+        return None
+    return f"<workspace>\n{escape_text(WORKSPACE_BODY.format(cwd=cwd))}\n</workspace>"
+
+
 def standing_text(standing: Standing, cwd: str | None) -> str:
-    """The system-role text of spec 06: ``<workspace>`` (for an absolute cwd other than ``/``,
-    written exactly as configured) and the compiler's standing sections, joined by blank
-    lines; "" when there is nothing to say."""
-    parts: list[str] = []
-    if cwd is not None and os.path.isabs(cwd) and cwd != "/":
-        parts.append(f"<workspace>\n{escape_text(WORKSPACE_BODY.format(cwd=cwd))}\n</workspace>")
+    """The system-role text: :func:`workspace_section` and the compiler's standing sections,
+    joined by blank lines; "" when there is nothing to say."""
+    workspace = workspace_section(cwd)
+    parts = [workspace] if workspace is not None else []
     parts.extend(text for _, text in standing_sections(standing))
     return "\n\n".join(parts)
 
@@ -116,6 +155,10 @@ class AgentInfo:
     steering_supported: bool
     system_prompt_append: bool
     pid: int
+    #: ``sessionCapabilities.systemPrompt``: the standard ``systemPrompt {mode, content}``.
+    system_prompt_capability: bool = False
+    #: ``sessionCapabilities.close``: ``session/close`` releases a session.
+    session_close: bool = False
 
     @property
     def is_goose(self) -> bool:
@@ -124,6 +167,42 @@ class AgentInfo:
     @property
     def is_claude(self) -> bool:
         return "claude" in (self.name or "").lower()
+
+    @property
+    def survives_cancel(self) -> bool:
+        """Whether a session stays usable after ``session/cancel``.
+
+        claude-agent-acp (0.23) does not: the next prompt ends at once with ``end_turn``,
+        no text and zero usage, and every later answer belongs to the previous question.
+        """
+        return not self.is_claude
+
+
+@dataclass(frozen=True)
+class PermissionRequest:
+    """A ``session/request_permission`` of the agent, as a policy sees it."""
+
+    session_id: str
+    title: str
+    kind: str | None
+    tool_call_id: str | None
+    #: A turn of this session is running: its prompt is unanswered and not being cancelled
+    #: (the policy is only asked when it is).
+    turn_running: bool
+
+
+#: ``policy(request) -> approve?``; called only while a turn of the session runs.
+PermissionPolicy = Callable[[PermissionRequest], bool]
+
+
+def allow_during_turn(request: PermissionRequest) -> bool:
+    """The default policy: approve what the running turn's agent asks."""
+    return request.turn_running
+
+
+def reject_always(request: PermissionRequest) -> bool:
+    """Reject every request."""
+    return False
 
 
 @dataclass(frozen=True)
@@ -163,6 +242,12 @@ class TurnResult:
     started_at: datetime
     ended_at: datetime
     error: str | None = None
+    #: The last ``usage_update`` ``used``/``size`` of the turn: context occupancy (tokens).
+    context_used: int | None = None
+    context_size: int | None = None
+    #: The turn's position in its session (``usage.turn_seq`` when usage was observed; the
+    #: next number of the same sequence when it was not).
+    turn_seq: int | None = None
 
 
 @dataclass
@@ -188,6 +273,23 @@ class _Turn:
     active: bool = False
     heard: bool = False
     ended_usage: tuple[UsageRecord | None] | None = None
+    tool_calls: int = 0
+    paragraph_break: bool = False
+    context_used: int | None = None
+    context_size: int | None = None
+
+    def text(self, text: str, message_id: str | None) -> None:
+        """One chunk of the agent's message; after a tool call it starts a paragraph."""
+        if message_id is not None and message_id != self.message_id:
+            self.message_id = message_id
+            self.final = []
+        if self.paragraph_break and text.strip():
+            self.paragraph_break = False
+            for part in (self.chunks, self.final):
+                if "".join(part).strip():
+                    part.append("\n\n")
+        self.chunks.append(text)
+        self.final.append(text)
 
     def touch(self, now: float) -> None:
         self.last_activity = now
@@ -230,6 +332,95 @@ def _goose_run_id(meta: Mapping[str, Any] | None) -> str | None:
     return run_id if isinstance(run_id, str) and run_id else None
 
 
+@contextlib.asynccontextmanager
+async def _spawn_group(
+    handler: Any,
+    command: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | Path | None,
+    stderr: int,
+    shutdown_timeout: float,
+) -> AsyncIterator[tuple[Connection, asyncio.subprocess.Process]]:
+    """The agent in a new session and process group (its pid is the group id), with a
+    JSON-RPC connection on its stdio; on exit the whole group is ended (:func:`_end_group`).
+
+    The environment is the package's trimmed base (HOME, LOGNAME, PATH, SHELL, TERM, USER)
+    plus ``env``."""
+    merged = default_environment()
+    merged.update(env)
+    process = await asyncio.create_subprocess_exec(
+        command,
+        *args,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=merged,
+        cwd=str(cwd) if cwd is not None else None,
+        limit=STDIO_LIMIT,
+        start_new_session=True,
+    )
+    try:
+        if process.stdin is None or process.stdout is None:  # pragma: no cover - PIPE given
+            raise OSError("the agent's stdio could not be opened")
+        conn = Connection(handler, process.stdin, process.stdout)
+        try:
+            yield conn, process
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.close()
+    finally:
+        await _end_group(process, shutdown_timeout)
+
+
+async def _exited(process: asyncio.subprocess.Process, within: float) -> bool:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(process.wait(), within)
+    return process.returncode is not None
+
+
+async def _end_group(process: asyncio.subprocess.Process, grace: float) -> None:
+    """Close the agent's stdin (the ACP way to ask it to leave), give it ``grace`` seconds,
+    then SIGTERM its group, ``grace`` more, then SIGKILL; finally SIGKILL whatever is left of
+    the group (children that outlived the leader, or that ignore both EOF and SIGTERM)."""
+    stdin = process.stdin
+    if stdin is not None:
+        with contextlib.suppress(Exception):
+            stdin.close()
+        with contextlib.suppress(Exception):
+            await stdin.wait_closed()
+    if not await _exited(process, grace):
+        _signal_group(process.pid, signal.SIGTERM)
+        if not await _exited(process, grace):
+            _signal_group(process.pid, signal.SIGKILL)
+            await process.wait()
+    _kill_group(process.pid)
+    await _group_gone(process.pid, grace)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def _group_gone(pgid: int, within: float) -> None:
+    """Wait (bounded) until no process of the group is left: SIGKILL is not instant."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        await asyncio.sleep(0.01)
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL every process left in the agent's group (none: nothing happens)."""
+    _signal_group(pgid, signal.SIGKILL)
+
+
 class AgentDriver:
     """One ACP agent subprocess; see the module docstring.
 
@@ -255,7 +446,7 @@ class AgentDriver:
         cancel_grace: float = 10.0,
         request_timeout: float = 60.0,
         shutdown_timeout: float = 2.0,
-        permission: Literal["allow", "reject"] = "allow",
+        permission: Literal["allow", "reject"] | PermissionPolicy = "allow",
         usage: UsageTracker | None = None,
         on_diagnostic: DiagnosticCallback | None = None,
         clock: Callable[[], datetime] = _utc_now,
@@ -273,7 +464,13 @@ class AgentDriver:
         self.cancel_grace = cancel_grace
         self.request_timeout = request_timeout
         self._shutdown_timeout = shutdown_timeout
-        self._permission = permission
+        self.permission_policy: PermissionPolicy = (
+            allow_during_turn
+            if permission == "allow"
+            else reject_always
+            if permission == "reject"
+            else permission
+        )
         self.usage = usage if usage is not None else UsageTracker()
         self._on_diagnostic = on_diagnostic
         self._clock = clock
@@ -286,6 +483,9 @@ class AgentDriver:
         #: Turns the agent may start (or started) on its own after a steer: see follow_turn.
         self._follows: dict[str, _Turn] = {}
         self._run_ids: dict[str, str] = {}
+        self._cancelled: set[str] = set()  # sessions whose last turn got session/cancel
+        self._retired: set[str] = set()  # sessions never to be prompted again
+        self._legacy_first: dict[str, str] = {}  # legacy sessions: <workspace> for turn 1
         self._lost = False  # the connection ended (agent exit) before close()
         self._generation = 0  # one per agent process: see _usage_key
 
@@ -329,15 +529,16 @@ class AgentDriver:
             self._log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = stack.enter_context(open(self._log_path, "ab"))  # noqa: SIM115
             stderr = self._log.fileno()
+        program, *arguments = self._argv()
         try:
             conn, process = await stack.enter_async_context(
-                acp.spawn_stdio_connection(
+                _spawn_group(
                     self._handle,
-                    *self._argv(),
+                    program,
+                    arguments,
                     env=self._child_env(),
                     cwd=self._cwd,
                     stderr=stderr,
-                    limit=STDIO_LIMIT,
                     shutdown_timeout=self._shutdown_timeout,
                 )
             )
@@ -368,6 +569,10 @@ class AgentDriver:
             ) from None
         meta = response.field_meta or {}
         caps = response.agent_capabilities
+        raw_caps = raw.get("agentCapabilities") if isinstance(raw, dict) else None
+        session_caps = raw_caps.get("sessionCapabilities") if isinstance(raw_caps, dict) else None
+        if not isinstance(session_caps, dict):
+            session_caps = {}
         self._info = AgentInfo(
             protocol_version=response.protocol_version,
             name=response.agent_info.name if response.agent_info else None,
@@ -376,6 +581,8 @@ class AgentDriver:
             steering_supported=_flag(meta, "steering", "supported"),
             system_prompt_append=_flag(meta, "systemPrompt", "append"),
             pid=process.pid,
+            system_prompt_capability=isinstance(session_caps.get("systemPrompt"), dict),
+            session_close=isinstance(session_caps.get("close"), dict),
         )
         self._diagnostic(
             "agent_started",
@@ -399,6 +606,9 @@ class AgentDriver:
         process, self._process = self._process, None
         self._info = None
         self._run_ids.clear()
+        self._cancelled.clear()
+        self._retired.clear()
+        self._legacy_first.clear()
         for turn in self._turns.values():
             turn.wake.set()
         if stack is not None:
@@ -424,7 +634,12 @@ class AgentDriver:
     # -- sessions -------------------------------------------------------------------------
 
     async def new_session(self, cwd: str, standing: str = "") -> SessionStart:
-        """``session/new`` with the standing context (spec 06's strategy order).
+        """``session/new`` with the standing context, by the first strategy the agent supports:
+        goose's ``system-prompt/set``; the standard ``systemPrompt {mode: "append", content}``
+        when the agent advertises ``sessionCapabilities.systemPrompt``; claude's
+        ``_meta.systemPrompt.append``; a top-level ``systemPrompt`` for protocol ≥ 2; else
+        legacy (the caller compiles the standing sections into the first turn, and the driver
+        puts ``<workspace>`` before them).
 
         ``standing`` is the system-role text (see :func:`standing_text`).  Raises
         :class:`AgentError` when the agent refuses the session.
@@ -434,6 +649,11 @@ class AgentDriver:
         extra: dict[str, Any] = {}
         if info.is_goose:
             strategy = "goose"
+        elif info.system_prompt_capability:
+            strategy = "system_prompt"
+            if standing:
+                content = [{"type": "text", "text": standing}]
+                extra["systemPrompt"] = {"mode": "append", "content": content}
         elif info.is_claude or info.system_prompt_append:
             strategy = "claude_meta"
             if standing:
@@ -457,6 +677,9 @@ class AgentDriver:
                 )
             except (acp.RequestError, ConnectionError, OSError, TimeoutError):
                 strategy = "legacy"  # −32601 (or any failure): the first turn carries it
+        workspace = workspace_section(self._cwd)
+        if strategy == "legacy" and workspace is not None:
+            self._legacy_first[session_id] = workspace
         self.usage.session_started(
             self._usage_key(session_id)
         )  # a session this harness created: zero baseline
@@ -467,6 +690,25 @@ class AgentDriver:
 
     def running(self, session_id: str) -> bool:
         return session_id in self._turns
+
+    def usable(self, session_id: str) -> bool:
+        """False for a session retired after a cancel (see the module docstring): the
+        caller must open a fresh session (with the standing context) for its next turn."""
+        return session_id not in self._retired
+
+    async def _retire(self, session_id: str) -> None:
+        """Never prompt this session again; ``session/close`` it when the agent can."""
+        if session_id in self._retired:
+            return
+        self._retired.add(session_id)
+        self._diagnostic("session_retired", session_id, {})
+        info = self._info
+        if info is not None and info.session_close and self.alive:
+            with contextlib.suppress(acp.RequestError, ConnectionError, OSError, TimeoutError):
+                await asyncio.wait_for(
+                    self._request("session/close", {"sessionId": session_id}),
+                    CLOSE_SESSION_TIMEOUT,
+                )
 
     async def run_turn(
         self,
@@ -487,6 +729,8 @@ class AgentDriver:
             raise AgentError("the agent is not started: call start() first")
         if session_id in self._turns:
             raise AgentError(f"a prompt is already running in session {session_id!r}")
+        if session_id in self._retired:
+            raise AgentError(f"session {session_id!r} did not survive a cancel: open a new session")
         loop = asyncio.get_running_loop()
         now = loop.time()
         turn = _Turn(
@@ -498,10 +742,11 @@ class AgentDriver:
         )
         self._turns[session_id] = turn
         self.usage.begin_turn(self._usage_key(session_id))
-        params = {
-            "sessionId": session_id,
-            "prompt": [{"type": "text", "text": s} for s in sections],
-        }
+        blocks = [{"type": "text", "text": s} for s in sections]
+        workspace = self._legacy_first.pop(session_id, None)
+        if workspace is not None:
+            blocks.insert(0, {"type": "text", "text": workspace})
+        params = {"sessionId": session_id, "prompt": blocks}
         prompt = asyncio.ensure_future(conn.send_request("session/prompt", params))
         turn.prompt = prompt
         try:
@@ -515,8 +760,35 @@ class AgentDriver:
             self._run_ids.pop(session_id, None)
         if ending.evidence == "timeout" and ending.outcome == "failed":
             await self._notify("session/cancel", {"sessionId": session_id})
+            turn.cancel_deadline = turn.cancel_deadline or loop.time()
         ended = turn.ended_usage  # set when the agent's own next turn began meanwhile
         usage = ended[0] if ended is not None else self.usage.end_turn(self._usage_key(session_id))
+        turn_seq = (
+            usage.turn_seq
+            if usage is not None
+            else self.usage.unknown_turn(self._usage_key(session_id))
+        )
+        if self._hollow(session_id, turn, ending, usage, loop.time() - now):
+            ending = _Ending(
+                "error",
+                "failed",
+                "error",
+                native=ending.native,
+                error=(
+                    "the agent ended the turn at once with no text and no usage after a "
+                    "cancel: its session did not survive the cancel"
+                ),
+            )
+            await self._retire(session_id)
+        else:
+            if turn.cancel_deadline is not None:
+                self._cancelled.add(session_id)
+            else:
+                self._cancelled.discard(session_id)
+            info = self._info
+            troubled = turn.cancel_deadline is not None or ending.outcome != "success"
+            if troubled and info is not None and not info.survives_cancel:
+                await self._retire(session_id)
         result = TurnResult(
             reply="".join(turn.chunks),
             final_message="".join(turn.final),
@@ -530,10 +802,34 @@ class AgentDriver:
             started_at=turn.started_at,
             ended_at=self._clock(),
             error=ending.error,
+            context_used=turn.context_used,
+            context_size=turn.context_size,
+            turn_seq=turn_seq,
         )
         if ending.evidence == "agent_exit":
             await self._reap()
         return result
+
+    def _hollow(
+        self,
+        session_id: str,
+        turn: _Turn,
+        ending: _Ending,
+        usage: UsageRecord | None,
+        seconds: float,
+    ) -> bool:
+        """A turn after a cancel that the agent ended at once with nothing at all."""
+        if session_id not in self._cancelled or turn.cancel_deadline is not None:
+            return False
+        if ending.outcome != "success" or seconds > HOLLOW_WINDOW:
+            return False
+        if "".join(turn.chunks).strip() or turn.tool_calls:
+            return False
+        counts = usage.turn if usage is not None else None
+        if counts is None:
+            return True
+        spent = (counts.input_tokens, counts.output_tokens, counts.total_tokens)
+        return not any(spent) and not counts.cost_usd
 
     async def _reap(self) -> None:
         """The connection is gone: wait (bounded) for the exit status, then report it."""
@@ -543,6 +839,8 @@ class AgentDriver:
         self._lost = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), self._shutdown_timeout)
+        _kill_group(process.pid)  # what the dead agent left behind in its group
+        await _group_gone(process.pid, self._shutdown_timeout)
         self._diagnostic("agent_exited", None, {"returncode": process.returncode})
 
     async def _await_prompt(self, turn: _Turn, prompt: asyncio.Future[Any]) -> _Ending:
@@ -726,10 +1024,11 @@ class AgentDriver:
         finally:
             self._turns.pop(session_id, None)
         alive = self._conn is not None
+        usage = self.usage.end_turn(key)
         return TurnResult(
             reply="".join(follow.chunks),
             final_message="".join(follow.final),
-            usage=self.usage.end_turn(key),
+            usage=usage,
             stop_reason="unknown" if alive else "error",
             outcome="success" if alive else "failed",
             terminal_evidence="timeout" if alive else "agent_exit",
@@ -738,6 +1037,9 @@ class AgentDriver:
             run_id=follow.run_id,
             started_at=follow.started_at,
             ended_at=self._clock(),
+            context_used=follow.context_used,
+            context_size=follow.context_size,
+            turn_seq=usage.turn_seq if usage is not None else self.usage.unknown_turn(key),
         )
 
     def _usage_key(self, session_id: str) -> str:
@@ -822,15 +1124,17 @@ class AgentDriver:
             turn.on_update(update.session_update)
         if isinstance(update, schema.AgentMessageChunk):
             if turn is not None and isinstance(update.content, schema.TextContentBlock):
-                if update.message_id is not None and update.message_id != turn.message_id:
-                    turn.message_id = update.message_id
-                    turn.final = []
-                turn.chunks.append(update.content.text)
-                turn.final.append(update.content.text)
+                turn.text(update.content.text, update.message_id)
+        elif isinstance(update, schema.ToolCallStart | schema.ToolCallProgress):
+            if turn is not None:
+                turn.tool_calls += 1
+                turn.paragraph_break = True
         elif isinstance(update, schema.UsageUpdate):
             cost = update.cost
             if cost is not None and cost.currency.upper() == "USD":
                 self.usage.observe_cost(self._usage_key(session_id), cost.amount)
+            if turn is not None:
+                turn.context_used, turn.context_size = update.used, update.size
         elif isinstance(update, schema.SessionInfoUpdate):
             run_id = _goose_run_id(update.field_meta)
             if run_id is not None:
@@ -859,13 +1163,64 @@ class AgentDriver:
         )
 
     def _permission_answer(self, params: Any) -> dict[str, Any]:
-        if self._permission == "allow":
-            options = params.get("options") if isinstance(params, dict) else None
-            for kind in ("allow_once", "allow_always"):
-                for option in options if isinstance(options, list) else []:
-                    if isinstance(option, dict) and option.get("kind") == kind:
-                        return {"outcome": {"outcome": "selected", "optionId": option["optionId"]}}
-        return {"outcome": {"outcome": "cancelled"}}
+        """Ask the policy (only while a turn of the session runs), answer, and report."""
+        params = params if isinstance(params, dict) else {}
+        session_id = params.get("sessionId")
+        session_id = session_id if isinstance(session_id, str) else ""
+        tool = params.get("toolCall")
+        tool = tool if isinstance(tool, dict) else {}
+        # Running: the prompt is unanswered (the agent may ask after its answer, which the
+        # connection has already resolved) and not being cancelled.
+        turn = self._turns.get(session_id)
+        running = (
+            turn is not None
+            and turn.prompt is not None
+            and not turn.prompt.done()
+            and turn.cancel_deadline is None
+        )
+        title, kind, call_id = tool.get("title"), tool.get("kind"), tool.get("toolCallId")
+        request = PermissionRequest(
+            session_id=session_id,
+            title=title if isinstance(title, str) else "",
+            kind=kind if isinstance(kind, str) else None,
+            tool_call_id=call_id if isinstance(call_id, str) else None,
+            turn_running=running,
+        )
+        approve = False
+        if request.turn_running:
+            try:
+                approve = self.permission_policy(request) is True
+            except Exception as exc:  # a broken policy rejects, it never approves
+                self._diagnostic("permission_policy_failed", session_id, {"error": repr(exc)})
+        options = params.get("options")
+        wanted = ("allow_once", "allow_always") if approve else ("reject_once", "reject_always")
+        answer: dict[str, Any] = {"outcome": "cancelled"}
+        for option_kind in wanted:
+            option = next(
+                (
+                    o
+                    for o in (options if isinstance(options, list) else [])
+                    if isinstance(o, dict)
+                    and o.get("kind") == option_kind
+                    and isinstance(o.get("optionId"), str)
+                ),
+                None,
+            )
+            if option is not None:
+                answer = {"outcome": "selected", "optionId": option["optionId"]}
+                break
+        decision = "approved" if approve and answer["outcome"] == "selected" else "rejected"
+        self._diagnostic(
+            "permission_decision",
+            session_id or None,
+            {
+                "decision": decision,
+                "title": request.title,
+                "toolKind": request.kind,
+                "turnRunning": request.turn_running,
+            },
+        )
+        return {"outcome": answer}
 
     def _diagnostic(self, kind: str, session_id: str | None, payload: dict[str, Any]) -> None:
         if self._on_diagnostic is not None:
@@ -880,7 +1235,16 @@ def _answered(turn: _Turn | None) -> bool:
 def _describe(exc: BaseException) -> str:
     """A short reason for an error (never the prompt)."""
     if isinstance(exc, acp.RequestError):
-        return f"JSON-RPC error {exc.code}: {exc}"
+        # Real agents put the useful text in ``data.message`` (or ``data`` itself) of a
+        # −32603 whose ``message`` is only "Internal error".
+        data = exc.data
+        detail = data.get("message") if isinstance(data, dict) else data
+        if not isinstance(detail, str) and isinstance(data, dict):
+            detail = data.get("details")
+        text = str(exc)
+        if isinstance(detail, str) and detail.strip() and detail.strip() not in text:
+            text = f"{text}: {detail.strip()}" if text else detail.strip()
+        return f"JSON-RPC error {exc.code}: {text}"
     if isinstance(exc, TimeoutError):
         return "no answer in time"
     if isinstance(exc, ValidationError):

@@ -286,6 +286,17 @@ class Outbox:
             raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
         return self.get(event_id)
 
+    def make_due(self, now: float) -> int:
+        """Every entry due at ``now`` (a relay came back: no need to wait out the backoff);
+        how many were waiting."""
+        try:
+            cursor = self._db.execute(
+                "UPDATE outbox SET next_attempt = ? WHERE next_attempt > ?", (now, now)
+            )
+        except sqlite3.Error as exc:
+            raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
+        return cursor.rowcount
+
     def remove(self, event_id: str) -> bool:
         """Forget an entry (enough relays have it); True when it was there."""
         try:

@@ -140,6 +140,9 @@ class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
     native_stop_reason: str | None = None
     pricing_identity: PricingIdentity | None = None
     context_manifest: Manifest | None = None
+    #: Context occupancy the agent last reported in the turn (ACP ``usage_update``).
+    context_used_tokens: int | None = None
+    context_window_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in _ENUMS:
@@ -212,6 +215,8 @@ class _WirePayload(msgspec.Struct, rename="camel"):
     pricing_identity: _WirePricingIdentity | UnsetType = UNSET
     # Decoded as a plain struct: the hash is *not* checked here (hash_matches() tells).
     context_manifest: Manifest | UnsetType = UNSET
+    context_used_tokens: int | UnsetType = UNSET
+    context_window_tokens: int | UnsetType = UNSET
 
 
 _wire_decoder = msgspec.json.Decoder(_WirePayload)
@@ -279,6 +284,8 @@ def _to_wire(p: MetricPayload) -> _WirePayload:
         native_stop_reason=_or_unset(p.native_stop_reason),
         pricing_identity=pricing,
         context_manifest=_or_unset(p.context_manifest),
+        context_used_tokens=_or_unset(p.context_used_tokens),
+        context_window_tokens=_or_unset(p.context_window_tokens),
     )
 
 
@@ -310,6 +317,8 @@ def _from_wire(w: _WirePayload) -> MetricPayload:
         native_stop_reason=_or_none(w.native_stop_reason),
         pricing_identity=pricing,
         context_manifest=_or_none(w.context_manifest),
+        context_used_tokens=_or_none(w.context_used_tokens),
+        context_window_tokens=_or_none(w.context_window_tokens),
     )
 
 
@@ -455,6 +464,10 @@ def _validate(p: MetricPayload) -> None:
             raise MetricError(f"{name} must be one of {sorted(allowed)}")
     if p.turn_seq is not None and (not _is_int(p.turn_seq) or not 1 <= p.turn_seq <= _MAX_TOKENS):
         raise MetricError("turn_seq must be an integer >= 1 or null")
+    for name in ("context_used_tokens", "context_window_tokens"):
+        value = getattr(p, name)
+        if value is not None and (not _is_int(value) or not 0 <= value <= _MAX_TOKENS):
+            raise MetricError(f"{name} must be an integer >= 0 or absent")
     if p.turn is not None:
         _check_counts("turn", p.turn, MAX_TURN_COST_USD)
     if p.cumulative is not None:
