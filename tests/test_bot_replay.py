@@ -76,6 +76,23 @@ async def test_query_back_pages_past_what_one_query_returns(world: World) -> Non
     assert found.per_relay[world.relay.url].error is None
 
 
+async def test_query_back_finds_a_second_that_holds_more_than_a_page(world: World) -> None:
+    second = int(time.time()) - 100
+    crowded = [
+        sign_event(
+            world.human, kind=9, content=str(i), tags=[["h", f"c{i % 4}"]], created_at=second
+        )
+        for i in range(60)
+    ]
+    before = [
+        sign_event(world.human, kind=9, content="b", tags=[["h", "c0"]], created_at=second - 5)
+    ]
+    await world.publish(*crowded, *before)
+    pool = RelayPool([world.relay.url], timeout=3.0)
+    found = await pool.query_back({"kinds": [9]}, since=second - 10, page=25)
+    assert sorted(e.id for e in found.events) == sorted(e.id for e in [*crowded, *before])
+
+
 async def test_mentions_sent_while_down_are_found_under_a_flood_of_strangers(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,7 +19,7 @@ import msgspec
 from nostr_buzz.errors import RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip01, nip42
+from nostr_buzz.nips import nip01, nip10, nip42
 from nostr_buzz.nips.nip01 import FilterLike
 
 from .relay import CLOSE_TIMEOUT, MAX_SEEN_IDS, QueryResult, RelayClient, Verdict
@@ -251,6 +251,10 @@ class RelayPool:
                     oldest = min(e.created_at for e in result.events)
                     if oldest <= floor:
                         break
+                    if not fresh and until is not None and oldest == until:
+                        # A whole page of one second, all seen: that second holds more than a
+                        # relay returns at once.  Ask for it channel by channel.
+                        await self._sweep_second(client, flts, until, collected, seen, page)
                     # The oldest second again (more events may share it), one earlier when
                     # the page brought nothing new.
                     until = oldest if fresh else oldest - 1
@@ -262,6 +266,39 @@ class RelayPool:
 
         results = await asyncio.gather(*(one(url) for url in self.urls))
         return _merge(zip(self.urls, results, strict=True))
+
+    async def _sweep_second(
+        self,
+        client: RelayClient,
+        flts: list[nip01.Filter],
+        second: int,
+        collected: QueryResult,
+        seen: set[str],
+        page: int,
+    ) -> None:
+        """The events of one crowded second, one channel (``h`` tag) at a time: each channel
+        seen in that second is asked for on its own.  What still overflows is reported in
+        ``collected.error``."""
+        channels = sorted(
+            {c for e in collected.events if e.created_at == second and (c := nip10.channel(e))}
+        )
+        for channel in channels:
+            narrowed = [
+                msgspec.structs.replace(
+                    f, since=second, until=second, limit=page, tags={**f.tags, "h": (channel,)}
+                )
+                for f in flts
+                if "h" not in f.tags or channel in f.tags["h"]
+            ]
+            if not narrowed:
+                continue
+            async with asyncio.timeout(client.timeout + _GRACE):
+                result = await client.query(narrowed)
+            fresh = [e for e in result.events if e.id not in seen]
+            seen.update(e.id for e in fresh)
+            collected.events.extend(fresh)
+            if len(result.events) >= page:
+                collected.error = f"more than {page} events in channel {channel} at {second}"
 
     async def subscribe(
         self,
