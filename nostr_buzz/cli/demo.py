@@ -13,9 +13,9 @@ from typing import Annotated
 import typer
 
 from nostr_buzz.cli.common import run
+from nostr_buzz.cli.demo_script import DemoFailure, run_demo
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
 from nostr_buzz.config import parse_env_names
-from nostr_buzz.demo.script import DemoFailure, run_demo
 from nostr_buzz.errors import ConfigError
 
 
