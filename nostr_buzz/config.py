@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from nostr_buzz.errors import SECRET_HINT, ConfigError, InvalidKey, looks_secret
+from nostr_buzz.errors import SECRET_HINT, ConfigError, InvalidKey, describe_input, looks_secret
 from nostr_buzz.io.filemodes import check_key_file
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip10 import is_valid_channel_id
@@ -161,9 +161,7 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
 
 def _describe(value: str) -> str:
     """A value for an error message, or the secret hint in its place."""
-    if looks_secret(value):
-        return SECRET_HINT
-    return repr(value if len(value) <= 80 else value[:80] + "…")
+    return describe_input(value)
 
 
 def validate_relay_url(url: str, *, source: str) -> str:

@@ -7,6 +7,7 @@ secret material (see ``SECRET_HINT``).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 InvalidEventReason = Literal["malformed", "bad_id", "bad_pubkey", "bad_signature"]
@@ -112,8 +113,28 @@ class AgentError(BuzzError):
 
 
 def looks_secret(text: str) -> bool:
-    """True for strings an error message must not repeat (bech32 secret keys)."""
-    return text.strip().lower().startswith("nsec1")
+    """True for strings an error message must not repeat: a bech32 secret key, alone or inside
+    other text (a key pasted into a URL or a list is still a key)."""
+    return "nsec1" in text.lower()
+
+
+_NSEC_RUN = re.compile(r"nsec1[0-9a-z]*", re.IGNORECASE)
+_LONG_HEX = re.compile(r"[0-9a-fA-F]{32,}")
+
+
+def describe_input(text: str, *, limit: int = 80, hex_may_be_secret: bool = False) -> str:
+    """``text`` quoted for an error message (cut at ``limit`` characters), or ``SECRET_HINT``
+    in its place when it looks like a secret key.  With ``hex_may_be_secret`` a long run of hex
+    digits counts too: where no id or public key is expected, a mistyped raw secret key must
+    not be half repeated."""
+    if looks_secret(text) or (hex_may_be_secret and _LONG_HEX.search(text)):
+        return SECRET_HINT
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def redact(text: str) -> str:
+    """``text`` with every bech32 secret key in it replaced by ``SECRET_HINT``."""
+    return _NSEC_RUN.sub(SECRET_HINT, text)
 
 
 class StandingError(BuzzError):

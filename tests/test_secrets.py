@@ -238,3 +238,18 @@ def test_buzz_run_says_when_the_agent_can_read_the_bots_key(tmp_path: Path) -> N
         assert (
             "the agent runs as this same OS user and can read the bot's key" in proc.stderr
         ) is warned
+
+
+def test_one_redaction_rule_hides_a_secret_key_anywhere_in_the_text() -> None:
+    from nostr_buzz.errors import SECRET_HINT, describe_input, looks_secret, redact
+
+    nsec = "nsec1" + "q" * 58
+    assert looks_secret(nsec) and looks_secret(f"wss://relay.example/{nsec.upper()}")
+    assert not looks_secret("npub1" + "q" * 58)
+    assert describe_input(f"wss://x/{nsec}") == SECRET_HINT
+    assert describe_input("a" * 90) == repr("a" * 80 + "…")
+    assert describe_input("ab" * 16) == repr("ab" * 16)
+    assert describe_input("ab" * 16, hex_may_be_secret=True) == SECRET_HINT
+    assert redact(f"bad value {nsec} and {nsec.upper()}.") == (
+        f"bad value {SECRET_HINT} and {SECRET_HINT}."
+    )

@@ -19,7 +19,7 @@ import typer.main
 
 from nostr_buzz.cli.kit import CONTEXT, LazyGroup, LazySpec, load_command
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
-from nostr_buzz.errors import SECRET_HINT, BuzzError, looks_secret
+from nostr_buzz.errors import SECRET_HINT, BuzzError, looks_secret, redact
 
 if TYPE_CHECKING:
     from nostr_buzz.keys import SecretKey  # the key code loads only when a command needs it
@@ -141,7 +141,6 @@ def _root(
     """nostr-buzz: verified Nostr events in, auditable agent turns out."""
 
 
-_SECRET_LIKE = re.compile(r"nsec1[0-9a-z]+", re.IGNORECASE)
 _SECRET_OPTIONS = ("--key",)
 
 
@@ -169,7 +168,7 @@ def _redact(message: str, args: Sequence[str]) -> str:
     for secret in sorted(candidates, key=len, reverse=True):
         if len(secret) >= _MIN_REDACTED:
             message = re.sub(re.escape(secret), SECRET_HINT, message, flags=re.IGNORECASE)
-    return _SECRET_LIKE.sub(SECRET_HINT, message)
+    return redact(message)
 
 
 _HEX_RUN = re.compile(r"[0-9a-fA-F]{64}")

@@ -10,9 +10,10 @@ from typing import Annotated, Any, Final, NamedTuple, TypeVar
 
 import typer
 
+from nostr_buzz import errors
 from nostr_buzz.cli.output import CliFailure, ExitCode
 from nostr_buzz.config import ConfigSources
-from nostr_buzz.errors import SECRET_HINT, Nip19Error, looks_secret
+from nostr_buzz.errors import Nip19Error, looks_secret
 from nostr_buzz.nips import nip19
 
 T = TypeVar("T")
@@ -93,15 +94,10 @@ class EventRef(NamedTuple):
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
 
-_LONG_HEX = re.compile(r"[0-9a-fA-F]{32,}")
-
-
 def describe_input(text: str) -> str:
-    """An input for an error message, unless it looks like a secret key (an nsec, or a long
-    run of hex digits: a mistyped raw secret key must not be half repeated)."""
-    if looks_secret(text) or _LONG_HEX.search(text):
-        return SECRET_HINT
-    return repr(text if len(text) <= 40 else text[:40] + "…")
+    """An input for an error message: cut at 40 characters, and hidden when it looks like a
+    secret key (an nsec, or a long run of hex digits)."""
+    return errors.describe_input(text, limit=40, hex_may_be_secret=True)
 
 
 def parse_event_ref(text: str, *, option: str = "--event") -> EventRef:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
-from nostr_buzz.errors import SECRET_HINT, RelayError, looks_secret
+from nostr_buzz.errors import RelayError, describe_input
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 
@@ -34,9 +34,7 @@ def auth_event(
 
 def _shown(text: str) -> str:
     """A URL for an error message; a secret key pasted in the wrong place is never repeated."""
-    if looks_secret(text) or "nsec1" in text.lower():  # also inside a mangled URL
-        return SECRET_HINT
-    return repr(text if len(text) <= 100 else text[:100] + "…")
+    return describe_input(text, limit=100)
 
 
 def check_relay_url(url: str) -> str:
