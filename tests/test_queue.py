@@ -1288,3 +1288,20 @@ def test_long_seeded_random_runs_keep_every_accepted_event_exactly_once() -> Non
         "restart",
     ):
         assert total[what] > 0, (what, total)
+
+
+def test_one_backoff_rule_doubles_from_the_base_to_the_cap() -> None:
+    from nostr_buzz.core.backoff import backoff_base
+
+    assert backoff_base(0, base=5.0, cap=300.0) == 0.0
+    assert [backoff_base(n, base=5.0, cap=300.0) for n in range(1, 9)] == [
+        5.0,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+        160.0,
+        300.0,
+        300.0,
+    ]
+    assert backoff_base(10**9, base=0.25, cap=10.0) == 10.0  # no overflow for huge counts

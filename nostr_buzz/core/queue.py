@@ -36,6 +36,7 @@ from typing import Final, Literal, Protocol, TypeGuard
 
 import msgspec
 
+from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.text import is_utf8_encodable
 from nostr_buzz.errors import BuzzError, QueueError
 from nostr_buzz.event import Event
@@ -425,8 +426,7 @@ class DispatchQueue:
             # Built from the queue's own records: the caller may have mutated the Batch lists.
             cancelled = [] if fl.redispatch else _public(fl.cancelled)
             return DeadLetter(ch.name, _public(fl.events), cancelled, attempt)
-        # Exponent clamped so a huge restored count cannot build a huge integer.
-        delay = min(_BACKOFF_BASE * 2 ** min(attempt - 1, 16), _BACKOFF_CAP)
+        delay = backoff_base(attempt, base=_BACKOFF_BASE, cap=_BACKOFF_CAP)
         delay *= self._rng.uniform(0.8, 1.2)
         ch.flight = None
         self._return(ch, fl, attempt)

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.errors import InvalidEvent, OutboxError
 from nostr_buzz.event import Event
 
@@ -73,10 +74,7 @@ def backoff_delay(attempts: int, u: float) -> float:
     ``BACKOFF_BASE · 2^(attempts−1)``, capped at ``BACKOFF_CAP``, times a jitter factor in
     [0.8, 1.2); the result never exceeds the cap.  Pure.
     """
-    if attempts < 1:
-        return 0.0
-    # The exponent is bounded so that a long outage cannot overflow the float.
-    base = min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(attempts - 1, 32))
+    base = backoff_base(attempts, base=BACKOFF_BASE, cap=BACKOFF_CAP)
     u = min(max(u, 0.0), 1.0)
     return min(BACKOFF_CAP, base * (1.0 - _JITTER + 2 * _JITTER * u))
 

@@ -23,6 +23,7 @@ from typing import Final
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
+from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.errors import InvalidEvent
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
@@ -443,7 +444,9 @@ class RelayClient:
                 if failures > max_failures:
                     self.last_error = f"gave up after {max_failures} reconnects: {problem}"
                     return
-                await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
+                await asyncio.sleep(
+                    backoff_base(failures, base=reconnect_delay, cap=max_reconnect_delay)
+                )
                 continue
             resume = resume_since() if resume_since is not None and opened else last_seen
             current = flts if resume is None else [f.with_since(resume) for f in flts]
@@ -495,7 +498,9 @@ class RelayClient:
                 if failures > max_failures:
                     self.last_error = f"gave up after {max_failures} reconnects: {detail}"
                     return
-                await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
+                await asyncio.sleep(
+                    backoff_base(failures, base=reconnect_delay, cap=max_reconnect_delay)
+                )
             if how == "cut off":
                 # More bytes or tags than the buffer holds: drop the connection rather than
                 # read the rest, and come back later (backing off: a relay that floods every
@@ -507,7 +512,9 @@ class RelayClient:
                 failures += 1
                 if failures > max_failures:
                     return
-                await asyncio.sleep(min(max_reconnect_delay, reconnect_delay * 2 ** (failures - 1)))
+                await asyncio.sleep(
+                    backoff_base(failures, base=reconnect_delay, cap=max_reconnect_delay)
+                )
             # "overflow" (too many events buffered): re-open at once from the last event seen
 
     # -- internals -------------------------------------------------------------------------
