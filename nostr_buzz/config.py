@@ -17,14 +17,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
-from urllib.parse import urlsplit
 
 import msgspec
 
-from nostr_buzz.errors import SECRET_HINT, ConfigError, InvalidKey, describe_input, looks_secret
+from nostr_buzz.errors import (
+    SECRET_HINT,
+    ConfigError,
+    InvalidKey,
+    RelayError,
+    describe_input,
+    looks_secret,
+)
 from nostr_buzz.io.filemodes import check_key_file
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip10 import is_valid_channel_id
+from nostr_buzz.nips.relay_url import check_relay_url
 
 __all__ = [
     "DEFAULT_CONFIG_NAME",
@@ -165,20 +172,12 @@ def _describe(value: str) -> str:
 
 
 def validate_relay_url(url: str, *, source: str) -> str:
-    """Return ``url`` stripped if it is a ``ws://`` or ``wss://`` URL with a host."""
-    text = url.strip()
+    """Return ``url`` stripped if it is a ``ws://`` or ``wss://`` URL with a host (the relay
+    client's own check, :func:`nostr_buzz.nips.relay_url.check_relay_url`)."""
     try:
-        parts = urlsplit(text)
-        ok = parts.scheme.lower() in ("ws", "wss") and bool(parts.hostname)
-        if ok:
-            _ = parts.port  # raises ValueError for a non-numeric or out-of-range port
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ConfigError(
-            f"{source}: relay URL {_describe(text)} is not a ws:// or wss:// URL with a host"
-        )
-    return text
+        return check_relay_url(url)
+    except RelayError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def parse_relay_list(urls: Iterable[str], *, source: str) -> tuple[str, ...]:

@@ -438,3 +438,17 @@ def test_buzz_run_rejects_bad_permissions_and_pass_env(
         out, err = capsys.readouterr()
         assert (code, out) == (1, "")
         assert problem in err
+
+
+def test_config_and_the_relay_client_share_one_relay_url_check() -> None:
+    from nostr_buzz.errors import RelayError
+    from nostr_buzz.nips.relay_url import check_relay_url
+
+    for bad in ("http://x.example", "ws://", "wss://h:99999", "wss://nsec1abc.example:x"):
+        with pytest.raises(RelayError) as direct:
+            check_relay_url(bad)
+        with pytest.raises(ConfigError) as configured:
+            validate_relay_url(bad, source="--relay")
+        assert str(configured.value) == f"--relay: {direct.value}"
+        assert "nsec1" not in str(configured.value)
+    assert validate_relay_url(" wss://ok.example ", source="x") == "wss://ok.example"

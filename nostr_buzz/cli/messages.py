@@ -39,7 +39,8 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.io.relay import QueryResult
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip10, nip42
+from nostr_buzz.nips import nip10
+from nostr_buzz.nips.relay_url import check_relay_url
 
 CHAT_KIND = 9  # NIP-C7 chat message, scoped to a channel by its h tag (NIP-29)
 #: LocalRelay served at most 500 events per query in our measurements (spec 05).
@@ -111,7 +112,7 @@ def _usable_hints(hints: Iterable[str]) -> list[str]:
     usable: list[str] = []
     for hint in hints:
         try:
-            usable.append(nip42.check_relay_url(hint))
+            usable.append(check_relay_url(hint))
         except ValueError:
             continue
     return usable

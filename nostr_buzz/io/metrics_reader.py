@@ -20,8 +20,8 @@ from typing import Any, Final
 from nostr_buzz.core.metrics_report import MetricsReport, OpenedMetric, build_report, open_metric
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip42
 from nostr_buzz.nips.nip_am import KIND
+from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 
 from .relay import RelayClient
 
@@ -165,8 +165,8 @@ async def fetch_metrics(
     """Fetch and open the owner's metrics from every relay (bad URLs: ``RelayError``)."""
     by_key: dict[str, str] = {}
     for url in relays:  # the same relay spelt twice is asked once
-        checked = nip42.check_relay_url(url)
-        by_key.setdefault(nip42.normalize_relay_url(checked), checked)
+        checked = check_relay_url(url)
+        by_key.setdefault(normalize_relay_url(checked), checked)
     urls = list(by_key.values())
     results = await asyncio.gather(
         *(_fetch_relay(u, owner, since, until, timeout, page_limit, progress) for u in urls)

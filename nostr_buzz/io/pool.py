@@ -19,8 +19,9 @@ import msgspec
 from nostr_buzz.errors import RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip01, nip10, nip42
+from nostr_buzz.nips import nip01, nip10
 from nostr_buzz.nips.nip01 import FilterLike
+from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 
 from .relay import CLOSE_TIMEOUT, MAX_SEEN_IDS, QueryResult, RelayClient, Verdict
 
@@ -79,8 +80,8 @@ def _unique_urls(urls: Iterable[str]) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()
     for url in urls:
-        checked = nip42.check_relay_url(url)
-        key = nip42.normalize_relay_url(checked)
+        checked = check_relay_url(url)
+        key = normalize_relay_url(checked)
         if key not in seen:
             seen.add(key)
             out.append(checked)
@@ -89,7 +90,7 @@ def _unique_urls(urls: Iterable[str]) -> list[str]:
 
 def _usable(url: str) -> bool:
     try:
-        nip42.check_relay_url(url)
+        check_relay_url(url)
     except RelayError:
         return False
     return True
@@ -156,10 +157,10 @@ class RelayPool:
         """
         flts = nip01.as_filters(filters)
         limit = self.timeout if timeout is None else float(timeout)
-        configured = {nip42.normalize_relay_url(u) for u in self.urls}
+        configured = {normalize_relay_url(u) for u in self.urls}
         # Hints come from untrusted nevents: ones that are not ws/wss URLs are skipped (spec 05).
         usable = _unique_urls(u for u in extra_urls if _usable(u))
-        hints = [u for u in usable if nip42.normalize_relay_url(u) not in configured]
+        hints = [u for u in usable if normalize_relay_url(u) not in configured]
         targets = [(u, True) for u in self.urls] + [(u, False) for u in hints]
 
         async def one(url: str, auth: bool) -> QueryResult:

@@ -29,6 +29,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip01, nip42
 from nostr_buzz.nips.nip01 import Filter, FilterLike
+from nostr_buzz.nips.relay_url import check_relay_url
 
 #: Largest frame accepted from a relay; LocalRelay refuses events over 64 KiB, so 1 MiB is ample.
 MAX_FRAME_BYTES: Final = 1 << 20
@@ -251,7 +252,7 @@ class RelayClient:
         max_query_tags: int = MAX_QUERY_TAGS,
         on_cut_off: Callable[[str, str], None] | None = None,
     ) -> None:
-        self.url = nip42.check_relay_url(url)
+        self.url = check_relay_url(url)
         self.secret = secret
         self.timeout = float(timeout)
         self.auth = auth

@@ -17,8 +17,8 @@ from typing import Final
 from nostr_buzz.errors import Nip17Error, RelayError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip42
 from nostr_buzz.nips.nip59 import Randomness, Rumor, gift_wrap
+from nostr_buzz.nips.relay_url import check_relay_url
 
 __all__ = [
     "DM_RELAYS_KIND",
@@ -130,7 +130,7 @@ def dm_relay_list(secret: SecretKey, relays: Iterable[str], *, created_at: int) 
     tags: list[list[str]] = []
     for url in relays:
         try:
-            tags.append(["relay", nip42.check_relay_url(url)])
+            tags.append(["relay", check_relay_url(url)])
         except RelayError as exc:
             raise Nip17Error(str(exc)) from None
     if not tags:
@@ -146,7 +146,7 @@ def dm_relays(event: Event) -> tuple[str, ...]:
     urls: list[str] = []
     for value in event.tag_values("relay"):
         try:
-            urls.append(nip42.check_relay_url(value))
+            urls.append(check_relay_url(value))
         except RelayError:
             continue
     return tuple(dict.fromkeys(urls))
