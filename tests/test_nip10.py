@@ -249,3 +249,18 @@ def test_destination_is_always_one_spelling_of_an_id(kind: int, tags: list[list[
     assert destination == (root or event.id)
     for value in (root, parent):
         assert value is None or value in (A, B, C)
+
+
+def test_one_set_of_kinds_and_literals() -> None:
+    from typing import get_args
+
+    from nostr_buzz.core import queue, turn_input
+    from nostr_buzz.io import acp_driver
+    from nostr_buzz.nips import nip10, nip22, nip_am
+
+    assert nip10.COMMENT_KIND is nip22.COMMENT_KIND
+    assert queue.CancelReason is turn_input.CancelReason
+    assert not hasattr(queue, "SteerOutcome")  # the driver's SteerOutcome is the only one
+    assert acp_driver.StopReason is nip_am.StopReason
+    assert set(get_args(nip_am.StopReason)) == nip_am.STOP_REASONS
+    assert nip10.direct_channel("ab" * 32) == nip10.DIRECT_CHANNEL_PREFIX + "ab" * 32

@@ -31,9 +31,10 @@ from typing import Any, Final
 
 from nostr_buzz.bot import BuzzPlugin, PluginConfig
 from nostr_buzz.cli.common import progress
-from nostr_buzz.cli.compile import layer_table, terminal_safe
+from nostr_buzz.cli.compile import layer_table
 from nostr_buzz.cli.manifest import render_diff_text
 from nostr_buzz.cli.metrics import render_plain_table
+from nostr_buzz.cli.output import terminal_safe
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.manifest_diff import diff_manifests
 from nostr_buzz.core.turn_input import Standing

@@ -40,9 +40,9 @@ from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.io.relay import QueryResult
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.relay_url import check_relay_url
 
-CHAT_KIND = 9  # NIP-C7 chat message, scoped to a channel by its h tag (NIP-29)
 #: LocalRelay served at most 500 events per query in our measurements (spec 05).
 MAX_QUERY_LIMIT = 500
 

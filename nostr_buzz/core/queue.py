@@ -32,18 +32,17 @@ import secrets
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol, TypeGuard
+from typing import Final, Protocol, TypeGuard
 
 import msgspec
 
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.text import is_utf8_encodable
+from nostr_buzz.core.turn_input import CancelReason as CancelReason  # re-exported
 from nostr_buzz.errors import BuzzError, QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
 
-CancelReason = Literal["interrupt", "steer"]
-SteerOutcome = Literal["injected", "started_new_turn", "failed"]
 _REASONS: Final = ("interrupt", "steer")
 _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
 
@@ -235,7 +234,7 @@ def _check_channel(channel: object) -> str:
 
 
 def _channel_of(event: Event) -> str:
-    return nip10.channel(event) or f"dm-{event.pubkey}"
+    return nip10.channel(event) or nip10.direct_channel(event.pubkey)
 
 
 def _sorted_by_created_at(entries: Iterable[_Entry]) -> list[_Entry]:

@@ -79,6 +79,7 @@ from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.errors import AgentError
 from nostr_buzz.io.run_as import launcher_argv
+from nostr_buzz.nips.nip_am import StopReason
 
 __all__ = [
     "AgentDriver",
@@ -95,7 +96,6 @@ __all__ = [
 
 StandingStrategy = Literal["goose", "claude_meta", "system_prompt", "legacy"]
 SteerOutcome = Literal["injected", "started_new_turn", "failed", "released"]
-StopReason = Literal["end_turn", "max_tokens", "cancelled", "error", "unknown"]
 Outcome = Literal["success", "cancelled", "failed"]
 TerminalEvidence = Literal["prompt_response", "cancel_response", "agent_exit", "timeout", "error"]
 #: ``on_diagnostic(kind, session_id, payload)``: driver-level observer records (no prompt text).

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from nostr_buzz.event import Event
+from nostr_buzz.nips.nip22 import COMMENT_KIND
 
 __all__ = [
     "COMMENT_KIND",
@@ -23,6 +24,7 @@ __all__ = [
     "channel",
     "chronological",
     "destination",
+    "direct_channel",
     "is_valid_channel_id",
     "mentions",
     "reply_tags",
@@ -31,9 +33,14 @@ __all__ = [
 ]
 
 TEXT_NOTE_KIND: Final = 1
-COMMENT_KIND: Final = 1111  # NIP-22
 #: Reserved for the direct channels the queue assigns (spec 02); never taken from an h tag.
 DIRECT_CHANNEL_PREFIX: Final = "dm-"
+
+
+def direct_channel(pubkey: str) -> str:
+    """The channel name of the direct conversation with ``pubkey`` (``dm-`` and the hex key)."""
+    return DIRECT_CHANNEL_PREFIX + pubkey
+
 
 _EVENT_ID: Final = re.compile(r"[0-9a-f]{64}")
 # fullmatch, not `$`: `$` would also accept a trailing newline.

@@ -12,10 +12,14 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from typing import Final
 
 from nostr_buzz.event import Event
 
-__all__ = ["GROUP_METADATA_KIND", "newest_group_metadata"]
+__all__ = ["CHAT_KIND", "GROUP_METADATA_KIND", "newest_group_metadata"]
+
+#: A NIP-C7 chat message, scoped to a channel (a NIP-29 group) by its ``h`` tag.
+CHAT_KIND: Final = 9
 
 GROUP_METADATA_KIND = 39000
 

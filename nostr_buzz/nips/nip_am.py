@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -36,6 +36,7 @@ __all__ = [
     "MetricError",
     "MetricPayload",
     "PricingIdentity",
+    "StopReason",
     "TokenCounts",
     "build_metric_event",
     "created_at_of",
@@ -46,7 +47,9 @@ KIND: Final = 44200
 #: Application cap on the UTF-8 JSON plaintext (the NIP-44 codec itself allows far more).
 MAX_PAYLOAD_BYTES: Final = 65535
 
-STOP_REASONS: Final = frozenset({"end_turn", "max_tokens", "cancelled", "error", "unknown"})
+#: Why the agent stopped, as the metric names it (ACP's stop reasons, plus "error" and "unknown").
+StopReason = Literal["end_turn", "max_tokens", "cancelled", "error", "unknown"]
+STOP_REASONS: Final = frozenset(get_args(StopReason))
 OUTCOMES: Final = frozenset({"success", "cancelled", "failed", "unknown"})
 TERMINAL_EVIDENCE: Final = frozenset(
     {"prompt_response", "cancel_response", "agent_exit", "timeout", "error", "unknown"}
