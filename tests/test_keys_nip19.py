@@ -322,3 +322,13 @@ def test_arbitrary_text_only_raises_typed_errors(text: str) -> None:
         except InvalidKey as exc:
             if len(text) >= 12:
                 assert text.strip() not in str(exc)
+
+
+def test_parse_event_ref_is_a_library_function() -> None:
+    event_id = "ab" * 32
+    assert nip19.parse_event_ref(event_id.upper()) == nip19.EventRef(event_id)
+    assert nip19.parse_event_ref(nip19.encode("note", event_id)).id == event_id
+    for bad in ("nsec1" + "q" * 58, "npub1" + "q" * 58, "hello"):
+        with pytest.raises(Nip19Error) as info:
+            nip19.parse_event_ref(bad)
+        assert "q" * 20 not in str(info.value)

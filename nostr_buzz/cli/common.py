@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, NamedTuple, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 import typer
 
@@ -15,6 +14,7 @@ from nostr_buzz.cli.output import CliFailure, ExitCode
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.errors import Nip19Error, looks_secret
 from nostr_buzz.nips import nip19
+from nostr_buzz.nips.nip19 import EventRef as EventRef  # re-exported
 
 T = TypeVar("T")
 
@@ -84,16 +84,6 @@ def progress(message: str) -> None:
         print(message, file=stream, flush=True)
 
 
-class EventRef(NamedTuple):
-    """A parsed event reference: the id plus any relay hints an nevent carried."""
-
-    id: str
-    relays: tuple[str, ...] = ()
-
-
-_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
-
-
 def describe_input(text: str) -> str:
     """An input for an error message: cut at 40 characters, and hidden when it looks like a
     secret key (an nsec, or a long run of hex digits)."""
@@ -101,40 +91,12 @@ def describe_input(text: str) -> str:
 
 
 def parse_event_ref(text: str, *, option: str = "--event") -> EventRef:
-    """An event reference (spec 01): 64-hex (either case), ``note1…`` or ``nevent1…``.
-
-    The nevent's author and kind are only hints and are not returned: they never narrow a query.
-    """
-    s = text.strip()
-    if _HEX64.fullmatch(s):
-        return EventRef(s.lower())
-    if looks_secret(s):
-        raise CliFailure(
-            ExitCode.BAD_INPUT,
-            f"{option}: expected an event id; the value looks like a secret key (not shown)",
-        )
-    lowered = s.lower()
-    for hrp in ("npub1", "nprofile1"):
-        if lowered.startswith(hrp):
-            raise CliFailure(
-                ExitCode.BAD_INPUT,
-                f"{option}: expected an event id (hex, note1… or nevent1…), got {hrp[:-1]}",
-            )
-    if lowered.startswith(("note1", "nevent1")):
-        try:
-            hrp, value = nip19.decode(s)
-        except Nip19Error as exc:
-            raise CliFailure(
-                ExitCode.BAD_INPUT, f"{option}: invalid event reference: {exc}"
-            ) from None
-        if isinstance(value, nip19.EventPointer):
-            return EventRef(value.id, value.relays)
-        if hrp == "note" and isinstance(value, str):
-            return EventRef(value)
-    raise CliFailure(
-        ExitCode.BAD_INPUT,
-        f"{option}: {describe_input(s)} is not an event id (64 hex characters, note1… or nevent1…)",
-    )
+    """:func:`nostr_buzz.nips.nip19.parse_event_ref` for an option: a bad value is a usage error
+    naming the option."""
+    try:
+        return nip19.parse_event_ref(text)
+    except Nip19Error as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"{option}: {exc}") from None
 
 
 def parse_public_key(text: str, *, option: str) -> str:

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from pynostr import bech32
 
-from nostr_buzz.errors import SECRET_HINT, Nip19Error, looks_secret
+from nostr_buzz.errors import SECRET_HINT, Nip19Error, describe_input, looks_secret
 
 #: Longer strings are refused before any decoding work (NIP-19 has no 90-character cap).
 MAX_LENGTH = 5000
@@ -182,3 +182,41 @@ def _read_tlv(raw: bytes, hrp: str) -> tuple[str, tuple[str, ...], str | None, i
     if special is None:
         raise Nip19Error(f"{hrp}: missing the id/pubkey record")
     return special, tuple(relays), author, kind
+
+
+class EventRef(NamedTuple):
+    """A parsed event reference: the id plus any relay hints an nevent carried."""
+
+    id: str
+    relays: tuple[str, ...] = ()
+
+
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def parse_event_ref(text: str) -> EventRef:
+    """An event reference as people write one: 64 hex digits (either case), ``note1…`` or
+    ``nevent1…``; :class:`Nip19Error` says what else it was.
+
+    The nevent's author and kind are only hints and are not returned: they never narrow a query.
+    """
+    s = text.strip()
+    if _HEX64.fullmatch(s):
+        return EventRef(s.lower())
+    if looks_secret(s):
+        raise Nip19Error("expected an event id; the value looks like a secret key (not shown)")
+    lowered = s.lower()
+    for hrp in ("npub1", "nprofile1"):
+        if lowered.startswith(hrp):
+            raise Nip19Error(f"expected an event id (hex, note1… or nevent1…), got {hrp[:-1]}")
+    if lowered.startswith(("note1", "nevent1")):
+        try:
+            kind, value = decode(s)
+        except Nip19Error as exc:
+            raise Nip19Error(f"invalid event reference: {exc}") from None
+        if isinstance(value, EventPointer):
+            return EventRef(value.id, value.relays)
+        if kind == "note" and isinstance(value, str):
+            return EventRef(value)
+    shown = describe_input(s, limit=40, hex_may_be_secret=True)
+    raise Nip19Error(f"{shown} is not an event id (64 hex characters, note1… or nevent1…)")
