@@ -816,3 +816,12 @@ def test_bom_in_str_and_deep_nesting_are_turn_input_errors() -> None:
     deep = '{"ignored": ' + "[" * 100_000 + "]" * 100_000 + "," + raw[1:]
     with pytest.raises(TurnInputError):
         TurnInput.from_json(deep)
+
+
+def test_standing_is_decoded_straight_into_its_model() -> None:
+    from nostr_buzz.core.turn_input import Standing, TurnInput
+
+    obj = load_input("channel_top_level_mention")
+    obj["standing"] = {"teamInstructions": "team", "channelCanvas": "canvas"}
+    parsed = TurnInput.from_json(json.dumps(obj).encode())
+    assert parsed.standing == Standing(team_instructions="team", channel_canvas="canvas")

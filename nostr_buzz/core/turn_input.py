@@ -75,8 +75,9 @@ class ProfileInfo(msgspec.Struct, frozen=True):
     is_agent: bool = False
 
 
-class Standing(msgspec.Struct, frozen=True):
-    """Standing context: the six optional sections of spec 03."""
+class Standing(msgspec.Struct, frozen=True, rename="camel"):
+    """Standing context: the six optional sections of spec 03.  The turn-input file names the
+    fields in camelCase (``teamInstructions``) and is decoded into this type directly."""
 
     base: str | None = None
     system: str | None = None
@@ -236,15 +237,6 @@ class _WireProfile(msgspec.Struct, rename="camel"):
     is_agent: bool | None = None
 
 
-class _WireStanding(msgspec.Struct, rename="camel"):
-    base: str | None = None
-    system: str | None = None
-    team_instructions: str | None = None
-    core_memory: str | None = None
-    huddle_instructions: str | None = None
-    channel_canvas: str | None = None
-
-
 class _WireTurnInput(msgspec.Struct, rename="camel"):
     events: list[_WireTurnEvent]
     cancelled_events: list[_WireTurnEvent] | None = None
@@ -253,7 +245,7 @@ class _WireTurnInput(msgspec.Struct, rename="camel"):
     context: _WireContext | None = None
     context_had_delivered_events: bool | None = None
     profiles: dict[str, _WireProfile] | None = None
-    standing: _WireStanding | None = None
+    standing: Standing | None = None
     system_prompt_support: bool | None = None
     standing_context_sent: bool | None = None
     owner: str | None = None
@@ -357,15 +349,7 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
         lowered = ascii_lower(key)
         profiles.pop(lowered, None)
         profiles[lowered] = ProfileInfo(label=p.label, is_agent=bool(p.is_agent))
-    ws = w.standing or _WireStanding()
-    standing = Standing(
-        base=ws.base,
-        system=ws.system,
-        team_instructions=ws.team_instructions,
-        core_memory=ws.core_memory,
-        huddle_instructions=ws.huddle_instructions,
-        channel_canvas=ws.channel_canvas,
-    )
+    standing = w.standing or Standing()
 
     # Step 2 (expensive): ids, public keys and signatures, in file order.
     events = tuple(
