@@ -43,23 +43,7 @@ class PublicKey:
     @classmethod
     def from_str(cls, text: str) -> PublicKey:
         """Parse a 64-hex (either case) or ``npub1…`` public key."""
-        if not isinstance(text, str):
-            raise InvalidKey("expected a public key as a string")
-        s = text.strip()
-        if _HEX64.fullmatch(s):
-            return cls(bytes.fromhex(s))
-        hrp = _hrp_of(s)
-        if hrp is None:
-            raise InvalidKey("expected a public key as 64 hex characters or npub1…")
-        if hrp != "npub":
-            raise InvalidKey(f"expected npub, got {hrp}")
-        try:
-            _, value = nip19.decode(s)
-        except Nip19Error:
-            # Never quote the input in a key error (spec 01).
-            raise InvalidKey("invalid npub (bad characters, checksum or length)") from None
-        assert isinstance(value, str)
-        return cls(bytes.fromhex(value))
+        return cls(_key_bytes(text, "public", "npub"))
 
     @property
     def raw(self) -> bytes:
@@ -115,23 +99,7 @@ class SecretKey:
     @classmethod
     def from_str(cls, text: str) -> SecretKey:
         """Parse a 64-hex (either case) or ``nsec1…`` secret key."""
-        if not isinstance(text, str):
-            raise InvalidKey("expected a secret key as a string")
-        s = text.strip()
-        if _HEX64.fullmatch(s):
-            return cls(bytes.fromhex(s))
-        hrp = _hrp_of(s)
-        if hrp is None:
-            raise InvalidKey("expected a secret key as 64 hex characters or nsec1…")
-        if hrp != "nsec":
-            raise InvalidKey(f"expected nsec, got {hrp}")
-        try:
-            _, value = nip19.decode(s)
-        except Nip19Error:
-            # The decoder's message could quote the input: say only what kind of thing failed.
-            raise InvalidKey("invalid nsec (bad characters, checksum or length)") from None
-        assert isinstance(value, str)
-        return cls(bytes.fromhex(value))
+        return cls(_key_bytes(text, "secret", "nsec"))
 
     @property
     def public_key(self) -> PublicKey:
@@ -194,3 +162,25 @@ def verify_schnorr(public_key: bytes, message: bytes, signature: bytes) -> bool:
     except InvalidKey:
         return False
     return key.verify(signature, message)
+
+
+def _key_bytes(text: str, what: str, expected_hrp: str) -> bytes:
+    """The 32 bytes of a key written as 64 hex digits (either case) or as bech32 with
+    ``expected_hrp``.  Errors never quote the input: it may be a secret key."""
+    if not isinstance(text, str):
+        raise InvalidKey(f"expected a {what} key as a string")
+    s = text.strip()
+    if _HEX64.fullmatch(s):
+        return bytes.fromhex(s)
+    hrp = _hrp_of(s)
+    if hrp is None:
+        raise InvalidKey(f"expected a {what} key as 64 hex characters or {expected_hrp}1…")
+    if hrp != expected_hrp:
+        raise InvalidKey(f"expected {expected_hrp}, got {hrp}")
+    try:
+        _, value = nip19.decode(s)
+    except Nip19Error:
+        # The decoder's message could quote the input: say only what kind of thing failed.
+        raise InvalidKey(f"invalid {expected_hrp} (bad characters, checksum or length)") from None
+    assert isinstance(value, str)
+    return bytes.fromhex(value)
