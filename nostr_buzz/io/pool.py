@@ -197,15 +197,7 @@ class RelayPool:
             else QueryResult(relay=url, error="not waited for")
             for t, (url, _) in zip(tasks, targets, strict=True)
         ]
-        merged = PoolQueryResult()
-        seen: set[str] = set()
-        for (url, _), result in zip(targets, results, strict=True):
-            merged.per_relay[url] = result
-            for event in result.events:
-                if event.id not in seen:
-                    seen.add(event.id)
-                    merged.events.append(event)
-        return merged
+        return _merge((url, result) for (url, _), result in zip(targets, results, strict=True))
 
     async def query_back(
         self,
