@@ -825,3 +825,18 @@ def test_standing_is_decoded_straight_into_its_model() -> None:
     obj["standing"] = {"teamInstructions": "team", "channelCanvas": "canvas"}
     parsed = TurnInput.from_json(json.dumps(obj).encode())
     assert parsed.standing == Standing(team_instructions="team", channel_canvas="canvas")
+
+
+def test_every_manifest_layer_comes_from_the_layer_table() -> None:
+    from nostr_buzz.core.compiler import LAYER_TABLE
+
+    compiled = compile_obj(load_input("channel_top_level_mention"))
+    assert compiled.manifest.layers
+    for layer in compiled.manifest.layers:
+        kind = LAYER_TABLE[layer.layer]
+        assert (layer.order, layer.source, layer.authority, layer.freshness) == (
+            kind.order,
+            kind.source,
+            kind.authority,
+            kind.freshness,
+        )

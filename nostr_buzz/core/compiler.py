@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 import msgspec
 
@@ -107,25 +107,57 @@ class _Profiles:
         return sorted((label for label in labels if label), key=len, reverse=True)
 
 
+class _LayerKind(NamedTuple):
+    """What the manifest says of one kind of layer, apart from its content."""
+
+    order: int
+    scope: str
+    source: str
+    authority: str
+    freshness: str
+
+
+#: Every layer a turn or a steer can record, by name: the manifest's fixed columns.
+LAYER_TABLE: Final[Mapping[str, _LayerKind]] = {
+    "platform_contract": _LayerKind(1, "runtime", "base_prompt", "instructions", "configured"),
+    "persona_and_team_guidance": _LayerKind(
+        2, "agent_community", "agent_configuration", "instructions", "configured"
+    ),
+    "core_memory": _LayerKind(3, "agent_owner", "core_engram", "advisory_context", "session_start"),
+    "channel_snapshot": _LayerKind(4, "channel", "channel_metadata", "shared_evidence", "cached"),
+    "channel_canvas": _LayerKind(
+        4, "channel", "channel_canvas", "shared_evidence", "session_start"
+    ),
+    "context_status": _LayerKind(6, "turn", "delivery_state", "evidence", "current"),
+    # The scope of the thread delta is the context's kind (thread or dm), given per turn.
+    "recent_thread_delta": _LayerKind(6, "thread", "relay_events", "evidence", "current"),
+    "interrupted_turn": _LayerKind(6, "thread", "cancelled_events", "evidence", "current"),
+    "current_instruction": _LayerKind(7, "turn", "nostr_event", "authoritative", "current"),
+    "delivery_contract": _LayerKind(8, "turn", "buzz_routing", "routing_constraint", "current"),
+    "steer_delivery_contract": _LayerKind(
+        8, "turn", "native_steer_framing", "routing_constraint", "current"
+    ),
+}
+
+
 def _layer(
-    order: int,
-    layer: str,
-    scope: str,
-    source: str,
-    authority: str,
-    freshness: str,
+    name: str,
     content: str,
+    *,
+    scope: str | None = None,
     version: str | None = None,
     truncated: bool = False,
 ) -> Layer:
+    """The manifest entry of layer ``name`` (see :data:`LAYER_TABLE`) holding ``content``."""
+    kind = LAYER_TABLE[name]
     return Layer(
-        order=order,
-        layer=layer,
-        scope=scope,
-        source=source,
+        order=kind.order,
+        layer=name,
+        scope=kind.scope if scope is None else scope,
+        source=kind.source,
         version=content_hash(content) if version is None else version,
-        authority=authority,
-        freshness=freshness,
+        authority=kind.authority,
+        freshness=kind.freshness,
         estimated_tokens=estimate_tokens(content),
         truncated=truncated,
     )
@@ -389,11 +421,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     rendered = dict(standing)
     base = turn_input.standing.base
     if base is not None and not is_blank(base):
-        layers.append(
-            _layer(
-                1, "platform_contract", "runtime", "base_prompt", "instructions", "configured", base
-            )
-        )
+        layers.append(_layer("platform_contract", base))
     persona_parts = [
         trim(part)
         for part in (
@@ -404,29 +432,9 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         if part is not None and trim(part)
     ]
     if persona_parts:
-        layers.append(
-            _layer(
-                2,
-                "persona_and_team_guidance",
-                "agent_community",
-                "agent_configuration",
-                "instructions",
-                "configured",
-                "\n\n".join(persona_parts),
-            )
-        )
+        layers.append(_layer("persona_and_team_guidance", "\n\n".join(persona_parts)))
     if "core-memory" in rendered:
-        layers.append(
-            _layer(
-                3,
-                "core_memory",
-                "agent_owner",
-                "core_engram",
-                "advisory_context",
-                "session_start",
-                rendered["core-memory"],
-            )
-        )
+        layers.append(_layer("core_memory", rendered["core-memory"]))
 
     # 2-3. <buzz-turn> and the ambient context
     sections.append("<buzz-turn>")
@@ -438,45 +446,20 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         snapshot, cut = _channel_snapshot(turn_input.channel)
         if snapshot:
             fragments.append(snapshot)
-            snapshot_layer = _layer(
-                4,
-                "channel_snapshot",
-                "channel",
-                "channel_metadata",
-                "shared_evidence",
-                "cached",
-                snapshot,
-                truncated=cut,
-            )
+            snapshot_layer = _layer("channel_snapshot", snapshot, truncated=cut)
     if snapshot_layer is not None:
         layers.append(snapshot_layer)
     if "channel-canvas" in rendered:
-        layers.append(
-            _layer(
-                4,
-                "channel_canvas",
-                "channel",
-                "channel_canvas",
-                "shared_evidence",
-                "session_start",
-                rendered["channel-canvas"],
-            )
-        )
-    layers.append(
-        _layer(6, "context_status", "turn", "delivery_state", "evidence", "current", status)
-    )
+        layers.append(_layer("channel_canvas", rendered["channel-canvas"]))
+    layers.append(_layer("context_status", status))
     if turn_input.context is not None:
         delta = _recent_delta(turn_input.context, profiles)
         fragments.append(delta)
         layers.append(
             _layer(
-                6,
                 "recent_thread_delta",
-                turn_input.context.kind,
-                "relay_events",
-                "evidence",
-                "current",
                 delta,
+                scope=turn_input.context.kind,
                 version=_delta_version(turn_input.context),
                 truncated=turn_input.context.truncated,
             )
@@ -484,17 +467,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     if turn_input.cancelled_events:
         interrupted = _interrupted_turn(turn_input, profiles)
         fragments.append(interrupted)
-        layers.append(
-            _layer(
-                6,
-                "interrupted_turn",
-                "thread",
-                "cancelled_events",
-                "evidence",
-                "current",
-                interrupted,
-            )
-        )
+        layers.append(_layer("interrupted_turn", interrupted))
     non_blank = [f for f in fragments if not is_blank(f)]
     if non_blank:
         sections.append("<ambient-context>\n" + "\n".join(non_blank) + "\n</ambient-context>")
@@ -504,12 +477,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     sections.append(instruction)
     layers.append(
         _layer(
-            7,
             "current_instruction",
-            "turn",
-            "nostr_event",
-            "authoritative",
-            "current",
             instruction,
             version=newest.id if len(turn_input.events) == 1 else None,
         )
@@ -518,17 +486,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     # 5-6. the delivery contract and </buzz-turn>
     delivery = _delivery(turn_input, scope, channel_id, newest, profiles)
     sections.append(delivery)
-    layers.append(
-        _layer(
-            8,
-            "delivery_contract",
-            "turn",
-            "buzz_routing",
-            "routing_constraint",
-            "current",
-            delivery,
-        )
-    )
+    layers.append(_layer("delivery_contract", delivery))
     sections.append("</buzz-turn>")
     return CompiledTurn(sections=sections, manifest=manifest_from_layers(layers))
 
@@ -561,15 +519,7 @@ def compile_steer(
     closing = "</buzz-turn-update>"
     text = "\n".join([opening, *sections, steer_guidance(), closing])
     wrapper = "\n".join([opening, steer_guidance(), closing])
-    steer_layer = _layer(
-        8,
-        "steer_delivery_contract",
-        "turn",
-        "native_steer_framing",
-        "routing_constraint",
-        "current",
-        wrapper,
-    )
+    steer_layer = _layer("steer_delivery_contract", wrapper)
     return CompiledSteer(
         text=text, manifest=manifest_from_layers([*compiled.manifest.layers, steer_layer])
     )
