@@ -688,9 +688,6 @@ class AgentDriver:
 
     # -- turns ----------------------------------------------------------------------------
 
-    def running(self, session_id: str) -> bool:
-        return session_id in self._turns
-
     def usable(self, session_id: str) -> bool:
         """False for a session retired after a cancel (see the module docstring): the
         caller must open a fresh session (with the standing context) for its next turn."""

@@ -28,17 +28,6 @@ from nostr_buzz.io.filemodes import open_private
 
 __all__ = ["DiagnosticRecord", "DiagnosticsFeed", "rfc3339_ms"]
 
-#: The kinds of spec 06, plus the driver's own (``agent_started``, ``agent_exited``,
-#: ``session_started``, ``steer_sent``); any other kind is accepted too.
-KINDS: Final = (
-    "turn_started",
-    "prompt_context_delivery",
-    "prompt_context_steer",
-    "turn_completed",
-    "metric_queued",
-    "metric_published",
-    "event_rejected",
-)
 _TAIL_BYTES: Final = 64 * 1024
 #: Size at which the feed file is rotated.
 MAX_FEED_BYTES: Final = 10 << 20
