@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
 import typer
 
@@ -15,6 +15,9 @@ from nostr_buzz.config import ConfigSources
 from nostr_buzz.errors import Nip19Error, looks_secret
 from nostr_buzz.nips import nip19
 from nostr_buzz.nips.nip19 import EventRef as EventRef  # re-exported
+
+if TYPE_CHECKING:
+    from nostr_buzz.io.pool import PoolQueryResult
 
 T = TypeVar("T")
 
@@ -145,6 +148,17 @@ def one_line(text: str, width: int) -> str:
     most ``width`` characters, so that it cannot drive the terminal or forge lines of ours."""
     flat = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def unreachable_relays(result: PoolQueryResult) -> list[str]:
+    """``url: reason`` for every relay of a query that did not finish.  A relay's CLOSED reason
+    and a hint's URL are a stranger's text: flattened, so that they cannot drive the terminal
+    or forge lines of our own."""
+    return [
+        f"{one_line(url, 200)}: {one_line(per.error or 'no answer', 300)}"
+        for url, per in result.per_relay.items()
+        if not per.finished
+    ]
 
 
 def verdict_text(accepted: bool, duplicate: bool, message: str, prefix: str | None) -> str:

@@ -31,6 +31,7 @@ from nostr_buzz.cli.common import (
     read_stdin_text,
     run,
     sources,
+    unreachable_relays,
 )
 from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
@@ -141,16 +142,6 @@ def _rejections(result: PoolQueryResult) -> dict[str, str]:
     return out
 
 
-def _unreachable(result: PoolQueryResult) -> list[str]:
-    # A relay's CLOSED reason and a hint's URL are a stranger's text: flattened, so that they
-    # cannot drive the terminal or forge lines of our own.
-    return [
-        f"{one_line(url, 200)}: {one_line(per.error or 'no answer', 300)}"
-        for url, per in result.per_relay.items()
-        if not per.finished
-    ]
-
-
 def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
     """Spec 05's precedence for a fetch by id: found (0), verification (4), not found (3), 2."""
     found = next((e for e in result.events if e.id == event_id), None)
@@ -167,13 +158,13 @@ def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
             + "\n  ".join(lines),
         )
     if result.any_finished:
-        for line in _unreachable(result):
+        for line in unreachable_relays(result):
             note(f"buzz: warning: relay {line}")
         raise CliFailure(ExitCode.NOT_FOUND, f"event {event_id} not found")
     raise CliFailure(
         ExitCode.NETWORK,
         "no relay answered:\n  "
-        + "\n  ".join(_unreachable(result) or ["no relay to ask"])
+        + "\n  ".join(unreachable_relays(result) or ["no relay to ask"])
         + f"\n{UNREACHABLE_HINT}",
     )
 
@@ -209,9 +200,11 @@ def _warn_list_problems(result: PoolQueryResult) -> None:
     if not result.any_finished:
         raise CliFailure(
             ExitCode.NETWORK,
-            "no relay answered:\n  " + "\n  ".join(_unreachable(result)) + f"\n{UNREACHABLE_HINT}",
+            "no relay answered:\n  "
+            + "\n  ".join(unreachable_relays(result))
+            + f"\n{UNREACHABLE_HINT}",
         )
-    for line in _unreachable(result):
+    for line in unreachable_relays(result):
         note(f"buzz: warning: relay {line}")
 
 

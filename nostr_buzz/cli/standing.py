@@ -25,9 +25,11 @@ from nostr_buzz.cli.common import (
     KeyOption,
     RelayOption,
     TimeoutOption,
+    one_line,
     progress,
     run,
     sources,
+    unreachable_relays,
 )
 from nostr_buzz.cli.kit import sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
@@ -102,20 +104,8 @@ def _memory_name(name: str) -> None:
         raise CliFailure(ExitCode.BAD_INPUT, "only the 'core' memory exists: buzz mem get core")
 
 
-def _flat(text: str) -> str:
-    return "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)[:300]
-
-
-def _problems(result: PoolQueryResult) -> list[str]:
-    return [
-        f"{_flat(url)}: {_flat(per.error or 'no answer')}"
-        for url, per in result.per_relay.items()
-        if not per.finished
-    ]
-
-
 def _not_found(result: PoolQueryResult, what: str) -> CliFailure:
-    problems = _problems(result)
+    problems = unreachable_relays(result)
     if not result.any_finished:
         return CliFailure(
             ExitCode.NETWORK, "no relay answered:\n  " + "\n  ".join(problems or ["no relay"])
@@ -130,12 +120,12 @@ def _publish_report(event: Event, published: PublishResult, json_output: bool) -
         url: v.message or v.prefix or "refused" for url, v in published.verdicts.items() if not v.ok
     }
     if not published.ok:
-        lines = [f"{_flat(u)}: {_flat(m)}" for u, m in failed.items()]
+        lines = [f"{one_line(u, 300)}: {one_line(m, 300)}" for u, m in failed.items()]
         raise CliFailure(
             ExitCode.NETWORK, f"no relay accepted {event.id}:\n  " + "\n  ".join(lines)
         )
     for url, message in failed.items():
-        note(f"buzz: warning: not stored on {_flat(url)}: {_flat(message)}")
+        note(f"buzz: warning: not stored on {one_line(url, 300)}: {one_line(message, 300)}")
     if json_output:
         payload = {"id": event.id, "accepted": published.accepted, "failed": failed}
         write_stdout(json.dumps(payload, ensure_ascii=False) + "\n")
