@@ -56,7 +56,7 @@ class PublicKey:
         try:
             _, value = nip19.decode(s)
         except Nip19Error:
-            # Never quote the input in a key error (spec 01).
+            # Never quote the input in a key error (docs/events.md).
             raise InvalidKey("invalid npub (bad characters, checksum or length)") from None
         assert isinstance(value, str)
         return cls(bytes.fromhex(value))

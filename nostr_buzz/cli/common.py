@@ -34,7 +34,7 @@ TimeoutOption = Annotated[
         "--timeout",
         metavar="SECONDS",
         min=0.1,
-        # Finite, so that every wait has a bound (spec 05): "inf" would let a tarpit hang us.
+        # Finite, so that every wait has a bound (docs/cli.md): "inf" would let a tarpit hang us.
         max=MAX_TIMEOUT,
         help="Seconds allowed per relay for connecting plus answering.",
     ),
@@ -105,7 +105,7 @@ def describe_input(text: str) -> str:
 
 
 def parse_event_ref(text: str, *, option: str = "--event") -> EventRef:
-    """An event reference (spec 01): 64-hex (either case), ``note1…`` or ``nevent1…``.
+    """An event reference (docs/events.md): 64-hex (either case), ``note1…`` or ``nevent1…``.
 
     The nevent's author and kind are only hints and are not returned: they never narrow a query.
     """

@@ -1,4 +1,4 @@
-"""Local observer diagnostics (spec 06): a JSON Lines feed plus an in-process callback.
+"""Local observer diagnostics (docs/bot.md): a JSON Lines feed plus an in-process callback.
 
 Each record is ``{seq, timestamp, kind, channelId, sessionId, turnId, payload}``, one compact
 JSON object per line.  ``seq`` increases by one per record and continues from the last record
@@ -28,7 +28,7 @@ from nostr_buzz.io.filemodes import open_private
 
 __all__ = ["DiagnosticRecord", "DiagnosticsFeed", "rfc3339_ms"]
 
-#: The kinds of spec 06, plus the driver's own (``agent_started``, ``agent_exited``,
+#: The kinds of docs/bot.md, plus the driver's own (``agent_started``, ``agent_exited``,
 #: ``session_started``, ``steer_sent``); any other kind is accepted too.
 KINDS: Final = (
     "turn_started",
@@ -195,7 +195,7 @@ class DiagnosticsFeed:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the kinds of spec 06 -------------------------------------------------------------
+    # -- the kinds of docs/bot.md -------------------------------------------------------------
 
     def turn_started(
         self,
@@ -253,7 +253,7 @@ class DiagnosticsFeed:
         turn_id: str | None,
     ) -> DiagnosticRecord:
         """``injected`` with the ledger snapshot, ``startedNewTurn`` with the steer's own
-        manifest (spec 06 "Response")."""
+        manifest (docs/bot.md, "Steering")."""
         payload: dict[str, Any] = {"deliveryOutcome": delivery_outcome}
         if manifest is not None:
             payload["contextManifest"] = _manifest_obj(manifest)
