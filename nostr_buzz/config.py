@@ -1,8 +1,9 @@
-"""Configuration: command-line flags, then ``BUZZ_*`` environment, then ``buzz.toml`` (spec 05/06).
+"""Configuration: command-line flags, then ``BUZZ_*`` environment, then ``buzz.toml`` (docs/cli.md,
+docs/bot.md).
 
 For each value the first source that gives it wins; sources are never merged (a relay list from
 the environment replaces the file's list, it is not appended to it).  The file schema covers the
-whole bot (spec 06) and is strict: unknown keys are errors that name every one of them.
+whole bot (docs/bot.md) and is strict: unknown keys are errors that name every one of them.
 
 This module is an edge (it reads files and the environment); nothing in ``core`` imports it.
 Error messages never repeat a secret key: a value that looks like one is replaced by a hint.
@@ -74,7 +75,7 @@ _Kind = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 
 
 class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    """``[agent]``: the ACP agent subprocess (spec 06)."""
+    """``[agent]``: the ACP agent subprocess (docs/bot.md)."""
 
     command: str | None = None  # executable, e.g. "goose"
     args: tuple[str, ...] = ()  # e.g. ["acp"]
@@ -117,7 +118,7 @@ class GateSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
 
     mode: AuthorGate = "owner-only"
     allowlist: tuple[str, ...] = ()  # public keys (hex or npub) admitted by mode = "allowlist"
-    agents: tuple[str, ...] = ()  # public keys to treat as agents (spec 01, profiles)
+    agents: tuple[str, ...] = ()  # public keys to treat as agents (docs/events.md, profiles)
     # keys trusted like the owner for a channel's canvas, huddle guidelines and metadata
     trusted: tuple[str, ...] = ()
 
@@ -301,7 +302,7 @@ def load_config_file(path: str | Path) -> BuzzConfig:
 
 
 def _env_value(environ: Mapping[str, str], name: str) -> str | None:
-    """An environment variable's value, with blank counted as unset (spec 05)."""
+    """An environment variable's value, with blank counted as unset (docs/cli.md)."""
     value = environ.get(name)
     if value is None or not value.strip():
         return None

@@ -1,7 +1,7 @@
 """NIP-01 events: strict parsing, canonical serialization, signing and verification.
 
 An :class:`Event` is always verified.  Constructing one (directly, through
-:meth:`Event.from_json` or :func:`sign_event`) runs the checks of spec 01 cheap-first:
+:meth:`Event.from_json` or :func:`sign_event`) runs the checks of docs/events.md cheap-first:
 structure, then the recomputed id, then the public key, then the BIP-340 signature.  The struct
 is frozen and its tags are tuples, so a verified event cannot be altered afterwards.
 """
@@ -69,7 +69,7 @@ def check_structure(
     content: object,
     sig: object,
 ) -> None:
-    """Spec 01 step 2; raises ``InvalidEvent('malformed')`` naming the field."""
+    """The shape check of docs/events.md; raises ``InvalidEvent('malformed')`` naming the field."""
     if not isinstance(id, str) or not _HEX64.fullmatch(id):
         raise InvalidEvent("malformed", "id must be 64 lowercase hex characters")
     if not isinstance(pubkey, str) or not _HEX64.fullmatch(pubkey):
@@ -157,7 +157,7 @@ class Event(msgspec.Struct, frozen=True):
             wire = _decode_wire(raw)
         except msgspec.ValidationError as exc:
             # The typed decoder checks every occurrence of a duplicated key, but the last one
-            # wins (spec 01): judge the document by what a last-wins reader sees.  Only this
+            # wins (docs/events.md): judge the document by what a last-wins reader sees.  Only this
             # error path pays for the second, untyped decode.
             wire = _retry_last_wins(raw, str(exc))
         except msgspec.DecodeError as exc:
@@ -231,8 +231,8 @@ def sign_event(
     the OS CSPRNG.  Invalid arguments raise ``InvalidEvent('malformed')``.
     """
     if isinstance(secret, str):
-        # Spec 01 leaves the secret's type open; accept the forms the rest of the library does
-        # (nip44, nip_am): 64-hex or nsec1….  The message never repeats the value.
+        # docs/events.md leaves the secret's type open; accept the forms the rest of the library
+        # does (nip44, nip_am): 64-hex or nsec1….  The message never repeats the value.
         try:
             secret = SecretKey.from_str(secret)
         except InvalidKey:

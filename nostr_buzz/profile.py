@@ -1,4 +1,4 @@
-"""Profiles from kind 0 metadata (spec 01 "Profiles", NIP-01/NIP-24).
+"""Profiles from kind 0 metadata (docs/events.md "Profiles", NIP-01/NIP-24).
 
 A profile gives a display label and whether the author is an agent.  Metadata is user-written
 JSON of any shape: bad content means "no label, not an agent", never an error.

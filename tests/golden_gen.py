@@ -3,12 +3,12 @@
 Every event is signed with a fixed secret key and fixed BIP-340 auxiliary randomness, so the
 input files are byte-for-byte reproducible.  Run ``python -m tests.golden_gen`` to (re)write the
 inputs; ``--outputs`` also writes the expected sections and manifests from the current compiler.
-Expected outputs are the contract: after regenerating them, read the diff against spec 03 by
-hand before committing (tests/test_compiler.py also checks the simplest cases against envelope
+Expected outputs are the contract: after regenerating them, read the diff against docs/envelope.md
+by hand before committing (tests/test_compiler.py also checks the simplest cases against envelope
 text written out by hand).
 
 Files per case NAME:
-- ``NAME.input.json``     turn-input file (spec 03 "Turn-input files")
+- ``NAME.input.json``     turn-input file (docs/turn-input.md)
 - ``NAME.sections.txt``   the sections, each after a ``===== section N =====`` header line
 - ``NAME.manifest.json``  the manifest, ``Manifest.to_json()`` plus one newline
 """
@@ -77,7 +77,7 @@ def profiles(**extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def ts(t: int) -> str:
-    """RFC 3339 UTC seconds with +00:00, as the I/O layer writes them (spec 03)."""
+    """RFC 3339 UTC seconds with +00:00, as the I/O layer writes them (docs/turn-input.md)."""
     return datetime.fromtimestamp(t, UTC).isoformat()
 
 

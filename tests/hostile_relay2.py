@@ -1,4 +1,4 @@
-"""A scriptable misbehaving relay for conformance tests (spec 05: "never trust a relay").
+"""A scriptable misbehaving relay for conformance tests (docs/cli.md: "never trust a relay").
 
 Unlike :mod:`hostile_relay`, whose behaviours are named presets, each test here writes its own
 script: ``async def script(relay, conn, msg)`` is called for every frame the client sends

@@ -1,7 +1,7 @@
 """Real relays for tests: nostr-sdk's LocalRelay on 127.0.0.1.
 
 Import from test modules as ``from relays import local_relay, start_relay`` (pytest puts the
-tests folder on ``sys.path``).  Facts this module respects (spec 05): ``run()`` needs a running
+tests folder on ``sys.path``).  Facts this module respects (docs/cli.md): ``run()`` needs a running
 loop; a Python write policy and the LMDB store need ``uniffi_set_event_loop(loop)``, which is
 set on every start because pytest-asyncio gives each test its own loop; the default rate limit
 of 60 events per minute is raised so that tests can publish in bulk.

@@ -1,4 +1,4 @@
-"""The `buzz` entry point: exit codes of the parser and secrets in its messages (spec 05)."""
+"""The `buzz` entry point: exit codes of the parser and secrets in its messages (docs/cli.md)."""
 
 from __future__ import annotations
 

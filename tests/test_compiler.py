@@ -1,4 +1,5 @@
-"""The context compiler (spec 03): goldens, hand-written envelopes, layers, manifests, inputs."""
+"""The context compiler (docs/envelope.md): goldens, hand-written envelopes, layers, manifests,
+inputs."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def test_sections_file_format_round_trips() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Envelopes written out by hand from spec 03
+# Envelopes written out by hand from docs/envelope.md
 
 
 def test_channel_top_level_mention_by_hand() -> None:
@@ -441,7 +442,7 @@ def test_u001c_is_not_whitespace() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Steering (spec 06)
+# Steering (docs/bot.md)
 
 
 def test_steer_wrapper_and_manifest() -> None:

@@ -1,8 +1,9 @@
-"""Independent conformance tests for the context compiler (spec 03, and the steer wrapper of 06).
+"""Independent conformance tests for the context compiler (docs/envelope.md, and the steer wrapper
+of docs/bot.md).
 
-Every expected value here is derived by hand from the spec text: envelopes are written out
-literally, manifests are rebuilt with a tiny independent model (hashlib + json below), never by
-asking the code under test what it would produce.
+Every expected value here is derived by hand from the text of docs/envelope.md: envelopes are
+written out literally, manifests are rebuilt with a tiny independent model (hashlib + json
+below), never by asking the code under test what it would produce.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from nostr_buzz import (
 from nostr_buzz.core.compiler import compile_steer
 
 # ---------------------------------------------------------------------------------------------
-# An independent model of the manifest (spec 03 "Layers and the manifest")
+# An independent model of the manifest (docs/envelope.md "Layers and the manifest")
 
 
 def sha(text: str) -> str:
@@ -59,7 +60,7 @@ def lay(
     version: str | None = None,
     truncated: bool = False,
 ) -> dict[str, Any]:
-    # dict insertion order is the canonical key order of the spec
+    # dict insertion order is the canonical key order of docs/envelope.md
     return {
         "order": order,
         "layer": name,
@@ -675,7 +676,7 @@ def test_slash_command_scan(content: str, block: str | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The steer wrapper (spec 06, "Steering a running turn")
+# The steer wrapper (docs/bot.md, "Steering")
 
 NOTE = (
     "A new message arrived while you were working. Keep going with your current work and take "

@@ -1,4 +1,5 @@
-"""Property tests for the compiler (spec 03): whatever the text, the envelope keeps its shape."""
+"""Property tests for the compiler (docs/envelope.md): whatever the text, the envelope keeps its
+shape."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Determinism across processes and purity of the core (spec 03 "It is pure", STYLE.md)."""
+"""Determinism across processes and purity of the core (docs/envelope.md, docs/architecture.md
+"Layers")."""
 
 from __future__ import annotations
 

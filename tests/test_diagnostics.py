@@ -1,4 +1,4 @@
-"""The local observer feed (spec 06 "Local observer diagnostics")."""
+"""The local observer feed (docs/bot.md "Local observer diagnostics")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Conformance tests for spec 01 (events, keys, NIP-19, routing, profiles), written from the text.
+"""Conformance tests for docs/events.md (events, keys, NIP-19, routing, profiles), written from the
+text.
 
-Expected values come from the spec or from tiny independent re-implementations below
+Expected values come from docs/events.md or from tiny independent re-implementations below
 (``json.dumps`` + SHA-256 for ids, coincurve for BIP-340, a BIP-173 bech32 encoder), never from
 the code under test.
 """
@@ -39,7 +40,7 @@ from nostr_buzz.nips import nip10, nip19
 from nostr_buzz.nips.nip19 import EventPointer, ProfilePointer
 from tests.conftest import VECTORS, load_json
 
-# NIP-19 examples (spec 01).
+# NIP-19 examples (docs/events.md).
 NPUB_HEX = "7e7e9c42a91bfef19fa929e5fda1b72e0ebc1a4c1141673e2794234d86addf4e"
 NPUB = "npub10elfcs4fr0l0r8af98jlmgdh9c8tcxjvz9qkw038js35mp4dma8qzvjptg"
 NSEC_HEX = "67dea2ed018072d675f5415ecfaed7d2597555e202d85b3d65ea4e58d2d92ffa"
@@ -635,7 +636,7 @@ def test_sign_event_accepts_any_ordered_iterable_of_tags() -> None:
 
 
 def test_sign_event_secret_forms() -> None:
-    # The spec does not pin the secret's type: a SecretKey, 64-hex and nsec all sign alike.
+    # docs/events.md does not pin the secret's type: a SecretKey, 64-hex and nsec all sign alike.
     expected = ref_sign(NSEC_HEX, ref_id(ref_pubkey(NSEC_HEX), 1, 1, [], "x"), AUX0)
     for secret in (SecretKey.from_str(NSEC_HEX), NSEC_HEX, NSEC_HEX.upper(), NSEC):
         ev = sign_event(secret, kind=1, content="x", created_at=1, aux_rand=AUX0)
@@ -786,8 +787,8 @@ def test_key_from_str_non_str_is_typed(bad: Any) -> None:
 
 @pytest.mark.parametrize("pad", [" ", "\n", "\t", " \n"])
 def test_surrounding_whitespace_never_escapes_untyped(pad: str) -> None:
-    # The spec does not say whether whitespace is trimmed; either the key parses to the same value
-    # or InvalidKey is raised — and the secret never appears in the message.
+    # docs/events.md does not say whether whitespace is trimmed; either the key parses to the same
+    # value or InvalidKey is raised — and the secret never appears in the message.
     for text, cls, hexval in [
         (pad + NSEC_HEX + pad, SecretKey, NSEC_HEX),
         (pad + NSEC + pad, SecretKey, NSEC_HEX),
@@ -1261,7 +1262,7 @@ def test_nip19_interop_with_nostr_sdk() -> None:
     assert SecretKey.from_str(NSEC_HEX).bech32 == keys.secret_key().to_bech32()
 
 
-# --- profile labels against a reference written from spec 03 ------------------------------------
+# --- profile labels against a reference written from docs/envelope.md -----------------------------
 
 _WS = (
     "\t\n\x0b\x0c\r \x85\xa0\u1680"
@@ -1318,7 +1319,7 @@ def test_profile_label_matches_reference(metadata: dict[str, Any]) -> None:
     assert p.is_agent is (metadata.get("bot") is True)
 
 
-# --- routing against a reference written from the spec's table and rules -----------------------
+# --- routing against a reference written from the table and rules of docs/events.md ---------------
 
 
 def _ref_valid(s: str) -> bool:
@@ -1392,7 +1393,7 @@ def _on_curve(x_hex: str) -> bool:
 
 
 def ref_reason(d: dict[str, Any]) -> str | None:
-    """Spec 01's cheap-first order, written independently; None means valid."""
+    """docs/events.md's cheap-first order, written independently; None means valid."""
 
     def hexn(v: Any, n: int) -> bool:
         return isinstance(v, str) and len(v) == n and all(c in "0123456789abcdef" for c in v)
@@ -1517,7 +1518,7 @@ def test_duplicated_key_last_value_of_wrong_type_is_malformed(last: str, field: 
     assert reason_of(doc) == ("bad_id" if (field, last) in well_typed else "malformed")
 
 
-# --- event references (spec 01; parsed by the CLI's shared helper) -------------------------------
+# --- event references (docs/events.md; parsed by the CLI's shared helper) -------------------------
 
 
 def test_event_reference_forms() -> None:

@@ -1,7 +1,7 @@
-"""Spec 06 conformance: the ACP harness, steering, diagnostics and the bot plugin.
+"""docs/bot.md conformance: the ACP harness, steering, diagnostics and the bot plugin.
 
-Written from the spec text.  Every agent is a real subprocess: either the bundled demo agent or
-a tiny scripted JSON-RPC stdio agent (``SCRIPTED_AGENT`` below, written to a file per test)
+Written from the text of docs/bot.md.  Every agent is a real subprocess: either the bundled demo
+agent or a tiny scripted JSON-RPC stdio agent (``SCRIPTED_AGENT`` below, written to a file per test)
 that logs every message it receives, so the tests can check exactly what went on the wire.
 Every relay is a real LocalRelay on 127.0.0.1.
 """

@@ -15,7 +15,7 @@ from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip19
 from nostr_buzz.nips.nip19 import EventPointer, ProfilePointer
 
-# The examples of NIP-19 (spec 01).
+# The examples of NIP-19 (docs/events.md).
 NPUB_HEX = "7e7e9c42a91bfef19fa929e5fda1b72e0ebc1a4c1141673e2794234d86addf4e"
 NPUB = "npub10elfcs4fr0l0r8af98jlmgdh9c8tcxjvz9qkw038js35mp4dma8qzvjptg"
 NSEC_HEX = "67dea2ed018072d675f5415ecfaed7d2597555e202d85b3d65ea4e58d2d92ffa"

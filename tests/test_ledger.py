@@ -1,4 +1,4 @@
-"""The turn ledger (spec 03 "The turn ledger (steers)")."""
+"""The turn ledger (docs/envelope.md "The turn ledger (steers)")."""
 
 from __future__ import annotations
 

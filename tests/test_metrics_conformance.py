@@ -1,9 +1,10 @@
-"""Conformance of metric publishing and the owner's reader to the spec, written from its text.
+"""Conformance of metric publishing and the owner's reader, written from the text.
 
-Spec 04 "Publishing: never lose a metric" and "The owner's reader (`buzz metrics`)", and spec 05's
-command-line conventions as they apply to ``buzz metrics``.  Expected values are computed by hand
-(payloads are written as wire JSON here and encrypted with NIP-44 directly, not with the
-publisher's builder), against real relays: nostr-sdk's LocalRelay and the scripted hostile relays.
+docs/metrics.md "Publishing: never lose a metric" and "The owner's reader (`buzz metrics`)", and
+docs/cli.md's command-line conventions as they apply to ``buzz metrics``.  Expected values are
+computed by hand (payloads are written as wire JSON here and encrypted with NIP-44 directly,
+not with the publisher's builder), against real relays: nostr-sdk's LocalRelay and the scripted
+hostile relays.
 """
 
 from __future__ import annotations

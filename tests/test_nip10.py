@@ -1,4 +1,4 @@
-"""Thread routing (spec 01 table): one test per row, then the rules around it."""
+"""Thread routing (docs/events.md table): one test per row, then the rules around it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Independent conformance tests for NIP-44 v2 and the NIP-AM event and payload (spec 04).
+"""Independent conformance tests for NIP-44 v2 and the NIP-AM event and payload (nips/NIP-AM.md).
 
-Expected values come from the spec text, computed by hand or by the tiny independent NIP-44
-re-implementation below (``cryptography`` primitives), never from the code under test.
+Expected values come from the text of nips/NIP-AM.md, computed by hand or by the tiny independent
+NIP-44 re-implementation below (``cryptography`` primitives), never from the code under test.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dispatch queue (spec 02): one test per rule, plus a random-operation state machine."""
+"""Dispatch queue (docs/queue.md): one test per rule, plus a random-operation state machine."""
 
 from __future__ import annotations
 
@@ -352,7 +352,7 @@ def test_the_last_10000_settled_ids_are_remembered() -> None:
 
 
 def test_a_dropped_event_is_not_remembered() -> None:
-    # Choice: the spec's duplicate list does not name dropped events.
+    # Choice: docs/queue.md's duplicate memory does not hold dropped events.
     q = DispatchQueue(max_pending=1, rng=random.Random(1))
     a, b = msg(ALICE, 1), msg(ALICE, 2)
     q.push(a, now=1)

@@ -1,7 +1,8 @@
-"""Conformance tests for the dispatch queue, written from the text of spec 02 (and 01 for routing).
+"""Conformance tests for the dispatch queue, written from the text of docs/queue.md (and
+docs/events.md for routing).
 
 Expected values are computed by hand or by the tiny helpers below (the backoff formula, a recording
-RNG), never by asking the queue under test.  Only the public API of spec 02 is used.
+RNG), never by asking the queue under test.  Only the public API of docs/queue.md is used.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class ScriptedRng:
 
 
 def base_delay(attempt: int) -> float:
-    """Spec 02: min(5 s × 2^(attempt−1), 300 s), before the jitter."""
+    """docs/queue.md: min(5 s × 2^(attempt−1), 300 s), before the jitter."""
     return float(min(5 * 2 ** (attempt - 1), 300))
 
 
@@ -172,7 +173,7 @@ def test_batch_and_queued_event_fields() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Keys: channels (01) and authority (actor, destination)
+# Keys: channels (docs/events.md) and authority (actor, destination)
 
 
 @pytest.mark.parametrize(
@@ -1372,7 +1373,7 @@ def test_push_rejects_a_non_event_with_a_typed_error() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# A reference model written from spec 02 alone, driven side by side with the queue.
+# A reference model written from docs/queue.md alone, driven side by side with the queue.
 #
 # Readings the model encodes (where 02 leaves room):
 # * a channel's wait is its head pending event when it has one, else its earliest stored one;
@@ -1382,7 +1383,7 @@ def test_push_rejects_a_non_event_with_a_typed_error() -> None:
 
 
 class _Ref:
-    """The spec's state machine, in the most literal form: lists and linear scans."""
+    """The state machine of docs/queue.md, in the most literal form: lists and linear scans."""
 
     def __init__(self, rng: random.Random, limits: dict[str, Any]) -> None:
         self.rng = rng
@@ -1658,8 +1659,8 @@ def test_queue_matches_the_reference_model(seed: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Hostile arguments: whatever the queue refuses, it refuses with a BuzzError (spec 01: bad input
-# never raises a bare TypeError/KeyError from inside the library).
+# Hostile arguments: whatever the queue refuses, it refuses with a BuzzError (docs/events.md: bad
+# input never raises a bare TypeError/KeyError from inside the library).
 
 
 @pytest.mark.parametrize(

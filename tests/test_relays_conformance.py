@@ -1,8 +1,8 @@
-"""Spec 05 (relay client, pool, NIP-42, the ``buzz`` conventions) and spec 01's rules on event
-references and secret-free messages, checked from the spec text against hostile relays.
+"""docs/cli.md (relay client, pool, NIP-42, the ``buzz`` conventions) and docs/events.md's rules on
+event references and secret-free messages, checked from the documents' text against hostile relays.
 
 Expected values are computed here, independently: canonical JSON with ``json.dumps`` in the
-spec's key order, AUTH events checked field by field.  Relays are real WebSocket servers on
+canonical key order, AUTH events checked field by field.  Relays are real WebSocket servers on
 127.0.0.1 (:mod:`hostile_relay2`, scripted per test) or refused/tarpit ports.  CLI cases call
 ``main(argv)`` in-process while the relays live on a background loop; one case runs ``buzz``
 as a real subprocess under the C locale.
@@ -48,7 +48,7 @@ OTHER = sign_event(MALLORY, kind=1, content="an impostor", created_at=1_700_000_
 
 
 def canonical(event: Event) -> str:
-    """Spec 01's canonical output, written independently of ``Event.to_json``."""
+    """docs/events.md's canonical output, written independently of ``Event.to_json``."""
     d = event.to_dict()
     return json.dumps({k: d[k] for k in KEYS}, separators=(",", ":"), ensure_ascii=False)
 
@@ -1020,7 +1020,7 @@ sys.exit(main(sys.argv[1:]))
 
 def test_a_stalled_dns_lookup_costs_at_most_the_timeout() -> None:
     # Name resolution runs in a thread that cannot be cancelled; the command must not wait for
-    # it at exit (spec 05: --timeout bounds connecting plus querying).
+    # it at exit (docs/cli.md: --timeout bounds connecting plus querying).
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
     start = now()
     proc = subprocess.run(

@@ -1,4 +1,4 @@
-"""The public API of the spec's table is importable from where the README says."""
+"""The public API is importable from where the README says."""
 
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""UsageTracker: table-driven cases, one per rule of spec 04 "Usage accounting"."""
+"""UsageTracker: table-driven cases, one per rule of docs/metrics.md "Usage accounting"."""
 
 from __future__ import annotations
 

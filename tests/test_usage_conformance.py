@@ -1,6 +1,6 @@
-"""Independent conformance tests for usage accounting (spec 04, "Usage accounting").
+"""Independent conformance tests for usage accounting (docs/metrics.md, "Usage accounting").
 
-Each scenario is derived from a sentence of the spec; expected records are computed by hand.
+Each scenario is derived from a sentence of docs/metrics.md; expected records are computed by hand.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``buzz`` entry point: the typer application and the exit-code contract of spec 05.
+"""The ``buzz`` entry point: the typer application and the exit-code contract of docs/cli.md.
 
 Commands are loaded on demand: ``buzz keys show`` imports the key code and nothing else, and
 ``buzz --version`` or ``buzz --help`` import no command at all.  The table below is the one
@@ -128,7 +128,7 @@ def _version(value: bool) -> None:
     if value:
         from importlib.metadata import version
 
-        write_stdout(f"buzz {version('nostr-buzz')}\n")  # asked-for data: stdout (spec 05)
+        write_stdout(f"buzz {version('nostr-buzz')}\n")  # asked-for data: stdout (docs/cli.md)
         raise typer.Exit(0)
 
 
@@ -150,7 +150,7 @@ _MIN_REDACTED = 8
 
 
 def _redact(message: str, args: Sequence[str]) -> str:
-    """Messages may quote arguments; never let one that is or may be a secret through (spec 01:
+    """Messages may quote arguments; never let one that is or may be a secret through (docs/cli.md:
     nsec1…, or the value of a secret-key option or variable, even when used elsewhere)."""
     secrets = [args[i + 1] for i, a in enumerate(args[:-1]) if a in _SECRET_OPTIONS and args[i + 1]]
     secrets += [
@@ -236,7 +236,7 @@ def _is_parser_error(exc: BaseException) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``buzz`` and return its exit code (spec 05).
+    """Run ``buzz`` and return its exit code (docs/cli.md).
 
     The parser's own errors are formatted here, with anything that looks like a secret key
     redacted, and mapped to exit 1: the parser's default of 2 is reserved for network failures.

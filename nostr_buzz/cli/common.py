@@ -38,7 +38,7 @@ TimeoutOption = Annotated[
         "--timeout",
         metavar="SECONDS",
         min=0.1,
-        # Finite, so that every wait has a bound (spec 05): "inf" would let a tarpit hang us.
+        # Finite, so that every wait has a bound (docs/cli.md): "inf" would let a tarpit hang us.
         max=MAX_TIMEOUT,
         help="Seconds allowed per relay for connecting plus answering.",
     ),

@@ -1,4 +1,4 @@
-"""``buzz compile TURN.json``: compile a turn-input file offline (spec 03, spec 05).
+"""``buzz compile TURN.json``: compile a turn-input file offline (docs/turn-input.md, docs/cli.md).
 
 Exit codes: 0 compiled; 1 the file is unreadable or not a valid turn input (not JSON, wrong
 shape, a malformed event, no valid channel id, …); 4 an event in ``events`` or
@@ -150,7 +150,7 @@ def compile_command(
         str,
         typer.Argument(
             metavar="TURN.json",
-            help="A turn-input file (spec 03 format); '-' reads standard input.",
+            help="A turn-input JSON file (format: docs/turn-input.md); '-' reads standard input.",
             show_default=False,
         ),
     ],

@@ -1,4 +1,4 @@
-"""``buzz demo``: the whole pipeline on loopback in one command (spec 06, "`buzz demo`").
+"""``buzz demo``: the whole pipeline on loopback in one command (docs/bot.md, "`buzz demo`").
 
 No configuration is read: the demo makes its own relay, keys and state directory and removes
 them afterwards.  The report goes to stdout; a failed step exits 1 with the reason on stderr,
@@ -50,7 +50,7 @@ def demo_command(
             raise CliFailure(ExitCode.BAD_INPUT, f"--agent: {exc}") from None
         if not command:
             raise CliFailure(ExitCode.BAD_INPUT, "--agent: the agent command is empty")
-    # Collected and written at the end: on failure stdout stays empty (spec 05).
+    # Collected and written at the end: on failure stdout stays empty (docs/cli.md).
     report: list[str] = []
     try:
         names = parse_env_names(pass_env or (), source="--pass-env")

@@ -1,4 +1,4 @@
-"""The ``buzz demo`` script: the whole pipeline on loopback in one command.
+"""The ``buzz demo`` script: the whole pipeline on loopback in one command (docs/bot.md).
 
 An embedded relay (nostr-sdk's LocalRelay on 127.0.0.1), fresh keys in a temporary state
 directory, the bot with the bundled demo agent (or any ACP command), and a human who posts a

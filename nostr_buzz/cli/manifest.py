@@ -1,4 +1,5 @@
-"""``buzz manifest diff A B``: what changed between two context manifests (spec 03, 05).
+"""``buzz manifest diff A B``: what changed between two context manifests (docs/envelope.md,
+docs/cli.md).
 
 Each of A and B may be a manifest (``{"schemaVersion", "hash", "layers"}``), the output of
 ``buzz compile --format json`` (``{"sections", "manifest"}``) or a decrypted NIP-AM metric

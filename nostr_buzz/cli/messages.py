@@ -1,8 +1,9 @@
-"""``buzz messages``: fetch raw events, read channels and threads, send chat messages (spec 05).
+"""``buzz messages``: fetch raw events, read channels and threads, send chat messages (docs/cli.md).
 
 Every event printed here came through :class:`~nostr_buzz.event.Event` verification in the relay
-client; a relay's own bytes are never echoed, only ``Event.to_json()``.  Exit codes follow spec
-05: 1 bad input, 2 nothing reachable or nobody accepted, 3 not found, 4 verification failure.
+client; a relay's own bytes are never echoed, only ``Event.to_json()``.  Exit codes follow
+docs/cli.md: 1 bad input, 2 nothing reachable or nobody accepted, 3 not found, 4 verification
+failure.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.relay_url import check_relay_url
 
-#: LocalRelay served at most 500 events per query in our measurements (spec 05).
+#: LocalRelay served at most 500 events per query in our measurements (docs/cli.md).
 MAX_QUERY_LIMIT = 500
 
 
@@ -90,7 +91,7 @@ def _check_channel(channel: str) -> str:
             "--channel: not a valid channel id (1-128 characters from A-Z a-z 0-9 _ -)",
         )
     if channel.startswith(nip10.DIRECT_CHANNEL_PREFIX):
-        # Never read from an h tag (spec 01): such a message would belong to no channel.
+        # Never read from an h tag (docs/events.md): such a message would belong to no channel.
         raise CliFailure(
             ExitCode.BAD_INPUT,
             f"--channel: ids starting with {nip10.DIRECT_CHANNEL_PREFIX!r} are reserved for "
@@ -109,7 +110,7 @@ def _check_format(value: str) -> Format:
 
 
 def _usable_hints(hints: Iterable[str]) -> list[str]:
-    """nevent relay hints that are ws:// or wss:// URLs; anything else is skipped (spec 05)."""
+    """nevent relay hints that are ws:// or wss:// URLs; anything else is skipped (docs/cli.md)."""
     usable: list[str] = []
     for hint in hints:
         try:
@@ -143,7 +144,7 @@ def _rejections(result: PoolQueryResult) -> dict[str, str]:
 
 
 def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
-    """Spec 05's precedence for a fetch by id: found (0), verification (4), not found (3), 2."""
+    """docs/cli.md's precedence for a fetch by id: found (0), verification (4), not found (3), 2."""
     found = next((e for e in result.events if e.id == event_id), None)
     rejections = _rejections(result)
     if found is not None:
@@ -180,7 +181,7 @@ async def _fetch_event(
 ) -> tuple[Event, PoolQueryResult]:
     """Ask every relay for one event; unless ``wait_all``, the first relay that returns a valid
     copy ends the wait (a dead relay listed first costs nothing once another answered)."""
-    # Only the id goes into the filter: an nevent's author and kind are hints (spec 05).
+    # Only the id goes into the filter: an nevent's author and kind are hints (docs/cli.md).
     pool = RelayPool(relays, secret=secret, timeout=timeout)
     progress(f"asking {len(relays) + len(hints)} relay(s) for {ref.id}…")
 

@@ -1,4 +1,4 @@
-"""``buzz metrics``: the owner's usage report from NIP-AM metrics (spec 04 and 05).
+"""``buzz metrics``: the owner's usage report from NIP-AM metrics (docs/metrics.md, docs/cli.md).
 
 The owner reads with their own secret key (``--key``, else ``BUZZ_PRIVATE_KEY``, else
 ``buzz.toml``): it decrypts the metrics and answers NIP-42 challenges on the listed relays.
@@ -35,7 +35,7 @@ on stderr), never in the turns or totals; with no agents named every agent count
 says so).  CSV cells that would start a spreadsheet formula are prefixed with ``'``; table
 output shows control and bidirectional characters as escapes and never reads rich markup.
 
-Exit codes (spec 05): 0 report printed (also when some events were ignored or a manifest is
+Exit codes (docs/cli.md): 0 report printed (also when some events were ignored or a manifest is
 flagged: the report shows them); 1 bad input (times, format, key, no relay configured); 2 no
 relay answered.
 """
@@ -123,7 +123,7 @@ def _check_format(value: str) -> Format:
 
 
 def _resolve_format(value: str | None, json_flag: bool) -> Format:
-    """``--json`` is ``--format json`` (spec 05); with another ``--format`` it is bad usage."""
+    """``--json`` is ``--format json`` (docs/cli.md); with another ``--format`` it is bad usage."""
     fmt = _check_format(value) if value is not None else None
     if json_flag:
         if fmt not in (None, "json"):

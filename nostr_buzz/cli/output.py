@@ -1,4 +1,4 @@
-"""Exit codes and output helpers shared by every command (spec 05).
+"""Exit codes and output helpers shared by every command (docs/cli.md).
 
 Data goes to stdout, human messages to stderr; on any non-zero exit stdout stays empty, so
 commands compute everything first and write their data last.

@@ -1,4 +1,4 @@
-"""``buzz relay``: an embedded Nostr relay on 127.0.0.1 for development and the demo (spec 05).
+"""``buzz relay``: an embedded Nostr relay on 127.0.0.1 for development and the demo (docs/cli.md).
 
 It is nostr-sdk's ``LocalRelay`` (the optional ``relay`` extra), imported only when the command
 runs.  The relay's ``ws://`` URL is the one line on stdout; it runs until SIGINT or SIGTERM.

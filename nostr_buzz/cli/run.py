@@ -1,4 +1,4 @@
-"""``buzz run``: the agent bot (spec 06, "The bot plugin").
+"""``buzz run``: the agent bot (docs/bot.md).
 
 Every ``buzz.toml`` setting is also a flag and a ``BUZZ_*`` variable (their names come from the
 schema, see :data:`nostr_buzz.config.SETTINGS`); flags win over the environment, which wins

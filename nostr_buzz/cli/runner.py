@@ -17,7 +17,7 @@ class _UnjoinedExecutor(ThreadPoolExecutor):
 
     The loop resolves relay host names (``getaddrinfo``) in its default executor.  A lookup
     cannot be cancelled, and ``asyncio.run`` and interpreter exit both join executor threads,
-    so a stalled DNS server would hold the command well past ``--timeout`` (spec 05).  The
+    so a stalled DNS server would hold the command well past ``--timeout`` (docs/cli.md).  The
     caller has already given up on such a lookup, so its thread is simply left behind.
     """
 

@@ -1,8 +1,8 @@
-"""The context compiler (spec 03): one batch plus resolved context → sections + manifest.
+"""The context compiler (docs/envelope.md): one batch plus resolved context → sections + manifest.
 
 Pure: no I/O, clock, environment or randomness.  Identical inputs give byte-identical sections
-and manifests in any process.  Every byte below is pinned by spec 03; the section names in the
-comments are the spec's.
+and manifests in any process.  docs/envelope.md states the format; the section names in the comments
+are its headings.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from nostr_buzz.core.turn_input import (
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
 
-#: The steer note of spec 06, exactly.
+#: The fixed ``<continuation-guidance>`` note of every steer (docs/envelope.md).
 STEER_NOTE: Final = (
     "A new message arrived while you were working. Keep going with your current work and take "
     "the new message into account if it is relevant; if it is not, acknowledge it briefly and "
@@ -62,7 +62,7 @@ class CompiledTurn(msgspec.Struct, frozen=True):
 
 
 class CompiledSteer(msgspec.Struct, frozen=True):
-    """A steer (spec 06): one text block and its manifest (with ``steer_delivery_contract``)."""
+    """A steer (docs/bot.md): one text block and its manifest (with ``steer_delivery_contract``)."""
 
     text: str
     manifest: Manifest
@@ -345,7 +345,7 @@ def _skip_whitespace(s: str, i: int) -> int:
 
 
 def slash_command(content: str, known_labels: Sequence[str]) -> str | None:
-    """The slash-command block of spec 03 for one event's content, or None.
+    """The slash-command block of docs/envelope.md for one event's content, or None.
 
     ``known_labels`` are the non-empty sanitized profile labels, longest first.
     """
@@ -397,7 +397,7 @@ def _actors(ti: TurnInput) -> list[str]:
 
 
 def compile_turn(turn_input: TurnInput) -> CompiledTurn:
-    """Compile one turn input into its sections and manifest (spec 03, "The sections")."""
+    """Compile one turn input into its sections and manifest (docs/envelope.md, "The sections")."""
     profiles = _Profiles(turn_input.profiles)
     profiles.settle(_actors(turn_input))
     newest = turn_input.events[-1].event
@@ -502,7 +502,7 @@ def compile_steer(
     channel_type: str = "stream",
     prompt_tag: str = "@mention",
 ) -> CompiledSteer:
-    """Wrap one event arriving mid-turn as a steer (spec 06, "Steering a running turn").
+    """Wrap one event arriving mid-turn as a steer (docs/bot.md, "Steering").
 
     The event is compiled alone with ``channel = {id, type}`` of the running turn and an empty
     name, no profiles, context or standing sections; a slash-command block is never produced.

@@ -1,4 +1,4 @@
-"""The two escapes of the turn envelope (spec 03, "Escaping").
+"""The two escapes of the turn envelope (docs/envelope.md, "Escaping").
 
 The envelope is XML-like, not XML: these escapes only keep model-visible text from opening or
 closing envelope elements, and keep attribute values on one line inside their quotes.

@@ -1,4 +1,4 @@
-"""The turn ledger (spec 03, "The turn ledger (steers)").
+"""The turn ledger (docs/envelope.md, "The turn ledger (steers)").
 
 One ledger per running turn records the manifest of the compiled prompt and of every steer the
 agent accepted as ``injected``; :meth:`TurnLedger.snapshot` is what the terminal metric carries.

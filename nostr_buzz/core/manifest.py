@@ -1,4 +1,4 @@
-"""Context manifests: content-addressed records of every layer a model saw (spec 03).
+"""Context manifests: content-addressed records of every layer a model saw (docs/envelope.md).
 
 The canonical form is a cross-implementation contract: compact JSON of the layer array with
 camelCase keys in the fixed order ``order, layer, scope, source, version, authority, freshness,

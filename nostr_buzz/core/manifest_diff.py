@@ -1,4 +1,4 @@
-"""What changed between two context manifests (spec 03, "Tools built on the compiler").
+"""What changed between two context manifests (docs/envelope.md, "Tools built on the compiler").
 
 The question it answers is the operator's when a provider's prompt cache stops hitting: which
 layers were added, removed or changed version, and did the hash move.  A layer is identified by

@@ -1,4 +1,4 @@
-"""The owner's metrics report, pure (spec 04, "The owner's reader").
+"""The owner's metrics report, pure (docs/metrics.md, "The owner's reader").
 
 Given the kind-44200 events a reader fetched, :func:`open_metric` keeps what
 :func:`~nostr_buzz.nips.nip_am.open_metric_event` accepts and names why anything else is ignored;
@@ -219,7 +219,7 @@ def _from_cumulative(
     current: TokenCounts, previous: TokenCounts
 ) -> tuple[tuple[int | None, int | None, int | None, float | None], bool]:
     """Turn usage as the difference of two consecutive cumulative values, and whether it is
-    reliable.  As in the usage tracker (spec 04): input or output that is unknown or went
+    reliable.  As in the usage tracker (docs/metrics.md): input or output that is unknown or went
     down, or a cost that went down, make every counter unknown; total and cost are otherwise
     field-local."""
     inputs = _diff(current.input_tokens, previous.input_tokens)

@@ -1,10 +1,10 @@
-"""The dispatch queue: which events become one turn (spec 02).
+"""The dispatch queue: which events become one turn (docs/queue.md).
 
 Pure: no clock, no I/O.  Callers pass ``now`` (seconds, any monotonic-ish number) and, for the
 retry jitter, an RNG.  Events are queued per channel and batched at the authority boundary
 ``(actor, destination)``; a channel runs at most one batch at a time.
 
-Choices where spec 02 is silent or ambiguous (each also noted where it applies):
+Choices where docs/queue.md is silent or ambiguous (each also noted where it applies):
 
 * The default RNG is ``secrets.SystemRandom()`` (a ``random.Random`` subclass backed by the OS
   CSPRNG), so this module never imports ``random``; tests pass ``random.Random(seed)``.
@@ -12,8 +12,8 @@ Choices where spec 02 is silent or ambiguous (each also noted where it applies):
   with no pending event waits since its earliest stored cancelled event.
 * When a push leaves more than ``max_pending`` events pending (possible after ``fail`` or expiry
   returned events), it drops earliest-received events until the cap holds again.
-* Dropped events are not remembered as duplicates: the spec's duplicate list names delivered and
-  dead-lettered ids only, so a dropped event pushed again is accepted again.
+* Dropped events are not remembered as duplicates: docs/queue.md's duplicate memory holds
+  delivered and dead-lettered ids only, so a dropped event pushed again is accepted again.
 * Cancelled events riding with a batch of new events do not count attempts of their own; a
   set of cancelled events re-dispatched whole keeps its own attempt count while stored.
 * A re-dispatched set that failed or expired is stored again; if new events are pending when
@@ -441,7 +441,7 @@ class DispatchQueue:
             return None
         ch, fl = found
         ch.flight = None
-        # Previous cancelled events first, then this batch's events (spec 02); for a
+        # Previous cancelled events first, then this batch's events (docs/queue.md); for a
         # re-dispatched batch its events are the previous cancelled events.
         stored = fl.events if fl.redispatch else [*fl.cancelled, *fl.events]
         ch.cancelled = list(stored)

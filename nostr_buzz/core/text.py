@@ -1,4 +1,4 @@
-"""Text rules shared by profiles and the compiler (spec 03, "Words used below").
+"""Text rules shared by profiles and the compiler (docs/envelope.md, "Words used below").
 
 Pure: no I/O. Whitespace is exactly the Unicode White_Space set, passed explicitly
 because Python's ``str.strip()`` also strips U+001C-U+001F.
@@ -22,7 +22,7 @@ __all__ = [
     "utf8_document",
 ]
 
-#: The Unicode White_Space property set, as listed in spec 03.
+#: The Unicode White_Space property set, as listed in docs/envelope.md.
 WHITESPACE: str = (
     "\u0009\u000a\u000b\u000c\u000d"
     "\u0020\u0085\u00a0\u1680"

@@ -1,11 +1,11 @@
-"""The compiler's input (spec 03, "Inputs" and "Turn-input files").
+"""The compiler's input (docs/turn-input.md).
 
 :class:`TurnInput` is built either by the I/O layer from already verified :class:`Event` objects
 (the Python constructors below) or from a turn-input file with :meth:`TurnInput.from_json`.
 Reading a file is cheap-first: the whole file is decoded into typed wire structs and checked for
-shape (every event's structure, the channel id, every rule of 03) before any event id, public key
-or signature is verified, so :class:`InvalidEvent` is raised only for a file that is otherwise
-valid.  Every other problem raises :class:`TurnInputError`.
+shape (every event's structure, the channel id, every rule of docs/turn-input.md) before any
+event id, public key or signature is verified, so :class:`InvalidEvent` is raised only for a file
+that is otherwise valid.  Every other problem raises :class:`TurnInputError`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class TurnEvent(msgspec.Struct, frozen=True):
 
 
 class ChannelInfo(msgspec.Struct, frozen=True):
-    """Channel metadata; ``id`` None means "the newest event's channel" (spec 03)."""
+    """Channel metadata; ``id`` None means "the newest event's channel" (docs/turn-input.md)."""
 
     name: str
     id: str | None = None
@@ -76,8 +76,8 @@ class ProfileInfo(msgspec.Struct, frozen=True):
 
 
 class Standing(msgspec.Struct, frozen=True, rename="camel"):
-    """Standing context: the six optional sections of spec 03.  The turn-input file names the
-    fields in camelCase (``teamInstructions``) and is decoded into this type directly."""
+    """Standing context: the six optional sections of docs/turn-input.md.  The turn-input file
+    names the fields in camelCase (``teamInstructions``) and is decoded into this type directly."""
 
     base: str | None = None
     system: str | None = None
@@ -99,7 +99,7 @@ def _require_utf8(what: str, values: Iterable[str | None]) -> None:
 
 
 def resolve_channel_id(channel: ChannelInfo | None, newest_channel: str | None) -> str:
-    """Spec 03 "Channel id": a given id must be valid and never falls back."""
+    """A given channel id must be valid and never falls back (docs/envelope.md)."""
     if channel is not None and channel.id is not None:
         if not nip10.is_valid_channel_id(channel.id):
             raise TurnInputError(
@@ -114,7 +114,7 @@ def resolve_channel_id(channel: ChannelInfo | None, newest_channel: str | None) 
 
 
 class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything one compile needs; see spec 03 "Inputs" for the defaults.
+    """Everything one compile needs; docs/turn-input.md gives the defaults.
 
     Constructing one checks the rules that do not need a signature check (the events are
     already verified :class:`Event` objects): a non-empty batch, a resolvable valid channel id,
@@ -266,8 +266,8 @@ def _profile_keys_in_file_order(raw: bytes | bytearray | memoryview) -> list[str
 
     A decoded dict keeps a repeated key at its first position, which would let an earlier key
     win an ASCII-case collision ({"ab": X, "AB": Y, "ab": Z} must give Z: the later key in the
-    file wins, spec 03).  Only called after the typed decode accepted the whole file, so the
-    text is valid JSON with no NaN, Infinity or lone surrogate.
+    file wins, docs/turn-input.md).  Only called after the typed decode accepted the whole file, so
+    the text is valid JSON with no NaN, Infinity or lone surrogate.
     """
     member = _decode_raw_profiles(raw).profiles
     try:

@@ -1,4 +1,5 @@
-"""Usage accounting: agent usage reports → NIP-AM ``turn``/``cumulative`` counters (spec 04).
+"""Usage accounting: agent usage reports → NIP-AM ``turn``/``cumulative`` counters
+(docs/metrics.md).
 
 A pure state machine.  The ACP driver feeds it what the agent reports, per session:
 
@@ -153,9 +154,10 @@ def _delta(now: int | None, base: int | None) -> int | None:
 
 
 class UsageTracker:
-    """Per-session usage accounting; see the module docstring and spec 04 "Usage accounting".
+    """Per-session usage accounting; see the module docstring and docs/metrics.md "Usage
+    accounting".
 
-    Choices where the spec is silent (also in the project report):
+    Choices docs/metrics.md leaves open:
 
     * an observation in which every value is absent (after sanitizing) carries nothing and is
       ignored: it neither replaces the turn's last observation nor moves a baseline;

@@ -1,4 +1,4 @@
-"""A small deterministic ACP agent for the demo and the tests (spec 06).
+"""A small deterministic ACP agent for the demo and the tests (docs/bot.md).
 
 Run it as ``python -m nostr_buzz.demo.agent [flags]``; it speaks ACP (protocol version 1)
 over stdio through the ``agent-client-protocol`` package's agent side.

@@ -1,4 +1,4 @@
-"""The ACP edge: one agent subprocess driven over the Agent Client Protocol (spec 06).
+"""The ACP edge: one agent subprocess driven over the Agent Client Protocol (docs/bot.md).
 
 :class:`AgentDriver` spawns the configured agent command (stdio, JSON-RPC 2.0 through the
 ``agent-client-protocol`` package's low-level :class:`acp.connection.Connection`), initializes
@@ -11,7 +11,7 @@ The low-level connection is used instead of ``ClientSideConnection`` because the
 put fields the v1 schema does not know on the wire (a top-level ``systemPrompt`` for protocol
 ≥ 2) and read extension notifications (goose's cumulative counters) raw.
 
-Choices where spec 06 is silent (also in the project report):
+Choices docs/bot.md leaves open:
 
 * the claude strategy is chosen for agents named ``claude…`` *and* for agents whose initialize
   result advertises ``_meta.systemPrompt.append = true`` (as the bundled demo agent does);
@@ -228,7 +228,8 @@ class SessionStart:
 
 @dataclass(frozen=True)
 class TurnResult:
-    """How one ``session/prompt`` ended, in NIP-AM terms (spec 06 "Outcome → metric")."""
+    """How one ``session/prompt`` ended, in NIP-AM terms (docs/bot.md, "Driving an agent over
+    ACP")."""
 
     reply: str
     final_message: str
@@ -887,7 +888,7 @@ class AgentDriver:
             try:
                 parsed = schema.Usage.model_validate(usage)
             except ValidationError:
-                parsed = None  # malformed usage is not observed (spec 04: absent)
+                parsed = None  # malformed usage is not observed (docs/metrics.md: absent)
             if parsed is not None:
                 self.usage.observe_turn(
                     self._usage_key(turn.session_id),
@@ -915,7 +916,7 @@ class AgentDriver:
     # -- steering -------------------------------------------------------------------------
 
     def _steer_route(self, session_id: str) -> tuple[str, bool] | None:
-        """(method, is goose) of the native steer transport, or None (spec 06 transport)."""
+        """(method, is goose) of the native steer transport, or None (docs/bot.md, "Steering")."""
         info = self._info
         if info is None:
             return None
@@ -981,7 +982,7 @@ class AgentDriver:
                 handler(update)
         if outcome == "injected" and turn is not None and self._turns.get(session_id) is turn:
             now = asyncio.get_running_loop().time()
-            turn.hard_deadline = now + self.hard_timeout  # spec 06: renewed on injection
+            turn.hard_deadline = now + self.hard_timeout  # docs/bot.md: renewed on injection
             turn.touch(now)
         self._diagnostic("steer_sent", session_id, {"method": method, "result": outcome})
         return outcome

@@ -1,4 +1,4 @@
-"""Local observer diagnostics (spec 06): a JSON Lines feed plus an in-process callback.
+"""Local observer diagnostics (docs/bot.md): a JSON Lines feed plus an in-process callback.
 
 Each record is ``{seq, timestamp, kind, channelId, sessionId, turnId, payload}``, one compact
 JSON object per line.  ``seq`` increases by one per record and continues from the last record
@@ -184,7 +184,7 @@ class DiagnosticsFeed:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the kinds of spec 06 -------------------------------------------------------------
+    # -- the kinds of docs/bot.md -------------------------------------------------------------
 
     def turn_started(
         self,
@@ -242,7 +242,7 @@ class DiagnosticsFeed:
         turn_id: str | None,
     ) -> DiagnosticRecord:
         """``injected`` with the ledger snapshot, ``startedNewTurn`` with the steer's own
-        manifest (spec 06 "Response")."""
+        manifest (docs/bot.md, "Steering")."""
         payload: dict[str, Any] = {"deliveryOutcome": delivery_outcome}
         if manifest is not None:
             payload["contextManifest"] = _manifest_obj(manifest)

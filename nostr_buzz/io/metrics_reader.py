@@ -1,4 +1,5 @@
-"""The owner's reader: fetch NIP-AM metrics from the owner's relays (spec 04, "The owner's reader").
+"""The owner's reader: fetch NIP-AM metrics from the owner's relays (docs/metrics.md, "The owner's
+reader").
 
 Asks every relay concurrently for ``{"kinds":[44200], "#p":[owner], "since", "until"}``,
 authenticating with NIP-42 with the owner's key when a relay asks.  Relays cap a query (LocalRelay
@@ -27,7 +28,7 @@ from .relay import RelayClient
 
 __all__ = ["PAGE_LIMIT", "MetricsFetch", "RelayFetch", "fetch_metrics", "read_metrics"]
 
-#: Events asked for per page (LocalRelay's measured ceiling, spec 05).
+#: Events asked for per page (LocalRelay's measured ceiling, docs/cli.md).
 PAGE_LIMIT: Final = 500
 #: Pages per relay at most: a bound on the loop (500 × 400 = 200,000 metrics).
 MAX_PAGES: Final = 400

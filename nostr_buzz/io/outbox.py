@@ -1,4 +1,5 @@
-"""The durable metric outbox: signed events waiting for enough relays to store them (spec 04).
+"""The durable metric outbox: signed events waiting for enough relays to store them
+(docs/metrics.md).
 
 An edge around one SQLite file (stdlib ``sqlite3``, WAL journal, ``synchronous=FULL``) in the
 state directory.  It holds only signed events as their canonical JSON — for NIP-AM that is the

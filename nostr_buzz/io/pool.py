@@ -158,7 +158,8 @@ class RelayPool:
         flts = nip01.as_filters(filters)
         limit = self.timeout if timeout is None else float(timeout)
         configured = {normalize_relay_url(u) for u in self.urls}
-        # Hints come from untrusted nevents: ones that are not ws/wss URLs are skipped (spec 05).
+        # Hints come from untrusted nevents: ones that are not ws/wss URLs are skipped
+        # (docs/cli.md).
         usable = _unique_urls(u for u in extra_urls if _usable(u))
         hints = [u for u in usable if normalize_relay_url(u) not in configured]
         targets = [(u, True) for u in self.urls] + [(u, False) for u in hints]

@@ -1,4 +1,5 @@
-"""Publishing NIP-AM metrics without ever losing one (spec 04, "Publishing: never lose a metric").
+"""Publishing NIP-AM metrics without ever losing one (docs/metrics.md, "Publishing: never lose a
+metric").
 
 :class:`MetricPublisher` builds and signs the metric once, commits it to the durable
 :class:`~nostr_buzz.io.outbox.Outbox` *before* the first send, then sends it to every write

@@ -1,4 +1,4 @@
-"""Thread routing (NIP-10 markers, NIP-22 comments) and destinations — spec 01.
+"""Thread routing (NIP-10 markers, NIP-22 comments) and destinations — docs/events.md.
 
 Pure functions over a verified :class:`~nostr_buzz.event.Event`.  Every event maps to a
 :class:`ThreadRef` and a *destination*: the thread root's id, or the event's own id when it
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 TEXT_NOTE_KIND: Final = 1
-#: Reserved for the direct channels the queue assigns (spec 02); never taken from an h tag.
+#: Reserved for the direct channels the queue assigns (docs/queue.md); never taken from an h tag.
 DIRECT_CHANNEL_PREFIX: Final = "dm-"
 
 
@@ -115,7 +115,7 @@ def _positional_ref(event: Event) -> ThreadRef:
 
 
 def thread_ref(event: Event) -> ThreadRef:
-    """Normalize an event's thread position (spec 01 routing table).  ``q`` tags never route."""
+    """Normalize an event's thread position (docs/events.md, routing table); ``q`` never routes."""
     if event.kind == COMMENT_KIND:
         return _comment_ref(event)
     marked = _marked_ref(event)

@@ -1,4 +1,5 @@
-"""NIP-44 v2: versioned, padded, authenticated encryption between two Nostr keys (spec 04).
+"""NIP-44 v2: versioned, padded, authenticated encryption between two Nostr keys; NIP-AM
+metrics (nips/NIP-AM.md) are encrypted with it.
 
 Pure apart from one documented exception: when no nonce is given, :func:`encrypt` takes 32 bytes
 from the OS CSPRNG.  Every failure, whatever the input, raises :class:`Nip44Error`.

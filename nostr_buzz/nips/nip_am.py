@@ -1,4 +1,4 @@
-"""NIP-AM: encrypted per-turn agent usage metrics (kind 44200), spec 04 and ``nips/NIP-AM.md``.
+"""NIP-AM: encrypted per-turn agent usage metrics (kind 44200), as ``nips/NIP-AM.md`` defines them.
 
 The payload has two kinds of optional field.  *Nullable* fields are always written and are
 ``null`` when unknown (a missing one decodes as ``None``); *omittable* fields are left out when
@@ -157,7 +157,7 @@ class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
             msgspec.structs.force_setattr(self, "triggering_event_ids", tuple(ids))
 
     def validate(self) -> None:
-        """Check every rule of spec 04; raises :class:`MetricError` naming the field."""
+        """Check every rule of nips/NIP-AM.md; raises :class:`MetricError` naming the field."""
         _validate(self)
 
     def to_json(self) -> str:
