@@ -6,6 +6,7 @@ Real LocalRelays on 127.0.0.1, the real demo agent or a scripted ACP agent as su
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -161,6 +162,10 @@ async def test_a_private_answer_is_stored_as_its_wraps_and_delivered_after_a_res
         async with BuzzPlugin(config, on_diagnostic=rec2):
             published = await rec2.kind("reply_published", timeout=WAIT)
             await rec2.kind("metric_published", timeout=WAIT)
+            # The agent's own copy is reported only when it fails: wait for its row to go.
+            deadline = time.monotonic() + WAIT
+            while _db_counts(world.tmp / "state")[1] and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
         assert rec2.of("turn_started") == []
         assert published.payload["private"] is True
         there = World(write_relay, world.owner, world.agent, world.human, world.tmp)
