@@ -1,0 +1,231 @@
+"""``buzz metrics`` against hostile metrics, as a real process on a real relay.
+
+Anyone can encrypt a metric to the owner: a second agent key sends forged-but-valid metrics,
+and the owner's own agent key is made to send absurd counters, formula-shaped model names,
+rich markup and bidirectional controls.  The report counts only the owner's agents, keeps every
+total finite, writes safe CSV and never crashes on a name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nostr_buzz.core.metrics_report import build_report, open_metric
+from nostr_buzz.core.usage import UsageTracker
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip44
+from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
+from tests.e2e.cli.test_metrics import BackgroundLoop, _stop
+from tests.support.relays import start_relay
+from tests.unit.io.test_metrics_reader import publish_all
+
+OWNER = SecretKey.from_str("5e" * 32)
+MINE = SecretKey.from_str("5a" * 32)
+STRANGER = SecretKey.from_str("5b" * 32)
+FORMULA = "=cmd|' /C calc'!A0"
+MARKUP = "[/x]"
+BIDI = "gpt\u202eevil\u2066"
+TS = "2026-12-02T10:00:0{}.000Z"
+
+
+def valid(agent: SecretKey, n: int, model: str, counts: TokenCounts, **extra: object) -> Event:
+    payload = MetricPayload(
+        harness="goose",
+        timestamp=TS.format(n),
+        model=model,
+        turn=counts,
+        **extra,  # type: ignore[arg-type]
+    )
+    return build_metric_event(agent, OWNER.public_key, payload)
+
+
+def raw(agent: SecretKey, n: int, turn: dict[str, object]) -> Event:
+    """A metric whose payload the builder would refuse, encrypted and signed by hand."""
+    plaintext = json.dumps(
+        {
+            "harness": "goose",
+            "timestamp": TS.format(n),
+            "model": "m",
+            "turn": turn,
+            "deltaReliable": True,
+        }
+    )
+    content = nip44.encrypt(plaintext, nip44.conversation_key(agent, OWNER.public_key.hex))
+    tags = (("p", OWNER.public_key.hex), ("agent", agent.public_key.hex))
+    return sign_event(agent, kind=44200, content=content, tags=tags, created_at=1_780_000_000 + n)
+
+
+def hostile_metrics() -> list[Event]:
+    c = TokenCounts
+    return [
+        valid(MINE, 1, FORMULA, c(100, 10, 110, 0.5)),
+        valid(MINE, 2, MARKUP, c(200, 20, 220, 1.0)),
+        valid(MINE, 3, BIDI, c(300, 30, 330, 1.5)),
+        # the largest valid values: still finite totals
+        valid(MINE, 4, "big", c(2**53, 2**53, 2**53, 1e6)),
+        # a cumulative cost that jumps by 10^9 in one turn: that turn's cost is unknown
+        valid(
+            MINE, 5, "cum", c(1, 1, 2, None), session_id="s", turn_seq=1, cumulative=c(1, 1, 2, 0.0)
+        ),
+        valid(
+            MINE, 6, "cum", c(1, 1, 2, None), session_id="s", turn_seq=2, cumulative=c(2, 2, 4, 1e9)
+        ),
+        # forged but valid, from a key that is not the owner's agent
+        valid(STRANGER, 7, "stolen", c(10**9, 10**9, 2 * 10**9, 999_999.0)),
+        valid(STRANGER, 8, "-1+1", c(1, 1, 2, 0.1)),
+        # absurd numbers: invalid metrics
+        raw(
+            MINE,
+            9,
+            {"inputTokens": 2**63 - 1, "outputTokens": 1, "totalTokens": None, "costUsd": None},
+        ),
+        raw(MINE, 10, {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2, "costUsd": 1.7e308}),
+        raw(
+            STRANGER, 11, {"inputTokens": 2**63, "outputTokens": 1, "totalTokens": 2, "costUsd": 0}
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def relay_url() -> Iterator[str]:
+    bg = BackgroundLoop()
+    relay = bg.call(start_relay())
+    try:
+        bg.call(publish_all(relay.url, hostile_metrics()))
+        yield relay.url
+    finally:
+        bg.call(_stop(relay))
+        bg.close()
+
+
+def buzz(tmp_path: Path, *argv: str, tty: bool = False) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+    env["BUZZ_PRIVATE_KEY"] = OWNER.hex
+    env["COLUMNS"] = "200"
+    cmd = [sys.executable, "-m", "nostr_buzz", "metrics", "--timeout", "5", *argv]
+    if not tty:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path, check=False
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+    master, slave = pty.openpty()
+    with subprocess.Popen(cmd, stdout=slave, stderr=subprocess.PIPE, env=env, cwd=tmp_path) as p:
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        _, err = p.communicate(timeout=60)
+    os.close(master)
+    return p.returncode, b"".join(chunks).decode(), err.decode()
+
+
+def no_constants(name: str) -> object:
+    raise AssertionError(f"{name} in JSON output")
+
+
+def test_totals_count_only_the_owners_agents_and_stay_finite(
+    relay_url: str, tmp_path: Path
+) -> None:
+    code, out, err = buzz(
+        tmp_path, "--relay", relay_url, "--json", "--agent", MINE.public_key.bech32
+    )
+    assert code == 0, err
+    assert "Traceback" not in err
+    doc = json.loads(out, parse_constant=no_constants)
+    assert {t["agent"] for t in doc["totals"]} == {MINE.public_key.hex}
+    assert {t["agent"] for t in doc["turns"]} == {MINE.public_key.hex}
+    assert doc["unknownAgents"] == [
+        {
+            "agent": STRANGER.public_key.hex,
+            "metrics": 2,
+            "firstTimestamp": TS.format(7),
+            "lastTimestamp": TS.format(8),
+        }
+    ]
+    assert doc["ignored"]["byReason"] == {"invalid_payload": 3}
+    assert sum(t["inputTokens"] or 0 for t in doc["totals"]) == 600 + 2**53 + 1 + 1
+    cost = sum(t["costUsd"] or 0 for t in doc["totals"])
+    assert cost == pytest.approx(3.0 + 1e6)  # the 10^9 jump is unknown, not counted
+    by_seq = {t["turnSeq"]: t for t in doc["turns"] if t["sessionId"] == "s"}
+    assert by_seq[2]["costUsd"] is None and by_seq[2]["inputTokens"] == 1
+    assert "not your agents" in err and STRANGER.public_key.hex[:12] in err
+
+
+def test_the_config_names_the_agents_too(relay_url: str, tmp_path: Path) -> None:
+    (tmp_path / "buzz.toml").write_text(f'agents = ["{MINE.public_key.hex}"]\n')
+    code, out, err = buzz(tmp_path, "--relay", relay_url, "--json")
+    assert code == 0, err
+    doc = json.loads(out, parse_constant=no_constants)
+    assert {t["agent"] for t in doc["totals"]} == {MINE.public_key.hex}
+    assert [a["agent"] for a in doc["unknownAgents"]] == [STRANGER.public_key.hex]
+
+
+def test_without_agents_every_agent_counts_and_a_note_says_so(
+    relay_url: str, tmp_path: Path
+) -> None:
+    code, out, err = buzz(tmp_path, "--relay", relay_url, "--json")
+    assert code == 0, err
+    doc = json.loads(out, parse_constant=no_constants)
+    assert {t["agent"] for t in doc["totals"]} == {MINE.public_key.hex, STRANGER.public_key.hex}
+    assert doc["unknownAgents"] == []
+    assert "name your agents with --agent" in err
+
+
+def test_csv_cells_are_never_formulas(relay_url: str, tmp_path: Path) -> None:
+    for rows in ([], ["--turns"]):
+        code, out, err = buzz(tmp_path, "--relay", relay_url, "--format", "csv", *rows)
+        assert code == 0, err
+        cells = [cell for line in out.splitlines()[1:] for cell in line.split(",")]
+        assert not [c for c in cells if c.startswith(("=", "+", "-", "@"))], out
+        assert "'=cmd|' /C calc'!A0" in out.replace('"', "") or "'=cmd" in out
+        assert "'-1+1" in out
+
+
+def test_tables_show_markup_and_bidi_as_text(relay_url: str, tmp_path: Path) -> None:
+    for tty in (False, True):
+        code, out, err = buzz(
+            tmp_path, "--relay", relay_url, "--turns", "--agent", MINE.public_key.hex, tty=tty
+        )
+        assert code == 0, err
+        assert "Traceback" not in err
+        assert MARKUP in out  # shown literally, never read as rich markup
+        assert "\u202e" not in out and "\u2066" not in out
+        assert "gpt\\u202eevil\\u2066" in out
+        assert "\x1b" not in out or tty  # colour only on a terminal
+
+
+def test_a_tracker_never_builds_a_metric_it_cannot_publish() -> None:
+    tracker = UsageTracker()
+    tracker.session_started("s")
+    tracker.begin_turn("s")
+    tracker.observe_turn("s", input_tokens=2**60, output_tokens=1, total_tokens=2**60)
+    tracker.observe_cost("s", 5e6)
+    record = tracker.end_turn("s")
+    assert record is not None
+    assert record.turn.input_tokens is None and record.turn.total_tokens is None
+    assert record.turn.cost_usd is None and record.turn.output_tokens == 1
+    payload = MetricPayload(harness="goose", timestamp=TS.format(1), turn=record.turn)
+    build_metric_event(MINE, OWNER.public_key, payload)  # valid
+
+
+def test_the_report_itself_keeps_strangers_apart() -> None:
+    opened = [open_metric(OWNER, e) for e in hostile_metrics()]
+    metrics = [m for m in opened if not isinstance(m, str)]
+    report = build_report(metrics, agents=[MINE.public_key.hex.upper()])
+    assert {r.agent for r in report.turns} == {MINE.public_key.hex}
+    assert [(a.agent, a.metrics) for a in report.unknown_agents] == [(STRANGER.public_key.hex, 2)]

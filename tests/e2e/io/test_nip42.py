@@ -1,0 +1,186 @@
+"""NIP-42: the AUTH event, relay URL comparison, and LocalRelay in READ and WRITE modes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from nostr_buzz.errors import RelayError
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.relay import RelayClient
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip42
+from tests.support.relays import local_relay
+
+SECRET = SecretKey.from_str("67dea2ed018072d675f5415ecfaed7d2597555e202d85b3d65ea4e58d2d92ffa")
+OTHER = SecretKey.generate()
+NOW = 1_790_000_000
+
+
+def note(content: str = "hello", secret: SecretKey = SECRET) -> Event:
+    return sign_event(secret, kind=1, content=content, created_at=NOW)
+
+
+# --- pure --------------------------------------------------------------------------------------
+
+
+def test_auth_event_shape() -> None:
+    ev = nip42.auth_event(
+        SECRET,
+        relay_url="wss://relay.example",
+        challenge="abc",
+        created_at=NOW,
+        aux_rand=b"\0" * 32,
+    )
+    assert ev.kind == 22242 and ev.content == "" and ev.created_at == NOW
+    assert ev.tags == (("relay", "wss://relay.example"), ("challenge", "abc"))
+    assert ev.pubkey == SECRET.public_key.hex
+    assert Event.from_json(ev.to_json()) == ev
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("wss://Relay.Example/", "wss://relay.example"),
+        ("WSS://relay.example:443", "wss://relay.example"),
+        ("ws://relay.example:80/", "ws://relay.example"),
+        (" ws://127.0.0.1:7777 ", "ws://127.0.0.1:7777/"),
+        ("wss://relay.example/path/", "wss://relay.example/path"),
+    ],
+)
+def test_same_relay(a: str, b: str) -> None:
+    assert nip42.same_relay(a, b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("ws://relay.example", "wss://relay.example"),
+        ("wss://relay.example:444", "wss://relay.example"),
+        ("ws://localhost:7777", "ws://127.0.0.1:7777"),
+        ("wss://relay.example/a", "wss://relay.example/b"),
+    ],
+)
+def test_different_relays(a: str, b: str) -> None:
+    assert not nip42.same_relay(a, b)
+
+
+@pytest.mark.parametrize("url", ["https://relay.example", "relay.example", "ws:///x", "ws://h:x"])
+def test_bad_relay_urls(url: str) -> None:
+    with pytest.raises(RelayError):
+        nip42.normalize_relay_url(url)
+
+
+# --- LocalRelay, READ mode: reading needs AUTH -------------------------------------------------
+
+
+async def test_read_mode_query_succeeds_after_auth_with_the_configured_key() -> None:
+    ev = note()
+    async with local_relay(auth="read") as relay:
+        async with RelayClient(relay.url, timeout=2) as writer:
+            assert (await writer.publish(ev)).accepted  # writing is open in READ mode
+        async with RelayClient(relay.url, secret=SECRET, timeout=2) as reader:
+            result = await reader.query({"ids": [ev.id]})
+            assert reader.authenticated
+    assert result.finished and result.error is None
+    assert [e.to_json() for e in result.events] == [ev.to_json()]
+
+
+async def test_read_mode_without_a_key_is_reported_clearly() -> None:
+    async with local_relay(auth="read") as relay, RelayClient(relay.url, timeout=2) as c:
+        result = await c.query({"kinds": [1]})
+    assert not result.finished
+    assert (
+        result.error == "closed: auth-required: you must auth (no key configured to authenticate)"
+    )
+
+
+# --- LocalRelay, WRITE mode: publishing needs AUTH ---------------------------------------------
+
+
+async def test_write_mode_publish_succeeds_after_auth_with_the_configured_key() -> None:
+    ev = note()
+    async with local_relay(auth="write") as relay:
+        async with RelayClient(relay.url, secret=SECRET, timeout=2) as c:
+            verdict = await c.publish(ev)
+            assert c.authenticated
+        async with RelayClient(relay.url, timeout=2) as reader:  # reading is open in WRITE mode
+            result = await reader.query({"ids": [ev.id]})
+    assert verdict.accepted and verdict.prefix is None
+    assert [e.id for e in result.events] == [ev.id]
+
+
+async def test_write_mode_without_a_key_is_reported_clearly() -> None:
+    async with local_relay(auth="write") as relay, RelayClient(relay.url, timeout=2) as c:
+        verdict = await c.publish(note())
+    assert not verdict.accepted and verdict.prefix == "auth-required:"
+    assert verdict.message == "auth-required: you must auth (no key configured to authenticate)"
+
+
+async def test_both_modes_one_auth_serves_publish_and_query() -> None:
+    ev = note()
+    async with (
+        local_relay(auth="both") as relay,
+        RelayClient(relay.url, secret=SECRET, timeout=2) as c,
+    ):
+        verdict = await c.publish(ev)
+        result = await c.query({"ids": [ev.id]})
+    assert verdict.accepted
+    assert [e.id for e in result.events] == [ev.id]
+
+
+async def test_key_refused_by_the_write_policy_is_reported_as_blocked() -> None:
+    allowed = {SECRET.public_key.hex}
+    async with local_relay(auth="write", allowed_authors=allowed) as relay:
+        async with RelayClient(relay.url, secret=OTHER, timeout=2) as wrong:
+            refused = await wrong.publish(note("from the wrong key", secret=OTHER))
+            assert wrong.authenticated  # AUTH itself worked; the key is simply not allowed
+        async with RelayClient(relay.url, secret=SECRET, timeout=2) as right:
+            accepted = await right.publish(note("from the right key"))
+    assert not refused.accepted and refused.prefix == "blocked:"
+    assert refused.message == "blocked: this key may not write here"
+    assert accepted.accepted
+
+
+async def test_relay_url_mismatch_is_reported_clearly() -> None:
+    # The relay knows itself as ws://127.0.0.1:PORT; reached as localhost, the AUTH event names
+    # another URL and the relay refuses it.
+    async with local_relay(auth="write") as relay:
+        url = relay.url.replace("127.0.0.1", "localhost")
+        async with RelayClient(url, secret=SECRET, timeout=2) as c:
+            verdict = await c.publish(note())
+            assert not c.authenticated
+    assert not verdict.accepted and verdict.prefix == "auth-required:"
+    assert "AUTH refused: auth-required: invalid authentication event" in verdict.message
+
+
+async def test_relay_url_mismatch_on_read_is_reported_clearly() -> None:
+    async with local_relay(auth="read") as relay:
+        url = relay.url.replace("127.0.0.1", "localhost")
+        async with RelayClient(url, secret=SECRET, timeout=2) as c:
+            result = await c.query({"kinds": [1]})
+    assert result.error is not None and result.error.startswith("closed: auth-required:")
+    assert "AUTH refused: auth-required: invalid authentication event" in result.error
+
+
+async def test_read_mode_live_subscription_authenticates_and_delivers() -> None:
+    first, second = note("first"), sign_event(SECRET, kind=1, content="second", created_at=NOW + 1)
+    async with local_relay(auth="read") as relay:
+        async with RelayClient(relay.url, timeout=2) as writer:
+            assert (await writer.publish(first)).accepted
+        reader = RelayClient(relay.url, secret=SECRET, timeout=2)
+        got: list[str] = []
+        async with contextlib.aclosing(reader.subscribe({"authors": [SECRET.public_key.hex]})) as s:
+            async with asyncio.timeout(3):
+                async for ev in s:
+                    got.append(ev.id)
+                    if len(got) == 1:
+                        async with RelayClient(relay.url, timeout=2) as writer:
+                            assert (await writer.publish(second)).accepted
+                    else:
+                        break
+        assert reader.authenticated
+        await reader.close()
+    assert got == [first.id, second.id]
