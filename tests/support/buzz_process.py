@@ -22,6 +22,13 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def c_locale_env() -> dict[str, str]:
+    """The C locale with Python's UTF-8 mode and locale coercion off: stdout is ASCII."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "PYTHONIO"))}
+    env.update(LANG="C", LC_ALL="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    return env
+
+
 def buzz(
     *argv: str,
     env: Mapping[str, str] | None = None,

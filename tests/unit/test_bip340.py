@@ -10,7 +10,7 @@ import pytest
 from nostr_buzz.errors import BuzzError, InvalidEvent, InvalidKey
 from nostr_buzz.event import Event, compute_id
 from nostr_buzz.keys import PublicKey, SecretKey, verify_schnorr
-from tests.conftest import VECTORS
+from tests.support.data import VECTORS
 
 
 class Vector(NamedTuple):

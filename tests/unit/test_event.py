@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from nostr_buzz.errors import InvalidEvent
 from nostr_buzz.event import Event, compute_id, sign_event
 from nostr_buzz.keys import SecretKey
-from tests.conftest import VECTORS, load_json
+from tests.support.data import VECTORS, load_json
 
 REAL_EVENTS: list[dict[str, Any]] = load_json(VECTORS / "nip01-events.json")
 SECRET = SecretKey(bytes.fromhex("11" * 32))

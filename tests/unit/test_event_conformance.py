@@ -38,7 +38,7 @@ from nostr_buzz import (
 )
 from nostr_buzz.nips import nip10, nip19
 from nostr_buzz.nips.nip19 import EventPointer, ProfilePointer
-from tests.conftest import VECTORS, load_json
+from tests.support.data import VECTORS, load_json
 
 # NIP-19 examples (docs/events.md).
 NPUB_HEX = "7e7e9c42a91bfef19fa929e5fda1b72e0ebc1a4c1141673e2794234d86addf4e"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nostr_buzz.event import Event, compute_id, sign_event
 from nostr_buzz.keys import SecretKey
-from tests.conftest import VECTORS, load_json
+from tests.support.data import VECTORS, load_json
 
 OUR_SECRET = SecretKey(bytes.fromhex("5a" * 32))
 SDK_KEYS = sdk.Keys.parse("6b" * 32)

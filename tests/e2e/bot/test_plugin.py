@@ -3,135 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard, shard_of
+from nostr_buzz.bot import BuzzPlugin, parse_shard, shard_of
 from nostr_buzz.errors import ConfigError
-from nostr_buzz.event import Event, sign_event
-from nostr_buzz.io.diagnostics import DiagnosticRecord
+from nostr_buzz.event import sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
-from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
-from nostr_buzz.nips.nip_am import open_metric_event
-from tests.support.relays import RunningRelay, local_relay
-
-WAIT = 15.0
-
-
-@dataclass
-class Recorder:
-    """Diagnostic records as they happen, with bounded waits on them."""
-
-    records: list[DiagnosticRecord] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def __call__(self, record: DiagnosticRecord) -> None:
-        self.records.append(record)
-        self.changed.set()
-
-    def of(self, kind: str) -> list[DiagnosticRecord]:
-        return [r for r in self.records if r.kind == kind]
-
-    async def wait(
-        self, pred: Callable[[Recorder], Any], timeout: float = WAIT, what: str = ""
-    ) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = pred(self)
-            if found:
-                return found
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                kinds = [(r.kind, r.payload) for r in self.records][-12:]
-                raise AssertionError(f"timed out waiting for {what}; last records: {kinds}")
-            self.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), remaining)
-
-    async def kind(self, kind: str, count: int = 1, timeout: float = WAIT) -> DiagnosticRecord:
-        records = await self.wait(
-            lambda r: len(r.of(kind)) >= count and r.of(kind), timeout, f"{count}× {kind}"
-        )
-        return records[count - 1]  # type: ignore[no-any-return]
-
-    def started_with(self, event_id: str) -> list[DiagnosticRecord]:
-        return [r for r in self.of("turn_started") if event_id in r.payload["triggeringEventIds"]]
-
-
-@dataclass
-class World:
-    relay: RunningRelay
-    owner: SecretKey
-    agent: SecretKey
-    human: SecretKey
-    tmp: Path
-
-    def config(self, *agent_flags: str, **changes: Any) -> PluginConfig:
-        base = PluginConfig(
-            agent_secret=self.agent,
-            owner=self.owner.public_key,
-            read_relays=(self.relay.url,),
-            write_relays=(self.relay.url,),
-            agent_command=sys.executable,
-            agent_args=("-m", "nostr_buzz.demo.agent", *agent_flags),
-            state_dir=self.tmp / "state",
-            relay_timeout=3.0,
-            coalesce_window=0.1,
-        )
-        return replace(base, **changes)
-
-    def message(
-        self,
-        author: SecretKey,
-        content: str,
-        *,
-        channel: str | None = "eng",
-        reply_to: Event | None = None,
-        mention: bool = True,
-    ) -> Event:
-        tags: list[list[str]] = []
-        if channel is not None:
-            tags.append(["h", channel])
-        if reply_to is not None:
-            root = nip10.thread_ref(reply_to).root or reply_to.id
-            tags.append(["e", root, "", "root"])
-            if root != reply_to.id:
-                tags.append(["e", reply_to.id, "", "reply"])
-        if mention:
-            tags.append(["p", self.agent.public_key.hex])
-        return sign_event(author, kind=9, content=content, tags=tags, created_at=int(time.time()))
-
-    async def publish(self, *events: Event) -> None:
-        pool = RelayPool([self.relay.url], timeout=3.0)
-        for event in events:
-            assert (await pool.publish(event)).ok
-
-    async def query(self, flt: dict[str, Any]) -> list[Event]:
-        return (await RelayPool([self.relay.url], timeout=3.0).query(flt)).events
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    async with local_relay() as relay:
-        keys = [SecretKey.generate() for _ in range(3)]
-        yield World(relay, *keys, tmp_path)
-
-
-async def _metrics(world: World) -> list[Any]:
-    events = await world.query({"kinds": [METRIC_KIND], "#p": [world.owner.public_key.hex]})
-    return [open_metric_event(world.owner, e) for e in events]
+from tests.support.bot_world import WAIT, Recorder, World, metrics_of
 
 
 async def test_mention_runs_one_turn_replies_and_publishes_an_openable_metric(
@@ -162,7 +50,7 @@ async def test_mention_runs_one_turn_replies_and_publishes_an_openable_metric(
     assert nip10.thread_ref(reply).root == mention.id
     assert "instruction: please summarise the deploy" in reply.content
 
-    [metric] = await _metrics(world)
+    [metric] = await metrics_of(world)
     assert published.payload["eventId"]
     assert metric.triggering_event_ids == (mention.id,)
     assert metric.channel_id == "eng"
@@ -223,7 +111,7 @@ async def test_steer_mid_turn_is_injected_and_its_layer_reaches_the_metric(world
     assert "steer_delivery_contract" in layers
     # The steer was delivered: it never becomes a turn of its own.
     assert rec.started_with(steer.id) == []
-    [metric] = await _metrics(world)
+    [metric] = await metrics_of(world)
     assert metric.context_manifest is not None and metric.context_manifest.hash_matches()
     assert "steer_delivery_contract" in [layer.layer for layer in metric.context_manifest.layers]
     assert metric.context_manifest.hash == injected.payload["contextManifest"]["hash"]

@@ -33,10 +33,8 @@ from nostr_buzz.nips import nip10, nip17, nip44, nip59
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import open_metric_event
-from tests.e2e.bot.test_plugin import WAIT, Recorder, World, world
+from tests.support.bot_world import WAIT, Recorder, World
 from tests.support.relays import restart_relay, start_relay
-
-__all__ = ["world"]  # the fixture, shared with test_bot
 
 
 def sdk_keys(secret: SecretKey) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,8 @@ from nostr_buzz.bot.replay import admissible_authors, listen_filters
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
-from tests.e2e.bot.test_plugin import WAIT, Recorder, World
-from tests.support.relays import local_relay, restart_relay, start_relay
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    async with local_relay() as relay:
-        yield World(relay, *(SecretKey.generate() for _ in range(3)), tmp_path)
+from tests.support.bot_world import WAIT, Recorder, World
+from tests.support.relays import restart_relay, start_relay
 
 
 def dated(world: World, author: SecretKey, content: str, created_at: int, channel: str) -> Event:

@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -29,18 +28,10 @@ from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip19
-from tests.e2e.bot.test_plugin import WAIT, Recorder, World
+from tests.support.bot_world import WAIT, Recorder, World
 from tests.support.hostile_relay import hostile_relay
-from tests.support.relays import local_relay
 
 RSS_LIMIT_KB = 300 * 1024
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    async with local_relay() as relay:
-        keys = [SecretKey.generate() for _ in range(3)]
-        yield World(relay, *keys, tmp_path)
 
 
 def profile(key: SecretKey, name: str) -> Event:

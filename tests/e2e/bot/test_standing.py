@@ -17,8 +17,7 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17
 from nostr_buzz.nips import standing as docs
-from tests.e2e.bot.test_plugin import WAIT, Recorder, World
-from tests.e2e.bot.test_plugin import world as world  # the fixture: a relay and fresh keys
+from tests.support.bot_world import WAIT, Recorder, World
 from tests.support.relays import announcing_relay, free_port
 
 

@@ -10,18 +10,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from nostr_buzz.bot import BuzzPlugin
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip_am import open_metric_event
-from tests.e2e.bot.test_harness_conformance import manifest_of
-from tests.e2e.bot.test_plugin import Recorder, World
-from tests.support.relays import local_relay
+from tests.support.bot_world import Recorder, World, manifest_of
 
 AGENT = r"""
 import asyncio, json, sys
@@ -79,12 +72,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    async with local_relay() as relay:
-        yield World(relay, *(SecretKey.generate() for _ in range(3)), tmp_path)
 
 
 async def test_a_steer_that_started_a_new_turn_is_answered_and_metered_on_its_own(

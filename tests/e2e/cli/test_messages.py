@@ -8,117 +8,47 @@ real subprocess.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Coroutine, Iterator
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
-from nostr_buzz.cli.app import main
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip19
+from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
 from tests.support.hostile_relay import hostile_relay
-from tests.support.relays import free_port, start_relay
+from tests.support.relays import start_relay
 
-T = TypeVar("T")
+pytestmark = pytest.mark.usefixtures("no_ambient_config")
 
 ALICE = SecretKey.from_str("a1" * 32)
 BOB = SecretKey.from_str("b2" * 32)
-WAIT = 15.0  # bound on any call into the background loop
-
-
-class BackgroundLoop:
-    """An asyncio loop in a daemon thread, for relays that sync tests talk to."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self._exits: list[AbstractAsyncContextManager[Any]] = []
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT)
-
-    def enter(self, manager: AbstractAsyncContextManager[T]) -> T:
-        value = self.call(manager.__aenter__())
-        self._exits.append(manager)
-        return value
-
-    def close(self) -> None:
-        while self._exits:
-            self.call(self._exits.pop().__aexit__(None, None, None))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(WAIT)
-        self.loop.close()
-
-
-@pytest.fixture(scope="module")
-def bg() -> Iterator[BackgroundLoop]:
-    loop = BackgroundLoop()
-    try:
-        yield loop
-    finally:
-        loop.close()
-
-
-async def _started(**kwargs: Any) -> Any:
-    return await start_relay(**kwargs)
 
 
 @pytest.fixture(scope="module")
 def relay_a(bg: BackgroundLoop) -> Iterator[str]:
-    running = bg.call(_started())
+    running = bg.call(start_relay())
     try:
         yield running.url
     finally:
-        bg.call(_stop(running))
+        bg.call(stop_relay(running))
 
 
 @pytest.fixture(scope="module")
 def relay_b(bg: BackgroundLoop) -> Iterator[str]:
-    running = bg.call(_started())
+    running = bg.call(start_relay())
     try:
         yield running.url
     finally:
-        bg.call(_stop(running))
-
-
-async def _stop(running: Any) -> None:
-    running.stop()
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No configuration leaks in from the machine: no BUZZ_* variables, no ./buzz.toml."""
-    for name in ("BUZZ_RELAYS", "BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-
-
-def publish(bg: BackgroundLoop, url: str, event: Event) -> None:
-    result = bg.call(RelayPool([url], timeout=5).publish(event))
-    assert result.ok, result.verdicts
-
-
-def buzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def dead_url() -> str:
-    return f"ws://127.0.0.1:{free_port()}"
+        bg.call(stop_relay(running))
 
 
 TRICKY_EVENTS = [
@@ -285,7 +215,7 @@ def test_raw_uses_nevent_hints_and_skips_unusable_ones(
 def test_raw_authenticates_to_configured_relays_only(
     bg: BackgroundLoop, relay_a: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    guarded = bg.call(_started(auth="both"))
+    guarded = bg.call(start_relay(auth="both"))
     try:
         event = sign_event(ALICE, kind=1, content="behind NIP-42", created_at=1_700_000_025)
         assert bg.call(RelayPool([guarded.url], secret=ALICE, timeout=5).publish(event)).ok
@@ -314,7 +244,7 @@ def test_raw_authenticates_to_configured_relays_only(
         )
         assert (code, out) == (3, "")
     finally:
-        bg.call(_stop(guarded))
+        bg.call(stop_relay(guarded))
 
 
 @pytest.mark.parametrize("behaviour", ["forged_sig", "wrong_id", "other_event"])

@@ -6,25 +6,22 @@ created_at out of turn order, a tampered manifest and four forged metrics.
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
 import json
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
-from nostr_buzz.cli.app import main
 from nostr_buzz.cli.metrics import parse_time
 from nostr_buzz.cli.output import CliFailure
-from tests.support.relays import free_port, start_relay
-from tests.unit.io.test_metrics_reader import (
+from tests.support import cli
+from tests.support.cli import BackgroundLoop, dead_url, stop_relay
+from tests.support.metric_scenario import (
     AGENT_A,
     AGENT_B,
     OWNER,
@@ -32,30 +29,9 @@ from tests.unit.io.test_metrics_reader import (
     publish_all,
     scenario,
 )
+from tests.support.relays import start_relay
 
-T = TypeVar("T")
-WAIT = 15.0
-
-
-class BackgroundLoop:
-    """An asyncio loop in a daemon thread, where the relays live while ``main`` runs."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(WAIT)
-        self.loop.close()
-
-
-async def _stop(running: Any) -> None:
-    running.stop()
+pytestmark = pytest.mark.usefixtures("no_ambient_config")
 
 
 @pytest.fixture(scope="module")
@@ -74,30 +50,17 @@ def relays(world: Scenario) -> Iterator[tuple[str, str]]:
         bg.call(publish_all(two.url, world.valid[:3] + world.forged[:2]))
         yield one.url, two.url
     finally:
-        bg.call(_stop(one))
-        bg.call(_stop(two))
+        bg.call(stop_relay(one))
+        bg.call(stop_relay(two))
         bg.close()
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("BUZZ_RELAYS", "BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-
-
 def buzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["metrics", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return cli.buzz(capsys, "metrics", *argv)
 
 
 def as_owner(relays: tuple[str, str]) -> list[str]:
     return ["--relay", relays[0], "--relay", relays[1], "--key", OWNER.bech32, "--timeout", "5"]
-
-
-def dead_url() -> str:
-    return f"ws://127.0.0.1:{free_port()}"
 
 
 # --- output formats ---------------------------------------------------------------------------

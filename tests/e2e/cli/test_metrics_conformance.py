@@ -34,7 +34,8 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
-from tests.e2e.cli.test_metrics import BackgroundLoop
+from tests.support import cli
+from tests.support.cli import BackgroundLoop
 from tests.support.hostile_relay import forge_signature, hostile_relay, tarpit
 from tests.support.relays import free_port, local_relay, start_relay
 from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
@@ -659,17 +660,8 @@ def cli_relay() -> Iterator[str]:
         bg.close()
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("BUZZ_RELAYS", "BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-
-
 def buzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["metrics", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return cli.buzz(capsys, "metrics", *argv)
 
 
 def test_json_totals_per_agent_model_and_day(

@@ -24,9 +24,9 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
-from tests.e2e.cli.test_metrics import BackgroundLoop, _stop
+from tests.support.cli import BackgroundLoop, stop_relay
+from tests.support.metric_scenario import publish_all
 from tests.support.relays import start_relay
-from tests.unit.io.test_metrics_reader import publish_all
 
 OWNER = SecretKey.from_str("5e" * 32)
 MINE = SecretKey.from_str("5a" * 32)
@@ -103,7 +103,7 @@ def relay_url() -> Iterator[str]:
         bg.call(publish_all(relay.url, hostile_metrics()))
         yield relay.url
     finally:
-        bg.call(_stop(relay))
+        bg.call(stop_relay(relay))
         bg.close()
 
 

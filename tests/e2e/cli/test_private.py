@@ -15,32 +15,24 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip44, nip59
-from tests.e2e.cli.test_messages import BackgroundLoop, bg, buzz, clean_env, dead_url, publish
+from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
 from tests.support.relays import start_relay
 
-__all__ = ["bg", "clean_env"]  # fixtures shared with test_cli_messages
+pytestmark = pytest.mark.usefixtures("no_ambient_config")
 
 ALICE = SecretKey.from_str("a1" * 32)
 BOB = SecretKey.from_str("b2" * 32)
 
 
-async def _start() -> Any:
-    return await start_relay()
-
-
-async def _stop(running: Any) -> None:
-    running.stop()
-
-
 @pytest.fixture
 def relay_pair(bg: BackgroundLoop) -> Iterator[tuple[str, str]]:
     """Two fresh relays, so that a test can scan everything each one stored."""
-    first, second = bg.call(_start()), bg.call(_start())
+    first, second = bg.call(start_relay()), bg.call(start_relay())
     try:
         yield first.url, second.url
     finally:
-        bg.call(_stop(first))
-        bg.call(_stop(second))
+        bg.call(stop_relay(first))
+        bg.call(stop_relay(second))
 
 
 def everything_on(bg: BackgroundLoop, url: str) -> list[Event]:

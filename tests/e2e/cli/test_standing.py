@@ -13,9 +13,10 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips import standing as docs
-from tests.e2e.cli.test_messages import BackgroundLoop, buzz, dead_url, publish
-from tests.e2e.cli.test_messages import bg as bg  # the module-scoped loop fixture, shared
+from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
 from tests.support.relays import announcing_relay, start_relay
+
+pytestmark = pytest.mark.usefixtures("no_ambient_config")
 
 OWNER = SecretKey.from_str("0a" * 32)
 AGENT = SecretKey.from_str("0b" * 32)
@@ -24,25 +25,11 @@ STRANGER = SecretKey.from_str("0c" * 32)
 
 @pytest.fixture
 def relay(bg: BackgroundLoop) -> Iterator[str]:
-    async def started() -> object:
-        return await start_relay()
-
-    running = bg.call(started())
-
-    async def stop() -> None:
-        running.stop()  # type: ignore[attr-defined]
-
+    running = bg.call(start_relay())
     try:
-        yield running.url  # type: ignore[attr-defined]
+        yield running.url
     finally:
-        bg.call(stop())
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("BUZZ_RELAYS", "BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
+        bg.call(stop_relay(running))
 
 
 def test_canvas_set_then_get(capsys: pytest.CaptureFixture[str], relay: str) -> None:

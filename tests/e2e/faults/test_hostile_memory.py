@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nostr_buzz.keys import SecretKey
-from tests.e2e.cli.test_metrics import BackgroundLoop
+from tests.support.cli import BackgroundLoop
 from tests.support.hostile_relay import HostileRelay, hostile_relay
 
 RSS_LIMIT_KB = 300 * 1024
@@ -96,7 +96,7 @@ async def test_a_live_subscription_buffers_a_bounded_number_of_bytes() -> None:
     """The consumer takes one event and stops pulling while the relay floods: the client's
     buffer for the subscription never holds more than its byte bound."""
     from nostr_buzz.io.relay import MAX_LIVE_BUFFER_BYTES, RelayClient
-    from tests.e2e.io.test_relay import wait_until
+    from tests.support.waits import wait_until
 
     async with hostile_relay("flood_big_events") as relay:
         client = RelayClient(relay.url, timeout=10)

@@ -169,7 +169,7 @@ async def test_the_bot_runs_its_configured_agent_as_that_user(
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
     from nostr_buzz.bot.state import STATE_DB
     from nostr_buzz.event import sign_event
-    from tests.e2e.bot.test_plugin import WAIT, Recorder
+    from tests.support.bot_world import WAIT, Recorder
     from tests.support.relays import local_relay
 
     owner, agent = SecretKey.generate(), SecretKey.generate()

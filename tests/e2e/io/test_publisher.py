@@ -17,6 +17,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, open_metric_event
+from tests.support.cli import dead_url
 from tests.support.hostile_relay import hostile_relay
 from tests.support.relays import free_port, local_relay, start_relay
 
@@ -43,10 +44,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def dead_url() -> str:
-    return f"ws://127.0.0.1:{free_port()}"
 
 
 def publisher(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tracemalloc
-from collections.abc import Callable
 
 import pytest
 
@@ -15,6 +14,7 @@ from nostr_buzz.io.relay import MAX_REJECTED_KEPT, RelayClient
 from nostr_buzz.keys import SecretKey
 from tests.support.hostile_relay import hostile_relay, tarpit
 from tests.support.relays import free_port, local_relay, start_relay
+from tests.support.waits import wait_until
 
 SECRET = SecretKey.from_str("67dea2ed018072d675f5415ecfaed7d2597555e202d85b3d65ea4e58d2d92ffa")
 NOW = 1_790_000_000
@@ -30,13 +30,6 @@ def elapsed_since(start: float) -> float:
 
 def now() -> float:
     return asyncio.get_running_loop().time()
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
-    """Poll a condition the code under test exposes no event for; bounded."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 def assert_no_tasks_left() -> None:

@@ -16,22 +16,20 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Coroutine, Iterator
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from nostr_buzz.cli.app import main
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import RelayClient
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip19
+from tests.support import cli
 from tests.support.hostile_relay import tarpit
 from tests.support.relays import free_port
 from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
@@ -511,36 +509,14 @@ async def test_pool_merges_duplicates_and_one_dead_relay_never_stalls_the_others
 # --- the CLI ------------------------------------------------------------------------------------
 
 
-class BackgroundLoop:
-    """Relays on an asyncio loop in a daemon thread, for in-process ``main(argv)`` calls."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self._exits: list[AbstractAsyncContextManager[Any]] = []
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT)
+class BackgroundLoop(cli.BackgroundLoop):
+    """Scripted relays and tarpits on the background loop, for in-process ``main(argv)`` calls."""
 
     def relay(self, script: Any = None, on_connect: Any = None) -> ScriptedRelay:
-        manager = scripted_relay(script or serving(), on_connect)
-        value = self.call(manager.__aenter__())
-        self._exits.append(manager)
-        return value
+        return self.enter(scripted_relay(script or serving(), on_connect))
 
     def tarpit(self) -> str:
-        manager = tarpit()
-        value = self.call(manager.__aenter__())
-        self._exits.append(manager)
-        return value
-
-    def close(self) -> None:
-        while self._exits:
-            self.call(self._exits.pop().__aexit__(None, None, None))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(WAIT)
-        self.loop.close()
+        return self.enter(tarpit())
 
 
 @pytest.fixture(scope="module")
@@ -553,17 +529,12 @@ def bg() -> Iterator[BackgroundLoop]:
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _clean(no_ambient_config: None) -> None:
     """No ambient configuration: an empty working directory and no BUZZ_* variables."""
-    for name in list(os.environ):
-        if name.startswith("BUZZ_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
 
 
 def buzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
+    code, out, err = cli.buzz(capsys, *argv)
     if code != 0:
         assert out == "", f"stdout must be empty on exit {code}"
     return code, out, err

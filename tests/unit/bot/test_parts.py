@@ -14,9 +14,10 @@ from nostr_buzz.bot.intake import Admit, Command, Gate, Refuse, advance, decide,
 from nostr_buzz.bot.outputs import reply_tags
 from nostr_buzz.bot.turn import Phase, Turn
 from nostr_buzz.core.queue import DispatchQueue
-from nostr_buzz.event import Event, sign_event
+from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
+from tests.support.events import chat
 
 OWNER = SecretKey.from_str("11" * 32)
 AGENT = SecretKey.from_str("22" * 32)
@@ -34,15 +35,15 @@ def msg(
     at: int = 1000,
     kind: int = 9,
 ) -> Event:
-    tags: list[list[str]] = [["h", channel]] if channel is not None else []
-    if reply_to is not None:
-        root = nip10.thread_ref(reply_to).root or reply_to.id
-        tags.append(["e", root, "", "root"])
-        if root != reply_to.id:
-            tags.append(["e", reply_to.id, "", "reply"])
-    if mention:
-        tags.append(["p", AGENT.public_key.hex])
-    return sign_event(who, kind=kind, content=content, tags=tags, created_at=at)
+    return chat(
+        who,
+        at,
+        content=content,
+        channel=channel,
+        reply_to=reply_to,
+        mention=AGENT if mention else None,
+        kind=kind,
+    )
 
 
 def gate(**changes: object) -> Gate:
@@ -76,9 +77,7 @@ def test_decide_commands_refusals_shards_and_admission() -> None:
     assert decide(msg(OWNER), g, set()) == Admit("eng")
     assert decide(msg(OWNER, channel=None), g, set()) == Refuse("plaintext_direct_message")
     plaintext = gate(plaintext_dm=True)
-    assert decide(msg(OWNER, channel=None), plaintext, set()) == Admit(
-        f"dm-{OWNER.public_key.hex}"
-    )
+    assert decide(msg(OWNER, channel=None), plaintext, set()) == Admit(f"dm-{OWNER.public_key.hex}")
     allow = gate(gate="allowlist")
     assert decide(msg(FRIEND), allow, set()) == Admit("eng")
     assert decide(msg(STRANGER), allow, set()) == Refuse("author_not_allowed")

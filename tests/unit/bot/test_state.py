@@ -11,9 +11,10 @@ import pytest
 from nostr_buzz.bot.state import STATE_DB, BotStore
 from nostr_buzz.core.queue import REMEMBERED_IDS, DispatchQueue, QueuedEvent
 from nostr_buzz.errors import StateError
-from nostr_buzz.event import Event, sign_event
+from nostr_buzz.event import Event
 from nostr_buzz.io.outbox import Outbox
 from nostr_buzz.keys import SecretKey
+from tests.support.events import chat
 
 ALICE = SecretKey.from_str("11" * 32)
 BOB = SecretKey.from_str("22" * 32)
@@ -23,10 +24,7 @@ ROOT = "ab" * 32
 def msg(
     who: SecretKey, at: int, *, channel: str | None = "room", thread: str | None = None
 ) -> Event:
-    tags: list[list[str]] = [["h", channel]] if channel is not None else []
-    if thread is not None:
-        tags.append(["e", thread, "", "root"])
-    return sign_event(who, kind=9, content=f"m{at}", tags=tags, created_at=at, aux_rand=b"\0" * 32)
+    return chat(who, at, content=f"m{at}", channel=channel, thread=thread)
 
 
 def state_of(q: DispatchQueue) -> dict[str, object]:

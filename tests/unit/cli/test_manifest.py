@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,26 +10,12 @@ from typing import Any
 import pytest
 
 from nostr_buzz.cli.app import main
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
+from nostr_buzz.core.manifest import manifest_from_layers
 from nostr_buzz.event import sign_event
 from nostr_buzz.keys import SecretKey
-from tests.conftest import FIXTURES
-from tests.unit.cli.test_compile import c_locale_env
+from tests.support.data import FIXTURES
+from tests.support.manifests import BEFORE, edit_layer, layer, manifest_obj, write
 
-
-def layer(name: str, version: str, order: int, tokens: int = 10, truncated: bool = False) -> Layer:
-    return Layer(order, name, "turn", "src", version, "evidence", "current", tokens, truncated)
-
-
-BEFORE = manifest_from_layers(
-    [
-        layer("platform_contract", "sha256:base", 1),
-        layer("context_status", "sha256:status", 6),
-        layer("interrupted_turn", "sha256:cancelled", 6),
-        layer("current_instruction", "event-1", 7),
-        layer("delivery_contract", "sha256:delivery", 8),
-    ]
-)
 AFTER = manifest_from_layers(
     [
         layer("platform_contract", "sha256:base", 1),
@@ -40,22 +25,6 @@ AFTER = manifest_from_layers(
         layer("delivery_contract", "sha256:delivery", 8),
     ]
 )
-
-
-def manifest_obj(m: Manifest) -> dict[str, Any]:
-    obj: dict[str, Any] = json.loads(m.to_json())
-    return obj
-
-
-def write(tmp_path: Path, name: str, doc: Any) -> Path:
-    path = tmp_path / name
-    if isinstance(doc, bytes):
-        path.write_bytes(doc)
-    elif isinstance(doc, Manifest):
-        path.write_text(doc.to_json(), encoding="utf-8")
-    else:
-        path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
-    return path
 
 
 def run(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -214,15 +183,11 @@ def _retag_hash(obj: dict[str, Any]) -> None:
     obj["hash"] = AFTER.hash
 
 
-def _edit_layer(obj: dict[str, Any]) -> None:
-    obj["layers"][3]["version"] = "event-9"  # the stated hash is now stale
-
-
 def _drop_layer(obj: dict[str, Any]) -> None:
     del obj["layers"][2]
 
 
-@pytest.mark.parametrize("tamper", [_retag_hash, _edit_layer, _drop_layer])
+@pytest.mark.parametrize("tamper", [_retag_hash, edit_layer, _drop_layer])
 @pytest.mark.parametrize("form", ["manifest", "compile", "payload"])
 def test_tampered_hash_exits_4(
     tamper: Any, form: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
@@ -252,7 +217,7 @@ def test_tampered_hash_exits_4(
 
 def test_both_tampered_are_both_named(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     obj = manifest_obj(BEFORE)
-    _edit_layer(obj)
+    edit_layer(obj)
     a = write(tmp_path, "a.json", obj)
     b = write(tmp_path, "b.json", obj)
     code, out, err = run(["manifest", "diff", str(a), str(b)], capfd)
@@ -264,7 +229,7 @@ def test_bad_shape_wins_over_tampered_hash(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     obj = manifest_obj(BEFORE)
-    _edit_layer(obj)
+    edit_layer(obj)
     tampered = write(tmp_path, "tampered.json", obj)
     broken = write(tmp_path, "broken.json", b"{not json")
     assert run(["manifest", "diff", str(tampered), str(broken)], capfd)[:2] == (1, "")
@@ -341,34 +306,6 @@ def test_help_and_usage(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> No
 
 
 # --- as a real subprocess ----------------------------------------------------------------------
-
-
-def test_subprocess_exit_codes(tmp_path: Path) -> None:
-    """One process per outcome: 0 with UTF-8 output in the C locale, 4, and 1."""
-    ü = [layer("current_instruction", "évènement-1", 7), layer("channel_snapshot", "ç", 4)]
-    a = write(tmp_path, "a.json", manifest_from_layers(ü))
-    b = write(tmp_path, "b.json", manifest_from_layers([ü[0]]))
-    obj = manifest_obj(BEFORE)
-    _edit_layer(obj)
-    forged = write(tmp_path, "forged.json", obj)
-
-    def buzz(*args: str) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(
-            [sys.executable, "-m", "nostr_buzz", "manifest", "diff", *args],
-            capture_output=True,
-            env=c_locale_env(),
-            timeout=60,
-            check=False,
-        )
-
-    ok = buzz(str(a), str(b))
-    assert ok.returncode == 0, ok.stderr
-    assert "removed  channel_snapshot  order=4 version=ç".encode() in ok.stdout
-    failed = buzz(str(a), str(forged))
-    assert (failed.returncode, failed.stdout) == (4, b"")
-    assert b"forged.json" in failed.stderr
-    bad = buzz(str(a), str(tmp_path / "missing.json"))
-    assert (bad.returncode, bad.stdout) == (1, b"")
 
 
 def test_signed_events_are_not_manifests(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:

@@ -31,8 +31,8 @@ from nostr_buzz.core.turn_input import (
 from nostr_buzz.errors import InvalidEvent, TurnInputError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
-from tests.conftest import FIXTURES
 from tests.support import golden_gen
+from tests.support.data import FIXTURES
 
 TURNS = FIXTURES / "turns"
 CASES = sorted(golden_gen.CASES)

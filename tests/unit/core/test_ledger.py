@@ -9,8 +9,8 @@ from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.event import sign_event
-from tests.conftest import FIXTURES
 from tests.support import golden_gen
+from tests.support.data import FIXTURES
 
 
 def lay(order: int, name: str, version: str = "v") -> Layer:

@@ -13,7 +13,7 @@ import pytest
 from nostr_buzz.errors import Nip44Error
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip44
-from tests.conftest import VECTORS, load_json
+from tests.support.data import VECTORS, load_json
 
 V2: dict[str, Any] = load_json(VECTORS / "nip44.vectors.json")["v2"]
 VALID = V2["valid"]

@@ -15,7 +15,7 @@ from nostr_buzz.errors import BuzzError, InvalidEvent, Nip17Error, Nip59Error
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip44, nip59
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 ALICE = SecretKey.from_str("5c0c523f52a5b6fad39ed2403092df8cebc36318b39383bca6c00808626fab3a")
 BOB = SecretKey.from_str("4b22aa260e4acb7021e32f38a6cdf4b673c6a277755bfce287e370c924dc936d")

@@ -34,7 +34,7 @@ from nostr_buzz.nips.nip_am import (
     build_metric_event,
     open_metric_event,
 )
-from tests.conftest import VECTORS, load_json
+from tests.support.data import VECTORS, load_json
 
 AGENT = SecretKey.from_str("7" * 64)
 OWNER = SecretKey.from_str("3" * 64)
