@@ -1,16 +1,20 @@
 """The context compiler (docs/envelope.md): goldens, hand-written envelopes, layers, manifests,
-inputs."""
+inputs; then the conformance cases written from the text alone."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import inspect
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
+from nostr_buzz import BuzzError, ManifestError, TurnLedger
 from nostr_buzz.core.compiler import (
     STEER_NOTE,
     compile_steer,
@@ -773,15 +777,6 @@ def test_str_and_bytes_inputs_agree_and_unknown_keys_are_ignored() -> None:
     )
 
 
-def test_profile_keys_collide_ascii_lowercased_later_wins() -> None:
-    obj = load_input("channel_top_level_mention")
-    morgan = golden_gen.pk(golden_gen.MORGAN)
-    obj["profiles"] = {morgan: {"label": "First"}, morgan.upper(): {"label": "Second"}}
-    assert 'author="Second"' in compile_obj(obj).sections[2]
-    obj["profiles"] = {morgan.upper(): {"label": "First"}, morgan: {"label": "Second"}}
-    assert 'author="Second"' in compile_obj(obj).sections[2]
-
-
 def test_reply_to_rules() -> None:
     obj = load_input("agent_to_agent")
     scout = golden_gen.pk(golden_gen.SCOUT)
@@ -841,3 +836,1415 @@ def test_every_manifest_layer_comes_from_the_layer_table() -> None:
             kind.authority,
             kind.freshness,
         )
+
+
+# =================================================================================================
+# Conformance: cases written from the text of docs/envelope.md (and the steer wrapper of
+# docs/bot.md), with expected values built by hand.
+# =================================================================================================
+
+
+# ---------------------------------------------------------------------------------------------
+# An independent model of the manifest (docs/envelope.md "Layers and the manifest")
+
+
+def sha(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+def lay(
+    order: int,
+    name: str,
+    scope: str,
+    source: str,
+    authority: str,
+    freshness: str,
+    content: str,
+    *,
+    version: str | None = None,
+    truncated: bool = False,
+) -> dict[str, Any]:
+    # dict insertion order is the canonical key order of docs/envelope.md
+    return {
+        "order": order,
+        "layer": name,
+        "scope": scope,
+        "source": source,
+        "version": sha(content) if version is None else version,
+        "authority": authority,
+        "freshness": freshness,
+        "estimatedTokens": tokens(content),
+        "truncated": truncated,
+    }
+
+
+def manifest_json(layers: list[dict[str, Any]]) -> str:
+    canonical = json.dumps(layers, separators=(",", ":"), ensure_ascii=False)
+    digest = "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return json.dumps(
+        {"schemaVersion": 1, "hash": digest, "layers": layers},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def delta_version(messages: list[list[str]], kind: str, total: int, truncated: bool) -> str:
+    payload = {"messages": messages, "scope": kind, "total": total, "truncated": truncated}
+    return sha(json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+
+
+def status_layer(text: str) -> dict[str, Any]:
+    return lay(6, "context_status", "turn", "delivery_state", "evidence", "current", text)
+
+
+def snapshot_layer(text: str, truncated: bool = False) -> dict[str, Any]:
+    return lay(
+        4,
+        "channel_snapshot",
+        "channel",
+        "channel_metadata",
+        "shared_evidence",
+        "cached",
+        text,
+        truncated=truncated,
+    )
+
+
+def instruction_layer(text: str, version: str | None) -> dict[str, Any]:
+    return lay(
+        7,
+        "current_instruction",
+        "turn",
+        "nostr_event",
+        "authoritative",
+        "current",
+        text,
+        version=version,
+    )
+
+
+def delivery_layer(text: str) -> dict[str, Any]:
+    return lay(
+        8, "delivery_contract", "turn", "buzz_routing", "routing_constraint", "current", text
+    )
+
+
+def delta_layer(text: str, kind: str, version: str, truncated: bool) -> dict[str, Any]:
+    return lay(
+        6,
+        "recent_thread_delta",
+        kind,
+        "relay_events",
+        "evidence",
+        "current",
+        text,
+        version=version,
+        truncated=truncated,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Deterministic signers and events
+
+
+def key(name: str) -> SecretKey:
+    return SecretKey.from_str(hashlib.sha256(f"conformance {name}".encode()).hexdigest())
+
+
+MORGAN = key("morgan")  # human, labelled
+
+
+RILEY = key("riley")  # human, no profile
+
+
+BUZZ = key("buzz")  # agent
+
+
+SCOUT = key("scout")  # agent
+
+
+ROOT_ID = "a" * 64
+
+
+PARENT_ID = "b" * 64
+
+
+UNKNOWN = "c" * 64  # a pubkey nobody has a profile for
+
+
+CH = "eng-1"
+
+
+def pk(k: SecretKey) -> str:
+    return k.public_key.hex
+
+
+def sign(k: SecretKey, content: str, tags: list[list[str]], t: int = 1_787_313_600) -> Event:
+    aux = hashlib.sha256(f"{t} {content}".encode()).digest()
+    return sign_event(k, kind=9, content=content, tags=tags, created_at=t, aux_rand=aux)
+
+
+def item(ev: Event, tag: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"event": ev.to_dict()}
+    if tag is not None:
+        out["promptTag"] = tag
+    return out
+
+
+def run(obj: dict[str, Any]) -> tuple[list[str], str]:
+    compiled = compile_turn(TurnInput.from_json(json.dumps(obj, ensure_ascii=False)))
+    return list(compiled.sections), compiled.manifest.to_json()
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-derived turns
+
+
+def test_thread_reply_parent_differs_from_root_with_mentions() -> None:
+    ev = sign(
+        RILEY,
+        "Can you <check> this & that?\nThanks",
+        [
+            ["h", CH],
+            ["e", ROOT_ID, "", "root"],
+            ["e", PARENT_ID, "", "reply"],
+            ["p", pk(MORGAN).upper()],  # looked up lowercased, rendered as written
+            ["p", UNKNOWN, "wss://relay.example"],
+            ["p"],  # fewer than two elements: not a mention
+        ],
+    )
+    obj = {
+        "events": [item(ev, "@@mention")],
+        "channel": {"name": "engineering", "description": None},
+        "context": {
+            "kind": "thread",
+            "total": 5,
+            "truncated": True,
+            "messages": [
+                {"eventId": ROOT_ID, "pubkey": pk(MORGAN), "content": "deploy <broke>"},
+                {"pubkey": UNKNOWN, "timestamp": "2026-08-21T12:00:00+00:00", "content": "a\nb"},
+            ],
+        },
+        "profiles": {
+            pk(MORGAN).upper(): {"label": "  Mor\x07gan  "},
+            pk(BUZZ): {"label": "Buzz", "isAgent": True},
+        },
+    }
+    sections, manifest = run(obj)
+    status = (
+        "Scope: thread\n"
+        f"History: truncated; retrieve: buzz messages thread --channel {CH} --event {ev.id}"
+    )
+    snapshot = "Channel: engineering"
+    delta = (
+        '<recent-thread-delta included="2" total="5" truncated="true">\n'
+        "Morgan: deploy &lt;broke&gt;\n"
+        f"{UNKNOWN}: a\nb\n"
+        "</recent-thread-delta>"
+    )
+    block = (
+        f'<event type="mention" actor="{pk(RILEY)}" event_id="{ev.id}" parent="{PARENT_ID}" '
+        f'thread_root="{ROOT_ID}" mentions="Morgan ({pk(MORGAN).upper()}), {UNKNOWN}">\n'
+        "Content: Can you &lt;check&gt; this &amp; that?\nThanks\n"
+        "</event>"
+    )
+    delivery = f'<delivery channel_id="{CH}" scope="thread" reply_to="{ROOT_ID}" />'
+    assert sections == [
+        "<buzz-turn>",
+        f"<ambient-context>\n{status}\n{snapshot}\n{delta}\n</ambient-context>",
+        block,
+        delivery,
+        "</buzz-turn>",
+    ]
+    version = delta_version(
+        [
+            [ROOT_ID, pk(MORGAN), "unknown", "deploy <broke>"],
+            ["", UNKNOWN, "2026-08-21T12:00:00+00:00", "a\nb"],
+        ],
+        "thread",
+        5,
+        True,
+    )
+    assert manifest == manifest_json(
+        [
+            snapshot_layer(snapshot),
+            status_layer(status),
+            delta_layer(delta, "thread", version, True),
+            instruction_layer(block, ev.id),
+            delivery_layer(delivery),
+        ]
+    )
+
+
+def test_dm_whose_newest_event_has_a_thread_root() -> None:
+    first = sign(RILEY, "hello", [], t=100)
+    second = sign(RILEY, "are you there?", [["e", first.id, "", "root"]], t=101)
+    dm = f"dm-{pk(RILEY)}"
+    obj = {
+        "events": [item(first), item(second, "@dm")],
+        "channel": {"id": dm, "name": " Riley\r\n", "type": "dm", "description": "not shown"},
+        "context": {
+            "kind": "dm",
+            "messages": [{"eventId": "x", "pubkey": pk(BUZZ), "content": "earlier & later"}],
+        },
+        "profiles": {pk(BUZZ): {"label": "Buzz", "isAgent": True}},
+    }
+    sections, manifest = run(obj)
+    status = "Scope: dm"  # context present and not truncated: no History line
+    snapshot = "Channel: Riley"  # a DM never renders its description
+    delta = (
+        '<recent-thread-delta included="1" total="1" truncated="false">\n'
+        "Buzz: earlier &amp; later\n"
+        "</recent-thread-delta>"
+    )
+    # a direct reply to the root: parent equals root, so no parent attribute
+    blocks = (
+        f'<event type="mention" actor="{pk(RILEY)}" event_id="{first.id}">\n'
+        "Content: hello\n</event>\n"
+        f'<event type="dm" actor="{pk(RILEY)}" event_id="{second.id}" thread_root="{first.id}">\n'
+        "Content: are you there?\n</event>"
+    )
+    delivery = f'<delivery channel_id="{dm}" scope="dm" reply_to="{second.id}" />'
+    assert sections == [
+        "<buzz-turn>",
+        f"<ambient-context>\n{status}\n{snapshot}\n{delta}\n</ambient-context>",
+        blocks,
+        delivery,
+        "</buzz-turn>",
+    ]
+    version = delta_version([["x", pk(BUZZ), "unknown", "earlier & later"]], "dm", 1, False)
+    assert manifest == manifest_json(
+        [
+            snapshot_layer(snapshot),
+            status_layer(status),
+            delta_layer(delta, "dm", version, False),
+            instruction_layer(blocks, None),  # two events: content hash
+            delivery_layer(delivery),
+        ]
+    )
+
+
+def test_dm_top_level_has_no_reply_to_and_thread_scope_is_not_used() -> None:
+    ev = sign(RILEY, "hi", [["h", CH]])
+    obj = {"events": [item(ev)], "channel": {"id": "dm-x", "name": "", "type": "dm"}}
+    sections, _ = run(obj)
+    assert sections[1] == (
+        "<ambient-context>\nScope: dm\n"
+        "History: not loaded; retrieve: buzz messages get --channel dm-x\n</ambient-context>"
+    )
+    assert sections[3] == '<delivery channel_id="dm-x" scope="dm" />'
+
+
+@pytest.mark.parametrize(
+    ("mentions", "reply_to"),
+    [
+        ([pk(BUZZ), pk(MORGAN)], True),  # one human mention makes it human-facing
+        ([pk(BUZZ).upper()], False),  # all mentions agents (lookup lowercased)
+        ([], False),  # agent author, no mentions
+        ([pk(BUZZ), UNKNOWN], True),  # unknown profiles are humans
+    ],
+)
+def test_agent_to_agent_reply_to(mentions: list[str], reply_to: bool) -> None:
+    ev = sign(SCOUT, "status?", [["h", CH], *(["p", m] for m in mentions)])
+    obj = {
+        "events": [item(ev)],
+        "profiles": {
+            pk(SCOUT): {"label": "Scout", "isAgent": True},
+            pk(BUZZ): {"label": "Buzz", "isAgent": True},
+            pk(MORGAN): {"label": "Morgan", "isAgent": None},  # null: default false
+        },
+    }
+    sections, manifest = run(obj)
+    status = f"Scope: channel\nHistory: not loaded; retrieve: buzz messages get --channel {CH}"
+    labels = {pk(BUZZ): "Buzz", pk(BUZZ).upper(): "Buzz", pk(MORGAN): "Morgan"}
+    rendered = ", ".join(f"{labels[m]} ({m})" if m in labels else m for m in mentions)
+    attr = f' mentions="{rendered}"' if mentions else ""
+    block = (
+        f'<event type="mention" actor="{pk(SCOUT)}" author="Scout" event_id="{ev.id}"{attr}>\n'
+        "Content: status?\n</event>"
+    )
+    reply = f' reply_to="{ev.id}"' if reply_to else ""
+    delivery = f'<delivery channel_id="{CH}" scope="channel"{reply} />'
+    assert sections == [
+        "<buzz-turn>",
+        f"<ambient-context>\n{status}\n</ambient-context>",
+        block,
+        delivery,
+        "</buzz-turn>",
+    ]
+    assert manifest == manifest_json(
+        [status_layer(status), instruction_layer(block, ev.id), delivery_layer(delivery)]
+    )
+
+
+def test_human_author_mentioning_only_agents_is_human_facing() -> None:
+    ev = sign(MORGAN, "hi", [["h", CH], ["e", ROOT_ID, "", "root"], ["p", pk(BUZZ)]])
+    obj = {"events": [item(ev)], "profiles": {pk(BUZZ): {"isAgent": True}}}
+    sections, _ = run(obj)
+    assert sections[-2] == f'<delivery channel_id="{CH}" scope="thread" reply_to="{ROOT_ID}" />'
+
+
+@pytest.mark.parametrize("reason", [None, "absent", "steer", "interrupt"])
+def test_batch_of_two_with_cancelled_events(reason: str | None) -> None:
+    a = sign(MORGAN, "/deploy now", [["h", CH]], t=10)
+    b = sign(RILEY, "also this", [["h", CH], ["p", pk(MORGAN)]], t=11)
+    c = sign(MORGAN, "old request", [["h", CH], ["e", ROOT_ID, "", "root"]], t=5)
+    obj: dict[str, Any] = {
+        "events": [item(a), item(b, "@@")],
+        "cancelledEvents": [item(c, "reply")],
+        "contextHadDeliveredEvents": True,
+        "profiles": {pk(MORGAN): {"label": "Morgan"}},
+    }
+    if reason != "absent":
+        obj["cancelReason"] = reason
+    sections, manifest = run(obj)
+    interrupt = reason == "interrupt"
+    status = (
+        f"Scope: channel\nHistory: already delivered; retrieve: buzz messages get --channel {CH}"
+    )
+    interrupted = (
+        f'<interrupted-turn disposition="{"superseded" if interrupt else "continue_prior_work"}">\n'
+        f'<event type="reply" actor="{pk(MORGAN)}" author="Morgan" event_id="{c.id}" '
+        f'thread_root="{ROOT_ID}">\nContent: old request\n</event>\n'
+        "</interrupted-turn>"
+    )
+    blocks = (
+        f'<event type="mention" actor="{pk(MORGAN)}" author="Morgan" event_id="{a.id}">\n'
+        "Content: /deploy now\n</event>\n"
+        f'<event type="" actor="{pk(RILEY)}" event_id="{b.id}" mentions="Morgan ({pk(MORGAN)})">\n'
+        "Content: also this\n</event>"
+    )
+    merge = "supersede_prior_work" if interrupt else "continue_prior_work"
+    delivery = (
+        f'<delivery channel_id="{CH}" scope="channel" reply_to="{b.id}" '
+        f'merge_disposition="{merge}" />'
+    )
+    # no slash-command block: the batch has two events
+    assert sections == [
+        "<buzz-turn>",
+        f"<ambient-context>\n{status}\n{interrupted}\n</ambient-context>",
+        blocks,
+        delivery,
+        "</buzz-turn>",
+    ]
+    assert manifest == manifest_json(
+        [
+            status_layer(status),
+            lay(
+                6,
+                "interrupted_turn",
+                "thread",
+                "cancelled_events",
+                "evidence",
+                "current",
+                interrupted,
+            ),
+            instruction_layer(blocks, None),
+            delivery_layer(delivery),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("total", "truncated", "shown_total"), [(None, None, 0), (3, False, 3), (0, True, 0)]
+)
+def test_context_with_zero_messages(
+    total: int | None, truncated: bool | None, shown_total: int
+) -> None:
+    ev = sign(MORGAN, "", [["h", CH]])
+    obj = {
+        "events": [item(ev)],
+        "channel": {"id": None, "name": "\n \r"},  # blank name: no snapshot
+        "context": {"kind": "thread", "messages": [], "total": total, "truncated": truncated},
+    }
+    sections, manifest = run(obj)
+    cut = bool(truncated)
+    status = "Scope: channel"
+    if cut:
+        status += f"\nHistory: truncated; retrieve: buzz messages get --channel {CH}"
+    delta = (
+        f'<recent-thread-delta included="0" total="{shown_total}" '
+        f'truncated="{"true" if cut else "false"}">\n</recent-thread-delta>'
+    )
+    block = f'<event type="mention" actor="{pk(MORGAN)}" event_id="{ev.id}">\nContent: \n</event>'
+    delivery = f'<delivery channel_id="{CH}" scope="channel" reply_to="{ev.id}" />'
+    assert sections == [
+        "<buzz-turn>",
+        f"<ambient-context>\n{status}\n{delta}\n</ambient-context>",
+        block,
+        delivery,
+        "</buzz-turn>",
+    ]
+    assert manifest == manifest_json(
+        [
+            status_layer(status),
+            delta_layer(delta, "thread", delta_version([], "thread", shown_total, cut), cut),
+            instruction_layer(block, ev.id),
+            delivery_layer(delivery),
+        ]
+    )
+
+
+BASE = "\n\r\n  Base & rules\n  \u3000\n"
+
+
+SYSTEM = "\r\nBe <kind>\r\n  "
+
+
+CORE = "\u2003 <core-memory>\nfacts & <stuff>\n</core-memory>\n\t"
+
+
+@pytest.mark.parametrize(
+    ("support", "sent", "legacy"),
+    [(False, False, True), (None, None, True), (True, False, False), (False, True, False)],
+)
+def test_standing_sections_whitespace_and_prerendered_core_memory(
+    support: bool | None, sent: bool | None, legacy: bool
+) -> None:
+    ev = sign(MORGAN, "go", [["h", CH]])
+    obj = {
+        "events": [item(ev)],
+        "standing": {
+            "base": BASE,
+            "system": SYSTEM,
+            "teamInstructions": " \u00a0\u2028 ",  # blank: omitted
+            "coreMemory": CORE,
+            "huddleInstructions": "\x1c",  # U+001C is not White_Space: kept
+            "channelCanvas": "\n\t\u0085\n",  # blank: omitted
+        },
+        "systemPromptSupport": support,
+        "standingContextSent": sent,
+    }
+    sections, manifest = run(obj)
+    standing = [
+        "<base>\n  Base &amp; rules\n</base>",
+        "<system>\nBe &lt;kind&gt;\r\n  \n</system>",
+        "<core-memory>\nfacts & <stuff>\n</core-memory>",  # already rendered: unescaped
+        "<huddle-instructions>\n\x1c\n</huddle-instructions>",
+    ]
+    status = f"Scope: channel\nHistory: not loaded; retrieve: buzz messages get --channel {CH}"
+    block = f'<event type="mention" actor="{pk(MORGAN)}" event_id="{ev.id}">\nContent: go\n</event>'
+    delivery = f'<delivery channel_id="{CH}" scope="channel" reply_to="{ev.id}" />'
+    turn = [
+        "<buzz-turn>",
+        f"<ambient-context>\n{status}\n</ambient-context>",
+        block,
+        delivery,
+        "</buzz-turn>",
+    ]
+    assert sections == (standing if legacy else []) + turn
+    # standing layers are recorded whatever the delivery path
+    assert manifest == manifest_json(
+        [
+            lay(
+                1, "platform_contract", "runtime", "base_prompt", "instructions", "configured", BASE
+            ),
+            lay(
+                2,
+                "persona_and_team_guidance",
+                "agent_community",
+                "agent_configuration",
+                "instructions",
+                "configured",
+                "Be <kind>\n\n\x1c",
+            ),
+            lay(
+                3,
+                "core_memory",
+                "agent_owner",
+                "core_engram",
+                "advisory_context",
+                "session_start",
+                "<core-memory>\nfacts & <stuff>\n</core-memory>",
+            ),
+            status_layer(status),
+            instruction_layer(block, ev.id),
+            delivery_layer(delivery),
+        ]
+    )
+
+
+def test_raw_canvas_is_rendered_and_hashed_as_a_section() -> None:
+    ev = sign(MORGAN, "go", [["h", CH]])
+    obj = {
+        "events": [item(ev)],
+        "channel": {"name": "eng"},
+        "standing": {"channelCanvas": "  [Channel Canvas]\nplan <a>  ", "base": " \t "},
+    }
+    sections, manifest = run(obj)
+    canvas = "<channel-canvas>\n[Channel Canvas]\nplan &lt;a&gt;\n</channel-canvas>"
+    assert sections[0] == canvas
+    layers = json.loads(manifest)["layers"]
+    assert [x["layer"] for x in layers] == [
+        "channel_snapshot",
+        "channel_canvas",
+        "context_status",
+        "current_instruction",
+        "delivery_contract",
+    ]
+    assert layers[1] == lay(
+        4, "channel_canvas", "channel", "channel_canvas", "shared_evidence", "session_start", canvas
+    )
+
+
+def _snapshot_of(name: str, description: str | None, type_: str | None = None) -> list[Any]:
+    ev = sign(MORGAN, "x", [["h", CH]])
+    obj = {"events": [item(ev)], "channel": {"name": name, "description": description}}
+    if type_ is not None:
+        obj["channel"]["type"] = type_  # type: ignore[index]
+    _, manifest = run(obj)
+    sections, _ = run(obj)
+    return [sections[1], json.loads(manifest)["layers"]]
+
+
+def test_channel_description_pieces_and_exactly_500_characters() -> None:
+    desc = "a" * 250 + "\r\n \r\n" + "b" * 249 + "\n"
+    ambient, layers = _snapshot_of("  Eng\r\nTeam \n", desc)
+    snapshot = "Channel: Eng  Team\nDescription: " + "a" * 250 + " " + "b" * 249
+    assert ambient.endswith(f"\n{snapshot}\n</ambient-context>")
+    assert layers[0] == snapshot_layer(snapshot, truncated=False)
+
+
+def test_channel_description_of_501_characters_is_cut_before_escaping() -> None:
+    desc = "x" * 498 + " \r " + "&" + "yz"  # pieces: 498 x, "&yz" → 502 characters joined
+    ambient, layers = _snapshot_of("Eng", desc)
+    snapshot = "Channel: Eng\nDescription: " + "x" * 498 + " &amp;\u2026"
+    assert ambient.endswith(f"\n{snapshot}\n</ambient-context>")
+    assert layers[0] == snapshot_layer(snapshot, truncated=True)
+
+
+def test_channel_description_of_501_characters_exactly() -> None:
+    ambient, layers = _snapshot_of("", "d" * 501)
+    snapshot = "Description: " + "d" * 500 + "\u2026"
+    assert ambient.endswith(f"\n{snapshot}\n</ambient-context>")
+    assert layers[0] == snapshot_layer(snapshot, truncated=True)
+
+
+def test_dm_channel_with_long_description_is_not_truncated() -> None:
+    ambient, layers = _snapshot_of("", "d" * 900, "dm")
+    assert "Description" not in ambient
+    assert layers[0]["layer"] == "context_status"  # nothing left: no snapshot
+
+
+def test_blank_description_pieces_leave_only_the_name() -> None:
+    ambient, layers = _snapshot_of("Eng", " \r\n\u3000\n")
+    assert ambient.endswith("\nChannel: Eng\n</ambient-context>")
+    assert layers[0] == snapshot_layer("Channel: Eng")
+
+
+# ---------------------------------------------------------------------------------------------
+# Slash commands
+
+SLASH_LABELS = {
+    "1" * 64: "Mo",
+    "2" * 64: "\tMo Bot\x07 ",  # sanitized "Mo Bot": longer, tried first
+    "3" * 64: "Morgan Lee",
+    "4" * 64: "Zoë",
+}
+
+
+@pytest.mark.parametrize(
+    ("content", "block"),
+    [
+        ("/deploy now  ", "/deploy now  "),
+        ("\u00a0\n/start", "/start"),
+        ("nostr:npub1abc @Morgan Lee /deploy now \n", "/deploy now \n"),
+        ("nostr:nprofile1xyz\u3000/ok", "/ok"),
+        ("nostr:nprofile1xyz/deploy", None),  # the token runs to whitespace
+        ("@mo bot /x", "/x"),  # longest label first
+        ("@MO /x y", "/x y"),
+        ("@MORGAN LEE/deploy", None),  # label must be followed by whitespace or the end
+        ("@Morgan Lee: /deploy", None),
+        ("@morgan-lee.x/deploy", "/deploy"),  # handle run, nothing needs to follow it
+        ("@.a/deploy", "/deploy"),
+        ("@! /deploy", None),  # "@" then punctuation: the scan stops
+        ("@ /deploy", None),
+        ("@", None),
+        ("@zoë /x", "/x"),
+        ("@ZOË /x", None),  # ASCII case-insensitive only: "ZO" then "Ë /x"
+        ("@a @b\t@c /9lives", "/9lives"),
+        ("/é", None),
+        ("/\u00b2", None),
+        ("/", None),
+        ("/ x", None),
+        ("hello /x", None),
+        ("@a\x1c/x", None),  # U+001C is not whitespace
+        ("@Mo", None),
+        ("npub1abc /x", None),
+        ("nostr:note1abc /x", None),
+    ],
+)
+def test_slash_command_block_in_the_compiled_turn(content: str, block: str | None) -> None:
+    ev = sign(MORGAN, content, [["h", CH]])
+    profiles = {k: {"label": v} for k, v in SLASH_LABELS.items()}
+    sections, manifest = run({"events": [item(ev)], "profiles": profiles})
+    rest = sections[1:] if block is not None else sections
+    if block is not None:
+        assert sections[0] == block
+    assert rest[0] == "<buzz-turn>"
+    assert len(rest) == 5
+    assert [x["layer"] for x in json.loads(manifest)["layers"]] == [
+        "context_status",
+        "current_instruction",
+        "delivery_contract",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The steer wrapper (docs/bot.md, "Steering")
+
+NOTE = (
+    "A new message arrived while you were working. Keep going with your current work and take "
+    "the new message into account if it is relevant; if it is not, acknowledge it briefly and "
+    "carry on."
+)
+
+
+def test_steer_wrapper_text_and_manifest() -> None:
+    ev = sign(MORGAN, "/stop & <wait>", [["h", "other"], ["e", ROOT_ID, "", "root"]])
+    steer = compile_steer(ev, channel_id=CH, channel_type="dm")
+    status = (
+        "Scope: dm\n"
+        f"History: not loaded; retrieve: buzz messages thread --channel {CH} --event {ev.id}"
+    )
+    block = (
+        f'<event type="mention" actor="{pk(MORGAN)}" event_id="{ev.id}" thread_root="{ROOT_ID}">\n'
+        "Content: /stop &amp; &lt;wait&gt;\n</event>"
+    )
+    delivery = f'<delivery channel_id="{CH}" scope="dm" reply_to="{ev.id}" />'
+    guidance = f"<continuation-guidance>{NOTE}</continuation-guidance>"
+    assert steer.text == "\n".join(
+        [
+            '<buzz-turn-update mode="steer">',
+            "<buzz-turn>",
+            f"<ambient-context>\n{status}\n</ambient-context>",
+            block,
+            delivery,
+            "</buzz-turn>",
+            guidance,
+            "</buzz-turn-update>",
+        ]
+    )
+    wrapper = f'<buzz-turn-update mode="steer">\n{guidance}\n</buzz-turn-update>'
+    assert steer.manifest.to_json() == manifest_json(
+        [
+            status_layer(status),
+            instruction_layer(block, ev.id),
+            delivery_layer(delivery),
+            lay(
+                8,
+                "steer_delivery_contract",
+                "turn",
+                "native_steer_framing",
+                "routing_constraint",
+                "current",
+                wrapper,
+            ),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The turn-input reader
+
+
+def base_obj() -> dict[str, Any]:
+    return {"events": [item(sign(MORGAN, "hi", [["h", CH]]))]}
+
+
+def test_null_counts_as_absent_for_every_optional_member() -> None:
+    ev = sign(MORGAN, "hi", [["h", CH]])
+    plain = run(
+        {
+            "events": [item(ev)],
+            "channel": {"name": "n"},
+            "context": {"kind": "thread", "messages": [{"pubkey": "p", "content": "c"}]},
+            "profiles": {pk(MORGAN): {}},
+            "standing": {},
+        }
+    )
+    nulls = run(
+        {
+            "events": [{"event": ev.to_dict(), "promptTag": None}],
+            "cancelledEvents": None,
+            "cancelReason": None,
+            "channel": {"name": "n", "id": None, "type": None, "description": None},
+            "context": {
+                "kind": "thread",
+                "total": None,
+                "truncated": None,
+                "messages": [{"pubkey": "p", "content": "c", "eventId": None, "timestamp": None}],
+            },
+            "contextHadDeliveredEvents": None,
+            "profiles": {pk(MORGAN): {"label": None, "isAgent": None}},
+            "standing": {
+                "base": None,
+                "system": None,
+                "teamInstructions": None,
+                "coreMemory": None,
+                "huddleInstructions": None,
+                "channelCanvas": None,
+            },
+            "systemPromptSupport": None,
+            "standingContextSent": None,
+            "unknownMember": {"anything": [1, 2.5, None]},
+        }
+    )
+    assert nulls == plain
+    assert run({"events": [item(ev)], "profiles": None, "standing": None}) == run(
+        {"events": [item(ev)]}
+    )
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda o: o.update(events=None),
+        lambda o: o["events"][0].update(event=None),
+        lambda o: o["events"][0].pop("event"),
+        lambda o: o.update(channel={"name": None}),
+        lambda o: o.update(channel={"id": CH}),
+        lambda o: o.update(context={"kind": None, "messages": []}),
+        lambda o: o.update(context={"messages": []}),
+        lambda o: o.update(context={"kind": "thread", "messages": None}),
+        lambda o: o.update(context={"kind": "thread"}),
+        lambda o: o.update(context={"kind": "channel", "messages": []}),
+        lambda o: o.update(
+            context={"kind": "thread", "messages": [{"pubkey": None, "content": ""}]}
+        ),
+        lambda o: o.update(context={"kind": "thread", "messages": [{"pubkey": "p"}]}),
+        lambda o: o.update(context={"kind": "thread", "messages": [], "total": -1}),
+        lambda o: o.update(context={"kind": "thread", "messages": [], "total": 1.0}),
+        lambda o: o.update(context={"kind": "thread", "messages": [], "total": True}),
+        lambda o: o.update(context={"kind": "thread", "messages": [], "truncated": 1}),
+        lambda o: o.update(
+            context={
+                "kind": "thread",
+                "messages": [{"pubkey": "p", "content": "c", "timestamp": 5}],
+            }
+        ),
+        lambda o: o.update(profiles={"k": None}),
+        lambda o: o.update(profiles={"k": {"isAgent": "yes"}}),
+        lambda o: o.update(profiles=[]),
+        lambda o: o.update(standing={"base": 1}),
+        lambda o: o.update(systemPromptSupport="true"),
+        lambda o: o.update(contextHadDeliveredEvents=0),
+        lambda o: o["events"][0].update(promptTag=1),
+        lambda o: o.update(events=[]),
+        lambda o: o.update(cancelledEvents=[None]),
+    ],
+)
+def test_wrong_shapes_raise_turn_input_error(mutate: Any) -> None:
+    obj = base_obj()
+    mutate(obj)
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(json.dumps(obj))
+
+
+@pytest.mark.parametrize(
+    ("reason", "ok"),
+    [
+        ("interrupt", True),
+        ("steer", True),
+        ("Interrupt", False),
+        ("", False),
+        ("cancel", False),
+        (1, False),
+        ([], False),
+    ],
+)
+def test_cancel_reason_values(reason: Any, ok: bool) -> None:
+    obj = base_obj()
+    obj["cancelReason"] = reason
+    if ok:
+        assert TurnInput.from_json(json.dumps(obj)).cancel_reason == reason
+    else:
+        with pytest.raises(TurnInputError):
+            TurnInput.from_json(json.dumps(obj))
+
+
+def pairs(*members: tuple[str, str]) -> str:
+    """A JSON object written member by member (repeated keys allowed), values already JSON."""
+    return "{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in members) + "}"
+
+
+def _author_label(profiles_json: str) -> str:
+    ev = sign(MORGAN, "hi", [["h", CH]])
+    text = pairs(("events", json.dumps([item(ev)])), ("profiles", profiles_json))
+    block = compile_turn(TurnInput.from_json(text)).sections[2]
+    return block.split('author="')[1].split('"')[0]
+
+
+def test_profile_keys_are_lowercased_and_the_later_key_wins() -> None:
+    low, up = pk(MORGAN), pk(MORGAN).upper()
+    first, second = '{"label": "First"}', '{"label": "Second"}'
+    assert _author_label(pairs((up, first), (low, second))) == "Second"
+    assert _author_label(pairs((low, first), (up, second))) == "Second"
+    mixed = low[:10].upper() + low[10:]
+    assert _author_label(pairs((mixed, first), (up, second))) == "Second"
+
+
+def test_profile_collision_later_key_wins_even_when_a_key_repeats() -> None:
+    # The later key *in the file* wins: a repeated exact key does not keep its first position.
+    low, up = pk(MORGAN), pk(MORGAN).upper()
+    text = pairs((low, '{"label": "X"}'), (up, '{"label": "Y"}'), (low, '{"label": "Z"}'))
+    assert _author_label(text) == "Z"
+
+
+def test_collision_with_is_agent_is_taken_from_the_later_key() -> None:
+    ev = sign(SCOUT, "hi", [["h", CH]])
+    low, up = pk(SCOUT), pk(SCOUT).upper()
+    profiles = pairs((low, '{"isAgent": true}'), (up, "{}"))
+    text = pairs(("events", json.dumps([item(ev)])), ("profiles", profiles))
+    sections = compile_turn(TurnInput.from_json(text)).sections
+    assert f'reply_to="{ev.id}"' in sections[-2]  # the later entry says "not an agent"
+
+
+@pytest.mark.parametrize(
+    "channel",
+    [
+        {"id": "", "name": "n"},
+        {"id": "bad id", "name": "n"},
+        {"id": "abc\n", "name": "n"},
+        {"id": "x" * 129, "name": "n"},
+        {"id": "é", "name": "n"},
+        {"id": 5, "name": "n"},
+    ],
+)
+def test_invalid_channel_id_never_falls_back(channel: dict[str, Any]) -> None:
+    obj = base_obj()  # the event carries a valid h tag
+    obj["channel"] = channel
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(json.dumps(obj))
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [[], [["h", "dm-abc"]], [["h", "bad id"], ["h", CH]], [["h"], ["h", ""]]],
+)
+def test_no_valid_channel_id(tags: list[list[str]]) -> None:
+    obj = {"events": [item(sign(MORGAN, "hi", tags))]}
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(json.dumps(obj))
+    obj["channel"] = {"name": "n"}
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(json.dumps(obj))
+
+
+def test_channel_id_comes_from_the_newest_event_and_explicit_ids_may_be_dm() -> None:
+    older = sign(MORGAN, "a", [["h", "older"]], t=1)
+    newer = sign(MORGAN, "b", [["h"], ["h", "newer"]], t=2)
+    ti = TurnInput.from_json(json.dumps({"events": [item(older), item(newer)]}))
+    assert 'channel_id="newer"' in compile_turn(ti).sections[-2]
+    obj = {"events": [item(older)], "channel": {"id": "x" * 128, "name": ""}}
+    assert (
+        f'channel_id="{"x" * 128}"'
+        in compile_turn(TurnInput.from_json(json.dumps(obj))).sections[-2]
+    )
+    obj = {"events": [item(older)], "channel": {"id": "dm-Z_9", "name": ""}}
+    assert 'channel_id="dm-Z_9"' in compile_turn(TurnInput.from_json(json.dumps(obj))).sections[-2]
+
+
+def _valid_text() -> str:
+    return json.dumps(base_obj())
+
+
+@pytest.mark.parametrize(
+    "insert",
+    [
+        '"x": NaN',
+        '"x": Infinity',
+        '"x": -Infinity',
+        '"x": [1, {"y": NaN}]',
+        '"x": "\\ud800"',
+        '"x": "\\udc00 tail"',
+        '"\\ud800": 1',
+        '"x": {"\\udfff": null}',
+        '"profiles": {"\\ud800": {}}',
+        '"channel": {"name": "a\\ud83d"}',
+    ],
+)
+def test_nan_infinity_and_lone_surrogates_anywhere(insert: str) -> None:
+    text = _valid_text()
+    bad = "{" + insert + ", " + text[1:]
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(bad)
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(bad.encode())
+
+
+def test_surrogate_pair_escapes_are_fine_and_raw_lone_surrogates_are_not() -> None:
+    text = _valid_text()
+    assert TurnInput.from_json('{"x": "\\ud83d\\ude00", ' + text[1:])
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json('{"x": "\ud800", ' + text[1:])
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xef\xbb\xbf" + _valid_text().encode(),
+        _valid_text().encode()[:-1] + b', "x": "\xff"}',
+        b"",
+        b"[]",
+        b"null",
+        b"{}",
+        b'{"events": 5}',
+        b"{" * 100_000,
+        b"[" * 100_000 + b"]" * 100_000,
+        _valid_text().encode() + b"x",
+    ],
+)
+def test_unreadable_files_raise_turn_input_error(data: bytes) -> None:
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(data)
+
+
+@pytest.mark.parametrize("value", [None, 5, 1.5, ["{}"], {"events": []}])
+def test_non_text_inputs_raise_turn_input_error(value: Any) -> None:
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(value)
+
+
+def _not_on_curve() -> str:
+    p = 2**256 - 2**32 - 977
+    x = 1
+    while pow((x**3 + 7) % p, (p - 1) // 2, p) == 1:
+        x += 1
+    return f"{x:064x}"
+
+
+def _nip01_id(d: dict[str, Any]) -> str:
+    data = [0, d["pubkey"], d["created_at"], d["kind"], d["tags"], d["content"]]
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def forged(kind: str) -> dict[str, Any]:
+    d = sign(RILEY, "forged", [["h", CH]]).to_dict()
+    if kind == "bad_id":
+        d["content"] = "changed"
+    elif kind == "bad_pubkey":
+        d["pubkey"] = _not_on_curve()
+        d["id"] = _nip01_id(d)
+    elif kind == "bad_signature":
+        d["sig"] = ("0" if d["sig"][0] != "0" else "1") + d["sig"][1:]
+    return d
+
+
+@pytest.mark.parametrize("reason", ["bad_id", "bad_pubkey", "bad_signature"])
+@pytest.mark.parametrize("where", ["events", "cancelledEvents"])
+def test_forged_events_raise_invalid_event_with_reason(reason: str, where: str) -> None:
+    obj = base_obj()
+    obj.setdefault(where, []).append({"event": forged(reason)})
+    with pytest.raises(InvalidEvent) as info:
+        TurnInput.from_json(json.dumps(obj))
+    assert info.value.reason == reason
+    assert not isinstance(info.value, TurnInputError)
+
+
+@pytest.mark.parametrize(
+    "shape_error",
+    [
+        lambda o: o.update(cancelReason="nope"),
+        lambda o: o.update(channel={"id": "", "name": "n"}),
+        lambda o: o.update(context={"kind": "thread", "messages": [], "total": -1}),
+        lambda o: o.update(profiles={"k": {"label": 1}}),
+        lambda o: o.update(standing={"base": "\ud800"}),
+        lambda o: o["events"].append({"event": {**o["events"][0]["event"], "id": "A" * 64}}),
+        lambda o: o["events"].append({"event": {**o["events"][0]["event"], "kind": 70000}}),
+        lambda o: o.update(cancelledEvents=[{"event": {"id": "x"}}]),
+        lambda o: o.update(cancelledEvents=[{"event": {**o["events"][0]["event"], "tags": [[]]}}]),
+        lambda o: o.update(x=float("nan")),
+    ],
+)
+@pytest.mark.parametrize("reason", ["bad_id", "bad_pubkey", "bad_signature"])
+def test_shape_errors_win_over_forged_events(shape_error: Any, reason: str) -> None:
+    obj = {"events": [{"event": forged(reason)}]}
+    shape_error(obj)
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(json.dumps(obj))
+
+
+def test_a_forged_newest_event_without_a_channel_is_a_shape_error() -> None:
+    d = forged("bad_signature")
+    d["tags"] = []
+    d["id"] = _nip01_id(d)
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(json.dumps({"events": [{"event": d}]}))
+
+
+def test_malformed_events_are_turn_input_errors_not_invalid_event() -> None:
+    d = sign(MORGAN, "hi", [["h", CH]]).to_dict()
+    d["id"] = d["id"].upper()
+    with pytest.raises(TurnInputError):
+        TurnInput.from_json(json.dumps({"events": [{"event": d}]}))
+
+
+def test_errors_are_buzz_errors_and_value_errors() -> None:
+    for cls in (TurnInputError, InvalidEvent, ManifestError):
+        assert issubclass(cls, BuzzError)
+        assert issubclass(cls, ValueError)
+
+
+def test_timestamps_are_hashed_exactly_as_given() -> None:
+    ev = sign(MORGAN, "hi", [["h", CH]])
+
+    def version(ts: str) -> str:
+        obj = {
+            "events": [item(ev)],
+            "context": {
+                "kind": "thread",
+                "messages": [{"pubkey": "p", "content": "c", "timestamp": ts}],
+            },
+        }
+        layers = json.loads(run(obj)[1])["layers"]
+        return next(x["version"] for x in layers if x["layer"] == "recent_thread_delta")
+
+    a = version("2026-08-21T12:00:00+00:00")
+    assert a == delta_version([["", "p", "2026-08-21T12:00:00+00:00", "c"]], "thread", 1, False)
+    assert a != version("2026-08-21T12:00:00Z")
+
+
+def test_public_signatures() -> None:
+    assert list(inspect.signature(compile_turn).parameters) == ["turn_input"]
+    assert list(inspect.signature(manifest_from_layers).parameters) == ["layers"]
+    assert list(inspect.signature(Manifest.from_json).parameters) == ["text"]
+    assert [f for f in Layer.__struct_fields__] == [
+        "order",
+        "layer",
+        "scope",
+        "source",
+        "version",
+        "authority",
+        "freshness",
+        "estimated_tokens",
+        "truncated",
+    ]
+
+
+def test_compile_turn_accepts_its_argument_by_keyword() -> None:
+    ti = TurnInput.from_json(_valid_text())
+    assert compile_turn(turn_input=ti) == compile_turn(ti)
+
+
+REF_LAYER = {
+    "order": 7,
+    "layer": "current_instruction",
+    "scope": "turn",
+    "source": "nostr_event",
+    "version": "event-1",
+    "authority": "authoritative",
+    "freshness": "current",
+    "estimatedTokens": 1,
+    "truncated": False,
+}
+
+
+REF_HASH = "sha256:e6c77d04da70df30c632174621fcb8f23102c1b6df7fe14f02092d6466e6c115"
+
+
+def test_reference_vectors() -> None:
+    m = manifest_from_layers(
+        [
+            Layer(
+                7,
+                "current_instruction",
+                "turn",
+                "nostr_event",
+                "event-1",
+                "authoritative",
+                "current",
+                1,
+                False,
+            )
+        ]
+    )
+    assert m.hash == REF_HASH
+    layer_json = json.dumps(REF_LAYER, separators=(",", ":"))
+    assert m.to_json() == f'{{"schemaVersion":1,"hash":"{REF_HASH}","layers":[{layer_json}]}}'
+    assert (
+        delta_version(
+            [["a", "Morgan", "2026-08-21T12:00:00Z", "The deploy is failing."]], "thread", 1, False
+        )
+        == "sha256:5728d85e83fadfe02290936f2dfdb2273e88589e32b3139c32309002057391b0"
+    )
+
+
+def _manifest_text(change: dict[str, Any]) -> str:
+    # A changed layer array gets its own (correct) hash: only the type error can reject it.
+    layers = change.get("layers", [REF_LAYER])
+    obj = json.loads(manifest_json(layers if isinstance(layers, list) else []))
+    obj.update(change)
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def test_manifest_from_json_ignores_extra_keys_and_keeps_non_ascii_raw() -> None:
+    layer = {**REF_LAYER, "version": "ü", "extra": [1]}
+    canonical = {k: v for k, v in layer.items() if k != "extra"}
+    text = json.loads(manifest_json([canonical]))
+    text["layers"] = [layer]
+    text["more"] = True
+    m = Manifest.from_json(json.dumps(text))
+    assert m.hash_matches()
+    assert m.to_json() == manifest_json([canonical])
+    assert "ü" in m.to_json()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"schemaVersion": 2},
+        {"schemaVersion": True},
+        {"schemaVersion": 1.0},
+        {"hash": "sha256:" + "0" * 64},
+        {"hash": None},
+        {"layers": None},
+        {"layers": [{**REF_LAYER, "order": "7"}]},
+        {"layers": [{**REF_LAYER, "order": 7.0}]},
+        {"layers": [{**REF_LAYER, "estimatedTokens": 1.0}]},
+        {"layers": [{**REF_LAYER, "truncated": 0}]},
+        {"layers": [{k: v for k, v in REF_LAYER.items() if k != "freshness"}]},
+        {"layers": [{**REF_LAYER, "version": None}]},
+    ],
+)
+def test_manifest_from_json_rejects(change: dict[str, Any]) -> None:
+    with pytest.raises(ManifestError):
+        Manifest.from_json(_manifest_text(change))
+
+
+@pytest.mark.parametrize(
+    "data", ["", "[]", "{", '{"schemaVersion":1}', "\ud800", b"\xff", None, 10**12, 1.5, ["{}"]]
+)
+def test_manifest_from_json_unreadable(data: Any) -> None:
+    with pytest.raises(ManifestError):
+        Manifest.from_json(data)
+
+
+def test_manifest_sort_is_stable_by_order() -> None:
+    def mk(order: int, name: str) -> Layer:
+        return Layer(order, name, "s", "src", "v", "a", "f", 0, False)
+
+    m = manifest_from_layers([mk(8, "x"), mk(6, "b"), mk(1, "p"), mk(6, "a"), mk(8, "w")])
+    assert [x.layer for x in m.layers] == ["p", "b", "a", "x", "w"]
+
+
+def test_ledger_snapshot() -> None:
+    base_ev = sign(MORGAN, "go", [["h", CH]])
+    base = compile_turn(TurnInput.from_json(json.dumps({"events": [item(base_ev)]}))).manifest
+    s1 = compile_steer(sign(MORGAN, "more", [["h", CH]], t=5), channel_id=CH).manifest
+    s2 = compile_steer(sign(RILEY, "again", [["h", CH]], t=6), channel_id=CH).manifest
+    ledger = TurnLedger()
+    assert ledger.snapshot() is None
+    ledger.accept_update(s1)
+    assert ledger.snapshot() is None  # updates without a base describe no turn
+    ledger.reset()
+    ledger.set_base(base)
+    assert ledger.snapshot() == base
+    ledger.accept_update(s1)
+    ledger.accept_update(s2)
+    snap = ledger.snapshot()
+    assert snap is not None
+    expected = sorted(
+        [*base.layers, *s1.layers, *s2.layers], key=lambda x: x.order
+    )  # Python's sort is stable
+    assert list(snap.layers) == expected
+    canonical = json.dumps(
+        [json.loads(Manifest(1, "", (x,)).to_json())["layers"][0] for x in expected],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    assert snap.hash == "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    assert snap.hash_matches()
+    ledger.reset()
+    assert ledger.snapshot() is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels and attribute escaping
+
+
+def test_labels_are_sanitized_and_every_attribute_is_escaped() -> None:
+    long = "  " + "a" * 63 + " b"  # trim, cut to 64 ("a"*63 + " "), trim again
+    ev = sign(
+        MORGAN,
+        "x",
+        [["h", CH], ["p", pk(RILEY)], ["p", ""], ["p", "q\"<&>'\t"], ["p", "1" * 64]],
+    )
+    obj = {
+        "events": [item(ev, "@\n@a'b")],
+        "profiles": {
+            pk(MORGAN): {"label": 'Mo "the" <dev> & co\u0085'},
+            pk(RILEY): {"label": long},
+            "1" * 64: {"label": "\x07\x1b\u3000"},  # nothing left: no label
+        },
+        "context": {
+            "kind": "thread",
+            "messages": [
+                {"pubkey": pk(MORGAN).upper(), "content": "m"},
+                {"pubkey": "<x> & y", "content": "n"},
+            ],
+        },
+    }
+    sections, _ = run(obj)
+    assert sections[2] == (
+        f'<event type=" @a&apos;b" actor="{pk(MORGAN)}" '
+        'author="Mo &quot;the&quot; &lt;dev&gt; &amp; co" '
+        f'event_id="{ev.id}" mentions="{"a" * 63} ({pk(RILEY)}), , '
+        f'q&quot;&lt;&amp;&gt;&apos; , {"1" * 64}">\n'
+        "Content: x\n</event>"
+    )
+    assert sections[1].endswith(
+        '<recent-thread-delta included="2" total="2" truncated="false">\n'
+        'Mo "the" &lt;dev&gt; &amp; co: m\n'
+        "&lt;x&gt; &amp; y: n\n"
+        "</recent-thread-delta>\n</ambient-context>"
+    )
+    # an empty p value is a mention of a non-agent: human-facing
+    assert sections[3] == f'<delivery channel_id="{CH}" scope="channel" reply_to="{ev.id}" />'
+
+
+def test_empty_cancelled_list_is_no_cancellation() -> None:
+    ev = sign(MORGAN, "/go", [["h", CH]])
+    sections, manifest = run(
+        {"events": [item(ev)], "cancelledEvents": [], "cancelReason": "interrupt"}
+    )
+    assert sections[0] == "/go"
+    assert sections[4] == f'<delivery channel_id="{CH}" scope="channel" reply_to="{ev.id}" />'
+    assert "interrupted_turn" not in manifest
+
+
+def test_scope_dm_only_from_channel_type_dm() -> None:
+    ev = sign(MORGAN, "x", [["h", CH], ["e", ROOT_ID, "", "root"]])
+    for type_, scope in (("DM", "thread"), ("stream", "thread"), ("dm", "dm"), (None, "thread")):
+        obj = {"events": [item(ev)], "channel": {"name": "", "type": type_}}
+        assert f'scope="{scope}"' in run(obj)[0][3]
+
+
+# ---------------------------------------------------------------------------------------------
+# `buzz compile`: exit codes and the JSON output
+
+
+def _buzz_compile(
+    tmp_path: Any, capfd: pytest.CaptureFixture[str], text: str, *flags: str
+) -> tuple[int, str]:
+    from nostr_buzz.cli.app import main
+
+    path = tmp_path / "turn.json"
+    path.write_text(text, encoding="utf-8")
+    code = main(["compile", str(path), *flags])
+    return code, capfd.readouterr().out
+
+
+def test_buzz_compile_exit_codes(tmp_path: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    assert _buzz_compile(tmp_path, capfd, _valid_text())[0] == 0
+    for reason in ("bad_id", "bad_pubkey", "bad_signature"):
+        obj: dict[str, Any] = {"events": [{"event": forged(reason)}]}
+        assert _buzz_compile(tmp_path, capfd, json.dumps(obj))[0] == 4
+        obj["cancelReason"] = "later"
+        assert _buzz_compile(tmp_path, capfd, json.dumps(obj))[0] == 1
+    for bad in ('{"events": []}', "not json", '{"x": NaN, "events": []}', '{"events": [{}]}'):
+        assert _buzz_compile(tmp_path, capfd, bad)[0] == 1
+
+
+def test_buzz_compile_json_output(tmp_path: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    ev = sign(MORGAN, "héllo", [["h", CH]])
+    obj = {"events": [item(ev)], "channel": {"name": "ünï"}}
+    sections, manifest = run(obj)
+    for flags in (("--json",), ("--format", "json")):
+        code, out = _buzz_compile(tmp_path, capfd, json.dumps(obj), *flags)
+        assert code == 0
+        expected = (
+            '{"sections":'
+            + json.dumps(sections, separators=(",", ":"), ensure_ascii=False)
+            + ',"manifest":'
+            + manifest
+            + "}\n"
+        )
+        assert out == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile files: only typed errors escape
+
+_FULL_VALUES: list[Any] = [None, 0, -1, 1.5, True, "", "x", [], {}, [None], {"a": None}, "dm"]
+
+
+def _full_obj() -> dict[str, Any]:
+    ev = sign(MORGAN, "hi /x", [["h", CH], ["e", ROOT_ID, "", "root"], ["p", "ab"]])
+    return {
+        "events": [item(ev)],
+        "cancelledEvents": [item(ev)],
+        "cancelReason": "steer",
+        "channel": {"id": CH, "name": "n", "type": "stream", "description": "d"},
+        "context": {
+            "kind": "thread",
+            "total": 3,
+            "truncated": True,
+            "messages": [{"eventId": "e", "pubkey": "p", "timestamp": "t", "content": "c"}],
+        },
+        "contextHadDeliveredEvents": True,
+        "profiles": {"ab": {"label": "L", "isAgent": True}},
+        "standing": {"base": "b", "system": "s", "coreMemory": "c", "channelCanvas": "cc"},
+        "systemPromptSupport": False,
+        "standingContextSent": False,
+    }
+
+
+def _mutate(rng: random.Random, node: Any, depth: int = 0) -> None:
+    keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+    if not keys:
+        return
+    k = rng.choice(keys)
+    child = node[k]
+    if depth > 4 or not isinstance(child, (dict, list)) or rng.random() < 0.4:
+        node[k] = rng.choice(_FULL_VALUES)
+    else:
+        _mutate(rng, child, depth + 1)
+
+
+def test_mutated_files_raise_only_typed_errors() -> None:
+    rng = random.Random(20261202)
+    text = json.dumps(_full_obj()).encode()
+    compile_turn(TurnInput.from_json(text))  # the unmutated file is valid
+    for n in range(600):
+        if n % 2:
+            data = bytearray(text)
+            for _ in range(rng.randint(1, 3)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            candidate: bytes | str = bytes(data)
+        else:
+            obj = _full_obj()
+            _mutate(rng, obj)
+            candidate = json.dumps(obj)
+        with contextlib.suppress(BuzzError):
+            compile_turn(TurnInput.from_json(candidate))
+
+
+def test_slash_block_comes_before_legacy_standing_sections() -> None:
+    ev = sign(MORGAN, "  /help me", [["h", CH]])
+    obj = {"events": [item(ev)], "standing": {"base": "B", "huddleInstructions": " H "}}
+    sections, manifest = run(obj)
+    assert sections[:4] == [
+        "/help me",
+        "<base>\nB\n</base>",
+        "<huddle-instructions>\nH\n</huddle-instructions>",
+        "<buzz-turn>",
+    ]
+    layers = json.loads(manifest)["layers"]
+    assert layers[:2] == [
+        lay(1, "platform_contract", "runtime", "base_prompt", "instructions", "configured", "B"),
+        lay(
+            2,
+            "persona_and_team_guidance",
+            "agent_community",
+            "agent_configuration",
+            "instructions",
+            "configured",
+            "H",
+        ),
+    ]
