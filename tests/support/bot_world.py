@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -20,11 +21,17 @@ from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
-from nostr_buzz.nips.nip_am import open_metric_event
+from nostr_buzz.nips.nip_am import MetricPayload, open_metric_event
 from tests.support.events import chat
 from tests.support.relays import RunningRelay
 
 WAIT = 15.0
+STEER_NOTE_TEXT = (
+    "A new message arrived while you were working. Keep going with your current work and take "
+    "the new message into account if it is relevant; if it is not, acknowledge it briefly and "
+    "carry on."
+)
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
 @dataclass
@@ -74,6 +81,7 @@ class World:
     agent: SecretKey
     human: SecretKey
     tmp: Path
+    clock: int = field(default_factory=lambda: int(time.time()) - 100)
 
     def config(self, *agent_flags: str, **changes: Any) -> PluginConfig:
         base = PluginConfig(
@@ -107,6 +115,26 @@ class World:
             mention=self.agent if mention else None,
         )
 
+    def say(
+        self,
+        content: str,
+        *,
+        channel: str | None = "eng",
+        reply_to: Event | None = None,
+        author: SecretKey | None = None,
+    ) -> Event:
+        """A mention of the agent (from the owner unless ``author``), one second after the last:
+        distinct, increasing created_at make batch order unambiguous."""
+        self.clock += 1
+        return chat(
+            author or self.owner,
+            self.clock,
+            content=content,
+            channel=channel,
+            reply_to=reply_to,
+            mention=self.agent,
+        )
+
     async def publish(self, *events: Event) -> None:
         pool = RelayPool([self.relay.url], timeout=3.0)
         for event in events:
@@ -115,11 +143,15 @@ class World:
     async def query(self, flt: dict[str, Any]) -> list[Event]:
         return (await RelayPool([self.relay.url], timeout=3.0).query(flt)).events
 
-
-async def metrics_of(world: World) -> list[Any]:
-    """The metrics the bot published for the owner, opened with the owner's key."""
-    events = await world.query({"kinds": [METRIC_KIND], "#p": [world.owner.public_key.hex]})
-    return [open_metric_event(world.owner, e) for e in events]
+    async def metrics(self, count: int = 1) -> list[MetricPayload]:
+        """The metrics published for the owner, opened with the owner's key, once there are
+        ``count`` of them (or after WAIT), oldest first."""
+        flt = {"kinds": [METRIC_KIND], "#p": [self.owner.public_key.hex]}
+        deadline = time.monotonic() + WAIT
+        while len(events := await self.query(flt)) < count and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        payloads = [open_metric_event(self.owner, e) for e in events]
+        return sorted(payloads, key=lambda p: (p.timestamp, p.turn_seq or 0))
 
 
 def manifest_of(record: DiagnosticRecord) -> Manifest:

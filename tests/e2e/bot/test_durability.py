@@ -14,7 +14,7 @@ from pathlib import Path
 from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.bot.state import STATE_DB
 from nostr_buzz.nips import nip10
-from tests.support.bot_world import WAIT, Recorder, World, metrics_of
+from tests.support.bot_world import WAIT, Recorder, World
 from tests.support.relays import free_port, local_relay
 from tests.support.scripted_agent import USAGE, Scripted, chunk
 
@@ -56,7 +56,7 @@ async def test_reply_and_metric_outlive_a_dead_write_relay_and_a_restart(world: 
         pool_world = World(write_relay, world.owner, world.agent, world.human, world.tmp)
         replies = await pool_world.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
         assert [nip10.thread_ref(r).root for r in replies] == [mention.id]
-        [metric] = await metrics_of(pool_world)
+        [metric] = await pool_world.metrics()
         assert metric.triggering_event_ids == (mention.id,)
     assert _db_counts(world.tmp / "state") == (0, 0)
 
@@ -120,7 +120,7 @@ async def test_a_turn_cut_off_by_a_close_runs_again_and_is_answered_once(world: 
         await rec2.kind("metric_published")
     assert [r.payload["triggeringEventIds"] for r in rec2.of("turn_started")] == [[mention.id]]
     replies = await world.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
-    assert len(replies) == 1 and len(await metrics_of(world)) == 1
+    assert len(replies) == 1 and len(await world.metrics()) == 1
 
 
 async def test_a_private_answer_is_stored_as_its_wraps_and_delivered_after_a_restart(

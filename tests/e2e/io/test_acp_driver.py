@@ -22,6 +22,8 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.keys import SecretKey
+from tests.support.scripted_agent import USAGE, Scripted, chunk, usage_update
+from tests.support.waits import wait_for
 
 WAIT = 15.0
 STANDING = Standing(base="Be brief.", system="You are the demo agent.")
@@ -646,3 +648,272 @@ async def test_standard_system_prompt_paragraphs_late_permission_and_error_text(
     # −32603 with the text in data.message
     assert failed.outcome == "failed" and failed.error is not None
     assert "-32603" in failed.error and "model overloaded: try later" in failed.error
+
+
+# =================================================================================================
+# Conformance: the ACP harness checked from docs/bot.md, with tiny scripted JSON-RPC agents
+# (tests/support/scripted_agent.py) that log every message they receive.
+# =================================================================================================
+
+
+async def test_start_passes_only_named_env_and_a_stderr_flood_never_stalls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BUZZ_TEST_API_KEY", "k1")
+    monkeypatch.setenv("BUZZ_TEST_OTHER_SECRET", "nope")
+    agent = Scripted(tmp_path, {"stderr_bytes": 1_000_000, "name": "flood", "protocol": 1})
+    log_path = tmp_path / "agent.log"
+    driver = agent.driver(
+        env_names=["BUZZ_TEST_API_KEY", "BUZZ_TEST_ABSENT"],
+        env={"X_EXPLICIT": "1"},
+        log_path=log_path,
+        request_timeout=WAIT,
+    )
+    async with driver:
+        info = driver.info
+        assert (info.protocol_version, info.name) == (1, "flood")
+        assert info.capabilities.get("loadSession") is False
+    env = next(m["env"] for m in agent.received() if "env" in m)
+    assert "BUZZ_TEST_API_KEY" in env and "X_EXPLICIT" in env
+    assert "BUZZ_TEST_OTHER_SECRET" not in env and "BUZZ_TEST_ABSENT" not in env
+    # A megabyte on stderr went to the log file (a pipe would have filled and stalled it).
+    assert log_path.stat().st_size >= 1_000_000
+
+
+def expected_standing(cwd: str | None) -> str:
+    parts = []
+    if cwd is not None:
+        body = (
+            f"Your working directory is {cwd}. Keep the files you create and the repositories "
+            "you clone there."
+        )
+        body = body.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        parts.append(f"<workspace>\n{body}\n</workspace>")
+    parts += ["<base>\nB &amp; b\n</base>", "<system>\nS\n</system>"]
+    parts.append("<team-instructions>\nT\n</team-instructions>")
+    return "\n\n".join(parts)
+
+
+HARNESS_STANDING = Standing(base="B & b", system="S", team_instructions="T")
+
+
+async def _new_session(agent: Scripted, cwd: str) -> tuple[str, Any]:
+    from nostr_buzz.io.acp_driver import standing_text
+
+    driver = agent.driver(request_timeout=WAIT)
+    async with driver:
+        start = await driver.new_session(cwd, standing_text(HARNESS_STANDING, cwd))
+    return start.strategy, agent
+
+
+@pytest.mark.parametrize(
+    ("cwd", "workspace"),
+    [("/srv/a&b/../w", "/srv/a&b/../w"), ("rel/dir", None), ("/", None)],
+)
+async def test_protocol_2_gets_top_level_system_prompt_with_exact_workspace(
+    tmp_path: Path, cwd: str, workspace: str | None
+) -> None:
+    agent = Scripted(tmp_path, {"protocol": 2, "name": "future-agent"})
+    strategy, _ = await _new_session(agent, cwd)
+    assert strategy == "system_prompt"
+    [new] = agent.requests("session/new")
+    assert new["params"]["systemPrompt"] == expected_standing(workspace)
+    assert new["params"]["cwd"] == cwd
+    assert "_meta" not in new["params"] or "systemPrompt" not in new["params"]["_meta"]
+
+
+async def test_goose_strategy_sets_the_system_prompt_extension(tmp_path: Path) -> None:
+    agent = Scripted(
+        tmp_path,
+        {"name": "goose", "ok_methods": ["_goose/unstable/session/system-prompt/set"]},
+    )
+    strategy, _ = await _new_session(agent, "/w")
+    assert strategy == "goose"
+    [new] = agent.requests("session/new")
+    assert "systemPrompt" not in new["params"]
+    [sp] = agent.requests("_goose/unstable/session/system-prompt/set")
+    assert sp["params"] == {
+        "sessionId": "sess-1",
+        "mode": "set",
+        "key": "buzz",
+        "text": expected_standing("/w"),
+    }
+
+
+async def test_goose_without_the_extension_falls_back_to_legacy(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path, {"name": "goose"})  # −32601 for the extension
+    strategy, _ = await _new_session(agent, "/w")
+    assert strategy == "legacy"
+    [new] = agent.requests("session/new")
+    assert "systemPrompt" not in new["params"] and "_meta" not in new["params"]
+
+
+async def test_claude_gets_meta_append(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path, {"name": "@zed-industries/claude-agent-acp"})
+    strategy, _ = await _new_session(agent, "/w")
+    assert strategy == "claude_meta"
+    [new] = agent.requests("session/new")
+    assert new["params"]["_meta"]["systemPrompt"] == {"append": expected_standing("/w")}
+    assert "systemPrompt" not in new["params"]
+
+
+async def test_legacy_agent_answering_anything_is_never_probed(tmp_path: Path) -> None:
+    agent = Scripted(
+        tmp_path, {"name": "plain", "unknown": "empty", "meta": {}, "turns": [{"then": "wait"}]}
+    )
+    driver = agent.driver(request_timeout=WAIT)
+    async with driver:
+        start = await driver.new_session("/w", standing_text_of("/w"))
+        assert start.strategy == "legacy" and not start.standing_context_sent
+        turn = asyncio.create_task(driver.run_turn(start.session_id, ["<buzz-turn>", "x"]))
+        await wait_for(lambda: agent.requests("session/prompt"), "the prompt")
+        assert not driver.can_steer(start.session_id)
+        assert await driver.steer(start.session_id, "steer text") == "failed"
+        await driver.cancel(start.session_id)
+        result = await asyncio.wait_for(turn, WAIT)
+    assert result.outcome == "cancelled"
+    assert set(agent.methods()) == {"initialize", "session/new", "session/prompt", "session/cancel"}
+
+
+def standing_text_of(cwd: str) -> str:
+    from nostr_buzz.io.acp_driver import standing_text
+
+    return standing_text(HARNESS_STANDING, cwd)
+
+
+@pytest.mark.parametrize(
+    ("native", "stop", "outcome"),
+    [
+        ("end_turn", "end_turn", "success"),
+        ("max_tokens", "max_tokens", "success"),
+        ("refusal", "unknown", "success"),
+        ("max_turn_requests", "unknown", "success"),
+        ("cancelled", "cancelled", "cancelled"),
+    ],
+)
+async def test_a_turn_sends_sections_as_blocks_and_maps_the_stop_reason(
+    tmp_path: Path, native: str, stop: str, outcome: str
+) -> None:
+    agent = Scripted(
+        tmp_path,
+        {
+            "turns": [
+                {
+                    "updates": [chunk("hel"), chunk("lo"), usage_update(0.5)],
+                    "stopReason": native,
+                    "usage": USAGE,
+                }
+            ]
+        },
+    )
+    async with agent.driver(request_timeout=WAIT) as driver:
+        start = await driver.new_session("/w")
+        seen: list[str] = []
+        result = await driver.run_turn(
+            start.session_id, ["<a>", "b\nc", "</a>"], on_update=seen.append
+        )
+    [prompt] = agent.requests("session/prompt")
+    assert prompt["params"]["prompt"] == [
+        {"type": "text", "text": "<a>"},
+        {"type": "text", "text": "b\nc"},
+        {"type": "text", "text": "</a>"},
+    ]
+    assert result.reply == "hello"
+    assert (result.stop_reason, result.outcome, result.terminal_evidence) == (
+        stop,
+        outcome,
+        "prompt_response",
+    )
+    assert result.native_stop_reason == native
+    assert seen == ["agent_message_chunk", "agent_message_chunk", "usage_update"]
+    assert result.usage is not None and result.usage.turn.input_tokens == 7
+    assert result.usage.turn.cost_usd == 0.5
+
+
+async def test_hard_deadline_is_renewed_by_an_injected_steer(tmp_path: Path) -> None:
+    # The turn stays active (updates every 0.1 s) and answers after 2.6 s; the hard timeout is
+    # 2 s.  A steer injected at ~1 s renews the deadline to ~3 s, so the turn succeeds; without
+    # the renewal it would end as a timeout at 2 s.
+    agent = Scripted(
+        tmp_path,
+        {
+            "meta": {"steering": {"supported": True}},
+            "steer_method": "_session/steering",
+            "steer_answer": {"result": {"outcome": "injected"}},
+            "turns": [{"then": "tick", "answer_after": 2.6, "usage": USAGE}],
+        },
+    )
+    async with agent.driver(request_timeout=WAIT, hard_timeout=2.0, idle_timeout=5) as driver:
+        start = await driver.new_session("/w")
+        turn = asyncio.create_task(driver.run_turn(start.session_id, ["x"]))
+        await wait_for(
+            lambda: len(agent.requests("session/update")) or agent.requests("session/prompt"),
+            "prompt",
+        )
+        await asyncio.sleep(1.0)  # the scenario's timing, not synchronisation
+        assert await driver.steer(start.session_id, "s") == "injected"
+        result = await asyncio.wait_for(turn, WAIT)
+    assert (result.outcome, result.terminal_evidence) == ("success", "prompt_response")
+    [steer] = agent.requests("_session/steering")
+    assert steer["params"] == {"sessionId": "sess-1", "prompt": [{"type": "text", "text": "s"}]}
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ({"error": {"code": -32601, "message": "Method not found"}}, "failed"),
+        ({"error": {"code": -32000, "message": "busy"}}, "released"),
+        ({"result": {"outcome": "queued"}}, "failed"),
+        ({"result": {}}, "failed"),
+        ({"result": {"outcome": "startedNewTurn"}}, "started_new_turn"),
+        ({"result": {"outcome": "injected"}}, "injected"),
+    ],
+)
+async def test_steer_response_table(tmp_path: Path, answer: dict[str, Any], expected: str) -> None:
+    agent = Scripted(
+        tmp_path,
+        {
+            "meta": {"steering": {"supported": True}},
+            "steer_method": "_session/steering",
+            "steer_answer": answer,
+            "turns": [{"then": "wait", "usage": USAGE}],
+        },
+    )
+    async with agent.driver(request_timeout=WAIT, cancel_grace=WAIT) as driver:
+        start = await driver.new_session("/w")
+        turn = asyncio.create_task(driver.run_turn(start.session_id, ["x"]))
+        await wait_for(lambda: agent.requests("session/prompt"), "the prompt")
+        assert driver.can_steer(start.session_id)
+        assert await driver.steer(start.session_id, "s") == expected
+        if expected not in ("injected", "started_new_turn"):
+            await driver.cancel(start.session_id)
+        await asyncio.wait_for(turn, WAIT)
+
+
+async def test_goose_steer_carries_the_active_run_id(tmp_path: Path) -> None:
+    info = {"sessionUpdate": "session_info_update", "_meta": {"goose": {"activeRunId": "r-9"}}}
+    agent = Scripted(
+        tmp_path,
+        {
+            "name": "goose",
+            "ok_methods": ["_goose/unstable/session/system-prompt/set"],
+            "steer_method": "_goose/unstable/session/steer",
+            "steer_answer": {"result": {}},
+            "turns": [{"updates": [info], "then": "wait", "usage": USAGE}],
+        },
+    )
+    async with agent.driver(request_timeout=WAIT) as driver:
+        start = await driver.new_session("/w")
+        turn = asyncio.create_task(driver.run_turn(start.session_id, ["x"]))
+        await wait_for(lambda: agent.requests("session/prompt"), "the prompt")
+        # the run id arrives with the first update; wait until the driver knows it
+        await wait_for(lambda: driver.can_steer(start.session_id), "the goose run id")
+        assert await driver.steer(start.session_id, "s") == "injected"
+        result = await asyncio.wait_for(turn, WAIT)
+    [steer] = agent.requests("_goose/unstable/session/steer")
+    assert steer["params"] == {
+        "sessionId": "sess-1",
+        "expectedRunId": "r-9",
+        "prompt": [{"type": "text", "text": "s"}],
+    }
+    assert result.outcome == "success"
