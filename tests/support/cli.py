@@ -14,7 +14,9 @@ import pytest
 from nostr_buzz.cli.app import main
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
+from tests.support.hostile_relay import tarpit
 from tests.support.relays import free_port
+from tests.support.scripted_relay import ScriptedRelay, scripted_relay
 
 T = TypeVar("T")
 WAIT = 15.0  # bound on any call into the background loop
@@ -37,6 +39,14 @@ class BackgroundLoop:
         value = self.call(manager.__aenter__())
         self._exits.append(manager)
         return value
+
+    def relay(self, script: Any, on_connect: Any = None) -> ScriptedRelay:
+        """A scripted relay (tests/support/scripted_relay.py) living on this loop."""
+        return self.enter(scripted_relay(script, on_connect))
+
+    def tarpit(self) -> str:
+        """A relay that accepts connections and never answers, living on this loop."""
+        return self.enter(tarpit())
 
     def close(self) -> None:
         while self._exits:

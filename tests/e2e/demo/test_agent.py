@@ -16,21 +16,16 @@ from acp import schema
 from nostr_buzz.core.compiler import compile_steer, compile_turn
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.demo.agent import DemoAgent, DemoOptions, summarize_prompt
-from nostr_buzz.event import Event, sign_event
+from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
+from tests.support.events import chat
 
 AGENT = (sys.executable, "-m", "nostr_buzz.demo.agent")
 WAIT = 10.0
 
 
 def _event(content: str, created_at: int = 1_800_000_000) -> Event:
-    return sign_event(
-        SecretKey.generate(),
-        kind=9,
-        content=content,
-        tags=[("h", "general")],
-        created_at=created_at,
-    )
+    return chat(SecretKey.generate(), created_at, content=content, channel="general")
 
 
 def _sections(*contents: str, standing: Standing | None = None) -> tuple[list[str], list[str]]:

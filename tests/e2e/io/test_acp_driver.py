@@ -18,10 +18,11 @@ from nostr_buzz.core.compiler import compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.errors import AgentError
-from nostr_buzz.event import Event, sign_event
+from nostr_buzz.event import Event
 from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.keys import SecretKey
+from tests.support.events import chat
 from tests.support.scripted_agent import USAGE, Scripted, chunk, usage_update
 from tests.support.waits import wait_for
 
@@ -36,13 +37,7 @@ def _clock() -> Callable[[], datetime]:
 
 
 def _event(content: str, created_at: int = 1_800_000_000) -> Event:
-    return sign_event(
-        SecretKey.generate(),
-        kind=9,
-        content=content,
-        tags=[("h", "general")],
-        created_at=created_at,
-    )
+    return chat(SecretKey.generate(), created_at, content=content, channel="general")
 
 
 def _turn_input(session: SessionStart, *contents: str, first: bool = True) -> TurnInput:

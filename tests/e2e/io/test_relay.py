@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +24,7 @@ from nostr_buzz.io.relay import MAX_REJECTED_KEPT, RelayClient
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip19
 from tests.support import cli
+from tests.support.cli import BackgroundLoop
 from tests.support.hostile_relay import hostile_relay, tarpit
 from tests.support.relays import free_port, local_relay, start_relay
 from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
@@ -851,25 +851,6 @@ async def test_pool_merges_duplicates_and_one_dead_relay_never_stalls_the_others
 
 
 # --- the CLI ------------------------------------------------------------------------------------
-
-
-class BackgroundLoop(cli.BackgroundLoop):
-    """Scripted relays and tarpits on the background loop, for in-process ``main(argv)`` calls."""
-
-    def relay(self, script: Any = None, on_connect: Any = None) -> ScriptedRelay:
-        return self.enter(scripted_relay(script or serving(), on_connect))
-
-    def tarpit(self) -> str:
-        return self.enter(tarpit())
-
-
-@pytest.fixture(scope="module")
-def bg() -> Iterator[BackgroundLoop]:
-    loop = BackgroundLoop()
-    try:
-        yield loop
-    finally:
-        loop.close()
 
 
 @pytest.fixture(autouse=True)
