@@ -6,6 +6,8 @@
 - ``bg``: a module-wide background loop for relays that synchronous tests talk to;
 - ``relay``: a real LocalRelay on 127.0.0.1 for one test;
 - ``world``: that relay with fresh owner, agent and human keys, for bot tests.
+
+The fixed keys most tests share are in tests/support/keys.py.
 """
 
 from __future__ import annotations

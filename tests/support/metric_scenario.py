@@ -15,8 +15,8 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
+from tests.support.keys import OWNER
 
-OWNER = SecretKey.from_str("0e" * 32)
 OTHER_OWNER = SecretKey.from_str("0f" * 32)
 AGENT_A = SecretKey.from_str("a1" * 32)
 AGENT_B = SecretKey.from_str("b2" * 32)

@@ -21,16 +21,13 @@ import pytest
 
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip19
 from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
 from tests.support.hostile_relay import hostile_relay
+from tests.support.keys import ALICE, BOB
 from tests.support.relays import start_relay
 
 pytestmark = pytest.mark.usefixtures("no_ambient_config")
-
-ALICE = SecretKey.from_str("a1" * 32)
-BOB = SecretKey.from_str("b2" * 32)
 
 
 @pytest.fixture(scope="module")

@@ -25,12 +25,11 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
 from tests.support.cli import BackgroundLoop, stop_relay
+from tests.support.keys import OWNER, STRANGER
 from tests.support.metric_scenario import publish_all
 from tests.support.relays import start_relay
 
-OWNER = SecretKey.from_str("5e" * 32)
 MINE = SecretKey.from_str("5a" * 32)
-STRANGER = SecretKey.from_str("5b" * 32)
 FORMULA = "=cmd|' /C calc'!A0"
 MARKUP = "[/x]"
 BIDI = "gpt\u202eevil\u2066"

@@ -16,12 +16,10 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip44, nip59
 from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
+from tests.support.keys import ALICE, BOB
 from tests.support.relays import start_relay
 
 pytestmark = pytest.mark.usefixtures("no_ambient_config")
-
-ALICE = SecretKey.from_str("a1" * 32)
-BOB = SecretKey.from_str("b2" * 32)
 
 
 @pytest.fixture

@@ -13,12 +13,10 @@ from pathlib import Path
 from typing import IO
 
 from nostr_buzz.event import Event
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from tests.support.buzz_process import BUZZ, buzz, clean_env, relay_process
+from tests.support.keys import AGENT, OWNER
 
-OWNER = SecretKey.from_str("0e" * 32)
-AGENT = SecretKey.from_str("a9" * 32)
 WAIT = 30.0
 
 

@@ -14,13 +14,10 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips import standing as docs
 from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
+from tests.support.keys import AGENT, OWNER, STRANGER
 from tests.support.relays import announcing_relay, start_relay
 
 pytestmark = pytest.mark.usefixtures("no_ambient_config")
-
-OWNER = SecretKey.from_str("0a" * 32)
-AGENT = SecretKey.from_str("0b" * 32)
-STRANGER = SecretKey.from_str("0c" * 32)
 
 
 @pytest.fixture

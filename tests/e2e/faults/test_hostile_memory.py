@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from nostr_buzz.keys import SecretKey
 from tests.support.cli import BackgroundLoop
 from tests.support.hostile_relay import HostileRelay, hostile_relay
+from tests.support.keys import OWNER
 
 RSS_LIMIT_KB = 300 * 1024
-OWNER = SecretKey.from_str("6e" * 32)
 
 
 @pytest.fixture(params=["flood_big_events", "flood_many_tags"])

@@ -11,11 +11,10 @@ from nostr_buzz.errors import RelayError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import RelayClient
-from nostr_buzz.keys import SecretKey
 from tests.support.hostile_relay import hostile_relay, tarpit
+from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import free_port, local_relay
 
-SECRET = SecretKey.from_str("67dea2ed018072d675f5415ecfaed7d2597555e202d85b3d65ea4e58d2d92ffa")
 NOW = 1_790_000_000
 
 

@@ -7,13 +7,10 @@ import nostr_sdk
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import conversation, dm_relays_of, read_inbox, send_private
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17
+from tests.support.keys import AGENT, ALICE, CAROL
 from tests.support.relays import start_relay
 
-AGENT = SecretKey.from_str("ac" * 32)
-ALICE = SecretKey.from_str("a1" * 32)
-CAROL = SecretKey.from_str("c3" * 32)
 NOW = 1_800_000_000
 
 

@@ -15,14 +15,11 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.outbox import Outbox
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, open_metric_event
 from tests.support.cli import dead_url
 from tests.support.hostile_relay import hostile_relay
+from tests.support.keys import AGENT, OWNER
 from tests.support.relays import free_port, local_relay, start_relay
-
-AGENT = SecretKey.from_str("a7" * 32)
-OWNER = SecretKey.from_str("0e" * 32)
 
 
 def payload(seq: int = 1) -> MetricPayload:

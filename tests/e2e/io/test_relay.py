@@ -26,11 +26,11 @@ from nostr_buzz.nips import nip19
 from tests.support import cli
 from tests.support.cli import BackgroundLoop
 from tests.support.hostile_relay import hostile_relay, tarpit
+from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import free_port, local_relay, start_relay
 from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
 from tests.support.waits import wait_until
 
-SECRET = SecretKey.from_str("67dea2ed018072d675f5415ecfaed7d2597555e202d85b3d65ea4e58d2d92ffa")
 NOW = 1_790_000_000
 
 

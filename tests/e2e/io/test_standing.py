@@ -7,13 +7,10 @@ import asyncio
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.standing import fetch_standing
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import standing as docs
+from tests.support.keys import AGENT, OWNER, STRANGER
 from tests.support.relays import free_port, local_relay
 
-OWNER = SecretKey.from_str("01" * 32)
-AGENT = SecretKey.from_str("02" * 32)
-STRANGER = SecretKey.from_str("03" * 32)
 TRUSTED = {OWNER.public_key.hex}
 T0 = 1_787_313_600
 

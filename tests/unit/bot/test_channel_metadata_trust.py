@@ -5,10 +5,9 @@ from __future__ import annotations
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.nip29 import newest_group_metadata
+from tests.support.keys import OWNER, STRANGER
 
-OWNER = SecretKey.from_str("81" * 32)
 RELAY = SecretKey.from_str("82" * 32)
-STRANGER = SecretKey.from_str("83" * 32)
 
 
 def metadata(key: SecretKey, channel: str, name: str, at: int) -> Event:

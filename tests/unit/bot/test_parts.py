@@ -18,11 +18,9 @@ from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from tests.support.events import chat
+from tests.support.keys import AGENT, OWNER, STRANGER
 
-OWNER = SecretKey.from_str("11" * 32)
-AGENT = SecretKey.from_str("22" * 32)
 FRIEND = SecretKey.from_str("33" * 32)
-STRANGER = SecretKey.from_str("44" * 32)
 
 
 def msg(

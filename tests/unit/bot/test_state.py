@@ -15,9 +15,8 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.outbox import Outbox
 from nostr_buzz.keys import SecretKey
 from tests.support.events import chat
+from tests.support.keys import ALICE, BOB
 
-ALICE = SecretKey.from_str("11" * 32)
-BOB = SecretKey.from_str("22" * 32)
 ROOT = "ab" * 32
 
 

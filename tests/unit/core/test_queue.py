@@ -31,10 +31,8 @@ from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from tests.support.events import chat
+from tests.support.keys import ALICE, BOB, CAROL
 
-ALICE = SecretKey.from_str("11" * 32)
-BOB = SecretKey.from_str("22" * 32)
-CAROL = SecretKey.from_str("33" * 32)
 AUX = b"\x00" * 32
 ROOT_1 = "a1" * 32
 ROOT_2 = "b2" * 32

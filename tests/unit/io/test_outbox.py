@@ -11,11 +11,9 @@ from nostr_buzz.errors import OutboxError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.outbox import BACKOFF_CAP, OUTBOX_FILE, Outbox, backoff_delay
 from nostr_buzz.io.relay import Verdict
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
+from tests.support.keys import AGENT, OWNER
 
-AGENT = SecretKey.from_str("a7" * 32)
-OWNER = SecretKey.from_str("0e" * 32)
 MARKER = "plaintext-marker-model-7f3a"
 
 

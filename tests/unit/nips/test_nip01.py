@@ -10,11 +10,10 @@ from hypothesis import strategies as st
 
 from nostr_buzz.errors import RelayError
 from nostr_buzz.event import Event, sign_event
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip01
 from nostr_buzz.nips.nip01 import Filter, matches
+from tests.support.keys import NIP19_SECRET as SECRET
 
-SECRET = SecretKey.from_str("67dea2ed018072d675f5415ecfaed7d2597555e202d85b3d65ea4e58d2d92ffa")
 EVENT = sign_event(
     SECRET,
     kind=9,

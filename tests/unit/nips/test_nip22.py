@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from nostr_buzz.event import sign_event
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip22
+from tests.support.keys import ALICE, BOB
 
-ALICE = SecretKey.from_str("a1" * 32)
-BOB = SecretKey.from_str("b2" * 32)
 A = ALICE.public_key.hex
 B = BOB.public_key.hex
 ROOT_ID = "768ac8720cdeb59227cf95e98b66560ef03d8bc9a90d721779e76e68fb42f5e6"

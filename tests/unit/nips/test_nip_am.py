@@ -38,10 +38,8 @@ from nostr_buzz.nips.nip_am import (
     open_metric_event,
 )
 from tests.support.data import VECTORS, load_json
+from tests.support.keys import AGENT, OWNER, STRANGER
 
-AGENT = SecretKey.from_str("a1" * 32)
-OWNER = SecretKey.from_str("b2" * 32)
-STRANGER = SecretKey.from_str("c3" * 32)
 TS = "2026-12-02T14:05:09.987Z"
 EVENT_ID = "e" * 64
 

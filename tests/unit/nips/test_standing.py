@@ -14,10 +14,8 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips import standing as docs
+from tests.support.keys import AGENT, OWNER, STRANGER
 
-OWNER = SecretKey.from_str("01" * 32)
-AGENT = SecretKey.from_str("02" * 32)
-STRANGER = SecretKey.from_str("03" * 32)
 TRUSTED = {OWNER.public_key.hex}
 T0 = 1_787_313_600  # 2026-08-21T12:00:00Z
 
