@@ -15,6 +15,10 @@ from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.profile import Profile
+from tests.support.keys import NIP19_SECRET
+from tests.support.reference import (
+    AUX0,
+)
 
 SECRET = SecretKey(bytes.fromhex("44" * 32))
 
@@ -178,3 +182,127 @@ def test_any_content_gives_a_profile(content: str) -> None:
         profile.label and sanitize_label(profile.label) == profile.label
     )
     assert isinstance(profile.is_agent, bool)
+
+
+# =================================================================================================
+# Conformance: profiles and their labels checked from docs/events.md and docs/envelope.md,
+# and against a reference label function written from that text.
+# =================================================================================================
+
+
+# --- profiles -----------------------------------------------------------------------------------
+
+
+def profile(metadata: Any, *, raw: str | None = None) -> Profile:
+    content = raw if raw is not None else json.dumps(metadata)
+    return Profile.from_event(
+        sign_event(NIP19_SECRET, kind=0, content=content, created_at=1, aux_rand=AUX0)
+    )
+
+
+@pytest.mark.parametrize(
+    ("metadata", "label"),
+    [
+        ({"display_name": "Dee", "name": "n", "nip05": "x@y"}, "Dee"),
+        ({"name": "n", "nip05": "x@y"}, "n"),
+        ({"nip05": "x@y"}, "x@y"),
+        ({"display_name": "", "name": "n"}, "n"),
+        ({"display_name": "   ", "name": "n"}, "n"),
+        ({"display_name": "\x00\x07\n", "name": "n"}, "n"),
+        ({"display_name": 5, "name": ["x"], "nip05": "z"}, "z"),
+        ({"display_name": None, "name": "n"}, "n"),
+        ({"display_name": "  Al\x07ice\x85  "}, "Alice"),
+        ({"name": "\tBob\r\n"}, "Bob"),
+        ({"name": "x" * 70}, "x" * 64),
+        ({"name": "a" * 63 + " " + "b"}, "a" * 63),
+        ({"name": " " + "c" * 70}, "c" * 64),
+        ({"name": "😀" * 65}, "😀" * 64),
+        ({"username": "u", "displayName": "d"}, None),
+        ({}, None),
+    ],
+)
+def test_profile_label(metadata: Any, label: str | None) -> None:
+    assert profile(metadata).label == label
+
+
+@pytest.mark.parametrize(
+    ("metadata", "agent"),
+    [
+        ({"bot": True}, True),
+        ({"bot": False}, False),
+        ({"bot": 1}, False),
+        ({"bot": "true"}, False),
+        ({"bot": None}, False),
+        ({}, False),
+        ({"name": "bot"}, False),
+    ],
+)
+def test_profile_bot_flag(metadata: Any, agent: bool) -> None:
+    p = profile(metadata)
+    assert p.is_agent is agent
+
+
+@pytest.mark.parametrize("raw", ["", "not json", "[1,2]", '"str"', "null", "{", '{"bot":true'])
+def test_profile_bad_metadata_is_unlabelled_human(raw: str) -> None:
+    p = profile(None, raw=raw)
+    assert p.label is None
+    assert p.is_agent is False
+
+
+# --- profile labels against a reference written from docs/envelope.md -----------------------------
+
+_WS = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def ref_label(metadata: dict[str, Any]) -> str | None:
+    import unicodedata
+
+    for key in ("display_name", "name", "nip05"):
+        value = metadata.get(key)
+        if isinstance(value, str):
+            s = "".join(c for c in value if unicodedata.category(c) != "Cc")
+            s = s.strip(_WS)[:64].strip(_WS)
+            if s:
+                return s
+    return None
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("\xa0Bob\u3000", "Bob"),
+        ("\u200bBob", "\u200bBob"),  # ZERO WIDTH SPACE is Cf, not White_Space: kept
+        ("\x1cBob\x1f", "Bob"),  # Cc: removed before trimming
+        ("a" * 63 + "\u2003" + "b", "a" * 63),
+        ("\u2028\u2029", None),
+    ],
+)
+def test_profile_label_unicode_whitespace(name: str, label: str | None) -> None:
+    assert profile({"name": name}).label == label
+
+
+_LABEL_ALPHABET = ["a", "é", " ", "\t", "\x00", "\x85", "\u3000", "😀", "\u200b"]
+
+
+_label_values = st.one_of(
+    st.none(),
+    st.integers(),
+    st.booleans(),
+    st.text(alphabet=st.sampled_from(_LABEL_ALPHABET), max_size=80),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["display_name", "name", "nip05", "bot", "about"]), _label_values
+    )
+)
+def test_profile_label_matches_reference(metadata: dict[str, Any]) -> None:
+    p = profile(metadata)
+    assert p.label == ref_label(metadata)
+    assert p.is_agent is (metadata.get("bot") is True)

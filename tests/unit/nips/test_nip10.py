@@ -13,6 +13,9 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip10 import ThreadRef
+from tests.support.reference import (
+    NPUB_HEX,
+)
 
 SECRET = SecretKey(bytes.fromhex("33" * 32))
 A, B, C, D = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
@@ -264,3 +267,247 @@ def test_one_set_of_kinds_and_literals() -> None:
     assert acp_driver.StopReason is nip_am.StopReason
     assert set(get_args(nip_am.StopReason)) == nip_am.STOP_REASONS
     assert nip10.direct_channel("ab" * 32) == nip10.DIRECT_CHANNEL_PREFIX + "ab" * 32
+
+
+# =================================================================================================
+# Conformance: NIP-10 routing, channels and mentions checked from the table and rules of
+# docs/events.md, and against a reference router written from that table.
+# =================================================================================================
+
+
+# --- NIP-10 routing -----------------------------------------------------------------------------
+
+
+R = "1" * 64
+
+
+P = "2" * 64
+
+
+def routed(kind: int = 1, tags: list[list[str]] | None = None) -> Event:
+    return ev(kind, *(tags or []))
+
+
+def test_thread_ref_is_named_tuple() -> None:
+    e = routed()
+    ref = nip10.thread_ref(e)
+    assert isinstance(ref, tuple)
+    assert ref._fields == ("root", "parent")  # type: ignore[attr-defined]
+    assert ref == (None, None)
+    assert nip10.destination(e) == e.id
+
+
+@pytest.mark.parametrize("kind", [1, 9, 7, 1111])
+def test_top_level(kind: int) -> None:
+    e = routed(kind, [["p", A], ["t", "x"]])
+    assert route(e) == (None, None, e.id)
+
+
+@pytest.mark.parametrize("kind", [1, 9, 42])
+def test_marked_rows(kind: int) -> None:
+    assert route(routed(kind, [["e", R, "", "root"], ["e", P, "", "reply"]]))[:3] == (R, P, R)
+    assert route(routed(kind, [["e", P, "wss://x", "reply"], ["e", R, "wss://y", "root"]])) == (
+        R,
+        P,
+        R,
+    )
+    assert route(routed(kind, [["e", R, "", "root"]])) == (R, R, R)
+    assert route(routed(kind, [["e", P, "", "reply"]])) == (P, P, P)
+    # A 5th element (NIP-10 pubkey) does not stop a tag from being marked.
+    assert route(routed(kind, [["e", R, "", "root", A]])) == (R, R, R)
+
+
+def test_last_valid_marker_wins() -> None:
+    tags = [
+        ["e", A, "", "root"],
+        ["e", B, "", "root"],
+        ["e", C.upper(), "", "root"],
+        ["e", P, "", "reply"],
+        ["e", "short", "", "reply"],
+    ]
+    assert route(routed(1, tags)) == (B, P, B)
+
+
+def test_three_element_tag_is_unmarked() -> None:
+    # ["e", id, "root"]: the 3rd element is a relay URL slot, not a marker.
+    assert route(routed(1, [["e", A, "root"]])) == (A, A, A)
+    e9 = routed(9, [["e", A, "reply"]])
+    assert route(e9) == (None, None, e9.id)
+
+
+def test_positional_kind1() -> None:
+    assert route(routed(1, [["e", A], ["e", B, "wss://r"], ["e", C, "", ""]])) == (A, C, A)
+    assert route(routed(1, [["e", A]])) == (A, A, A)
+    # Invalid ids are skipped: first/last *valid*.
+    tags = [["e", A.upper()], ["e", B], ["e", "xyz"], ["e", C], ["e", C[:-1]]]
+    assert route(routed(1, tags)) == (B, C, B)
+
+
+@pytest.mark.parametrize("kind", [9, 42, 7, 1111, 11])
+def test_positional_only_on_kind1(kind: int) -> None:
+    e = routed(kind, [["e", A], ["e", B]])
+    assert route(e) == (None, None, e.id)
+
+
+def test_positional_ignored_when_valid_marked_exists() -> None:
+    assert route(routed(1, [["e", A], ["e", P, "", "reply"], ["e", B]])) == (P, P, P)
+
+
+def test_invalid_marked_tag_does_not_block_positional() -> None:
+    assert route(routed(1, [["e", B.upper(), "", "root"], ["e", A]])) == (A, A, A)
+
+
+@pytest.mark.parametrize("fourth", ["mention", "ROOT", "Root", "reply ", "other"])
+def test_other_fourth_element_never_routes(fourth: str) -> None:
+    e = routed(1, [["e", A, "", fourth]])
+    assert route(e) == (None, None, e.id)
+    assert route(routed(1, [["e", A, "", fourth], ["e", B]])) == (B, B, B)
+
+
+def test_kind_1111_rules() -> None:
+    # Root: last valid E; parent: last valid lowercase e, else the root.
+    tags = [
+        ["E", A],
+        ["E", B, "wss://r", NPUB_HEX],
+        ["E", "bad"],
+        ["e", C],
+        ["e", P, "", "x"],
+        ["e", "NOPE"],
+    ]
+    assert route(routed(1111, tags)) == (B, P, B)
+    assert route(routed(1111, [["E", A]])) == (A, A, A)
+    assert route(routed(1111, [["E", A], ["e", A.upper()]])) == (A, A, A)
+    # Markers are not consulted on kind 1111.
+    assert route(routed(1111, [["E", A], ["e", R, "", "root"], ["e", P, "", "reply"]])) == (A, P, A)
+    assert route(routed(1111, [["E", A], ["e", P, "", "mention"]])) == (A, P, A)
+
+
+def test_kind_1111_without_valid_E_is_top_level() -> None:
+    for tags in (
+        [["A", "30023:" + A + ":d"], ["e", P, "", "root"]],
+        [["I", "https://x"], ["e", P]],
+        [["E", A.upper()], ["E", "x"]],
+        [["E"]],
+    ):
+        e = routed(1111, tags)
+        assert route(e) == (None, None, e.id)
+
+
+def test_uppercase_E_ignored_outside_1111() -> None:
+    e = routed(1, [["E", A]])
+    assert route(e) == (None, None, e.id)
+
+
+def test_short_and_odd_e_tags_do_not_crash() -> None:
+    e = routed(1, [["e"], ["e", ""], ["e", A, "", "root", "x", "y"]])
+    assert route(e) == (A, A, A)
+
+
+# --- channels and mentions ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        ([["h", "group1"]], "group1"),
+        ([["h", "g", "wss://relay"]], "g"),
+        ([["h"], ["h", "second"]], "second"),
+        ([["h", "bad id"], ["h", "good"]], None),
+        ([["h", "dm-" + A]], None),
+        ([["h", "dm-"]], None),
+        ([["h", "dm-x"], ["h", "good"]], None),
+        ([["h", "a" * 128]], "a" * 128),
+        ([["h", "a" * 129]], None),
+        ([["h", ""]], None),
+        ([["h", "abc\n"]], None),
+        ([["h", "abc "]], None),
+        ([["h", "é"]], None),
+        ([["h", "٣"]], None),
+        ([["h", "A-Z_az-09"]], "A-Z_az-09"),
+        ([["h", "123e4567-e89b-12d3-a456-426614174000"]], "123e4567-e89b-12d3-a456-426614174000"),
+        ([["H", "group"]], None),
+        ([["g", "group"]], None),
+        ([], None),
+    ],
+)
+def test_channel(tags: list[list[str]], expected: str | None) -> None:
+    assert nip10.channel(routed(9, tags)) == expected
+
+
+def test_mentions() -> None:
+    tags = [
+        ["p", A],
+        ["p"],
+        ["p", B, "wss://r", "name"],
+        ["p", A],
+        ["P", C],
+        ["p", "Not-Hex"],
+        ["e", P],
+    ]
+    assert nip10.mentions(routed(1, tags)) == [A, B, A, "Not-Hex"]
+    assert nip10.mentions(routed(1)) == []
+
+
+# --- routing against a reference written from the table and rules of docs/events.md ---------------
+
+
+def _ref_valid(s: str) -> bool:
+    return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
+
+
+def ref_route(kind: int, tags: list[list[str]]) -> tuple[str | None, str | None]:
+    if kind == 1111:
+        roots = [t[1] for t in tags if len(t) >= 2 and t[0] == "E" and _ref_valid(t[1])]
+        if not roots:
+            return None, None
+        parents = [t[1] for t in tags if len(t) >= 2 and t[0] == "e" and _ref_valid(t[1])]
+        return roots[-1], parents[-1] if parents else roots[-1]
+    marked = [t for t in tags if t[0] == "e" and len(t) >= 4 and _ref_valid(t[1])]
+    roots = [t[1] for t in marked if t[3] == "root"]
+    replies = [t[1] for t in marked if t[3] == "reply"]
+    if roots:
+        return roots[-1], replies[-1] if replies else roots[-1]
+    if replies:
+        return replies[-1], replies[-1]
+    if kind == 1:
+        unmarked = [
+            t[1]
+            for t in tags
+            if t[0] == "e"
+            and (len(t) in (2, 3) or (len(t) >= 4 and t[3] == ""))
+            and _ref_valid(t[1])
+        ]
+        if unmarked:
+            return unmarked[0], unmarked[-1]
+    return None, None
+
+
+def ref_channel(tags: list[list[str]]) -> str | None:
+    import re
+
+    for t in tags:
+        if t[0] == "h" and len(t) >= 2:
+            v = t[1]
+            ok = re.fullmatch(r"[A-Za-z0-9_-]{1,128}", v) and not v.startswith("dm-")
+            return v if ok else None
+    return None
+
+
+_tag = st.tuples(
+    st.sampled_from(["e", "E", "q", "p", "h"]),
+    st.sampled_from([A, B, C, A.upper(), "xyz", "", "dm-x", "grp", "a\n"]),
+    st.sampled_from(["", "wss://r", "root"]),
+    st.sampled_from(["", "root", "reply", "mention", "ROOT", NPUB_HEX]),
+    st.integers(min_value=1, max_value=5),
+).map(lambda t: list(t[:4])[: t[4]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([1, 9, 1111, 7, 11]), st.lists(_tag, max_size=6))
+def test_routing_matches_reference(kind: int, tags: list[list[str]]) -> None:
+    e = routed(kind, tags)
+    root, parent = ref_route(kind, tags)
+    assert nip10.thread_ref(e) == (root, parent)
+    assert nip10.destination(e) == (root if root is not None else e.id)
+    assert nip10.channel(e) == ref_channel(tags)
+    assert nip10.mentions(e) == [t[1] for t in tags if t[0] == "p" and len(t) >= 2]
