@@ -1,8 +1,8 @@
-"""Independent reference implementations, written from the BIP and NIP texts alone, that the
-conformance tests check the library against: BIP-340 signing and verification (pure Python over
-coincurve's curve arithmetic only where the text allows), the NIP-01 id, BIP-173 bech32 and NIP-19
-TLV; plus the NIP-19 worked example's keys and an event-dict builder signed by the reference.
-"""
+"""Independent references the conformance tests check the library against, written from the
+NIP and BIP texts alone: the NIP-01 id and canonical serialization, BIP-340 signing and
+verification straight through coincurve (bypassing nostr-buzz's own key and event code), BIP-173
+bech32 and NIP-19 TLV; plus the NIP-19 worked example's keys and ``make()``, an event dict signed
+by the reference."""
 
 from __future__ import annotations
 
@@ -17,26 +17,12 @@ from nostr_buzz.errors import InvalidEvent
 from nostr_buzz.event import Event
 
 NPUB_HEX = "7e7e9c42a91bfef19fa929e5fda1b72e0ebc1a4c1141673e2794234d86addf4e"
-
-
 NPUB = "npub10elfcs4fr0l0r8af98jlmgdh9c8tcxjvz9qkw038js35mp4dma8qzvjptg"
-
-
 NSEC_HEX = "67dea2ed018072d675f5415ecfaed7d2597555e202d85b3d65ea4e58d2d92ffa"
-
-
 NSEC = "nsec1vl029mgpspedva04g90vltkh6fvh240zqtv9k0t9af8935ke9laqsnlfe5"
-
-
 SK2_HEX = "0000000000000000000000000000000000000000000000000000000000000003"
-
-
 AUX0 = bytes(32)
-
-
 P_FIELD = 2**256 - 2**32 - 977
-
-
 N_ORDER = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
 

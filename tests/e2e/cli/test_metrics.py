@@ -392,20 +392,10 @@ def test_buzz_toml_is_used_and_the_environment_wins_over_it(
 
 
 METRIC_OWNER = SecretKey.from_str("1c" * 32)
-
-
 OTHER_OWNER = SecretKey.from_str("4f" * 32)
-
-
 AGENT = SecretKey.from_str("2d" * 32)
-
-
 AGENT2 = SecretKey.from_str("3e" * 32)
-
-
 KIND = 44200
-
-
 WAIT = 10.0  # bound on every wait for something a relay or a process does
 
 

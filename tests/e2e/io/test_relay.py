@@ -381,23 +381,11 @@ async def test_live_subscription_to_a_relay_that_keeps_dropping_is_bounded_and_d
 
 
 T = TypeVar("T")
-
-
 ALICE = SecretKey.from_str("5c" * 32)
-
-
 MALLORY = SecretKey.from_str("6d" * 32)
-
-
 WAIT = 20.0
-
-
 KEYS = ("id", "pubkey", "created_at", "kind", "tags", "content", "sig")
-
-
 NOTE = sign_event(ALICE, kind=1, content="héllo / <b> \u2028 ünïcode 🐝", created_at=1_700_000_123)
-
-
 OTHER = sign_event(MALLORY, kind=1, content="an impostor", created_at=1_700_000_124)
 
 

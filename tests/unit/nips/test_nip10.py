@@ -279,8 +279,6 @@ def test_one_set_of_kinds_and_literals() -> None:
 
 
 R = "1" * 64
-
-
 P = "2" * 64
 
 

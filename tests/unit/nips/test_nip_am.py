@@ -586,11 +586,7 @@ def test_payload_json_round_trip(
 
 
 WIRE_TS = "2026-12-02T10:00:00.123Z"
-
-
 CAP = 65_535
-
-
 MAX_PLAINTEXT = 16 * 1024 * 1024
 
 
@@ -598,8 +594,6 @@ MAX_PLAINTEXT = 16 * 1024 * 1024
 # An independent NIP-44 v2 (only what the tests need to forge payloads and check outputs)
 
 CURVE_P = 2**256 - 2**32 - 977
-
-
 CURVE_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
 
@@ -831,11 +825,7 @@ def _flip_last_base64_bits(p: str) -> str:
 
 
 GOOD = ref_encrypt("hello", CONV_AGENT_OWNER)  # 99 bytes: no "=" padding
-
-
 PADDED = ref_encrypt("a" * 40, CONV_AGENT_OWNER)  # 131 bytes: one "="
-
-
 PADDED2 = ref_encrypt("a" * 70, CONV_AGENT_OWNER)  # 163 bytes: "=="
 
 
@@ -1087,8 +1077,6 @@ def _layer(order: int = 7) -> Layer:
 
 
 ONE_LAYER_MANIFEST = Manifest(schema_version=1, hash=layers_hash([_layer()]), layers=(_layer(),))
-
-
 REF_EVENT_ID = "ab" * 32
 
 
@@ -1226,11 +1214,7 @@ def test_open_forged_valid_event_and_created_at_not_compared() -> None:
 
 
 A = AGENT_HEX
-
-
 OW = OWNER_HEX
-
-
 S = STRANGER.public_key.hex
 
 
