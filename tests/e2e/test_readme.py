@@ -13,38 +13,10 @@ from typing import Any
 
 import pytest
 
-import nostr_buzz
 from nostr_buzz import Event, RelayPool, SecretKey, sign_event
-from nostr_buzz.cli.app import COMMANDS, main
 from tests.support.buzz_process import relay_process
+from tests.support.readme import README, ROOT, readme_block
 from tests.support.relays import start_relay
-
-ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
-
-
-def _block(marker: str) -> str:
-    found = [b for b in BLOCKS if marker in b]
-    assert len(found) == 1, f"expected one README block containing {marker!r}"
-    return found[0]
-
-
-def test_the_pure_core_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    ns: dict[str, Any] = {}
-    exec(_block("def next_turn"), ns)
-    secret = SecretKey.from_str("07" * 32)
-    good = sign_event(secret, kind=9, content="hi", tags=[["h", "engineering"]], created_at=5)
-    ns["on_relay_frame"](good.to_json(), 1.0)
-    ns["on_relay_frame"](good.to_json().replace('"hi"', '"ho"'), 1.0)
-    assert "dropped: bad_id" in capsys.readouterr().out
-    ns["next_turn"](2.0)
-    snapshot = ns["ledger"].snapshot()
-    assert snapshot is not None and snapshot.hash_matches()
-    assert [layer.layer for layer in snapshot.layers][-2:] == [
-        "current_instruction",
-        "delivery_contract",
-    ]
 
 
 async def test_the_plugin_example_serves_a_mention_with_a_real_agent(
@@ -54,7 +26,7 @@ async def test_the_plugin_example_serves_a_mention_with_a_real_agent(
     agent, owner = SecretKey.from_str("08" * 32), SecretKey.from_str("09" * 32)
     relay = await start_relay()
     try:
-        source = _block("async def serve(")
+        source = readme_block("async def serve(")
         for old, new in (
             ('"nsec1…"', repr(agent.bech32)),
             ('"npub1…"', repr(owner.public_key.bech32)),
@@ -97,26 +69,6 @@ async def test_the_plugin_example_serves_a_mention_with_a_real_agent(
         relay.stop()
 
 
-def test_the_library_list_names_every_export() -> None:
-    section = README.split("## The library", 1)[1].split("### Plugging it into a bot", 1)[0]
-    listed = set(re.findall(r"`(\w+)`", section)) - {"nostr_buzz"}
-    assert listed == set(nostr_buzz.__all__)
-
-
-def test_the_command_table_matches_buzz_help(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--help"]) == 0
-    commands = capsys.readouterr().out.split("Commands:", 1)[1]
-    helped = {
-        line.split()[0]
-        for line in commands.splitlines()
-        if line.startswith("  ") and line[2] != " "
-    }
-    table = README.split("| command | what it does |", 1)[1].split("\n\n", 1)[0]
-    documented = set(re.findall(r"^\| `buzz (\w+)", table, re.M))
-    documented |= set(re.findall(r" / `buzz (\w+)", table))
-    assert documented == helped == set(COMMANDS)
-
-
 def test_the_quick_session_runs_as_written_in_a_fresh_shell(tmp_path: Path) -> None:
     first, second = re.findall(r"```sh\n(.*?)```", README.split("A quick session", 1)[1], re.S)[:2]
     assert first.startswith("buzz relay --port 7447")
@@ -153,7 +105,7 @@ async def test_the_relay_pool_example_runs(capsys: pytest.CaptureFixture[str]) -
         from nostr_buzz import RelayPool
 
         assert (await RelayPool([relay.url]).publish(event)).ok
-        source = _block("RelayPool([").replace("ws://127.0.0.1:7447", relay.url)
+        source = readme_block("RelayPool([").replace("ws://127.0.0.1:7447", relay.url)
         source = source.replace("asyncio.run(main())", "")
         ns: dict[str, Any] = {}
         exec(source, ns)

@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from nostr_buzz.bot import BuzzPlugin, parse_shard, shard_of
 from nostr_buzz.core.compiler import compile_turn
 from nostr_buzz.core.manifest import manifest_from_layers
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
-from nostr_buzz.errors import ConfigError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.acp_driver import standing_text
 from nostr_buzz.io.pool import RelayPool
@@ -267,17 +265,6 @@ async def test_opted_in_plaintext_dm_gets_a_dm_channel_and_a_reply_without_h(wor
     assert reply.tag_values("h") == [] and ("p", world.owner.public_key.hex) in reply.tags
 
 
-def test_shard_parsing_and_stable_assignment() -> None:
-    assert parse_shard("1/3").index == 1
-    for bad in ("3/3", "x", "1/0", "-1/2"):
-        with pytest.raises(ConfigError):
-            parse_shard(bad)
-    ids = [f"{i:064x}" for i in range(200)]
-    shards = [shard_of(d, 4) for d in ids]
-    assert set(shards) == {0, 1, 2, 3}
-    assert shards == [shard_of(d, 4) for d in ids]  # stable
-
-
 async def test_shard_serves_only_its_destinations(world: World) -> None:
     rec = Recorder()
     events = [world.message(world.owner, f"m{i}") for i in range(8)]
@@ -326,17 +313,6 @@ async def test_buzz_run_serves_from_buzz_toml_and_stops_cleanly_on_sigterm(world
     assert proc.returncode == 0, stderr.decode()
     assert stdout == b""
     assert b"stopped" in stderr
-
-
-def test_buzz_run_without_configuration_is_bad_input(tmp_path: Path, monkeypatch: Any) -> None:
-    from nostr_buzz.cli.app import main
-
-    for name in ("BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_RELAYS", "BUZZ_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    assert main(["run"]) == 1
-    assert main(["run", "--config", str(tmp_path / "missing.toml")]) == 1
-    assert main(["run", "--shard", "2/2"]) == 1
 
 
 async def test_only_the_same_person_in_the_same_thread_steers_a_running_turn(

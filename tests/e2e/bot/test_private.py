@@ -16,21 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import nostr_sdk
-import pytest
 
 from nostr_buzz.bot import BuzzPlugin, PluginConfig
 from nostr_buzz.bot.intake import Gate, Refuse, decide
 from nostr_buzz.bot.replay import listen_filters
-from nostr_buzz.bot.state import STATE_DB, BotStore
 from nostr_buzz.config import ConfigSources
-from nostr_buzz.core.queue import QueuedEvent
-from nostr_buzz.errors import StateError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import RelayClient
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip44, nip59
-from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import open_metric_event
 from tests.support.bot_world import WAIT, Recorder, World
@@ -340,31 +335,6 @@ def test_subscriptions_name_the_kinds_and_private_messages_are_on_by_default(wor
     assert decide(note, gate, set()) == Refuse("kind_not_subscribed")
 
 
-def test_a_queued_private_message_is_stored_as_its_wrap_and_opened_again_on_load(
-    tmp_path: Path,
-) -> None:
-    agent, sender = SecretKey.generate(), SecretKey.generate()
-    message = nip17.message(
-        sender.public_key.hex, [agent.public_key.hex], "secret plans", created_at=100
-    )
-    wrap = nip59.gift_wrap(sender, agent.public_key, message, now=100)
-    private = nip59.open_gift_wrap(agent, wrap).as_event()
-    store = BotStore(tmp_path, agent_secret=agent)
-    queue = store.load_queue()
-    assert queue.push(private, now=1.0).accepted
-    store.record_push(queue, QueuedEvent(private, "@mention", 1.0), [], 100)
-    store.close()
-    assert b"secret plans" not in (tmp_path / STATE_DB).read_bytes()
-    reloaded = BotStore(tmp_path, agent_secret=agent).load_queue()
-    batch = reloaded.flush_next(10.0)
-    assert batch is not None and batch.channel == f"dm-{sender.public_key.hex}"
-    [queued] = batch.events
-    assert isinstance(queued.event, nip59.PrivateEvent)
-    assert (queued.event.id, queued.event.content) == (message.id, "secret plans")
-    with pytest.raises(StateError):
-        BotStore(tmp_path).load_queue()  # without the agent's key the wrap cannot be opened
-
-
 def test_buzz_toml_names_the_kinds_and_the_plaintext_opt_in(tmp_path: Path) -> None:
     agent, owner = SecretKey.generate(), SecretKey.generate()
     base = (
@@ -380,14 +350,6 @@ def test_buzz_toml_names_the_kinds_and_the_plaintext_opt_in(tmp_path: Path) -> N
     )
     chosen = PluginConfig.from_sources(ConfigSources(config_path=tmp_path / "buzz.toml"))
     assert chosen.kinds == (1, 1111) and chosen.plaintext_dm is True
-
-
-def test_a_resumed_gift_wrap_filter_still_looks_two_days_back() -> None:
-    assert Filter(kinds=(1059,), since=10).with_since(1_000_000) == Filter(
-        kinds=(1059,), since=1_000_000 - nip59.MAX_BACKDATE
-    )
-    assert Filter(kinds=(1,), since=10).with_since(1_000_000).since == 1_000_000
-    assert Filter(kinds=(1059,), since=10).with_since(100).since == 10
 
 
 async def test_a_backdated_wrap_sent_after_a_reconnect_is_still_received() -> None:

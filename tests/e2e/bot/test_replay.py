@@ -11,8 +11,6 @@ import pytest
 
 from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.bot import replay as replay_module
-from nostr_buzz.bot.intake import Gate
-from nostr_buzz.bot.replay import admissible_authors, listen_filters
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
@@ -40,20 +38,6 @@ async def wait_answered(world: World, mentions: list[Event], timeout: float = WA
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(missing)} of {len(mentions)} mentions unanswered")
         await asyncio.sleep(0.1)
-
-
-def test_requests_name_only_the_authors_the_gate_admits() -> None:
-    owner, friend, agent = "aa" * 32, "bb" * 32, "cc" * 32
-
-    def gate(mode: str) -> Gate:
-        return Gate(agent, owner, frozenset({9}), frozenset(), True, mode, frozenset({friend}))  # type: ignore[arg-type]
-
-    assert admissible_authors(gate("owner-only")) == [owner]
-    assert admissible_authors(gate("allowlist")) == [owner, friend]
-    assert admissible_authors(gate("anyone")) is None
-    [flt] = listen_filters(gate("allowlist"), 100, ())
-    assert flt == {"kinds": [9], "since": 100, "authors": [owner, friend], "#p": [agent]}
-    assert "authors" not in listen_filters(gate("anyone"), 100, ())[0]
 
 
 async def test_query_back_pages_past_what_one_query_returns(world: World) -> None:

@@ -532,28 +532,3 @@ def test_subprocess_failures_leave_stdout_empty(relay_a: str) -> None:
         done = _run_buzz(*argv)
         assert (done.returncode, done.stdout) == (expected, b""), (argv, done.stderr)
         assert b"Traceback" not in done.stderr
-
-
-def test_same_second_messages_keep_thread_order() -> None:
-    from itertools import permutations
-
-    from nostr_buzz.nips.nip10 import chronological as _chronological
-
-    t = 1_700_000_500
-    root = sign_event(ALICE, kind=9, content="root", tags=[["h", "c"]], created_at=t)
-    reply = sign_event(
-        BOB, kind=9, content="reply", tags=[["h", "c"], ["e", root.id, "", "root"]], created_at=t
-    )
-    nested = sign_event(
-        ALICE,
-        kind=9,
-        content="nested",
-        tags=[["h", "c"], ["e", root.id, "", "root"], ["e", reply.id, "", "reply"]],
-        created_at=t,
-    )
-    earlier = sign_event(BOB, kind=9, content="earlier", tags=[["h", "c"]], created_at=t - 1)
-    for perm in permutations([root, reply, nested, earlier]):
-        assert _chronological(perm) == [earlier, root, reply, nested]
-    # With the middle reply missing, the nested one still follows its root.
-    for perm in permutations([root, nested]):
-        assert _chronological(perm) == [root, nested]

@@ -27,8 +27,6 @@ import pytest
 
 from nostr_buzz import MetricPublisher, Outbox
 from nostr_buzz.cli.app import main
-from nostr_buzz.cli.metrics import parse_time
-from nostr_buzz.cli.output import CliFailure
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.metrics_reader import read_metrics
 from nostr_buzz.io.pool import RelayPool
@@ -46,6 +44,7 @@ from tests.support.metric_scenario import (
     publish_all,
     scenario,
 )
+from tests.support.metric_wire import payload, wire
 from tests.support.relays import free_port, local_relay, start_relay
 from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
 
@@ -196,17 +195,6 @@ def test_plain_table_when_stdout_is_not_a_terminal(
     assert len(out.splitlines()) == 7 and "MISMATCH" in out
 
 
-def test_rich_table_renders() -> None:
-    from nostr_buzz.cli.metrics import render_rich_table
-    from nostr_buzz.core.metrics_report import build_report, open_metric
-
-    opened = [open_metric(OWNER, e) for e in scenario().valid]
-    report = build_report([m for m in opened if not isinstance(m, str)])
-    text = render_rich_table(report, turns=False, width=160)
-    assert "model-a" in text and "usage per day" in text and "0.030000" in text
-    assert "MISMATCH" in render_rich_table(report, turns=True, width=200)
-
-
 # --- windows ----------------------------------------------------------------------------------
 
 
@@ -236,17 +224,6 @@ def test_since_and_until_as_dates_cover_whole_utc_days(
         "2026-12-02T11:00:00.000Z",
         "2026-12-02T12:00:00.000Z",
     ]
-
-
-def test_time_forms() -> None:
-    assert parse_time("1796205600", option="--since") == 1_796_205_600
-    assert parse_time("2026-12-02T10:00:00Z", option="--since") == 1_796_205_600
-    assert parse_time("2026-12-02t12:00:00.9+02:00", option="--since") == 1_796_205_600
-    assert parse_time("2026-12-02", option="--since") == 1_796_169_600
-    assert parse_time("2026-12-02", option="--until", end_of_day=True) == 1_796_255_999
-    for bad in ("yesterday", "2026-13-01", "2026-12-02T10:00:00", "-5", "1.5"):
-        with pytest.raises(CliFailure):
-            parse_time(bad, option="--since")
 
 
 # --- sources and exit codes -------------------------------------------------------------------
@@ -406,24 +383,6 @@ def tc(i: int | None, o: int | None, t: int | None, c: float | None) -> dict[str
     return {"inputTokens": i, "outputTokens": o, "totalTokens": t, "costUsd": c}
 
 
-def wire(**fields: Any) -> dict[str, Any]:
-    """A NIP-AM payload as wire JSON; nullable fields written, overridable."""
-    base: dict[str, Any] = {
-        "harness": "goose",
-        "timestamp": "2026-12-01T10:00:00.000Z",
-        "model": "m1",
-        "channelId": None,
-        "sessionId": None,
-        "turnId": None,
-        "turnSeq": None,
-        "turn": None,
-        "cumulative": None,
-        "deltaReliable": True,
-    }
-    base.update(fields)
-    return base
-
-
 def raw_metric(
     agent: SecretKey,
     payload: dict[str, Any] | str,
@@ -481,16 +440,6 @@ async def until(predicate: Any, what: str) -> None:
     async with asyncio.timeout(WAIT):
         while not predicate():
             await asyncio.sleep(0.02)
-
-
-def payload(model: str = "m1", **kw: Any) -> MetricPayload:
-    return MetricPayload(
-        harness="goose",
-        timestamp="2026-12-01T10:00:00.000Z",
-        model=model,
-        turn=TokenCounts(10, 5, 15, 0.001),
-        **kw,
-    )
 
 
 def publisher(tmp_path: Path, relays: list[str], **kw: Any) -> MetricPublisher:

@@ -18,80 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from nostr_buzz.core.metrics_report import build_report, open_metric
-from nostr_buzz.core.usage import UsageTracker
-from nostr_buzz.event import Event, sign_event
-from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip44
-from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
 from tests.support.cli import BackgroundLoop, stop_relay
+from tests.support.hostile_metrics import (
+    MARKUP,
+    MINE,
+    TS,
+    hostile_metrics,
+)
 from tests.support.keys import OWNER, STRANGER
 from tests.support.metric_scenario import publish_all
 from tests.support.relays import start_relay
-
-MINE = SecretKey.from_str("5a" * 32)
-FORMULA = "=cmd|' /C calc'!A0"
-MARKUP = "[/x]"
-BIDI = "gpt\u202eevil\u2066"
-TS = "2026-12-02T10:00:0{}.000Z"
-
-
-def valid(agent: SecretKey, n: int, model: str, counts: TokenCounts, **extra: object) -> Event:
-    payload = MetricPayload(
-        harness="goose",
-        timestamp=TS.format(n),
-        model=model,
-        turn=counts,
-        **extra,  # type: ignore[arg-type]
-    )
-    return build_metric_event(agent, OWNER.public_key, payload)
-
-
-def raw(agent: SecretKey, n: int, turn: dict[str, object]) -> Event:
-    """A metric whose payload the builder would refuse, encrypted and signed by hand."""
-    plaintext = json.dumps(
-        {
-            "harness": "goose",
-            "timestamp": TS.format(n),
-            "model": "m",
-            "turn": turn,
-            "deltaReliable": True,
-        }
-    )
-    content = nip44.encrypt(plaintext, nip44.conversation_key(agent, OWNER.public_key.hex))
-    tags = (("p", OWNER.public_key.hex), ("agent", agent.public_key.hex))
-    return sign_event(agent, kind=44200, content=content, tags=tags, created_at=1_780_000_000 + n)
-
-
-def hostile_metrics() -> list[Event]:
-    c = TokenCounts
-    return [
-        valid(MINE, 1, FORMULA, c(100, 10, 110, 0.5)),
-        valid(MINE, 2, MARKUP, c(200, 20, 220, 1.0)),
-        valid(MINE, 3, BIDI, c(300, 30, 330, 1.5)),
-        # the largest valid values: still finite totals
-        valid(MINE, 4, "big", c(2**53, 2**53, 2**53, 1e6)),
-        # a cumulative cost that jumps by 10^9 in one turn: that turn's cost is unknown
-        valid(
-            MINE, 5, "cum", c(1, 1, 2, None), session_id="s", turn_seq=1, cumulative=c(1, 1, 2, 0.0)
-        ),
-        valid(
-            MINE, 6, "cum", c(1, 1, 2, None), session_id="s", turn_seq=2, cumulative=c(2, 2, 4, 1e9)
-        ),
-        # forged but valid, from a key that is not the owner's agent
-        valid(STRANGER, 7, "stolen", c(10**9, 10**9, 2 * 10**9, 999_999.0)),
-        valid(STRANGER, 8, "-1+1", c(1, 1, 2, 0.1)),
-        # absurd numbers: invalid metrics
-        raw(
-            MINE,
-            9,
-            {"inputTokens": 2**63 - 1, "outputTokens": 1, "totalTokens": None, "costUsd": None},
-        ),
-        raw(MINE, 10, {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2, "costUsd": 1.7e308}),
-        raw(
-            STRANGER, 11, {"inputTokens": 2**63, "outputTokens": 1, "totalTokens": 2, "costUsd": 0}
-        ),
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -206,25 +142,3 @@ def test_tables_show_markup_and_bidi_as_text(relay_url: str, tmp_path: Path) -> 
         assert "\u202e" not in out and "\u2066" not in out
         assert "gpt\\u202eevil\\u2066" in out
         assert "\x1b" not in out or tty  # colour only on a terminal
-
-
-def test_a_tracker_never_builds_a_metric_it_cannot_publish() -> None:
-    tracker = UsageTracker()
-    tracker.session_started("s")
-    tracker.begin_turn("s")
-    tracker.observe_turn("s", input_tokens=2**60, output_tokens=1, total_tokens=2**60)
-    tracker.observe_cost("s", 5e6)
-    record = tracker.end_turn("s")
-    assert record is not None
-    assert record.turn.input_tokens is None and record.turn.total_tokens is None
-    assert record.turn.cost_usd is None and record.turn.output_tokens == 1
-    payload = MetricPayload(harness="goose", timestamp=TS.format(1), turn=record.turn)
-    build_metric_event(MINE, OWNER.public_key, payload)  # valid
-
-
-def test_the_report_itself_keeps_strangers_apart() -> None:
-    opened = [open_metric(OWNER, e) for e in hostile_metrics()]
-    metrics = [m for m in opened if not isinstance(m, str)]
-    report = build_report(metrics, agents=[MINE.public_key.hex.upper()])
-    assert {r.agent for r in report.turns} == {MINE.public_key.hex}
-    assert [(a.agent, a.metrics) for a in report.unknown_agents] == [(STRANGER.public_key.hex, 2)]

@@ -10,9 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import pytest
-
-from nostr_buzz.cli.app import main
 from nostr_buzz.event import sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
@@ -59,10 +56,6 @@ async def buzz_relay(*args: str) -> AsyncIterator[RelayProcess]:
         if proc.returncode is None:
             proc.kill()
             await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
-
-
-def note(text: str, created_at: int = 1_700_000_000) -> object:
-    return sign_event(ALICE, kind=1, content=text, created_at=created_at)
 
 
 async def test_relay_serves_then_stops_on_sigint() -> None:
@@ -127,16 +120,6 @@ async def test_auth_requires_nip42() -> None:
         assert "auth-required" in (anonymous_read.per_relay[relay.url].error or "")
         code, _, err = await relay.stop()
         assert code == 0, err
-
-
-def test_missing_relay_extra_exits_1_with_install_hint(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setitem(sys.modules, "nostr_sdk", None)  # makes `import nostr_sdk` fail
-    code = main(["relay"])
-    out, err = capsys.readouterr()
-    assert (code, out) == (1, "")
-    assert "pip install 'nostr-buzz[relay]'" in err
 
 
 async def test_port_in_use_exits_2_with_empty_stdout() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import nostr_buzz
-from nostr_buzz.cli.app import COMMANDS, _load, main
+from nostr_buzz.cli.app import COMMANDS
 from nostr_buzz.keys import SecretKey
 from tests.support.buzz_process import clean_env, relay_process
 
@@ -82,30 +82,6 @@ def test_import_nostr_buzz_is_lazy_and_every_export_resolves() -> None:
         _ = nostr_buzz.NoSuchThing  # type: ignore[attr-defined]
 
 
-def all_help_paths() -> list[list[str]]:
-    paths: list[list[str]] = [[]]
-    for name in COMMANDS:
-        command = _load(name)
-        paths.append([name])
-        for sub in command.list_commands(None) if hasattr(command, "list_commands") else ():
-            paths.append([name, sub])
-    return paths
-
-
-@pytest.mark.parametrize("path", all_help_paths(), ids=lambda p: " ".join(p) or "buzz")
-def test_help_has_real_placeholders_and_lists_choices(
-    path: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main([*path, "--help"]) == 0
-    out = capsys.readouterr().out
-    assert "Usage: buzz" in out
-    assert not re.search(r"<(str|bool|int|float|path|file|list\[\w+\])[^>]*>", out), out
-    assert "\x1b[" not in out
-    for line in out.splitlines():
-        if line.strip().startswith("--format"):
-            assert re.search(r"--format \[\w+(\|\w+)+\]", line), line
-
-
 def test_no_colour_on_a_pipe_or_with_no_color() -> None:
     for extra in ({}, {"NO_COLOR": "1"}, {"FORCE_COLOR": "1", "TERM": "xterm-256color"}):
         for argv in (["--help"], ["messages", "raw", "--help"], ["nope"]):
@@ -142,20 +118,6 @@ def test_install_completion_writes_a_bash_completion(tmp_path: Path) -> None:
         check=False,
     )
     assert done.stdout.split() == [b"messages"], done.stderr
-
-
-def test_errors_say_what_to_do(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    for name in ("BUZZ_RELAYS", "BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    assert main(["req", "-k", "1"]) == 1
-    err = capsys.readouterr().err
-    assert "--relay" in err and "BUZZ_RELAYS" in err
-    assert main(["messages", "rwa"]) == 1
-    err = capsys.readouterr().err
-    assert "--help" in err
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c != "demo"])

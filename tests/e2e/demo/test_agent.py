@@ -13,31 +13,13 @@ import acp
 import pytest
 from acp import schema
 
-from nostr_buzz.core.compiler import compile_steer, compile_turn
-from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
-from nostr_buzz.demo.agent import DemoAgent, DemoOptions, summarize_prompt
-from nostr_buzz.event import Event
-from nostr_buzz.keys import SecretKey
-from tests.support.events import chat
+from nostr_buzz.core.compiler import compile_steer
+from nostr_buzz.core.turn_input import Standing
+from nostr_buzz.demo.agent import DemoAgent, DemoOptions
+from tests.support.demo_turns import demo_sections, general_event
 
 AGENT = (sys.executable, "-m", "nostr_buzz.demo.agent")
 WAIT = 10.0
-
-
-def _event(content: str, created_at: int = 1_800_000_000) -> Event:
-    return chat(SecretKey.generate(), created_at, content=content, channel="general")
-
-
-def _sections(*contents: str, standing: Standing | None = None) -> tuple[list[str], list[str]]:
-    events = [_event(c, 1_800_000_000 + i) for i, c in enumerate(contents)]
-    compiled = compile_turn(
-        TurnInput(
-            events=tuple(TurnEvent(e) for e in events),
-            channel=ChannelInfo(name="general", id="general"),
-            standing=standing or Standing(),
-        )
-    )
-    return compiled.sections, [e.id for e in events]
 
 
 class _Client:
@@ -113,7 +95,7 @@ async def test_legacy_and_no_steering_flags_advertise_nothing() -> None:
 
 
 async def test_a_turn_replies_deterministically_and_reports_usage_both_ways() -> None:
-    sections, ids = _sections("first line\nsecond line", "newest message\nmore")
+    sections, ids = demo_sections("first line\nsecond line", "newest message\nmore")
     async with _agent() as (conn, client):
         _, sid = await _session(conn, systemPrompt={"append": "<base>\nbe kind\n</base>"})
         response = await conn.prompt(session_id=sid, prompt=_blocks(sections))
@@ -138,8 +120,8 @@ async def test_a_turn_replies_deterministically_and_reports_usage_both_ways() ->
 
 
 async def test_legacy_agent_ignores_meta_system_prompt_but_sees_prepended_standing() -> None:
-    legacy_sections, _ = _sections("hi", standing=Standing(base="be kind"))
-    plain, _ = _sections("hi")
+    legacy_sections, _ = demo_sections("hi", standing=Standing(base="be kind"))
+    plain, _ = demo_sections("hi")
     async with _agent("--legacy") as (conn, client):
         _, sid = await _session(conn, systemPrompt={"append": "<base>\nbe kind\n</base>"})
         await conn.prompt(session_id=sid, prompt=_blocks(plain))
@@ -150,8 +132,8 @@ async def test_legacy_agent_ignores_meta_system_prompt_but_sees_prepended_standi
 
 
 async def test_steer_mid_turn_is_injected_and_the_reply_reflects_it() -> None:
-    sections, _ = _sections("do the long thing")
-    steer = compile_steer(_event("also check the tests"), channel_id="general")
+    sections, _ = demo_sections("do the long thing")
+    steer = compile_steer(general_event("also check the tests"), channel_id="general")
     async with _agent("--delay", "20") as (conn, client):
         _, sid = await _session(conn)
         prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=_blocks(sections)))
@@ -199,8 +181,8 @@ class _SteerWhileAnswering:
 
 
 async def test_a_steer_arriving_while_the_reply_is_written_starts_a_new_turn() -> None:
-    sections, _ = _sections("answer this")
-    steer = compile_steer(_event("too late for the reply"), channel_id="general")
+    sections, _ = demo_sections("answer this")
+    steer = compile_steer(general_event("too late for the reply"), channel_id="general")
     agent = DemoAgent(DemoOptions())
     client = _SteerWhileAnswering(agent, steer.text)
     agent.on_connect(client)
@@ -221,12 +203,12 @@ async def test_a_steer_arriving_while_the_reply_is_written_starts_a_new_turn() -
 
 
 async def test_a_steer_after_the_prompt_response_is_answered_in_its_own_turn() -> None:
-    sections, _ = _sections("quick one")
+    sections, _ = demo_sections("quick one")
     async with _agent() as (conn, client):
         _, sid = await _session(conn)
         await conn.prompt(session_id=sid, prompt=_blocks(sections))
         answered = len(client.updates)
-        steer = compile_steer(_event("afterthought"), channel_id="general")
+        steer = compile_steer(general_event("afterthought"), channel_id="general")
         answer = await conn.ext_method("session/steering", {"sessionId": sid, "prompt": steer.text})
         await client.until(lambda: client.kinds()[answered:].count("usage_update") == 1)
     assert answer == {"outcome": "startedNewTurn"}
@@ -236,8 +218,8 @@ async def test_a_steer_after_the_prompt_response_is_answered_in_its_own_turn() -
 
 
 async def test_a_steer_during_the_answer_time_starts_its_own_turn_after_the_prompt() -> None:
-    sections, _ = _sections("write a long answer")
-    steer = compile_steer(_event("too late, but answer me"), channel_id="general")
+    sections, _ = demo_sections("write a long answer")
+    steer = compile_steer(general_event("too late, but answer me"), channel_id="general")
     async with _agent("--answer-time", "1") as (conn, client):
         _, sid = await _session(conn)
         prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=_blocks(sections)))
@@ -254,7 +236,7 @@ async def test_a_steer_during_the_answer_time_starts_its_own_turn_after_the_prom
 
 
 async def test_goose_steer_once_the_reply_is_written_is_refused() -> None:
-    sections, _ = _sections("goose answer")
+    sections, _ = demo_sections("goose answer")
     agent = DemoAgent(DemoOptions(goose=True))
     outcomes: list[str] = []
 
@@ -280,7 +262,7 @@ async def test_goose_steer_once_the_reply_is_written_is_refused() -> None:
 
 
 async def test_cancel_ends_the_turn_as_cancelled() -> None:
-    sections, _ = _sections("long work")
+    sections, _ = demo_sections("long work")
     async with _agent("--delay", "20") as (conn, client):
         _, sid = await _session(conn)
         prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=_blocks(sections)))
@@ -293,8 +275,8 @@ async def test_cancel_ends_the_turn_as_cancelled() -> None:
 
 
 async def test_goose_mode_run_ids_steer_system_prompt_and_cumulative_counters() -> None:
-    sections, _ = _sections("goose work")
-    steer = compile_steer(_event("goose steer"), channel_id="general")
+    sections, _ = demo_sections("goose work")
+    steer = compile_steer(general_event("goose steer"), channel_id="general")
     async with _agent("--goose", "--delay", "20") as (conn, client):
         init, sid = await _session(conn)
         assert init.agent_info is not None and init.agent_info.name == "goose"
@@ -335,20 +317,12 @@ async def test_goose_mode_run_ids_steer_system_prompt_and_cumulative_counters() 
 
 
 async def test_crash_on_exits_abruptly() -> None:
-    sections, _ = _sections("please CRASH-NOW")
+    sections, _ = demo_sections("please CRASH-NOW")
     async with _agent("--crash-on", "CRASH-NOW") as (conn, _):
         _, sid = await _session(conn)
         with pytest.raises(ConnectionError):
             async with asyncio.timeout(WAIT):
                 await conn.prompt(session_id=sid, prompt=_blocks(sections))
-
-
-def test_summarize_prompt_reads_ids_and_the_newest_instruction() -> None:
-    sections, ids = _sections("one", "two\nlines")
-    assert summarize_prompt(sections) == (ids, "two")
-    steer = compile_steer(_event("steered"), channel_id="general")
-    assert summarize_prompt([steer.text])[1] == "steered"
-    assert summarize_prompt(["no events"]) == ([], "")
 
 
 def test_entry_point_help() -> None:

@@ -136,18 +136,6 @@ async def test_legacy_agent_gets_the_standing_sections_in_its_first_turn(tmp_pat
     assert "standing context: yes" in result.reply
 
 
-def test_standing_text_composes_workspace_and_sections() -> None:
-    text = standing_text(STANDING, "/srv/a&b")
-    assert text == (
-        "<workspace>\nYour working directory is /srv/a&amp;b. Keep the files you create and the "
-        "repositories you clone there.\n</workspace>\n\n<base>\nBe brief.\n</base>\n\n"
-        "<system>\nYou are the demo agent.\n</system>"
-    )
-    assert standing_text(STANDING, "/").startswith("<base>")
-    assert standing_text(STANDING, "relative/dir").startswith("<base>")
-    assert standing_text(Standing(), None) == ""
-
-
 async def test_goose_strategy_steer_and_cumulative_counters(tmp_path: Path) -> None:
     async with _driver(tmp_path, "--goose", "--delay", "20") as driver:
         assert driver.info.is_goose

@@ -1,17 +1,14 @@
-"""NIP-42: the AUTH event, relay URL comparison, and LocalRelay in READ and WRITE modes."""
+"""NIP-42 against LocalRelay in READ and WRITE modes (the AUTH event and relay URL comparison,
+pure, are in tests/unit/nips/test_nip42.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
-import pytest
-
-from nostr_buzz.errors import RelayError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.relay import RelayClient
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip42
 from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import local_relay
 
@@ -21,56 +18,6 @@ NOW = 1_790_000_000
 
 def note(content: str = "hello", secret: SecretKey = SECRET) -> Event:
     return sign_event(secret, kind=1, content=content, created_at=NOW)
-
-
-# --- pure --------------------------------------------------------------------------------------
-
-
-def test_auth_event_shape() -> None:
-    ev = nip42.auth_event(
-        SECRET,
-        relay_url="wss://relay.example",
-        challenge="abc",
-        created_at=NOW,
-        aux_rand=b"\0" * 32,
-    )
-    assert ev.kind == 22242 and ev.content == "" and ev.created_at == NOW
-    assert ev.tags == (("relay", "wss://relay.example"), ("challenge", "abc"))
-    assert ev.pubkey == SECRET.public_key.hex
-    assert Event.from_json(ev.to_json()) == ev
-
-
-@pytest.mark.parametrize(
-    ("a", "b"),
-    [
-        ("wss://Relay.Example/", "wss://relay.example"),
-        ("WSS://relay.example:443", "wss://relay.example"),
-        ("ws://relay.example:80/", "ws://relay.example"),
-        (" ws://127.0.0.1:7777 ", "ws://127.0.0.1:7777/"),
-        ("wss://relay.example/path/", "wss://relay.example/path"),
-    ],
-)
-def test_same_relay(a: str, b: str) -> None:
-    assert nip42.same_relay(a, b)
-
-
-@pytest.mark.parametrize(
-    ("a", "b"),
-    [
-        ("ws://relay.example", "wss://relay.example"),
-        ("wss://relay.example:444", "wss://relay.example"),
-        ("ws://localhost:7777", "ws://127.0.0.1:7777"),
-        ("wss://relay.example/a", "wss://relay.example/b"),
-    ],
-)
-def test_different_relays(a: str, b: str) -> None:
-    assert not nip42.same_relay(a, b)
-
-
-@pytest.mark.parametrize("url", ["https://relay.example", "relay.example", "ws:///x", "ws://h:x"])
-def test_bad_relay_urls(url: str) -> None:
-    with pytest.raises(RelayError):
-        nip42.normalize_relay_url(url)
 
 
 # --- LocalRelay, READ mode: reading needs AUTH -------------------------------------------------
