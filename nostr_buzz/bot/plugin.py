@@ -19,7 +19,6 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
 from nostr_buzz.event import Event
@@ -205,9 +204,6 @@ class BuzzPlugin:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    async def wait_stopped(self) -> None:
-        await self._stop.wait()
-
     async def run(self) -> None:
         """Subscribe to the read relays and serve until :meth:`stop` (or ``!shutdown``)."""
         try:
@@ -334,10 +330,3 @@ class BuzzPlugin:
     @property
     def harness(self) -> str:
         return self.supervisor.harness
-
-    def running_channels(self) -> list[str]:
-        return list(self._runner.running) if self._runner is not None else []
-
-    def ledger_snapshot(self, channel: str) -> Manifest | None:
-        turn = self._runner.running.get(channel) if self._runner is not None else None
-        return turn.ledger.snapshot() if turn is not None else None
