@@ -35,13 +35,12 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND, newest_group_metadata
 from nostr_buzz.nips.nip59 import PrivateEvent
-from nostr_buzz.profile import Profile
+from nostr_buzz.profile import METADATA_KIND, Profile
 
 from .supervisor import Session
 
 __all__ = ["ContextResolver", "History", "select_dm_history", "select_thread_history"]
 
-METADATA_KIND: Final = 0
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 
@@ -134,7 +133,7 @@ def channel_info(
     """A DM's synthetic channel, a channel's kind 39000 metadata (the newest signed by a
     ``trusted`` key), or None; and the channel's kind 39000 events by anyone else (ignored)."""
     if channel is None:
-        return ChannelInfo(name=actor_label or actor, id=f"dm-{actor}", type="dm"), []
+        return ChannelInfo(name=actor_label or actor, id=nip10.direct_channel(actor), type="dm"), []
     metadata, untrusted = newest_group_metadata(found, channel, trusted)
     if metadata is None:
         return None, untrusted

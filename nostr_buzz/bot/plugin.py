@@ -24,10 +24,10 @@ from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.nips import nip10, nip59
+from nostr_buzz.nips import nip10, nip17, nip59
 
 from . import intake
-from .config import PRIVATE_MESSAGE_KIND, PluginConfig
+from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
 from .replay import Listener, listen_filters
@@ -137,7 +137,7 @@ class BuzzPlugin:
             spawn=self._spawn,
             wake=self._wake.set,
         )
-        if PRIVATE_MESSAGE_KIND in self.config.kinds:
+        if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
             self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
         self.supervisor.permission_policy = self._runner.permission
         self.supervisor.locate = self._runner.locate
@@ -310,7 +310,7 @@ class BuzzPlugin:
         if command == "shutdown":
             self.stop()
             return
-        await self._runner.cancel_for_owner(intake.queue_channel(event))
+        await self._runner.cancel_for_owner(nip10.queue_channel(event))
 
     # -- the worker ---------------------------------------------------------------------
 

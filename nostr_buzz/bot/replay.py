@@ -24,8 +24,8 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip59
+from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 
-from .config import PRIVATE_MESSAGE_KIND
 from .intake import Gate
 
 __all__ = ["Listener", "admissible_authors", "listen_filters"]

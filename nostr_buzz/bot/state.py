@@ -318,7 +318,7 @@ class BotStore:
                 "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, NULL)",
                 (
                     event.id,
-                    _channel_of(event),
+                    nip10.queue_channel(event),
                     queue.next_seq - 1,
                     _stored_json(event),
                     queued.prompt_tag,
@@ -524,10 +524,6 @@ def _reason(value: object) -> CancelReason | None:
     if value == "steer":
         return "steer"
     raise StateError(f"unknown cancel reason {str(value)[:20]!r} in the bot state")
-
-
-def _channel_of(event: Event) -> str:
-    return nip10.channel(event) or f"dm-{event.pubkey}"
 
 
 def _rename(path: Path, suffix: str) -> None:

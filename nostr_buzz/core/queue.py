@@ -233,10 +233,6 @@ def _check_channel(channel: object) -> str:
     return channel
 
 
-def _channel_of(event: Event) -> str:
-    return nip10.channel(event) or nip10.direct_channel(event.pubkey)
-
-
 def _sorted_by_created_at(entries: Iterable[_Entry]) -> list[_Entry]:
     return sorted(entries, key=lambda e: e.queued.event.created_at)  # sorted() is stable
 
@@ -294,7 +290,7 @@ class DispatchQueue:
         received_at = _check_now(now)
         if event.id in self._live or event.id in self._remembered_set:
             return PushResult(accepted=False, duplicate=True, dropped=[])
-        name = _channel_of(event)
+        name = nip10.queue_channel(event)
         ch = self._channels.setdefault(name, _Channel(name))
         entry = _Entry(
             QueuedEvent(event, prompt_tag, received_at),
@@ -622,7 +618,7 @@ class DispatchQueue:
 
         def entry(w: _WireEntry, channel: str) -> _Entry:
             ev = w.event
-            if _channel_of(ev) != channel:
+            if nip10.queue_channel(ev) != channel:
                 raise corrupt(f"event {ev.id} is filed under the wrong channel")
             if ev.id in self._live:
                 raise corrupt(f"event {ev.id} appears twice")
