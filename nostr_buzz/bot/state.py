@@ -55,13 +55,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
+from nostr_buzz.core.backoff import Rng
 from nostr_buzz.core.queue import (
     REMEMBERED_IDS,
     CancelReason,
     ChannelState,
     DispatchQueue,
     QueuedEvent,
-    Rng,
     StoredEvent,
 )
 from nostr_buzz.errors import InvalidEvent, Nip59Error, QueueError, StateError
@@ -150,8 +150,7 @@ class BotStore:
                 )
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
-            rng = (lambda: outbox_rng.uniform(0.0, 1.0)) if outbox_rng is not None else None
-            self.outbox = Outbox(self.path, rng=rng, connection=self._db)
+            self.outbox = Outbox(self.path, rng=outbox_rng, connection=self._db)
         except sqlite3.Error as exc:
             self._db.close()
             raise StateError(f"cannot open the bot state {self.path}: {exc}") from None

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.io.acp_driver import (
@@ -75,9 +76,7 @@ def secret_values(config: PluginConfig) -> list[str]:
 
 def restart_delay(failures: int) -> float:
     """Seconds to wait before the next restart after ``failures`` failed ones (0 for none)."""
-    if failures <= 0:
-        return 0.0
-    return min(_RESTART_CAP, _RESTART_BASE * 2.0 ** min(failures - 1, 16))
+    return backoff_base(failures, base=_RESTART_BASE, cap=_RESTART_CAP)
 
 
 @dataclass

@@ -32,11 +32,11 @@ import secrets
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, Protocol, TypeGuard
+from typing import Final, TypeGuard
 
 import msgspec
 
-from nostr_buzz.core.backoff import backoff_base
+from nostr_buzz.core.backoff import Rng, backoff_base
 from nostr_buzz.core.text import is_utf8_encodable
 from nostr_buzz.core.turn_input import CancelReason as CancelReason  # re-exported
 from nostr_buzz.errors import BuzzError, QueueError
@@ -51,12 +51,6 @@ REMEMBERED_IDS: Final = 10_000
 _SNAPSHOT_VERSION: Final = 1
 _BACKOFF_BASE: Final = 5.0
 _BACKOFF_CAP: Final = 300.0
-
-
-class Rng(Protocol):
-    """What the queue needs from an RNG: ``random.Random`` and ``secrets.SystemRandom`` fit."""
-
-    def uniform(self, a: float, b: float) -> float: ...
 
 
 @dataclass(frozen=True)

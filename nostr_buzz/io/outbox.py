@@ -7,8 +7,9 @@ NIP-44 ciphertext, never a plaintext payload and never a key.  :meth:`Outbox.add
 it returns, so the publisher can write an entry *before* the first send and a crash after that
 loses nothing; a new :class:`Outbox` on the same file sees every entry.
 
-The clock and the jitter source are passed in: ``now`` on each call, ``rng`` (a function
-returning a float in [0, 1)) at construction or per call.  The SQL is the only I/O.
+The clock and the jitter source are passed in: ``now`` on each call, ``rng`` (a
+:class:`~nostr_buzz.core.backoff.Rng`; one ``uniform(0, 1)`` draw per attempt) at construction
+or per call.  The SQL is the only I/O.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from nostr_buzz.core.backoff import backoff_base
+from nostr_buzz.core.backoff import Rng, backoff_base
 from nostr_buzz.errors import InvalidEvent, OutboxError
 from nostr_buzz.event import Event
 
@@ -65,9 +66,6 @@ CREATE TABLE IF NOT EXISTS outbox (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt);
 """
-
-Rng = Callable[[], float]
-
 
 def backoff_delay(attempts: int, u: float) -> float:
     """Seconds to wait after the ``attempts``-th failed attempt (``u`` uniform in [0, 1)).
@@ -136,7 +134,7 @@ class Outbox:
         outbox opens and owns one."""
         self.path = Path(path)
         # Jitter needs no cryptographic quality; the OS seeds it unless a test pins it.
-        self._rng: Rng = rng if rng is not None else random.Random().random
+        self._rng: Rng = rng if rng is not None else random.Random()
         #: Ids of rows that no longer verify as events (disk damage, manual edits): skipped.
         self.damaged: set[str] = set()
         self._owns_db = connection is None
@@ -249,7 +247,7 @@ class Outbox:
         kept as the entry's ``last_error`` (default: the relays' refusals).  None when
         ``event_id`` is not in the outbox (already removed)."""
         listed = list(verdicts.values() if isinstance(verdicts, Mapping) else verdicts)
-        u = (rng or self._rng)()
+        u = (rng or self._rng).uniform(0.0, 1.0)
         try:
             # A savepoint, not BEGIN: on a connection shared with an open transaction it
             # nests inside it (and commits with it) instead of failing.
