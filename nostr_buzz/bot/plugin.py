@@ -25,6 +25,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip10, nip17, nip59
+from nostr_buzz.nips.nip01 import Filter
 
 from . import intake
 from .config import PluginConfig
@@ -230,7 +231,7 @@ class BuzzPlugin:
         position = self._position if self._position is not None else self._first_since
         return max(0, position - int(self.config.clock_skew))
 
-    def subscription_filters(self) -> list[dict[str, Any]]:
+    def subscription_filters(self) -> list[Filter]:
         """What :meth:`run` asks the relays for (live, and when replaying)."""
         return listen_filters(self._gate, self._since(), self.config.channels)
 

@@ -42,6 +42,7 @@ from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.io.relay import QueryResult
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.relay_url import check_relay_url
 
@@ -189,7 +190,7 @@ async def _fetch_event(
         return any(e.id == ref.id for e in one.events)
 
     result = await pool.query(
-        {"ids": [ref.id]}, extra_urls=hints, timeout=timeout, enough=None if wait_all else found
+        Filter(ids=(ref.id,)), extra_urls=hints, timeout=timeout, enough=None if wait_all else found
     )
     return _pick_event(ref.id, result), result
 
@@ -273,7 +274,7 @@ def get(
     async def body() -> list[Event]:
         pool = RelayPool(relays, secret=secret, timeout=timeout)
         progress(f"asking {len(relays)} relay(s) for channel {channel}…")
-        flt = {"kinds": [CHAT_KIND], "#h": [channel], "limit": limit}
+        flt = Filter(kinds=(CHAT_KIND,), limit=limit, tags={"h": (channel,)})
         result = await pool.query(flt, timeout=timeout)
         _warn_list_problems(result)
         # Relays may pass events whose first h tag is another channel; nip10 decides.
@@ -309,14 +310,11 @@ def thread(
         root_id = nip10.thread_ref(start).root or start.id
         pool = RelayPool(relays, secret=secret, timeout=timeout)
         progress(f"asking {len(relays) + len(hints)} relay(s) for thread {root_id}…")
-        replies_filter = {
-            "kinds": [CHAT_KIND],
-            "#h": [channel],
-            "#e": [root_id],
-            "limit": MAX_QUERY_LIMIT,
-        }
+        replies_filter = Filter(
+            kinds=(CHAT_KIND,), limit=MAX_QUERY_LIMIT, tags={"h": (channel,), "e": (root_id,)}
+        )
         result = await pool.query(
-            [{"ids": [root_id]}, replies_filter], extra_urls=hints, timeout=timeout
+            [Filter(ids=(root_id,)), replies_filter], extra_urls=hints, timeout=timeout
         )
         _warn_list_problems(result)
         by_id = {e.id: e for e in result.events}
@@ -410,7 +408,7 @@ def send(
             root_relay = _first_relay_with(found, root_id)
             if root is None:
                 pool = RelayPool(read_relays, secret=secret, timeout=timeout)
-                lookup = await pool.query({"ids": [root_id]}, extra_urls=hints, timeout=timeout)
+                lookup = await pool.query(Filter(ids=(root_id,)), extra_urls=hints, timeout=timeout)
                 root = next((e for e in lookup.events if e.id == root_id), None)
                 root_relay = _first_relay_with(lookup, root_id)
             tags += nip10.reply_tags(

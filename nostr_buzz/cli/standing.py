@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from nostr_buzz.event import Event
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult
     from nostr_buzz.keys import SecretKey
+    from nostr_buzz.nips.nip01 import Filter
 
 canvas_app = sub_app(
     "canvas", "Read or update a channel's canvas (the shared document agents are pointed at)."
@@ -143,7 +144,7 @@ def _publish(
 
 
 def _query(
-    filters: list[dict[str, Any]], relays: Sequence[str], secret: SecretKey | None, timeout: float
+    filters: list[Filter], relays: Sequence[str], secret: SecretKey | None, timeout: float
 ) -> PoolQueryResult:
     from nostr_buzz.io.pool import RelayPool
 

@@ -19,6 +19,7 @@ class Rng(Protocol):
 
     def uniform(self, a: float, b: float) -> float: ...
 
+
 #: Past this exponent every sensible base is already at its cap; bounding it keeps a huge
 #: restored attempt count from building a huge number.
 _MAX_EXPONENT = 64

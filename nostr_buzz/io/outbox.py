@@ -67,6 +67,7 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt);
 """
 
+
 def backoff_delay(attempts: int, u: float) -> float:
     """Seconds to wait after the ``attempts``-th failed attempt (``u`` uniform in [0, 1)).
 
