@@ -47,13 +47,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Annotated, Final
+
+import msgspec
 
 from nostr_buzz.core.backoff import Rng
 from nostr_buzz.core.queue import (
@@ -450,11 +450,15 @@ class BotStore:
                     self._import_queue(queue)
                     _rename(queue_file, ".imported")
             if state_file.exists():
-                position, commands = _legacy_state(state_file)
-                if position is not None:
-                    self.save_position(position)
-                self._remember(commands, "command", REMEMBERED_COMMANDS)
-                _rename(state_file, ".imported")
+                try:
+                    legacy = msgspec.json.decode(state_file.read_bytes(), type=_LegacyState)
+                except (OSError, msgspec.DecodeError) as exc:
+                    self._set_aside(state_file, f"bot-state.json: {exc}")
+                else:
+                    if legacy.position is not None:
+                        self.save_position(legacy.position)
+                    self._remember(legacy.commands, "command", REMEMBERED_COMMANDS)
+                    _rename(state_file, ".imported")
             if outbox_file.exists():
                 try:
                     with Outbox(outbox_file) as old:
@@ -497,13 +501,20 @@ class BotStore:
                     ),
                 )
             self.sync_channel(queue, name)
-        snapshot = json.loads(queue.snapshot())
-        self._remember(snapshot["remembered"], "event", REMEMBERED_IDS)
+        self._remember(queue.remembered_ids(), "event", REMEMBERED_IDS)
         self._set_meta("next_seq", queue.next_seq)
 
     def _set_aside(self, path: Path, problem: str) -> None:
         self.import_problems.append(problem)
         _rename(path, ".corrupt")
+
+
+class _LegacyState(msgspec.Struct):
+    """``bot-state.json`` of an earlier nostr-buzz: the position and the obeyed owner commands
+    (other fields are ignored)."""
+
+    position: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    commands: list[str] = msgspec.field(default_factory=list)
 
 
 def _stored_json(event: Event) -> str:
@@ -528,22 +539,3 @@ def _reason(value: object) -> CancelReason | None:
 def _rename(path: Path, suffix: str) -> None:
     with contextlib.suppress(OSError):
         os.replace(path, path.with_name(path.name + suffix))
-
-
-def _legacy_state(path: Path) -> tuple[int | None, list[str]]:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None, []
-    if not isinstance(raw, dict):
-        return None, []
-    position = raw.get("position")
-    commands = raw.get("commands")
-    ids = [c for c in commands if isinstance(c, str)] if isinstance(commands, list) else []
-    valid = (
-        isinstance(position, int)
-        and not isinstance(position, bool)
-        and position >= 0
-        and math.isfinite(position)
-    )
-    return (position if valid else None), ids

@@ -526,6 +526,10 @@ class DispatchQueue:
         """Whether ``event_id`` is among the remembered delivered or dead-lettered ids."""
         return event_id in self._remembered_set
 
+    def remembered_ids(self) -> list[str]:
+        """The remembered delivered or dead-lettered ids, oldest first."""
+        return list(self._remembered)
+
     @property
     def next_seq(self) -> int:
         """The push order number the next accepted event gets."""
