@@ -23,6 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+import msgspec
+
 from nostr_buzz.core.backoff import Rng, backoff_base
 from nostr_buzz.errors import InvalidEvent, OutboxError
 from nostr_buzz.event import Event
@@ -367,8 +369,8 @@ class Outbox:
 
 
 def _relays(text: str) -> tuple[str, ...]:
+    """A stored JSON list of relay URLs; a damaged one counts as none."""
     try:
-        value = json.loads(text)
-    except ValueError:
+        return msgspec.json.decode(text, type=tuple[str, ...])
+    except msgspec.DecodeError:
         return ()
-    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
