@@ -30,7 +30,7 @@ from typing import Any
 
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
-from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.diagnostics import DiagnosticKind, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import dm_relays_of
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
@@ -228,7 +228,7 @@ class Delivery:
         }
         if not report.delivered:
             payload.update(error=report.error, attempts=report.attempts, ownCopy=own_copy)
-        kind = "reply_published" if report.delivered else "reply_failed"
+        kind: DiagnosticKind = "reply_published" if report.delivered else "reply_failed"
         self._diagnostics.emit(kind, **(ids.as_kwargs() if ids else {}), payload=payload)
 
     def _reply_report(self, event: Event, report: PublishReport) -> None:

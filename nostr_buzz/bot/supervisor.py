@@ -34,7 +34,7 @@ from nostr_buzz.io.acp_driver import (
     reject_always,
     standing_text,
 )
-from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.diagnostics import AgentDiagnosticKind, DiagnosticsFeed
 
 from .config import PluginConfig
 
@@ -131,7 +131,7 @@ class AgentSupervisor:
         self._closed = False
 
     def _on_driver_diagnostic(
-        self, kind: str, session_id: str | None, payload: dict[str, Any]
+        self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
     ) -> None:
         ids = self.locate(session_id) if session_id is not None else None
         payload = {**payload, "adapterSessionId": session_id}

@@ -78,6 +78,7 @@ from nostr_buzz.core.escape import escape_text
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.errors import AgentError
+from nostr_buzz.io.diagnostics import AgentDiagnosticKind
 from nostr_buzz.io.run_as import launcher_argv
 from nostr_buzz.nips.nip_am import StopReason
 
@@ -99,7 +100,7 @@ SteerOutcome = Literal["injected", "started_new_turn", "failed", "released"]
 Outcome = Literal["success", "cancelled", "failed"]
 TerminalEvidence = Literal["prompt_response", "cancel_response", "agent_exit", "timeout", "error"]
 #: ``on_diagnostic(kind, session_id, payload)``: driver-level observer records (no prompt text).
-DiagnosticCallback = Callable[[str, str | None, dict[str, Any]], None]
+DiagnosticCallback = Callable[[AgentDiagnosticKind, str | None, dict[str, Any]], None]
 
 METHOD_NOT_FOUND: Final = -32601
 GOOSE_SYSTEM_PROMPT: Final = "_goose/unstable/session/system-prompt/set"
@@ -1220,7 +1221,9 @@ class AgentDriver:
         )
         return {"outcome": answer}
 
-    def _diagnostic(self, kind: str, session_id: str | None, payload: dict[str, Any]) -> None:
+    def _diagnostic(
+        self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
+    ) -> None:
         if self._on_diagnostic is not None:
             self._on_diagnostic(kind, session_id, payload)
 
