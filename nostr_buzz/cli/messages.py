@@ -19,19 +19,22 @@ import typer
 from nostr_buzz.cli.common import (
     DEFAULT_TIMEOUT,
     UNREACHABLE_HINT,
+    ChannelOption,
     ConfigOption,
     EventRef,
     JsonOption,
     KeyOption,
     RelayOption,
     TimeoutOption,
+    check_channel,
     one_line,
     parse_event_ref,
     parse_public_key,
     progress,
-    read_stdin_text,
+    refusal_lines,
     run,
     sources,
+    text_argument,
     unreachable_relays,
 )
 from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
@@ -64,12 +67,6 @@ messages_app = sub_app(
     cls=_MessagesGroup,
 )
 
-ChannelOption = Annotated[
-    str,
-    typer.Option(
-        "--channel", metavar="CHANNEL", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -."
-    ),
-]
 Format = Literal["json", "table"]
 FormatOption = Annotated[
     str,
@@ -83,22 +80,6 @@ FormatOption = Annotated[
 
 
 # --- shared steps --------------------------------------------------------------------------
-
-
-def _check_channel(channel: str) -> str:
-    if not nip10.is_valid_channel_id(channel):
-        raise CliFailure(
-            ExitCode.BAD_INPUT,
-            "--channel: not a valid channel id (1-128 characters from A-Z a-z 0-9 _ -)",
-        )
-    if channel.startswith(nip10.DIRECT_CHANNEL_PREFIX):
-        # Never read from an h tag (docs/events.md): such a message would belong to no channel.
-        raise CliFailure(
-            ExitCode.BAD_INPUT,
-            f"--channel: ids starting with {nip10.DIRECT_CHANNEL_PREFIX!r} are reserved for "
-            "direct channels",
-        )
-    return channel
 
 
 def _check_format(value: str) -> Format:
@@ -220,9 +201,6 @@ def _render(events: Sequence[Event], fmt: Format) -> str:
     return "".join(lines)
 
 
-_one_line = one_line  # the name nostr_buzz.cli.private imports
-
-
 # --- commands ------------------------------------------------------------------------------
 
 
@@ -267,7 +245,7 @@ def get(
     config: ConfigOption = None,
 ) -> None:
     """Recent chat messages of a channel (kind 9, h = CHANNEL), oldest first."""
-    channel = _check_channel(channel)
+    channel = check_channel(channel)
     fmt = _check_format(output_format)
     relays, _, secret = _read_setup(sources(config), relay, key)
 
@@ -300,7 +278,7 @@ def thread(
     config: ConfigOption = None,
 ) -> None:
     """The thread EVENT belongs to, in CHANNEL: its root, then the replies, oldest first."""
-    channel = _check_channel(channel)
+    channel = check_channel(channel)
     fmt = _check_format(output_format)
     ref = parse_event_ref(event)
     relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
@@ -334,15 +312,6 @@ def _first_relay_with(result: PoolQueryResult, event_id: str) -> str:
         if any(e.id == event_id for e in per.events):
             return url
     return ""
-
-
-def _verdict_lines(published: PublishResult) -> list[str]:
-    # A relay's message is its own text: flattened so it cannot drive the terminal.
-    return [
-        f"{one_line(url, 200)}: {one_line(v.message or v.prefix or 'refused', 200)}"
-        for url, v in published.verdicts.items()
-        if not v.ok
-    ]
 
 
 @messages_app.command("send")
@@ -380,12 +349,9 @@ def send(
     json_output: JsonOption = False,
 ) -> None:
     """Publish a kind 9 chat message to CHANNEL, threaded with NIP-10 marked e tags."""
-    channel = _check_channel(channel)
+    channel = check_channel(channel)
     mentioned = [parse_public_key(k, option="--mention") for k in mention or ()]
-    if text == "-":
-        text = read_stdin_text()
-    if not text.strip():
-        raise CliFailure(ExitCode.BAD_INPUT, "the message text is empty")
+    text = text_argument(text, what="message text")
     ref = parse_event_ref(reply_to, option="--reply-to") if reply_to is not None else None
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
@@ -432,9 +398,9 @@ def send(
     if not published.ok:
         raise CliFailure(
             ExitCode.NETWORK,
-            f"no relay accepted {message.id}:\n  " + "\n  ".join(_verdict_lines(published)),
+            f"no relay accepted {message.id}:\n  " + "\n  ".join(refusal_lines(published)),
         )
-    for line in _verdict_lines(published):
+    for line in refusal_lines(published):
         note(f"buzz: warning: not stored on {line}")
     if json_output:
         failed = {url: v.message for url, v in published.verdicts.items() if not v.ok}
