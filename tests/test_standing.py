@@ -149,7 +149,7 @@ def test_compiler_layers_for_fetched_sections() -> None:
     revision = docs.build_canvas_event(OWNER, "eng", "# Plan", created_at=T0)
     body = docs.canvas_body(revision, "eng")
     standing = Standing(
-        system="persona", core_memory="remember", huddle_instructions="short", channel_canvas=body
+        persona="persona", core_memory="remember", huddle_instructions="short", channel_canvas=body
     )
     compiled = compile_turn(_turn(standing, legacy=True))
     section = f"<channel-canvas>\n{body}\n</channel-canvas>"

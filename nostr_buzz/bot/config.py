@@ -128,7 +128,7 @@ class PluginConfig:
 
         standing = Standing(
             base=read_text("base", file.context.base),
-            system=read_text("persona", file.context.persona),
+            persona=read_text("persona", file.context.persona),
             team_instructions=read_text("team_instructions", file.context.team_instructions),
         )
         state = Path(state_dir or file.state_dir).expanduser()

@@ -75,7 +75,7 @@ CORE_MEMORY: Final = "Alex owns the deploys; Sam knows the database migrations."
 AGENT_RECORD: Final = "agent-record.jsonl"
 STANDING: Final = Standing(
     base="You are buzz, an agent on a Nostr team chat. Reply in the thread you were asked in.",
-    system="Be brief and concrete.",
+    persona="Be brief and concrete.",
 )
 
 Write = Callable[[str], None]
