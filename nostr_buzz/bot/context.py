@@ -38,7 +38,7 @@ from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND, newest_group_metadata
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.profile import METADATA_KIND, Profile
 
-from .supervisor import Session
+from .supervisor import ChannelSession
 
 __all__ = ["ContextResolver", "History", "select_dm_history", "select_thread_history"]
 
@@ -218,7 +218,7 @@ class ContextResolver:
         kept: list[Event] = list(messages)
         return History("dm", kept, len(kept) + (1 if truncated else 0), truncated)
 
-    async def resolve(self, batch: Batch, session: Session) -> tuple[TurnInput, list[str]]:
+    async def resolve(self, batch: Batch, session: ChannelSession) -> tuple[TurnInput, list[str]]:
         """The compiler's input for ``batch``, and the ids of the history messages fetched
         (committed as delivered after a successful turn)."""
         events = [q.event for q in batch.events]

@@ -41,7 +41,7 @@ from .config import PluginConfig
 __all__ = [
     "AGENT_LOG",
     "AgentSupervisor",
-    "Session",
+    "ChannelSession",
     "harness_name",
     "restart_delay",
     "secret_values",
@@ -80,11 +80,15 @@ def restart_delay(failures: int) -> float:
 
 
 @dataclass
-class Session:
-    """One live ACP session (one per channel) and what it has been given."""
+class ChannelSession:
+    """One live ACP session (one per queue channel) and what it has been given.
+
+    Two session ids: ``start.session_id`` is the agent's own (ACP, the metric's
+    ``adapterSessionId``); ``metric_session_id`` is the metric's ``sessionId``.
+    """
 
     start: SessionStart
-    harness_id: str  # the metric's sessionId: made here, so a restart starts a new one
+    metric_session_id: str  # made here, so a restart starts a new one
     standing: Standing = field(default_factory=Standing)  # frozen when the session opened
     delivered: set[str] = field(default_factory=set)
     turns: int = 0
@@ -120,7 +124,7 @@ class AgentSupervisor:
             # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
             clock=lambda: datetime.fromtimestamp(clock(), UTC),
         )
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, ChannelSession] = {}  # by queue channel
         self.permission_policy: PermissionPolicy = reject_always
         #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
         #: for the driver's diagnostics (set by the plugin).
@@ -172,12 +176,14 @@ class AgentSupervisor:
                 )
                 self._diagnostics.emit("agent_restarted", payload={"pid": info.pid})
 
-    async def session_for(self, channel: str, channel_id: str | None = None) -> Session:
+    async def session_for(
+        self, queue_channel: str, channel_id: str | None = None
+    ) -> ChannelSession:
         """The queue channel's live session, opened when it has none, with the standing context
-        frozen for it (``channel_id`` None: a private conversation)."""
+        of channel ``channel_id`` frozen for it (None: a private conversation)."""
         if not self.driver.alive:
             await self.ensure_agent()
-        session = self.sessions.get(channel)
+        session = self.sessions.get(queue_channel)
         if session is not None and not self.driver.usable(session.start.session_id):
             # It did not survive a cancel (or a failed turn): never prompted again.
             self._diagnostics.emit(
@@ -191,15 +197,17 @@ class AgentSupervisor:
             text = standing_text(standing, self.config.agent_cwd)
             cwd = self.config.agent_cwd or str(Path.cwd())
             start = await self.driver.new_session(cwd, text)
-            session = Session(start=start, harness_id=uuid.uuid4().hex, standing=standing)
-            self.sessions[channel] = session
+            session = ChannelSession(
+                start=start, metric_session_id=uuid.uuid4().hex, standing=standing
+            )
+            self.sessions[queue_channel] = session
         return session
 
-    def forget(self, channel: str, session: Session) -> None:
+    def forget(self, queue_channel: str, session: ChannelSession) -> None:
         """Never prompt ``session`` again (it was cancelled: some agents cannot take another
         prompt after a cancel); the channel's next turn opens a new one."""
-        if self.sessions.get(channel) is session:
-            del self.sessions[channel]
+        if self.sessions.get(queue_channel) is session:
+            del self.sessions[queue_channel]
 
     def needs_restart(self, result: TurnResult | None) -> bool:
         """Account a turn's end; True when the agent must be restarted (it is gone)."""
