@@ -32,7 +32,7 @@ import secrets
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, TypeGuard
+from typing import Final, TypeGuard, get_args
 
 import msgspec
 
@@ -43,7 +43,7 @@ from nostr_buzz.errors import BuzzError, QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
 
-_REASONS: Final = ("interrupt", "steer")
+_REASONS: Final = get_args(CancelReason)
 _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
 
 #: How many delivered or dead-lettered ids are remembered for duplicate detection.
@@ -422,7 +422,7 @@ class DispatchQueue:
         ch.backoff_until = now + delay
         return None
 
-    def requeue_cancelled(self, batch: Batch, reason: str) -> None:
+    def requeue_cancelled(self, batch: Batch, reason: CancelReason) -> None:
         """Store a cancelled (interrupted or failed-to-steer) batch for the channel's next one."""
         if reason not in _REASONS:
             raise QueueError(f"cancel reason must be 'interrupt' or 'steer', got {reason!r}")
