@@ -29,7 +29,7 @@ from nostr_buzz.errors import (
     describe_input,
     looks_secret,
 )
-from nostr_buzz.io.filemodes import check_key_file
+from nostr_buzz.io.filemodes import check_key_file, check_secret_mode
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip10 import is_valid_channel_id
 from nostr_buzz.nips.relay_url import check_relay_url
@@ -281,7 +281,9 @@ def load_config_file(path: str | Path) -> BuzzConfig:
     """Read and strictly validate one ``buzz.toml``; every problem is a :class:`ConfigError`."""
     where = str(path)
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            data = file.read()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {where}: {exc.strerror or exc}") from None
     try:
@@ -298,6 +300,9 @@ def load_config_file(path: str | Path) -> BuzzConfig:
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     _validate(config, where)
+    if config.secret_key is not None:
+        # An inline key is as secret as a key_file: same rule, checked on the file just read.
+        check_secret_mode(mode, path, subject=f"{where}: holds secret_key inline and")
     return config
 
 

@@ -205,6 +205,7 @@ def test_clock_skew_from_the_file_the_environment_and_the_flag(tmp_path: Path) -
         "[subscriptions]\nclock_skew = 60\n",
         encoding="utf-8",
     )
+    config.chmod(0o600)  # it holds secret_key inline
 
     def skew(environ: dict[str, str], flag: float | None = None) -> float:
         flags = {"subscriptions.clock_skew": flag} if flag is not None else None

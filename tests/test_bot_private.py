@@ -376,6 +376,7 @@ def test_buzz_toml_names_the_kinds_and_the_plaintext_opt_in(tmp_path: Path) -> N
         'relays = ["ws://127.0.0.1:1"]\n[agent]\ncommand = "agent"\n'
     )
     (tmp_path / "buzz.toml").write_text(base, encoding="utf-8")
+    (tmp_path / "buzz.toml").chmod(0o600)  # it holds secret_key inline
     default = PluginConfig.from_sources(ConfigSources(config_path=tmp_path / "buzz.toml"))
     assert default.kinds == (9, 14) and default.plaintext_dm is False
     (tmp_path / "buzz.toml").write_text(

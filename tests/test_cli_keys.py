@@ -66,6 +66,7 @@ def test_show_from_flag_env_and_file_never_prints_the_secret(
     results = [buzz(capsys, "keys", "show")]
     monkeypatch.setenv("BUZZ_PRIVATE_KEY", SECRET_HEX.upper())
     (tmp_path / "buzz.toml").write_text(f'secret_key = "{other.hex}"\n', encoding="utf-8")
+    (tmp_path / "buzz.toml").chmod(0o600)  # it holds secret_key inline
     results.append(buzz(capsys, "keys", "show"))  # env beats file
     monkeypatch.setenv("BUZZ_PRIVATE_KEY", other.hex)
     results.append(buzz(capsys, "keys", "show", "--key", NSEC))  # flag beats env

@@ -388,6 +388,7 @@ def test_buzz_toml_is_used_and_the_environment_wins_over_it(
     (tmp_path / "buzz.toml").write_text(
         f'secret_key = "{OWNER.hex}"\nrelays = ["{relays[0]}"]\n', encoding="utf-8"
     )
+    (tmp_path / "buzz.toml").chmod(0o600)  # it holds secret_key inline
     code, out, err = buzz(capsys, "--format", "json")
     assert code == 0, err
     assert len(json.loads(out)["turns"]) == 6

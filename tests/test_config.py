@@ -65,6 +65,7 @@ team_instructions = "context/team.md"
 
 def write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
+    path.chmod(0o600)  # a file holding secret_key inline must be private
     return path
 
 
@@ -208,6 +209,34 @@ def test_key_file_problems_do_not_leak(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         ConfigSources(environ={}, cwd=tmp_path).secret_key()
     assert broken not in str(info.value) and "bad.key" in str(info.value)
+
+
+def test_an_inline_secret_key_in_a_file_others_can_read_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write(tmp_path / "buzz.toml", f'secret_key = "{NSEC}"\nowner = "{NPUB}"\n')
+    for mode in (0o644, 0o640, 0o604, 0o620):
+        config.chmod(mode)
+        with pytest.raises(ConfigError) as info:
+            load_config_file(config)
+        message = str(info.value)
+        assert f"mode {mode:04o}" in message and f"chmod 600 {config}" in message
+        assert "secret_key" in message and NSEC not in message and SECRET_HEX not in message
+        with pytest.raises(ConfigError):
+            ConfigSources(environ={}, cwd=tmp_path).owner()  # any use of the file refuses it
+    # The CLI maps it to the configuration exit code and never echoes the key.
+    for name in ("BUZZ_PRIVATE_KEY", "BUZZ_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    code = main(["keys", "show"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "") and "mode 0620" in err and NSEC not in err
+    config.chmod(0o600)
+    assert load_config_file(config).secret_key == NSEC
+    assert main(["keys", "show"]) == 0 and PUB_HEX in capsys.readouterr().out
+    # Without an inline key the same file may be world-readable (owner and relays are public).
+    write(config, f'owner = "{NPUB}"\n').chmod(0o644)
+    assert ConfigSources(environ={}, cwd=tmp_path).require_owner().hex == PUB_HEX
 
 
 def test_owner_sources(tmp_path: Path) -> None:

@@ -800,6 +800,7 @@ def write_toml(path: Path, relays: list[str], key: str | None = None) -> None:
     if key is not None:
         lines.append(f'secret_key = "{key}"')
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.chmod(0o600)  # it may hold secret_key inline
 
 
 def test_relay_sources_first_wins_never_merged(

@@ -3,7 +3,8 @@
 An agent (or anyone else on the machine) running as another OS user must not read what the
 bot keeps: the state directory is created ``0700`` and its files ``0600`` whatever the umask,
 and widened modes of existing ones are narrowed again.  A key file that group or others may
-read or write is refused with the command that fixes it, as ssh refuses a private key file.
+read or write is refused with the command that fixes it, as ssh refuses a private key file;
+so is a config file that holds ``secret_key`` inline.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "check_key_file",
+    "check_secret_mode",
     "make_private",
     "open_private",
     "private_dir",
@@ -55,14 +57,23 @@ def open_private(path: str | Path, *, append: bool = True) -> IO[bytes]:
     return open(target, "ab" if append else "wb")  # the caller closes it
 
 
+def check_secret_mode(mode: int, path: str | Path, *, subject: str) -> None:
+    """Refuse a file holding a secret that group or others may read or write (mode & 0o077).
+
+    ``subject`` names what is exposed and ends the sentence's subject, e.g. ``"x: key_file y"``.
+    """
+    mode = stat.S_IMODE(mode)
+    if mode & 0o077:
+        raise ConfigError(
+            f"{subject} is accessible by other users (mode {mode:04o}): "
+            f"refusing to use it; run: chmod 600 {path}"
+        )
+
+
 def check_key_file(path: str | Path, *, where: str) -> None:
     """Refuse a key file that group or others may read or write (mode & 0o077)."""
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
         return  # reading it reports the problem
-    if mode & 0o077:
-        raise ConfigError(
-            f"{where}: key_file {path} is accessible by other users (mode {mode:04o}): "
-            f"refusing to use it; run: chmod 600 {path}"
-        )
+    check_secret_mode(mode, path, subject=f"{where}: key_file {path}")
