@@ -243,11 +243,7 @@ class Delivery:
             self._ids.pop(event.id, None)
             self._diagnostics.emit("reply_published", **kwargs, payload=payload)
             return
-        refusals = {
-            url: v.message or v.prefix or "refused"
-            for url, v in report.verdicts.items()
-            if not v.ok
-        }
+        refusals = {url: v.reason for url, v in report.verdicts.items() if not v.ok}
         payload.update(error=report.error, refusals=refusals, attempts=report.attempts)
         self._diagnostics.emit("reply_failed", **kwargs, payload=payload)
         sizes = [size for r in refusals.values() if (size := too_large(r)) is not None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
@@ -10,13 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 import typer
 
 from nostr_buzz import errors
-from nostr_buzz.cli.output import CliFailure, ExitCode
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.errors import Nip19Error, looks_secret
 from nostr_buzz.nips import nip19
 from nostr_buzz.nips.nip19 import EventRef as EventRef  # re-exported
 
 if TYPE_CHECKING:
+    from nostr_buzz.event import Event
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult
 
 T = TypeVar("T")
@@ -200,10 +202,36 @@ def refusal_lines(published: PublishResult) -> list[str]:
     """``url: reason`` for every relay that refused a publish.  A relay's text is a stranger's:
     flattened, so that it cannot drive the terminal."""
     return [
-        f"{one_line(url, 200)}: {one_line(v.message or v.prefix or 'refused', 200)}"
+        f"{one_line(url, 200)}: {one_line(v.reason, 200)}"
         for url, v in published.verdicts.items()
         if not v.ok
     ]
+
+
+def report_publish(
+    event: Event, published: PublishResult, json_output: bool, *, with_event: bool = False
+) -> None:
+    """What a command that published one event prints.  No relay stored it: a network failure
+    naming each refusal.  Else a warning per refusal on stderr, then the event id, or with
+    ``json_output`` one line ``{id, accepted, failed}`` (and the signed ``event`` itself when
+    ``with_event``, spliced in as its canonical bytes)."""
+    lines = refusal_lines(published)
+    if not published.ok:
+        raise CliFailure(
+            ExitCode.NETWORK, f"no relay accepted {event.id}:\n  " + "\n  ".join(lines)
+        )
+    for line in lines:
+        note(f"buzz: warning: not stored on {line}")
+    if not json_output:
+        write_stdout(event.id + "\n")
+        return
+    failed = {url: v.reason for url, v in published.verdicts.items() if not v.ok}
+    doc = json.dumps(
+        {"id": event.id, "accepted": published.accepted, "failed": failed}, ensure_ascii=False
+    )
+    if with_event:
+        doc = doc[:-1] + f',"event":{event.to_json()}}}'
+    write_stdout(doc + "\n")
 
 
 def verdict_text(accepted: bool, duplicate: bool, message: str, prefix: str | None) -> str:

@@ -8,7 +8,6 @@ failure.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from nostr_buzz.cli.common import (
     parse_event_ref,
     parse_public_key,
     progress,
-    refusal_lines,
+    report_publish,
     run,
     sources,
     text_argument,
@@ -395,20 +394,4 @@ def send(
         return message, await pool.publish(message, min_ok=1)
 
     message, published = run(body())
-    if not published.ok:
-        raise CliFailure(
-            ExitCode.NETWORK,
-            f"no relay accepted {message.id}:\n  " + "\n  ".join(refusal_lines(published)),
-        )
-    for line in refusal_lines(published):
-        note(f"buzz: warning: not stored on {line}")
-    if json_output:
-        failed = {url: v.message for url, v in published.verdicts.items() if not v.ok}
-        payload = json.dumps(
-            {"id": message.id, "accepted": published.accepted, "failed": failed},
-            ensure_ascii=False,
-        )
-        # The event itself is spliced in as its canonical bytes.
-        write_stdout(payload[:-1] + f',"event":{message.to_json()}}}\n')
-    else:
-        write_stdout(message.id + "\n")
+    report_publish(message, published, json_output, with_event=True)

@@ -27,7 +27,7 @@ from nostr_buzz.cli.common import (
     TimeoutOption,
     check_channel,
     progress,
-    refusal_lines,
+    report_publish,
     run,
     sources,
     text_argument,
@@ -87,26 +87,6 @@ def _not_found(result: PoolQueryResult, what: str) -> CliFailure:
     for line in problems:
         note(f"buzz: warning: relay {line}")
     return CliFailure(ExitCode.NOT_FOUND, f"{what} not found")
-
-
-def _publish_report(event: Event, published: PublishResult, json_output: bool) -> None:
-    lines = refusal_lines(published)
-    if not published.ok:
-        raise CliFailure(
-            ExitCode.NETWORK, f"no relay accepted {event.id}:\n  " + "\n  ".join(lines)
-        )
-    for line in lines:
-        note(f"buzz: warning: not stored on {line}")
-    if json_output:
-        failed = {
-            url: v.message or v.prefix or "refused"
-            for url, v in published.verdicts.items()
-            if not v.ok
-        }
-        payload = {"id": event.id, "accepted": published.accepted, "failed": failed}
-        write_stdout(json.dumps(payload, ensure_ascii=False) + "\n")
-    else:
-        write_stdout(event.id + "\n")
 
 
 def _publish(
@@ -219,7 +199,7 @@ def canvas_set(
     relays = cfg.require_relays(relay or (), direction="write")
     # The clock is read here, at the edge.
     event = standing.build_canvas_event(secret, channel, content, created_at=int(time.time()))
-    _publish_report(event, _publish(event, relays, secret, timeout), json_output)
+    report_publish(event, _publish(event, relays, secret, timeout), json_output)
 
 
 # --- buzz mem -------------------------------------------------------------------------------
@@ -274,4 +254,4 @@ def mem_set(
     secret = cfg.require_secret_key(key)
     relays = cfg.require_relays(relay or (), direction="write")
     event = standing.build_core_memory_event(secret, content, created_at=int(time.time()))
-    _publish_report(event, _publish(event, relays, secret, timeout), json_output)
+    report_publish(event, _publish(event, relays, secret, timeout), json_output)

@@ -105,7 +105,7 @@ class OutboxEntry:
 
 def _summarise(verdicts: Iterable[Verdict]) -> str | None:
     """The refusals of one attempt, one ``relay: reason`` per failing relay."""
-    parts = [f"{v.relay}: {v.message or v.prefix or 'refused'}" for v in verdicts if not v.ok]
+    parts = [f"{v.relay}: {v.reason}" for v in verdicts if not v.ok]
     if not parts:
         return None
     return _clip("; ".join(parts))

@@ -86,9 +86,7 @@ class PublishReport:
 
 
 def _refusals(verdicts: dict[str, Verdict]) -> str | None:
-    failed = [
-        f"{url}: {v.message or v.prefix or 'refused'}" for url, v in verdicts.items() if not v.ok
-    ]
+    failed = [f"{url}: {v.reason}" for url, v in verdicts.items() if not v.ok]
     return "; ".join(failed) or None
 
 
