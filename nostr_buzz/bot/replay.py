@@ -53,13 +53,8 @@ def listen_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[Fi
     the gate judges the sender once the wrap is opened)."""
     filters: list[Filter] = []
     if PRIVATE_MESSAGE_KIND in gate.kinds:
-        filters.append(
-            Filter(
-                kinds=(nip59.GIFT_WRAP_KIND,),
-                since=max(0, since - nip59.MAX_BACKDATE),
-                tags={"p": (gate.agent,)},
-            )
-        )
+        wraps = Filter(kinds=(nip59.GIFT_WRAP_KIND,), tags={"p": (gate.agent,)})
+        filters.append(wraps.with_since(since))  # two days back: see Filter.with_since
     public = tuple(sorted(gate.kinds - {PRIVATE_MESSAGE_KIND}))
     if not public:
         return filters

@@ -25,8 +25,6 @@ from .pool import PoolQueryResult, PublishResult, RelayPool
 
 #: Relays serve at most this many events per query (LocalRelay measured at 500).
 MAX_QUERY_LIMIT: Final = 500
-#: Wraps are dated up to two days back: a search for messages sent since T starts here before T.
-LOOKBACK: Final = nip59.MAX_BACKDATE
 
 
 async def dm_relays_of(
@@ -152,7 +150,9 @@ async def read_inbox(
     me = secret.public_key.hex
     own = await dm_relays_of([me], relays, secret=secret, timeout=timeout)
     urls = list(dict.fromkeys([*relays, *own.get(me, ())]))
-    flt = _wraps_to(me, limit, since=None if since is None else max(0, since - LOOKBACK))
+    flt = _wraps_to(me, limit)
+    if since is not None:
+        flt = flt.with_since(since)  # wraps dated up to two days before they were sent
     result = await RelayPool(urls, secret=secret, timeout=timeout).query(flt, timeout=timeout)
     inbox = open_all(secret, result.events)
     if since is not None:
@@ -161,9 +161,9 @@ async def read_inbox(
     return inbox
 
 
-def _wraps_to(me: str, limit: int, *, since: int | None = None) -> Filter:
+def _wraps_to(me: str, limit: int) -> Filter:
     """The gift wraps addressed to ``me``."""
-    return Filter(kinds=(nip59.GIFT_WRAP_KIND,), since=since, limit=limit, tags={"p": (me,)})
+    return Filter(kinds=(nip59.GIFT_WRAP_KIND,), limit=limit, tags={"p": (me,)})
 
 
 def in_conversation(opened: Opened, me: str, peer: str) -> bool:
