@@ -24,7 +24,7 @@ from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.keys import SecretKey
 
 WAIT = 15.0
-STANDING = Standing(base="Be brief.", system="You are the demo agent.")
+STANDING = Standing(base="Be brief.", persona="You are the demo agent.")
 T0 = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)
 
 

@@ -253,7 +253,7 @@ def expected_standing(cwd: str | None) -> str:
     return "\n\n".join(parts)
 
 
-STANDING = Standing(base="B & b", system="S", team_instructions="T")
+STANDING = Standing(base="B & b", persona="S", team_instructions="T")
 
 
 async def _new_session(agent: Scripted, cwd: str) -> tuple[str, Any]:

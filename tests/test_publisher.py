@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 from hostile_relay import hostile_relay
 from relays import free_port, local_relay, start_relay
@@ -22,6 +23,9 @@ from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, open_metric_event
 
 AGENT = SecretKey.from_str("a7" * 32)
 OWNER = SecretKey.from_str("0e" * 32)
+
+#: A jitter source that always draws the middle of its range (no jitter).
+MIDPOINT = SimpleNamespace(uniform=lambda a, b: (a + b) / 2)
 
 
 def payload(seq: int = 1) -> MetricPayload:
@@ -59,7 +63,7 @@ def publisher(
         path,
         relays,
         timeout=2.0,
-        rng=lambda: 0.5,
+        rng=MIDPOINT,
         on_report=sink,
         **kw,  # type: ignore[arg-type]
     )
@@ -316,7 +320,7 @@ async def test_store_commits_before_any_send_so_a_crash_cannot_lose_the_metric(
     event = build_metric_event(AGENT, OWNER.public_key, payload())
     assert publisher(path, [dead_url()]).store(event) is None
     # No send was attempted: a fresh process opening the same file finds the signed event.
-    reopened = Outbox(path, rng=lambda: 0.5)
+    reopened = Outbox(path, rng=MIDPOINT)
     assert [entry.event.id for entry in reopened.entries()] == [event.id]
     report = await publisher(path, [dead_url()]).send_stored(event, None)
     assert report.stored and not report.delivered
