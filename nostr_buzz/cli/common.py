@@ -198,6 +198,47 @@ def unreachable_relays(result: PoolQueryResult) -> list[str]:
     ]
 
 
+def relay_rejections(result: PoolQueryResult) -> dict[str, str]:
+    """Each misbehaving relay of a query with the checks its events failed."""
+    out: dict[str, str] = {}
+    for url, per in result.per_relay.items():
+        if per.rejected_count:
+            reasons = list(dict.fromkeys(per.rejected))
+            out[one_line(url, 200)] = (
+                f"{per.rejected_count} event(s) failed verification ({', '.join(reasons)})"
+            )
+    return out
+
+
+def warn_list_problems(result: PoolQueryResult) -> None:
+    """For list queries: a relay's forged events are dropped and named; dead relays named; no
+    relay answering at all is a network failure."""
+    for url, what in relay_rejections(result).items():
+        note(f"buzz: warning: relay {url}: {what}; those were dropped")
+    if not result.any_finished:
+        raise CliFailure(
+            ExitCode.NETWORK,
+            "no relay answered:\n  "
+            + "\n  ".join(unreachable_relays(result))
+            + f"\n{UNREACHABLE_HINT}",
+        )
+    for line in unreachable_relays(result):
+        note(f"buzz: warning: relay {line}")
+
+
+F = TypeVar("F", bound=str)
+
+
+def check_format(value: str, allowed: tuple[F, ...]) -> F:
+    """``--format`` VALUE, case-insensitive, as one of ``allowed``."""
+    lowered = value.lower()
+    for name in allowed:
+        if name == lowered:
+            return name
+    names = ", ".join(allowed[:-1]) + " or " + allowed[-1]
+    raise CliFailure(ExitCode.BAD_INPUT, f"--format: expected {names}")
+
+
 def refusal_lines(published: PublishResult) -> list[str]:
     """``url: reason`` for every relay that refused a publish.  A relay's text is a stranger's:
     flattened, so that it cannot drive the terminal."""

@@ -26,15 +26,18 @@ from nostr_buzz.cli.common import (
     RelayOption,
     TimeoutOption,
     check_channel,
+    check_format,
     one_line,
     parse_event_ref,
     parse_public_key,
     progress,
+    relay_rejections,
     report_publish,
     run,
     sources,
     text_argument,
     unreachable_relays,
+    warn_list_problems,
 )
 from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
@@ -67,6 +70,7 @@ messages_app = sub_app(
 )
 
 Format = Literal["json", "table"]
+FORMATS: tuple[Format, ...] = ("json", "table")
 FormatOption = Annotated[
     str,
     typer.Option(
@@ -79,15 +83,6 @@ FormatOption = Annotated[
 
 
 # --- shared steps --------------------------------------------------------------------------
-
-
-def _check_format(value: str) -> Format:
-    lowered = value.lower()
-    if lowered == "json":
-        return "json"
-    if lowered == "table":
-        return "table"
-    raise CliFailure(ExitCode.BAD_INPUT, "--format: expected json or table")
 
 
 def _usable_hints(hints: Iterable[str]) -> list[str]:
@@ -112,22 +107,10 @@ def _read_setup(
     return relays, usable, cfg.secret_key(key)
 
 
-def _rejections(result: PoolQueryResult) -> dict[str, str]:
-    """Each misbehaving relay with the checks its events failed."""
-    out: dict[str, str] = {}
-    for url, per in result.per_relay.items():
-        if per.rejected_count:
-            reasons = list(dict.fromkeys(per.rejected))
-            out[one_line(url, 200)] = (
-                f"{per.rejected_count} event(s) failed verification ({', '.join(reasons)})"
-            )
-    return out
-
-
 def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
     """docs/cli.md's precedence for a fetch by id: found (0), verification (4), not found (3), 2."""
     found = next((e for e in result.events if e.id == event_id), None)
-    rejections = _rejections(result)
+    rejections = relay_rejections(result)
     if found is not None:
         for url, what in rejections.items():
             note(f"buzz: warning: relay {url} returned something else: {what}")
@@ -173,21 +156,6 @@ async def _fetch_event(
         Filter(ids=(ref.id,)), extra_urls=hints, timeout=timeout, enough=None if wait_all else found
     )
     return _pick_event(ref.id, result), result
-
-
-def _warn_list_problems(result: PoolQueryResult) -> None:
-    """For list queries: a relay's forged events are dropped and named; dead relays named."""
-    for url, what in _rejections(result).items():
-        note(f"buzz: warning: relay {url}: {what}; those were dropped")
-    if not result.any_finished:
-        raise CliFailure(
-            ExitCode.NETWORK,
-            "no relay answered:\n  "
-            + "\n  ".join(unreachable_relays(result))
-            + f"\n{UNREACHABLE_HINT}",
-        )
-    for line in unreachable_relays(result):
-        note(f"buzz: warning: relay {line}")
 
 
 def _render(events: Sequence[Event], fmt: Format) -> str:
@@ -245,7 +213,7 @@ def get(
 ) -> None:
     """Recent chat messages of a channel (kind 9, h = CHANNEL), oldest first."""
     channel = check_channel(channel)
-    fmt = _check_format(output_format)
+    fmt = check_format(output_format, FORMATS)
     relays, _, secret = _read_setup(sources(config), relay, key)
 
     async def body() -> list[Event]:
@@ -253,7 +221,7 @@ def get(
         progress(f"asking {len(relays)} relay(s) for channel {channel}…")
         flt = Filter(kinds=(CHAT_KIND,), limit=limit, tags={"h": (channel,)})
         result = await pool.query(flt, timeout=timeout)
-        _warn_list_problems(result)
+        warn_list_problems(result)
         # Relays may pass events whose first h tag is another channel; nip10 decides.
         mine = [e for e in result.events if nip10.channel(e) == channel]
         return nip10.chronological(mine)[-limit:]
@@ -278,7 +246,7 @@ def thread(
 ) -> None:
     """The thread EVENT belongs to, in CHANNEL: its root, then the replies, oldest first."""
     channel = check_channel(channel)
-    fmt = _check_format(output_format)
+    fmt = check_format(output_format, FORMATS)
     ref = parse_event_ref(event)
     relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
 
@@ -293,7 +261,7 @@ def thread(
         result = await pool.query(
             [Filter(ids=(root_id,)), replies_filter], extra_urls=hints, timeout=timeout
         )
-        _warn_list_problems(result)
+        warn_list_problems(result)
         by_id = {e.id: e for e in result.events}
         by_id.setdefault(start.id, start)
         # An e tag can also be a plain citation: only events nip10 routes into this thread.

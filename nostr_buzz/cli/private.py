@@ -22,14 +22,16 @@ from nostr_buzz.cli.common import (
     KeyOption,
     RelayOption,
     TimeoutOption,
+    check_format,
     one_line,
     progress,
     refusal_lines,
     run,
     sources,
     text_argument,
+    warn_list_problems,
 )
-from nostr_buzz.cli.messages import FormatOption, _check_format, _warn_list_problems
+from nostr_buzz.cli.messages import FORMATS, FormatOption
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.errors import InvalidKey
 from nostr_buzz.io.private import MAX_QUERY_LIMIT, Delivery, Inbox, dm_relays_of, read_inbox
@@ -150,7 +152,7 @@ def inbox_command(
     Read from your read relays and the DM relays you published there.  json prints each
     message (the kind 14 rumor, whose author the seal's signature proved) on one line.
     """
-    fmt = _check_format(output_format)
+    fmt = check_format(output_format, FORMATS)
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
     relays = cfg.require_relays(relay or (), direction="read")
@@ -160,7 +162,7 @@ def inbox_command(
         return await read_inbox(secret, relays, timeout=timeout, limit=limit)
 
     inbox = run(body())
-    _warn_list_problems(inbox.query)
+    warn_list_problems(inbox.query)
     if inbox.refused:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(inbox.refused.items()))
         note(f"buzz: warning: gift wraps refused: {reasons}")
