@@ -9,7 +9,9 @@ compiler, ledger, usage accounting, NIP-44 and NIP-AM) imports no network code; 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nostr_buzz._lazy import lazy_getattr as _lazy_getattr
 
 if TYPE_CHECKING:
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
@@ -181,15 +183,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nostr_buzz' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = _lazy_getattr(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -8,7 +8,7 @@ secret material (see ``SECRET_HINT``).
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 InvalidEventReason = Literal["malformed", "bad_id", "bad_pubkey", "bad_signature"]
 Nip59Reason = Literal[
@@ -32,19 +32,27 @@ class BuzzError(ValueError):
     """Base of every nostr-buzz error."""
 
 
-class InvalidEvent(BuzzError):
+_R = TypeVar("_R", bound=str)
+
+
+class ReasonError(BuzzError, Generic[_R]):
+    """An error that names the check that failed: ``reason`` (one word of a fixed set, for
+    programs) and ``detail`` (for people)."""
+
+    reason: _R
+
+    def __init__(self, reason: _R, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class InvalidEvent(ReasonError[InvalidEventReason]):
     """An event failed strict NIP-01 validation.
 
     ``reason`` is one of ``malformed``, ``bad_id``, ``bad_pubkey``, ``bad_signature``, checked
     cheap-first in that order.
     """
-
-    reason: InvalidEventReason
-
-    def __init__(self, reason: InvalidEventReason, detail: str = "") -> None:
-        self.reason = reason
-        self.detail = detail
-        super().__init__(f"{reason}: {detail}" if detail else reason)
 
 
 class InvalidKey(BuzzError):
@@ -59,16 +67,9 @@ class Nip44Error(BuzzError):
     """NIP-44 v2 encryption or decryption failed."""
 
 
-class Nip59Error(BuzzError):
+class Nip59Error(ReasonError[Nip59Reason]):
     """A gift wrap (kind 1059), its seal (kind 13) or the rumor inside could not be opened or
     failed a check.  ``reason`` names the check; the message never holds the rumor's text."""
-
-    reason: Nip59Reason
-
-    def __init__(self, reason: Nip59Reason, detail: str = "") -> None:
-        self.reason = reason
-        self.detail = detail
-        super().__init__(f"{reason}: {detail}" if detail else reason)
 
 
 class Nip17Error(BuzzError):

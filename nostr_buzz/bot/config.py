@@ -8,18 +8,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
 
 from nostr_buzz.config import AuthorGate, ConfigSources, InFlightPolicy, Permissions, ReplyMode
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
+from nostr_buzz.nips.nip29 import CHAT_KIND
 
-__all__ = ["CHAT_KIND", "PRIVATE_MESSAGE_KIND", "PluginConfig", "Shard", "parse_shard", "shard_of"]
-
-CHAT_KIND: Final = 9
-#: NIP-17 private messages (kind 14 rumors in kind 1059 gift wraps).
-PRIVATE_MESSAGE_KIND: Final = 14
+__all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
 
 
 @dataclass(frozen=True)
@@ -131,7 +128,7 @@ class PluginConfig:
 
         standing = Standing(
             base=read_text("base", file.context.base),
-            system=read_text("persona", file.context.persona),
+            persona=read_text("persona", file.context.persona),
             team_instructions=read_text("team_instructions", file.context.team_instructions),
         )
         state = Path(state_dir or file.state_dir).expanduser()

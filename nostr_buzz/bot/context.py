@@ -17,7 +17,7 @@ import re
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from nostr_buzz.core.queue import Batch
 from nostr_buzz.core.turn_input import (
@@ -33,15 +33,15 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import conversation
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17
+from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND, newest_group_metadata
 from nostr_buzz.nips.nip59 import PrivateEvent
-from nostr_buzz.profile import Profile
+from nostr_buzz.profile import METADATA_KIND, Profile
 
-from .supervisor import Session
+from .supervisor import ChannelSession
 
 __all__ = ["ContextResolver", "History", "select_dm_history", "select_thread_history"]
 
-METADATA_KIND: Final = 0
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 
@@ -134,7 +134,7 @@ def channel_info(
     """A DM's synthetic channel, a channel's kind 39000 metadata (the newest signed by a
     ``trusted`` key), or None; and the channel's kind 39000 events by anyone else (ignored)."""
     if channel is None:
-        return ChannelInfo(name=actor_label or actor, id=f"dm-{actor}", type="dm"), []
+        return ChannelInfo(name=actor_label or actor, id=nip10.direct_channel(actor), type="dm"), []
     metadata, untrusted = newest_group_metadata(found, channel, trusted)
     if metadata is None:
         return None, untrusted
@@ -177,7 +177,7 @@ class ContextResolver:
         #: The agent's key opens the gift wraps of a private conversation's history.
         self.secret = secret
         # Private messages are never fetched as plaintext events.
-        self.kinds = [k for k in kinds if k != nip17.PRIVATE_MESSAGE_KIND]
+        self.kinds = tuple(k for k in kinds if k != nip17.PRIVATE_MESSAGE_KIND)
         self.limit = limit
         self.timeout = timeout
         #: Agents known from configuration or a NIP-24 ``bot`` profile seen (shared, grows).
@@ -189,23 +189,20 @@ class ContextResolver:
         root_id = nip10.thread_ref(newest).root
         channel = nip10.channel(newest)
         if root_id is not None:
-            replies: dict[str, Any] = {
-                "kinds": self.kinds,
-                "#e": [root_id],
-                "limit": self.limit + 1,
-            }
+            tags: dict[str, tuple[str, ...]] = {"e": (root_id,)}
             if channel is not None:
-                replies["#h"] = [channel]
-            found = await self.pool.query([{"ids": [root_id]}, replies], timeout=self.timeout)
+                tags["h"] = (channel,)
+            replies = Filter(kinds=self.kinds, limit=self.limit + 1, tags=tags)
+            found = await self.pool.query([Filter(ids=(root_id,)), replies], timeout=self.timeout)
             return select_thread_history(found.events, root_id, channel, self.limit)
         if channel is not None:
             return NO_HISTORY
         actor = newest.pubkey
-        flt = {"kinds": self.kinds, "limit": self.limit}
+        between = [(actor, self.agent), (self.agent, actor)]  # each way: author, mentioned
         found = await self.pool.query(
             [
-                {**flt, "authors": [actor], "#p": [self.agent]},
-                {**flt, "authors": [self.agent], "#p": [actor]},
+                Filter(authors=(author,), kinds=self.kinds, limit=self.limit, tags={"p": (to,)})
+                for author, to in between
             ],
             timeout=self.timeout,
         )
@@ -221,7 +218,7 @@ class ContextResolver:
         kept: list[Event] = list(messages)
         return History("dm", kept, len(kept) + (1 if truncated else 0), truncated)
 
-    async def resolve(self, batch: Batch, session: Session) -> tuple[TurnInput, list[str]]:
+    async def resolve(self, batch: Batch, session: ChannelSession) -> tuple[TurnInput, list[str]]:
         """The compiler's input for ``batch``, and the ids of the history messages fetched
         (committed as delivered after a successful turn)."""
         events = [q.event for q in batch.events]
@@ -263,9 +260,9 @@ class ContextResolver:
         self, events: Sequence[Event], channel: str | None, actor: str
     ) -> tuple[dict[str, ProfileInfo], ChannelInfo | None]:
         people = people_of(events, self.agent)
-        filters: list[dict[str, Any]] = [{"kinds": [METADATA_KIND], "authors": people}]
+        filters = [Filter(authors=tuple(people), kinds=(METADATA_KIND,))]
         if channel is not None:
-            filters.append({"kinds": [GROUP_METADATA_KIND], "#d": [channel]})
+            filters.append(Filter(kinds=(GROUP_METADATA_KIND,), tags={"d": (channel,)}))
         found = (await self.pool.query(filters, timeout=self.timeout)).events
         newest = newest_profiles(found, people)
         profiles: dict[str, ProfileInfo] = {}

@@ -30,7 +30,7 @@ from typing import Any
 
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
-from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.diagnostics import DiagnosticKind, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import dm_relays_of
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
@@ -228,7 +228,7 @@ class Delivery:
         }
         if not report.delivered:
             payload.update(error=report.error, attempts=report.attempts, ownCopy=own_copy)
-        kind = "reply_published" if report.delivered else "reply_failed"
+        kind: DiagnosticKind = "reply_published" if report.delivered else "reply_failed"
         self._diagnostics.emit(kind, **(ids.as_kwargs() if ids else {}), payload=payload)
 
     def _reply_report(self, event: Event, report: PublishReport) -> None:
@@ -243,11 +243,7 @@ class Delivery:
             self._ids.pop(event.id, None)
             self._diagnostics.emit("reply_published", **kwargs, payload=payload)
             return
-        refusals = {
-            url: v.message or v.prefix or "refused"
-            for url, v in report.verdicts.items()
-            if not v.ok
-        }
+        refusals = {url: v.reason for url, v in report.verdicts.items() if not v.ok}
         payload.update(error=report.error, refusals=refusals, attempts=report.attempts)
         self._diagnostics.emit("reply_failed", **kwargs, payload=payload)
         sizes = [size for r in refusals.values() if (size := too_large(r)) is not None]

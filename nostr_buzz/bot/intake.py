@@ -34,9 +34,11 @@ from typing import Final, Literal
 from nostr_buzz.config import AuthorGate, InFlightPolicy
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
+from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent
 
-from .config import CHAT_KIND, PRIVATE_MESSAGE_KIND, PluginConfig, Shard, shard_of
+from .config import PluginConfig, Shard, shard_of
 
 __all__ = [
     "Admit",
@@ -49,7 +51,6 @@ __all__ = [
     "decide",
     "in_flight_action",
     "owner_command",
-    "queue_channel",
     "refusal",
 ]
 
@@ -111,11 +112,6 @@ class Command:
 Decision = Admit | Refuse | Command
 
 
-def queue_channel(event: Event) -> str:
-    """The queue's channel: the ``h`` tag, else the author's direct channel ``dm-{pubkey}``."""
-    return nip10.channel(event) or f"dm-{event.pubkey}"
-
-
 def owner_command(content: str) -> CommandName | None:
     """``cancel`` or ``shutdown`` when the content is an owner command, else None."""
     rest = content
@@ -173,7 +169,7 @@ def decide(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) ->
     shard = gate.shard
     if shard is not None and shard_of(nip10.destination(event), shard.count) != shard.index:
         return Refuse(None)
-    return Admit(queue_channel(event))
+    return Admit(nip10.queue_channel(event))
 
 
 def advance(position: int | None, created_at: int, now: float) -> int:

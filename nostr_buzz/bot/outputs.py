@@ -28,10 +28,9 @@ from nostr_buzz.io.acp_driver import TurnResult
 from nostr_buzz.io.diagnostics import rfc3339_ms
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip22
+from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
-
-from .config import CHAT_KIND
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 

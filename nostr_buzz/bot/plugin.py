@@ -19,16 +19,16 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.nips import nip10, nip59
+from nostr_buzz.nips import nip10, nip17, nip59
+from nostr_buzz.nips.nip01 import Filter
 
 from . import intake
-from .config import PRIVATE_MESSAGE_KIND, PluginConfig
+from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
 from .replay import Listener, listen_filters
@@ -138,7 +138,7 @@ class BuzzPlugin:
             spawn=self._spawn,
             wake=self._wake.set,
         )
-        if PRIVATE_MESSAGE_KIND in self.config.kinds:
+        if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
             self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
         self.supervisor.permission_policy = self._runner.permission
         self.supervisor.locate = self._runner.locate
@@ -205,9 +205,6 @@ class BuzzPlugin:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    async def wait_stopped(self) -> None:
-        await self._stop.wait()
-
     async def run(self) -> None:
         """Subscribe to the read relays and serve until :meth:`stop` (or ``!shutdown``)."""
         try:
@@ -234,7 +231,7 @@ class BuzzPlugin:
         position = self._position if self._position is not None else self._first_since
         return max(0, position - int(self.config.clock_skew))
 
-    def subscription_filters(self) -> list[dict[str, Any]]:
+    def subscription_filters(self) -> list[Filter]:
         """What :meth:`run` asks the relays for (live, and when replaying)."""
         return listen_filters(self._gate, self._since(), self.config.channels)
 
@@ -314,7 +311,7 @@ class BuzzPlugin:
         if command == "shutdown":
             self.stop()
             return
-        await self._runner.cancel_for_owner(intake.queue_channel(event))
+        await self._runner.cancel_for_owner(nip10.queue_channel(event))
 
     # -- the worker ---------------------------------------------------------------------
 
@@ -334,10 +331,3 @@ class BuzzPlugin:
     @property
     def harness(self) -> str:
         return self.supervisor.harness
-
-    def running_channels(self) -> list[str]:
-        return list(self._runner.running) if self._runner is not None else []
-
-    def ledger_snapshot(self, channel: str) -> Manifest | None:
-        turn = self._runner.running.get(channel) if self._runner is not None else None
-        return turn.ledger.snapshot() if turn is not None else None

@@ -18,14 +18,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Final
+
+import msgspec
 
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip59
+from nostr_buzz.nips.nip01 import Filter
+from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 
-from .config import PRIVATE_MESSAGE_KIND
 from .intake import Gate
 
 __all__ = ["Listener", "admissible_authors", "listen_filters"]
@@ -43,32 +46,27 @@ def admissible_authors(gate: Gate) -> list[str] | None:
     return None
 
 
-def listen_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[dict[str, Any]]:
+def listen_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[Filter]:
     """What the bot asks the relays for, from ``since`` on.  Private messages arrive as gift
     wraps addressed to the agent, dated up to two days back by their senders: that filter
     starts two days before ``since`` and names no author (a wrap's signer is a throwaway key;
     the gate judges the sender once the wrap is opened)."""
-    filters: list[dict[str, Any]] = []
+    filters: list[Filter] = []
     if PRIVATE_MESSAGE_KIND in gate.kinds:
-        filters.append(
-            {
-                "kinds": [nip59.GIFT_WRAP_KIND],
-                "#p": [gate.agent],
-                "since": max(0, since - nip59.MAX_BACKDATE),
-            }
-        )
-    public = sorted(gate.kinds - {PRIVATE_MESSAGE_KIND})
+        wraps = Filter(kinds=(nip59.GIFT_WRAP_KIND,), tags={"p": (gate.agent,)})
+        filters.append(wraps.with_since(since))  # two days back: see Filter.with_since
+    public = tuple(sorted(gate.kinds - {PRIVATE_MESSAGE_KIND}))
     if not public:
         return filters
-    base: dict[str, Any] = {"kinds": public, "since": since}
     authors = admissible_authors(gate)
-    if authors is not None:
-        base["authors"] = authors
-    mentioned = {**base, "#p": [gate.agent]}
+    base = Filter(
+        authors=tuple(authors) if authors is not None else None, kinds=public, since=since
+    )
+    mentioned = msgspec.structs.replace(base, tags={"p": (gate.agent,)})
     if gate.mentions_required:
         return [mentioned, *filters]
     if channels:
-        return [mentioned, {**base, "#h": list(channels)}, *filters]
+        return [mentioned, msgspec.structs.replace(base, tags={"h": channels}), *filters]
     return [base, *filters]
 
 

@@ -47,21 +47,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Annotated, Final
 
+import msgspec
+
+from nostr_buzz.core.backoff import Rng
 from nostr_buzz.core.queue import (
     REMEMBERED_IDS,
     CancelReason,
     ChannelState,
     DispatchQueue,
     QueuedEvent,
-    Rng,
     StoredEvent,
 )
 from nostr_buzz.errors import InvalidEvent, Nip59Error, QueueError, StateError
@@ -150,8 +150,7 @@ class BotStore:
                 )
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
-            rng = (lambda: outbox_rng.uniform(0.0, 1.0)) if outbox_rng is not None else None
-            self.outbox = Outbox(self.path, rng=rng, connection=self._db)
+            self.outbox = Outbox(self.path, rng=outbox_rng, connection=self._db)
         except sqlite3.Error as exc:
             self._db.close()
             raise StateError(f"cannot open the bot state {self.path}: {exc}") from None
@@ -318,7 +317,7 @@ class BotStore:
                 "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, NULL)",
                 (
                     event.id,
-                    _channel_of(event),
+                    nip10.queue_channel(event),
                     queue.next_seq - 1,
                     _stored_json(event),
                     queued.prompt_tag,
@@ -451,11 +450,15 @@ class BotStore:
                     self._import_queue(queue)
                     _rename(queue_file, ".imported")
             if state_file.exists():
-                position, commands = _legacy_state(state_file)
-                if position is not None:
-                    self.save_position(position)
-                self._remember(commands, "command", REMEMBERED_COMMANDS)
-                _rename(state_file, ".imported")
+                try:
+                    legacy = msgspec.json.decode(state_file.read_bytes(), type=_LegacyState)
+                except (OSError, msgspec.DecodeError) as exc:
+                    self._set_aside(state_file, f"bot-state.json: {exc}")
+                else:
+                    if legacy.position is not None:
+                        self.save_position(legacy.position)
+                    self._remember(legacy.commands, "command", REMEMBERED_COMMANDS)
+                    _rename(state_file, ".imported")
             if outbox_file.exists():
                 try:
                     with Outbox(outbox_file) as old:
@@ -498,13 +501,20 @@ class BotStore:
                     ),
                 )
             self.sync_channel(queue, name)
-        snapshot = json.loads(queue.snapshot())
-        self._remember(snapshot["remembered"], "event", REMEMBERED_IDS)
+        self._remember(queue.remembered_ids(), "event", REMEMBERED_IDS)
         self._set_meta("next_seq", queue.next_seq)
 
     def _set_aside(self, path: Path, problem: str) -> None:
         self.import_problems.append(problem)
         _rename(path, ".corrupt")
+
+
+class _LegacyState(msgspec.Struct):
+    """``bot-state.json`` of an earlier nostr-buzz: the position and the obeyed owner commands
+    (other fields are ignored)."""
+
+    position: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    commands: list[str] = msgspec.field(default_factory=list)
 
 
 def _stored_json(event: Event) -> str:
@@ -526,29 +536,6 @@ def _reason(value: object) -> CancelReason | None:
     raise StateError(f"unknown cancel reason {str(value)[:20]!r} in the bot state")
 
 
-def _channel_of(event: Event) -> str:
-    return nip10.channel(event) or f"dm-{event.pubkey}"
-
-
 def _rename(path: Path, suffix: str) -> None:
     with contextlib.suppress(OSError):
         os.replace(path, path.with_name(path.name + suffix))
-
-
-def _legacy_state(path: Path) -> tuple[int | None, list[str]]:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None, []
-    if not isinstance(raw, dict):
-        return None, []
-    position = raw.get("position")
-    commands = raw.get("commands")
-    ids = [c for c in commands if isinstance(c, str)] if isinstance(commands, list) else []
-    valid = (
-        isinstance(position, int)
-        and not isinstance(position, bool)
-        and position >= 0
-        and math.isfinite(position)
-    )
-    return (position if valid else None), ids

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.io.acp_driver import (
@@ -33,14 +34,14 @@ from nostr_buzz.io.acp_driver import (
     reject_always,
     standing_text,
 )
-from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.diagnostics import AgentDiagnosticKind, DiagnosticsFeed
 
 from .config import PluginConfig
 
 __all__ = [
     "AGENT_LOG",
     "AgentSupervisor",
-    "Session",
+    "ChannelSession",
     "harness_name",
     "restart_delay",
     "secret_values",
@@ -75,17 +76,19 @@ def secret_values(config: PluginConfig) -> list[str]:
 
 def restart_delay(failures: int) -> float:
     """Seconds to wait before the next restart after ``failures`` failed ones (0 for none)."""
-    if failures <= 0:
-        return 0.0
-    return min(_RESTART_CAP, _RESTART_BASE * 2.0 ** min(failures - 1, 16))
+    return backoff_base(failures, base=_RESTART_BASE, cap=_RESTART_CAP)
 
 
 @dataclass
-class Session:
-    """One live ACP session (one per channel) and what it has been given."""
+class ChannelSession:
+    """One live ACP session (one per queue channel) and what it has been given.
+
+    Two session ids: ``start.session_id`` is the agent's own (ACP, the metric's
+    ``adapterSessionId``); ``metric_session_id`` is the metric's ``sessionId``.
+    """
 
     start: SessionStart
-    harness_id: str  # the metric's sessionId: made here, so a restart starts a new one
+    metric_session_id: str  # made here, so a restart starts a new one
     standing: Standing = field(default_factory=Standing)  # frozen when the session opened
     delivered: set[str] = field(default_factory=set)
     turns: int = 0
@@ -121,7 +124,7 @@ class AgentSupervisor:
             # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
             clock=lambda: datetime.fromtimestamp(clock(), UTC),
         )
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, ChannelSession] = {}  # by queue channel
         self.permission_policy: PermissionPolicy = reject_always
         #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
         #: for the driver's diagnostics (set by the plugin).
@@ -132,7 +135,7 @@ class AgentSupervisor:
         self._closed = False
 
     def _on_driver_diagnostic(
-        self, kind: str, session_id: str | None, payload: dict[str, Any]
+        self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
     ) -> None:
         ids = self.locate(session_id) if session_id is not None else None
         payload = {**payload, "adapterSessionId": session_id}
@@ -173,12 +176,14 @@ class AgentSupervisor:
                 )
                 self._diagnostics.emit("agent_restarted", payload={"pid": info.pid})
 
-    async def session_for(self, channel: str, channel_id: str | None = None) -> Session:
+    async def session_for(
+        self, queue_channel: str, channel_id: str | None = None
+    ) -> ChannelSession:
         """The queue channel's live session, opened when it has none, with the standing context
-        frozen for it (``channel_id`` None: a private conversation)."""
+        of channel ``channel_id`` frozen for it (None: a private conversation)."""
         if not self.driver.alive:
             await self.ensure_agent()
-        session = self.sessions.get(channel)
+        session = self.sessions.get(queue_channel)
         if session is not None and not self.driver.usable(session.start.session_id):
             # It did not survive a cancel (or a failed turn): never prompted again.
             self._diagnostics.emit(
@@ -192,15 +197,17 @@ class AgentSupervisor:
             text = standing_text(standing, self.config.agent_cwd)
             cwd = self.config.agent_cwd or str(Path.cwd())
             start = await self.driver.new_session(cwd, text)
-            session = Session(start=start, harness_id=uuid.uuid4().hex, standing=standing)
-            self.sessions[channel] = session
+            session = ChannelSession(
+                start=start, metric_session_id=uuid.uuid4().hex, standing=standing
+            )
+            self.sessions[queue_channel] = session
         return session
 
-    def forget(self, channel: str, session: Session) -> None:
+    def forget(self, queue_channel: str, session: ChannelSession) -> None:
         """Never prompt ``session`` again (it was cancelled: some agents cannot take another
         prompt after a cancel); the channel's next turn opens a new one."""
-        if self.sessions.get(channel) is session:
-            del self.sessions[channel]
+        if self.sessions.get(queue_channel) is session:
+            del self.sessions[queue_channel]
 
     def needs_restart(self, result: TurnResult | None) -> bool:
         """Account a turn's end; True when the agent must be restarted (it is gone)."""

@@ -57,7 +57,7 @@ from .delivery import Delivery
 from .intake import in_flight_action
 from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
 from .state import BotStore
-from .supervisor import AgentSupervisor, Session, secret_values
+from .supervisor import AgentSupervisor, ChannelSession, secret_values
 
 __all__ = ["CancelWhy", "Phase", "Turn", "TurnRunner"]
 
@@ -109,7 +109,7 @@ class Turn:
     channel_type: Literal["stream", "dm"]
     turn_id: str
     ledger: TurnLedger = field(default_factory=TurnLedger)
-    session: Session | None = None
+    session: ChannelSession | None = None
     phase: Phase = Phase.PREPARING
     cancel_reason: CancelWhy | None = None
     steered: list[QueuedEvent] = field(default_factory=list)  # injected into this turn
@@ -131,7 +131,7 @@ class Turn:
 
     @property
     def ids(self) -> TurnIds:
-        session = self.session.harness_id if self.session is not None else None
+        session = self.session.metric_session_id if self.session is not None else None
         return TurnIds(self.channel_id, session, self.turn_id)
 
     def advance(self, phase: Phase) -> None:
@@ -421,7 +421,7 @@ class TurnRunner:
             if result is None or (result.usage is None and not result.reply.strip()):
                 continue
             self._steer_result(followup.event.id, "started_new_turn", self._clock())
-            ids = TurnIds(turn.channel_id, session.harness_id, uuid.uuid4().hex)
+            ids = TurnIds(turn.channel_id, session.metric_session_id, uuid.uuid4().hex)
             self.diagnostics.turn_started([followup.event.id], **ids.as_kwargs())
             self.diagnostics.turn_completed(result.outcome, result.stop_reason, **ids.as_kwargs())
             event = followup.event
@@ -433,7 +433,7 @@ class TurnRunner:
     # -- settling -------------------------------------------------------------------------
 
     def _settle(
-        self, turn: Turn, result: TurnResult, session: Session, history: list[str]
+        self, turn: Turn, result: TurnResult, session: ChannelSession, history: list[str]
     ) -> list[Event]:
         """Record the outcome in the queue; the dead-letter notice to send, if any."""
         batch = turn.batch

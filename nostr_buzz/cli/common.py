@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
@@ -10,14 +11,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 import typer
 
 from nostr_buzz import errors
-from nostr_buzz.cli.output import CliFailure, ExitCode
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.errors import Nip19Error, looks_secret
 from nostr_buzz.nips import nip19
 from nostr_buzz.nips.nip19 import EventRef as EventRef  # re-exported
 
 if TYPE_CHECKING:
-    from nostr_buzz.io.pool import PoolQueryResult
+    from nostr_buzz.event import Event
+    from nostr_buzz.io.pool import PoolQueryResult, PublishResult
 
 T = TypeVar("T")
 
@@ -63,6 +65,12 @@ KeyOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+ChannelOption = Annotated[
+    str,
+    typer.Option(
+        "--channel", metavar="CHANNEL", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -."
+    ),
+]
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -122,8 +130,37 @@ def parse_public_key(text: str, *, option: str) -> str:
         ) from None
 
 
-def read_stdin_text() -> str:
-    """All of standard input as UTF-8 text, without its final line break."""
+def check_channel(channel: str) -> str:
+    """A ``--channel`` value: a channel id, and not one of the reserved direct channels."""
+    from nostr_buzz.nips import nip10
+
+    if not nip10.is_valid_channel_id(channel):
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            "--channel: not a channel id (1-128 characters from A-Z a-z 0-9 _ -)",
+        )
+    if channel.startswith(nip10.DIRECT_CHANNEL_PREFIX):
+        # Never read from an h tag (docs/events.md): such a message would belong to no channel.
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"--channel: not a channel id: ids starting with {nip10.DIRECT_CHANNEL_PREFIX!r} are "
+            "reserved for direct channels",
+        )
+    return channel
+
+
+def text_argument(value: str, *, what: str = "text", whole: bool = False) -> str:
+    """A TEXT argument: the text given, or all of standard input for ``-``; blank text is bad
+    input.  ``whole``: keep standard input's final line break (a document, not a message)."""
+    if value == "-":
+        value = read_stdin_text(whole=whole)
+    if not value.strip():
+        raise CliFailure(ExitCode.BAD_INPUT, f"the {what} is empty")
+    return value
+
+
+def read_stdin_text(*, whole: bool = False) -> str:
+    """All of standard input as UTF-8 text, without its final line break unless ``whole``."""
     try:
         data = sys.stdin.buffer.read()
     except (OSError, AttributeError) as exc:
@@ -132,7 +169,7 @@ def read_stdin_text() -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise CliFailure(ExitCode.BAD_INPUT, "standard input is not UTF-8 text") from None
-    return text[:-1] if text.endswith("\n") else text
+    return text[:-1] if text.endswith("\n") and not whole else text
 
 
 def read_stdin_lines(what: str) -> list[str]:
@@ -159,6 +196,83 @@ def unreachable_relays(result: PoolQueryResult) -> list[str]:
         for url, per in result.per_relay.items()
         if not per.finished
     ]
+
+
+def relay_rejections(result: PoolQueryResult) -> dict[str, str]:
+    """Each misbehaving relay of a query with the checks its events failed."""
+    out: dict[str, str] = {}
+    for url, per in result.per_relay.items():
+        if per.rejected_count:
+            reasons = list(dict.fromkeys(per.rejected))
+            out[one_line(url, 200)] = (
+                f"{per.rejected_count} event(s) failed verification ({', '.join(reasons)})"
+            )
+    return out
+
+
+def warn_list_problems(result: PoolQueryResult) -> None:
+    """For list queries: a relay's forged events are dropped and named; dead relays named; no
+    relay answering at all is a network failure."""
+    for url, what in relay_rejections(result).items():
+        note(f"buzz: warning: relay {url}: {what}; those were dropped")
+    if not result.any_finished:
+        raise CliFailure(
+            ExitCode.NETWORK,
+            "no relay answered:\n  "
+            + "\n  ".join(unreachable_relays(result))
+            + f"\n{UNREACHABLE_HINT}",
+        )
+    for line in unreachable_relays(result):
+        note(f"buzz: warning: relay {line}")
+
+
+F = TypeVar("F", bound=str)
+
+
+def check_format(value: str, allowed: tuple[F, ...]) -> F:
+    """``--format`` VALUE, case-insensitive, as one of ``allowed``."""
+    lowered = value.lower()
+    for name in allowed:
+        if name == lowered:
+            return name
+    names = ", ".join(allowed[:-1]) + " or " + allowed[-1]
+    raise CliFailure(ExitCode.BAD_INPUT, f"--format: expected {names}")
+
+
+def refusal_lines(published: PublishResult) -> list[str]:
+    """``url: reason`` for every relay that refused a publish.  A relay's text is a stranger's:
+    flattened, so that it cannot drive the terminal."""
+    return [
+        f"{one_line(url, 200)}: {one_line(v.reason, 200)}"
+        for url, v in published.verdicts.items()
+        if not v.ok
+    ]
+
+
+def report_publish(
+    event: Event, published: PublishResult, json_output: bool, *, with_event: bool = False
+) -> None:
+    """What a command that published one event prints.  No relay stored it: a network failure
+    naming each refusal.  Else a warning per refusal on stderr, then the event id, or with
+    ``json_output`` one line ``{id, accepted, failed}`` (and the signed ``event`` itself when
+    ``with_event``, spliced in as its canonical bytes)."""
+    lines = refusal_lines(published)
+    if not published.ok:
+        raise CliFailure(
+            ExitCode.NETWORK, f"no relay accepted {event.id}:\n  " + "\n  ".join(lines)
+        )
+    for line in lines:
+        note(f"buzz: warning: not stored on {line}")
+    if not json_output:
+        write_stdout(event.id + "\n")
+        return
+    failed = {url: v.reason for url, v in published.verdicts.items() if not v.ok}
+    doc = json.dumps(
+        {"id": event.id, "accepted": published.accepted, "failed": failed}, ensure_ascii=False
+    )
+    if with_event:
+        doc = doc[:-1] + f',"event":{event.to_json()}}}'
+    write_stdout(doc + "\n")
 
 
 def verdict_text(accepted: bool, duplicate: bool, message: str, prefix: str | None) -> str:

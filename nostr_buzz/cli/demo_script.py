@@ -46,6 +46,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import open_all
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
+from nostr_buzz.nips.nip01 import Filter
 
 __all__ = [
     "DEMO_AGENT_ENV",
@@ -74,7 +75,7 @@ CORE_MEMORY: Final = "Alex owns the deploys; Sam knows the database migrations."
 AGENT_RECORD: Final = "agent-record.jsonl"
 STANDING: Final = Standing(
     base="You are buzz, an agent on a Nostr team chat. Reply in the thread you were asked in.",
-    system="Be brief and concrete.",
+    persona="Be brief and concrete.",
 )
 
 Write = Callable[[str], None]
@@ -440,7 +441,7 @@ class _Demo:
             where=lambda r: r.payload.get("private") is True,
         )
         found = await RelayPool([self.url], timeout=RELAY_TIMEOUT).query(
-            {"kinds": [nip59.GIFT_WRAP_KIND], "#p": [self.human.public_key.hex]}
+            Filter(kinds=(nip59.GIFT_WRAP_KIND,), tags={"p": (self.human.public_key.hex,)})
         )
         inbox = open_all(self.human, found.events)
         answers = [o for o in inbox.messages if o.sender == self.agent_key.public_key.hex]
@@ -458,7 +459,7 @@ class _Demo:
             f"wrapped to alex and to itself; alex opened it:\n  "
             f"{terminal_safe(answer.content.splitlines()[0], multiline=False)}\n"
         )
-        stored = await RelayPool([self.url], timeout=RELAY_TIMEOUT).query({"limit": 500})
+        stored = await RelayPool([self.url], timeout=RELAY_TIMEOUT).query(Filter(limit=500))
         leaked = [e.id for e in stored.events if "production database" in e.to_json()]
         if leaked:
             raise DemoFailure(f"the relay holds the private text in the clear: {leaked}")

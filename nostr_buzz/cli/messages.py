@@ -8,7 +8,6 @@ failure.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -19,20 +18,26 @@ import typer
 from nostr_buzz.cli.common import (
     DEFAULT_TIMEOUT,
     UNREACHABLE_HINT,
+    ChannelOption,
     ConfigOption,
     EventRef,
     JsonOption,
     KeyOption,
     RelayOption,
     TimeoutOption,
+    check_channel,
+    check_format,
     one_line,
     parse_event_ref,
     parse_public_key,
     progress,
-    read_stdin_text,
+    relay_rejections,
+    report_publish,
     run,
     sources,
+    text_argument,
     unreachable_relays,
+    warn_list_problems,
 )
 from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
@@ -42,6 +47,7 @@ from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.io.relay import QueryResult
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.relay_url import check_relay_url
 
@@ -63,13 +69,8 @@ messages_app = sub_app(
     cls=_MessagesGroup,
 )
 
-ChannelOption = Annotated[
-    str,
-    typer.Option(
-        "--channel", metavar="CHANNEL", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -."
-    ),
-]
 Format = Literal["json", "table"]
+FORMATS: tuple[Format, ...] = ("json", "table")
 FormatOption = Annotated[
     str,
     typer.Option(
@@ -82,31 +83,6 @@ FormatOption = Annotated[
 
 
 # --- shared steps --------------------------------------------------------------------------
-
-
-def _check_channel(channel: str) -> str:
-    if not nip10.is_valid_channel_id(channel):
-        raise CliFailure(
-            ExitCode.BAD_INPUT,
-            "--channel: not a valid channel id (1-128 characters from A-Z a-z 0-9 _ -)",
-        )
-    if channel.startswith(nip10.DIRECT_CHANNEL_PREFIX):
-        # Never read from an h tag (docs/events.md): such a message would belong to no channel.
-        raise CliFailure(
-            ExitCode.BAD_INPUT,
-            f"--channel: ids starting with {nip10.DIRECT_CHANNEL_PREFIX!r} are reserved for "
-            "direct channels",
-        )
-    return channel
-
-
-def _check_format(value: str) -> Format:
-    lowered = value.lower()
-    if lowered == "json":
-        return "json"
-    if lowered == "table":
-        return "table"
-    raise CliFailure(ExitCode.BAD_INPUT, "--format: expected json or table")
 
 
 def _usable_hints(hints: Iterable[str]) -> list[str]:
@@ -131,22 +107,10 @@ def _read_setup(
     return relays, usable, cfg.secret_key(key)
 
 
-def _rejections(result: PoolQueryResult) -> dict[str, str]:
-    """Each misbehaving relay with the checks its events failed."""
-    out: dict[str, str] = {}
-    for url, per in result.per_relay.items():
-        if per.rejected_count:
-            reasons = list(dict.fromkeys(per.rejected))
-            out[one_line(url, 200)] = (
-                f"{per.rejected_count} event(s) failed verification ({', '.join(reasons)})"
-            )
-    return out
-
-
 def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
     """docs/cli.md's precedence for a fetch by id: found (0), verification (4), not found (3), 2."""
     found = next((e for e in result.events if e.id == event_id), None)
-    rejections = _rejections(result)
+    rejections = relay_rejections(result)
     if found is not None:
         for url, what in rejections.items():
             note(f"buzz: warning: relay {url} returned something else: {what}")
@@ -189,24 +153,9 @@ async def _fetch_event(
         return any(e.id == ref.id for e in one.events)
 
     result = await pool.query(
-        {"ids": [ref.id]}, extra_urls=hints, timeout=timeout, enough=None if wait_all else found
+        Filter(ids=(ref.id,)), extra_urls=hints, timeout=timeout, enough=None if wait_all else found
     )
     return _pick_event(ref.id, result), result
-
-
-def _warn_list_problems(result: PoolQueryResult) -> None:
-    """For list queries: a relay's forged events are dropped and named; dead relays named."""
-    for url, what in _rejections(result).items():
-        note(f"buzz: warning: relay {url}: {what}; those were dropped")
-    if not result.any_finished:
-        raise CliFailure(
-            ExitCode.NETWORK,
-            "no relay answered:\n  "
-            + "\n  ".join(unreachable_relays(result))
-            + f"\n{UNREACHABLE_HINT}",
-        )
-    for line in unreachable_relays(result):
-        note(f"buzz: warning: relay {line}")
 
 
 def _render(events: Sequence[Event], fmt: Format) -> str:
@@ -217,9 +166,6 @@ def _render(events: Sequence[Event], fmt: Format) -> str:
         when = datetime.fromtimestamp(e.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
         lines.append(f"{when}  {e.id[:12]}  {e.pubkey[:12]}  {one_line(e.content, 80)}\n")
     return "".join(lines)
-
-
-_one_line = one_line  # the name nostr_buzz.cli.private imports
 
 
 # --- commands ------------------------------------------------------------------------------
@@ -266,16 +212,16 @@ def get(
     config: ConfigOption = None,
 ) -> None:
     """Recent chat messages of a channel (kind 9, h = CHANNEL), oldest first."""
-    channel = _check_channel(channel)
-    fmt = _check_format(output_format)
+    channel = check_channel(channel)
+    fmt = check_format(output_format, FORMATS)
     relays, _, secret = _read_setup(sources(config), relay, key)
 
     async def body() -> list[Event]:
         pool = RelayPool(relays, secret=secret, timeout=timeout)
         progress(f"asking {len(relays)} relay(s) for channel {channel}…")
-        flt = {"kinds": [CHAT_KIND], "#h": [channel], "limit": limit}
+        flt = Filter(kinds=(CHAT_KIND,), limit=limit, tags={"h": (channel,)})
         result = await pool.query(flt, timeout=timeout)
-        _warn_list_problems(result)
+        warn_list_problems(result)
         # Relays may pass events whose first h tag is another channel; nip10 decides.
         mine = [e for e in result.events if nip10.channel(e) == channel]
         return nip10.chronological(mine)[-limit:]
@@ -299,8 +245,8 @@ def thread(
     config: ConfigOption = None,
 ) -> None:
     """The thread EVENT belongs to, in CHANNEL: its root, then the replies, oldest first."""
-    channel = _check_channel(channel)
-    fmt = _check_format(output_format)
+    channel = check_channel(channel)
+    fmt = check_format(output_format, FORMATS)
     ref = parse_event_ref(event)
     relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
 
@@ -309,16 +255,13 @@ def thread(
         root_id = nip10.thread_ref(start).root or start.id
         pool = RelayPool(relays, secret=secret, timeout=timeout)
         progress(f"asking {len(relays) + len(hints)} relay(s) for thread {root_id}…")
-        replies_filter = {
-            "kinds": [CHAT_KIND],
-            "#h": [channel],
-            "#e": [root_id],
-            "limit": MAX_QUERY_LIMIT,
-        }
-        result = await pool.query(
-            [{"ids": [root_id]}, replies_filter], extra_urls=hints, timeout=timeout
+        replies_filter = Filter(
+            kinds=(CHAT_KIND,), limit=MAX_QUERY_LIMIT, tags={"h": (channel,), "e": (root_id,)}
         )
-        _warn_list_problems(result)
+        result = await pool.query(
+            [Filter(ids=(root_id,)), replies_filter], extra_urls=hints, timeout=timeout
+        )
+        warn_list_problems(result)
         by_id = {e.id: e for e in result.events}
         by_id.setdefault(start.id, start)
         # An e tag can also be a plain citation: only events nip10 routes into this thread.
@@ -336,15 +279,6 @@ def _first_relay_with(result: PoolQueryResult, event_id: str) -> str:
         if any(e.id == event_id for e in per.events):
             return url
     return ""
-
-
-def _verdict_lines(published: PublishResult) -> list[str]:
-    # A relay's message is its own text: flattened so it cannot drive the terminal.
-    return [
-        f"{one_line(url, 200)}: {one_line(v.message or v.prefix or 'refused', 200)}"
-        for url, v in published.verdicts.items()
-        if not v.ok
-    ]
 
 
 @messages_app.command("send")
@@ -382,12 +316,9 @@ def send(
     json_output: JsonOption = False,
 ) -> None:
     """Publish a kind 9 chat message to CHANNEL, threaded with NIP-10 marked e tags."""
-    channel = _check_channel(channel)
+    channel = check_channel(channel)
     mentioned = [parse_public_key(k, option="--mention") for k in mention or ()]
-    if text == "-":
-        text = read_stdin_text()
-    if not text.strip():
-        raise CliFailure(ExitCode.BAD_INPUT, "the message text is empty")
+    text = text_argument(text, what="message text")
     ref = parse_event_ref(reply_to, option="--reply-to") if reply_to is not None else None
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
@@ -410,7 +341,7 @@ def send(
             root_relay = _first_relay_with(found, root_id)
             if root is None:
                 pool = RelayPool(read_relays, secret=secret, timeout=timeout)
-                lookup = await pool.query({"ids": [root_id]}, extra_urls=hints, timeout=timeout)
+                lookup = await pool.query(Filter(ids=(root_id,)), extra_urls=hints, timeout=timeout)
                 root = next((e for e in lookup.events if e.id == root_id), None)
                 root_relay = _first_relay_with(lookup, root_id)
             tags += nip10.reply_tags(
@@ -431,20 +362,4 @@ def send(
         return message, await pool.publish(message, min_ok=1)
 
     message, published = run(body())
-    if not published.ok:
-        raise CliFailure(
-            ExitCode.NETWORK,
-            f"no relay accepted {message.id}:\n  " + "\n  ".join(_verdict_lines(published)),
-        )
-    for line in _verdict_lines(published):
-        note(f"buzz: warning: not stored on {line}")
-    if json_output:
-        failed = {url: v.message for url, v in published.verdicts.items() if not v.ok}
-        payload = json.dumps(
-            {"id": message.id, "accepted": published.accepted, "failed": failed},
-            ensure_ascii=False,
-        )
-        # The event itself is spliced in as its canonical bytes.
-        write_stdout(payload[:-1] + f',"event":{message.to_json()}}}\n')
-    else:
-        write_stdout(message.id + "\n")
+    report_publish(message, published, json_output, with_event=True)

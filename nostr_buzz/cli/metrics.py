@@ -61,6 +61,7 @@ from nostr_buzz.cli.common import (
     KeyOption,
     RelayOption,
     TimeoutOption,
+    check_format,
     progress,
     run,
     sources,
@@ -71,6 +72,7 @@ from nostr_buzz.io.metrics_reader import MetricsFetch, read_metrics
 from nostr_buzz.keys import SecretKey
 
 Format = Literal["table", "json", "csv"]
+FORMATS: tuple[Format, ...] = ("table", "json", "csv")
 
 _UNIX: Final = re.compile(r"[0-9]{1,12}")
 _DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -111,20 +113,9 @@ def parse_time(text: str, *, option: str, end_of_day: bool = False) -> int:
     )
 
 
-def _check_format(value: str) -> Format:
-    lowered = value.lower()
-    if lowered == "table":
-        return "table"
-    if lowered == "json":
-        return "json"
-    if lowered == "csv":
-        return "csv"
-    raise CliFailure(ExitCode.BAD_INPUT, "--format: expected table, json or csv")
-
-
 def _resolve_format(value: str | None, json_flag: bool) -> Format:
     """``--json`` is ``--format json`` (docs/cli.md); with another ``--format`` it is bad usage."""
-    fmt = _check_format(value) if value is not None else None
+    fmt = check_format(value, FORMATS) if value is not None else None
     if json_flag:
         if fmt not in (None, "json"):
             raise CliFailure(ExitCode.BAD_INPUT, f"--json conflicts with --format {fmt}")

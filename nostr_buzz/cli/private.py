@@ -9,7 +9,6 @@ relays when they published some, else at the write relays) plus a copy to the se
 from __future__ import annotations
 
 import json
-import sys
 import time
 from datetime import UTC, datetime
 from typing import Annotated
@@ -23,11 +22,16 @@ from nostr_buzz.cli.common import (
     KeyOption,
     RelayOption,
     TimeoutOption,
+    check_format,
+    one_line,
     progress,
+    refusal_lines,
     run,
     sources,
+    text_argument,
+    warn_list_problems,
 )
-from nostr_buzz.cli.messages import FormatOption, _check_format, _one_line, _warn_list_problems
+from nostr_buzz.cli.messages import FORMATS, FormatOption
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.errors import InvalidKey
 from nostr_buzz.io.private import MAX_QUERY_LIMIT, Delivery, Inbox, dm_relays_of, read_inbox
@@ -36,30 +40,11 @@ from nostr_buzz.keys import PublicKey
 from nostr_buzz.nips import nip17
 
 
-def _read_text(text: str) -> str:
-    if text != "-":
-        return text
-    try:
-        data = sys.stdin.buffer.read().decode("utf-8")
-    except UnicodeDecodeError:
-        raise CliFailure(ExitCode.BAD_INPUT, "standard input is not UTF-8 text") from None
-    # `echo hi | buzz messages dm --to … -` sends "hi", not "hi\n".
-    return data[:-1] if data.endswith("\n") else data
-
-
 def _parse_to(value: str) -> str:
     try:
         return PublicKey.from_str(value.strip()).hex
     except InvalidKey as exc:
         raise CliFailure(ExitCode.BAD_INPUT, f"--to: {exc}") from None
-
-
-def _failures(delivery: Delivery) -> dict[str, str]:
-    return {
-        url: _one_line(v.message or v.prefix or "refused", 200)
-        for url, v in delivery.result.verdicts.items()
-        if not v.ok
-    }
 
 
 def dm_command(
@@ -88,9 +73,7 @@ def dm_command(
     Prints the message id (the kind 14 rumor's id).
     """
     receiver = _parse_to(to)
-    body_text = _read_text(text)
-    if not body_text.strip():
-        raise CliFailure(ExitCode.BAD_INPUT, "the message text is empty")
+    body_text = text_argument(text, what="message text")
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
     write_relays = cfg.require_relays(relay or (), direction="write")
@@ -113,14 +96,14 @@ def dm_command(
     to_them = [d for d in deliveries if d.addressee != me]
     copy = next(d for d in deliveries if d.addressee == me)
     if not all(d.result.ok for d in to_them):
-        lines = [f"{url}: {why}" for d in to_them for url, why in _failures(d).items()]
+        lines = [line for d in to_them for line in refusal_lines(d.result)]
         raise CliFailure(
             ExitCode.NETWORK,
             f"no relay accepted the message {message_id}:\n  " + "\n  ".join(lines),
         )
     for d in deliveries:
-        for url, why in _failures(d).items():
-            note(f"buzz: warning: not stored on {_one_line(url, 200)}: {why}")
+        for line in refusal_lines(d.result):
+            note(f"buzz: warning: not stored on {line}")
     if not copy.result.ok:
         note("buzz: warning: your own copy was stored nowhere (buzz messages inbox won't show it)")
     if json_output:
@@ -143,7 +126,7 @@ def _render(inbox: Inbox, fmt: str, me: str) -> str:
     for o in inbox.messages:
         when = datetime.fromtimestamp(o.rumor.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
         who = "me" if o.sender == me else o.sender[:12]
-        lines.append(f"{when}  {o.rumor.id[:12]}  {who:<12}  {_one_line(o.rumor.content, 80)}\n")
+        lines.append(f"{when}  {o.rumor.id[:12]}  {who:<12}  {one_line(o.rumor.content, 80)}\n")
     return "".join(lines)
 
 
@@ -169,7 +152,7 @@ def inbox_command(
     Read from your read relays and the DM relays you published there.  json prints each
     message (the kind 14 rumor, whose author the seal's signature proved) on one line.
     """
-    fmt = _check_format(output_format)
+    fmt = check_format(output_format, FORMATS)
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
     relays = cfg.require_relays(relay or (), direction="read")
@@ -179,7 +162,7 @@ def inbox_command(
         return await read_inbox(secret, relays, timeout=timeout, limit=limit)
 
     inbox = run(body())
-    _warn_list_problems(inbox.query)
+    warn_list_problems(inbox.query)
     if inbox.refused:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(inbox.refused.items()))
         note(f"buzz: warning: gift wraps refused: {reasons}")

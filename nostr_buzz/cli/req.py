@@ -30,8 +30,8 @@ from nostr_buzz.cli.common import (
     read_stdin_lines,
     run,
     sources,
+    warn_list_problems,
 )
-from nostr_buzz.cli.messages import _warn_list_problems
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
@@ -149,7 +149,7 @@ def req_command(
 
     async def body() -> list[Event]:
         result = await pool.query(filters, timeout=timeout)
-        _warn_list_problems(result)
+        warn_list_problems(result)
         return result.events
 
     write_stdout("".join(e.to_json() + "\n" for e in run(body())))

@@ -12,23 +12,25 @@ runs, not when ``buzz`` builds its command list.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from nostr_buzz.cli.common import (
     DEFAULT_TIMEOUT,
+    ChannelOption,
     ConfigOption,
     JsonOption,
     KeyOption,
     RelayOption,
     TimeoutOption,
-    one_line,
+    check_channel,
     progress,
+    report_publish,
     run,
     sources,
+    text_argument,
     unreachable_relays,
 )
 from nostr_buzz.cli.kit import sub_app
@@ -38,18 +40,13 @@ if TYPE_CHECKING:
     from nostr_buzz.event import Event
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult
     from nostr_buzz.keys import SecretKey
+    from nostr_buzz.nips.nip01 import Filter
 
 canvas_app = sub_app(
     "canvas", "Read or update a channel's canvas (the shared document agents are pointed at)."
 )
 mem_app = sub_app("mem", "Read or update your core memory (encrypted to your own key).")
 
-ChannelOption = Annotated[
-    str,
-    typer.Option(
-        "--channel", metavar="CHANNEL", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -."
-    ),
-]
 TextArgument = Annotated[
     str,
     typer.Argument(
@@ -76,29 +73,6 @@ MemoryName = Annotated[
 # --- shared steps --------------------------------------------------------------------------
 
 
-def _text(value: str) -> str:
-    if value == "-":
-        try:
-            value = sys.stdin.buffer.read().decode("utf-8")
-        except UnicodeDecodeError:
-            raise CliFailure(ExitCode.BAD_INPUT, "stdin is not UTF-8 text") from None
-    if not value.strip():
-        raise CliFailure(ExitCode.BAD_INPUT, "the text is empty")
-    return value
-
-
-def _channel(channel: str) -> str:
-    from nostr_buzz.nips import nip10
-
-    if not nip10.is_valid_channel_id(channel) or channel.startswith(nip10.DIRECT_CHANNEL_PREFIX):
-        raise CliFailure(
-            ExitCode.BAD_INPUT,
-            "--channel: not a channel id (1-128 characters from A-Z a-z 0-9 _ -, "
-            "not starting with 'dm-')",
-        )
-    return channel
-
-
 def _memory_name(name: str) -> None:
     if name != "core":
         raise CliFailure(ExitCode.BAD_INPUT, "only the 'core' memory exists: buzz mem get core")
@@ -115,24 +89,6 @@ def _not_found(result: PoolQueryResult, what: str) -> CliFailure:
     return CliFailure(ExitCode.NOT_FOUND, f"{what} not found")
 
 
-def _publish_report(event: Event, published: PublishResult, json_output: bool) -> None:
-    failed = {
-        url: v.message or v.prefix or "refused" for url, v in published.verdicts.items() if not v.ok
-    }
-    if not published.ok:
-        lines = [f"{one_line(u, 300)}: {one_line(m, 300)}" for u, m in failed.items()]
-        raise CliFailure(
-            ExitCode.NETWORK, f"no relay accepted {event.id}:\n  " + "\n  ".join(lines)
-        )
-    for url, message in failed.items():
-        note(f"buzz: warning: not stored on {one_line(url, 300)}: {one_line(message, 300)}")
-    if json_output:
-        payload = {"id": event.id, "accepted": published.accepted, "failed": failed}
-        write_stdout(json.dumps(payload, ensure_ascii=False) + "\n")
-    else:
-        write_stdout(event.id + "\n")
-
-
 def _publish(
     event: Event, relays: Sequence[str], secret: SecretKey, timeout: float
 ) -> PublishResult:
@@ -143,7 +99,7 @@ def _publish(
 
 
 def _query(
-    filters: list[dict[str, Any]], relays: Sequence[str], secret: SecretKey | None, timeout: float
+    filters: list[Filter], relays: Sequence[str], secret: SecretKey | None, timeout: float
 ) -> PoolQueryResult:
     from nostr_buzz.io.pool import RelayPool
 
@@ -191,7 +147,7 @@ def canvas_get(
     from nostr_buzz.keys import PublicKey
     from nostr_buzz.nips import standing
 
-    channel = _channel(channel)
+    channel = check_channel(channel)
     cfg = sources(config)
     relays = cfg.require_relays(relay or (), direction="read")
     secret = cfg.secret_key(key)
@@ -236,14 +192,14 @@ def canvas_set(
 
     from nostr_buzz.nips import standing
 
-    channel = _channel(channel)
-    content = _text(text)
+    channel = check_channel(channel)
+    content = text_argument(text, whole=True)
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
     relays = cfg.require_relays(relay or (), direction="write")
     # The clock is read here, at the edge.
     event = standing.build_canvas_event(secret, channel, content, created_at=int(time.time()))
-    _publish_report(event, _publish(event, relays, secret, timeout), json_output)
+    report_publish(event, _publish(event, relays, secret, timeout), json_output)
 
 
 # --- buzz mem -------------------------------------------------------------------------------
@@ -293,9 +249,9 @@ def mem_set(
     from nostr_buzz.nips import standing
 
     _memory_name(name)
-    content = _text(text)
+    content = text_argument(text, whole=True)
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
     relays = cfg.require_relays(relay or (), direction="write")
     event = standing.build_core_memory_event(secret, content, created_at=int(time.time()))
-    _publish_report(event, _publish(event, relays, secret, timeout), json_output)
+    report_publish(event, _publish(event, relays, secret, timeout), json_output)

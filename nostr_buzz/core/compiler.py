@@ -190,8 +190,8 @@ def standing_sections(standing: Standing) -> list[tuple[str, str]]:
         body = standing.base.rstrip(WHITESPACE).lstrip("\n\r")
         if not is_blank(body):
             out.append(("base", _section("base", body)))
-    if standing.system is not None:
-        body = standing.system.strip("\n\r")
+    if standing.persona is not None:
+        body = standing.persona.strip("\n\r")
         if not is_blank(body):
             out.append(("system", _section("system", body)))
     if standing.team_instructions is not None:
@@ -425,7 +425,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     persona_parts = [
         trim(part)
         for part in (
-            turn_input.standing.system,
+            turn_input.standing.persona,
             turn_input.standing.team_instructions,
             turn_input.standing.huddle_instructions,
         )

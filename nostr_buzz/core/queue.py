@@ -32,18 +32,18 @@ import secrets
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, Protocol, TypeGuard
+from typing import Final, TypeGuard, get_args
 
 import msgspec
 
-from nostr_buzz.core.backoff import backoff_base
+from nostr_buzz.core.backoff import Rng, backoff_base
 from nostr_buzz.core.text import is_utf8_encodable
 from nostr_buzz.core.turn_input import CancelReason as CancelReason  # re-exported
 from nostr_buzz.errors import BuzzError, QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
 
-_REASONS: Final = ("interrupt", "steer")
+_REASONS: Final = get_args(CancelReason)
 _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
 
 #: How many delivered or dead-lettered ids are remembered for duplicate detection.
@@ -51,12 +51,6 @@ REMEMBERED_IDS: Final = 10_000
 _SNAPSHOT_VERSION: Final = 1
 _BACKOFF_BASE: Final = 5.0
 _BACKOFF_CAP: Final = 300.0
-
-
-class Rng(Protocol):
-    """What the queue needs from an RNG: ``random.Random`` and ``secrets.SystemRandom`` fit."""
-
-    def uniform(self, a: float, b: float) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -233,10 +227,6 @@ def _check_channel(channel: object) -> str:
     return channel
 
 
-def _channel_of(event: Event) -> str:
-    return nip10.channel(event) or nip10.direct_channel(event.pubkey)
-
-
 def _sorted_by_created_at(entries: Iterable[_Entry]) -> list[_Entry]:
     return sorted(entries, key=lambda e: e.queued.event.created_at)  # sorted() is stable
 
@@ -294,7 +284,7 @@ class DispatchQueue:
         received_at = _check_now(now)
         if event.id in self._live or event.id in self._remembered_set:
             return PushResult(accepted=False, duplicate=True, dropped=[])
-        name = _channel_of(event)
+        name = nip10.queue_channel(event)
         ch = self._channels.setdefault(name, _Channel(name))
         entry = _Entry(
             QueuedEvent(event, prompt_tag, received_at),
@@ -432,7 +422,7 @@ class DispatchQueue:
         ch.backoff_until = now + delay
         return None
 
-    def requeue_cancelled(self, batch: Batch, reason: str) -> None:
+    def requeue_cancelled(self, batch: Batch, reason: CancelReason) -> None:
         """Store a cancelled (interrupted or failed-to-steer) batch for the channel's next one."""
         if reason not in _REASONS:
             raise QueueError(f"cancel reason must be 'interrupt' or 'steer', got {reason!r}")
@@ -536,6 +526,10 @@ class DispatchQueue:
         """Whether ``event_id`` is among the remembered delivered or dead-lettered ids."""
         return event_id in self._remembered_set
 
+    def remembered_ids(self) -> list[str]:
+        """The remembered delivered or dead-lettered ids, oldest first."""
+        return list(self._remembered)
+
     @property
     def next_seq(self) -> int:
         """The push order number the next accepted event gets."""
@@ -622,7 +616,7 @@ class DispatchQueue:
 
         def entry(w: _WireEntry, channel: str) -> _Entry:
             ev = w.event
-            if _channel_of(ev) != channel:
+            if nip10.queue_channel(ev) != channel:
                 raise corrupt(f"event {ev.id} is filed under the wrong channel")
             if ev.id in self._live:
                 raise corrupt(f"event {ev.id} appears twice")

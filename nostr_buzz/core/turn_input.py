@@ -77,10 +77,13 @@ class ProfileInfo(msgspec.Struct, frozen=True):
 
 class Standing(msgspec.Struct, frozen=True, rename="camel"):
     """Standing context: the six optional sections of docs/turn-input.md.  The turn-input file
-    names the fields in camelCase (``teamInstructions``) and is decoded into this type directly."""
+    names the fields in camelCase (``teamInstructions``) and is decoded into this type directly.
+
+    ``persona`` is the configuration's ``[context] persona``; the turn-input file and the
+    envelope call it ``system`` (the ``<system>`` section)."""
 
     base: str | None = None
-    system: str | None = None
+    persona: str | None = msgspec.field(default=None, name="system")
     team_instructions: str | None = None
     core_memory: str | None = None
     huddle_instructions: str | None = None
@@ -165,7 +168,7 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
             "a standing section",
             (
                 s.base,
-                s.system,
+                s.persona,
                 s.team_instructions,
                 s.core_memory,
                 s.huddle_instructions,

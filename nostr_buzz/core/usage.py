@@ -130,7 +130,9 @@ class _TurnUsage:
 
 
 @dataclass
-class _Session:
+class _SessionUsage:
+    """The accounting of one adapter session: its baselines and the open turn's reports."""
+
     cumulative_baseline: _Totals | None = None
     cost_baseline: float | None = None
     in_turn: bool = False
@@ -168,14 +170,14 @@ class UsageTracker:
     """
 
     def __init__(self) -> None:
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, _SessionUsage] = {}
 
-    def _session(self, session_id: str) -> _Session:
+    def _session(self, session_id: str) -> _SessionUsage:
         if not isinstance(session_id, str):
             raise TypeError("session_id must be a string")
         state = self._sessions.get(session_id)
         if state is None:
-            state = self._sessions[session_id] = _Session()
+            state = self._sessions[session_id] = _SessionUsage()
         return state
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -304,7 +306,9 @@ class UsageTracker:
         return state.seq
 
     @staticmethod
-    def _from_totals(state: _Session, totals: _Totals) -> tuple[TokenCounts, TokenCounts, bool]:
+    def _from_totals(
+        state: _SessionUsage, totals: _Totals
+    ) -> tuple[TokenCounts, TokenCounts, bool]:
         base = state.cumulative_baseline
         state.cumulative_baseline = totals  # the last observation, whole
         folded = totals.folded_input

@@ -75,7 +75,7 @@ class DemoOptions:
 
 
 @dataclass
-class _Running:
+class _PromptRun:
     """The prompt currently running in a session."""
 
     run_id: str
@@ -87,12 +87,15 @@ class _Running:
 
 
 @dataclass
-class _Session:
+class _SessionState:
+    """What the demo agent keeps per ACP session: its standing text, token totals and the
+    prompt running in it."""
+
     standing: str | None = None
     turns: int = 0
     input_total: int = 0
     output_total: int = 0
-    running: _Running | None = None
+    running: _PromptRun | None = None
 
 
 def _tokens(text: str) -> int:
@@ -146,7 +149,7 @@ class DemoAgent:
     def __init__(self, options: DemoOptions) -> None:
         self._options = options
         self._client: Any = None
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, _SessionState] = {}
         self._next_session = 0
         self._next_run = 0
         self._background: set[asyncio.Task[None]] = set()
@@ -188,7 +191,7 @@ class DemoAgent:
     ) -> schema.NewSessionResponse:
         self._next_session += 1
         session_id = f"demo-session-{self._next_session}"
-        state = self._sessions[session_id] = _Session()
+        state = self._sessions[session_id] = _SessionState()
         prompt = kwargs.get("systemPrompt")
         if not self._options.legacy and isinstance(prompt, dict):
             append = prompt.get("append")
@@ -218,7 +221,7 @@ class DemoAgent:
         if self._options.crash_on is not None and any(self._options.crash_on in t for t in texts):
             os._exit(3)  # an abrupt crash mid-turn, on purpose
         self._next_run += 1
-        running = state.running = _Running(run_id=f"run-{self._next_run}")
+        running = state.running = _PromptRun(run_id=f"run-{self._next_run}")
         try:
             # Progress first: a client can tell the turn is running (and learn goose's run id).
             if self._options.goose:
@@ -253,7 +256,7 @@ class DemoAgent:
             running.finished.set()
 
     async def _finish_turn(
-        self, session_id: str, state: _Session, texts: list[str], steers: list[str]
+        self, session_id: str, state: _SessionState, texts: list[str], steers: list[str]
     ) -> schema.PromptResponse:
         state.turns += 1
         ids, instruction = summarize_prompt(texts)
@@ -276,7 +279,7 @@ class DemoAgent:
         return schema.PromptResponse(stop_reason="end_turn", usage=usage)
 
     async def _report_usage(
-        self, session_id: str, state: _Session, input_tokens: int, output_tokens: int
+        self, session_id: str, state: _SessionState, input_tokens: int, output_tokens: int
     ) -> schema.Usage:
         state.input_total += input_tokens
         state.output_total += output_tokens
@@ -364,7 +367,7 @@ class DemoAgent:
     async def _steer_turn(
         self,
         session_id: str,
-        state: _Session,
+        state: _SessionState,
         texts: list[str],
         ending: asyncio.Event | None,
     ) -> None:

@@ -6,7 +6,9 @@ modes, say) does not pull in the WebSocket stack.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nostr_buzz._lazy import lazy_getattr as _lazy_getattr
 
 if TYPE_CHECKING:
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
@@ -27,10 +29,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nostr_buzz.io' has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(module), name)
+__getattr__ = _lazy_getattr(__name__, _EXPORTS, globals())

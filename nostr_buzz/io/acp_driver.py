@@ -78,6 +78,7 @@ from nostr_buzz.core.escape import escape_text
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.errors import AgentError
+from nostr_buzz.io.diagnostics import AgentDiagnosticKind
 from nostr_buzz.io.run_as import launcher_argv
 from nostr_buzz.nips.nip_am import StopReason
 
@@ -99,7 +100,7 @@ SteerOutcome = Literal["injected", "started_new_turn", "failed", "released"]
 Outcome = Literal["success", "cancelled", "failed"]
 TerminalEvidence = Literal["prompt_response", "cancel_response", "agent_exit", "timeout", "error"]
 #: ``on_diagnostic(kind, session_id, payload)``: driver-level observer records (no prompt text).
-DiagnosticCallback = Callable[[str, str | None, dict[str, Any]], None]
+DiagnosticCallback = Callable[[AgentDiagnosticKind, str | None, dict[str, Any]], None]
 
 METHOD_NOT_FOUND: Final = -32601
 GOOSE_SYSTEM_PROMPT: Final = "_goose/unstable/session/system-prompt/set"
@@ -787,23 +788,7 @@ class AgentDriver:
             troubled = turn.cancel_deadline is not None or ending.outcome != "success"
             if troubled and info is not None and not info.survives_cancel:
                 await self._retire(session_id)
-        result = TurnResult(
-            reply="".join(turn.chunks),
-            final_message="".join(turn.final),
-            usage=usage,
-            stop_reason=ending.stop_reason,
-            outcome=ending.outcome,
-            terminal_evidence=ending.evidence,
-            native_stop_reason=ending.native,
-            adapter_session_id=session_id,
-            run_id=turn.run_id,
-            started_at=turn.started_at,
-            ended_at=self._clock(),
-            error=ending.error,
-            context_used=turn.context_used,
-            context_size=turn.context_size,
-            turn_seq=turn_seq,
-        )
+        result = self._result(turn, ending, usage, turn_seq)
         if ending.evidence == "agent_exit":
             await self._reap()
         return result
@@ -1021,23 +1006,32 @@ class AgentDriver:
                 follow.heard = follow.heard or bool(follow.chunks)
         finally:
             self._turns.pop(session_id, None)
-        alive = self._conn is not None
         usage = self.usage.end_turn(key)
+        turn_seq = usage.turn_seq if usage is not None else self.usage.unknown_turn(key)
+        if self._conn is not None:  # the harness stopped waiting
+            return self._result(follow, _Ending("unknown", "success", "timeout"), usage, turn_seq)
+        return self._result(follow, _Ending("error", "failed", "agent_exit"), usage, turn_seq)
+
+    def _result(
+        self, turn: _Turn, ending: _Ending, usage: UsageRecord | None, turn_seq: int
+    ) -> TurnResult:
+        """What a turn leaves: its text, usage and how it ended."""
         return TurnResult(
-            reply="".join(follow.chunks),
-            final_message="".join(follow.final),
+            reply="".join(turn.chunks),
+            final_message="".join(turn.final),
             usage=usage,
-            stop_reason="unknown" if alive else "error",
-            outcome="success" if alive else "failed",
-            terminal_evidence="timeout" if alive else "agent_exit",
-            native_stop_reason=None,
-            adapter_session_id=session_id,
-            run_id=follow.run_id,
-            started_at=follow.started_at,
+            stop_reason=ending.stop_reason,
+            outcome=ending.outcome,
+            terminal_evidence=ending.evidence,
+            native_stop_reason=ending.native,
+            adapter_session_id=turn.session_id,
+            run_id=turn.run_id,
+            started_at=turn.started_at,
             ended_at=self._clock(),
-            context_used=follow.context_used,
-            context_size=follow.context_size,
-            turn_seq=usage.turn_seq if usage is not None else self.usage.unknown_turn(key),
+            error=ending.error,
+            context_used=turn.context_used,
+            context_size=turn.context_size,
+            turn_seq=turn_seq,
         )
 
     def _usage_key(self, session_id: str) -> str:
@@ -1220,7 +1214,9 @@ class AgentDriver:
         )
         return {"outcome": answer}
 
-    def _diagnostic(self, kind: str, session_id: str | None, payload: dict[str, Any]) -> None:
+    def _diagnostic(
+        self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
+    ) -> None:
         if self._on_diagnostic is not None:
             self._on_diagnostic(kind, session_id, payload)
 

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Literal
 
 import msgspec
 
@@ -26,7 +26,59 @@ from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.errors import SECRET_HINT, looks_secret
 from nostr_buzz.io.filemodes import open_private
 
-__all__ = ["DiagnosticRecord", "DiagnosticsFeed", "rfc3339_ms"]
+__all__ = [
+    "AgentDiagnosticKind",
+    "DiagnosticKind",
+    "DiagnosticRecord",
+    "DiagnosticsFeed",
+    "rfc3339_ms",
+]
+
+#: What the ACP driver reports about the agent process and its sessions.
+AgentDiagnosticKind = Literal[
+    "agent_started",  # {agentName, protocolVersion, steeringSupported, pid}
+    "agent_exited",  # {returncode}
+    "session_started",  # {standingStrategy}
+    "session_retired",  # {}
+    "steer_sent",  # {method, result}
+    "permission_policy_failed",  # {error}
+    "permission_decision",  # {decision, title, toolKind, turnRunning}
+]
+
+#: Every kind of record the feed carries (docs/bot.md).  ``emit`` takes nothing else.
+DiagnosticKind = (
+    AgentDiagnosticKind
+    | Literal[
+        # a turn
+        "turn_started",
+        "prompt_context_delivery",
+        "prompt_context_steer",
+        "turn_completed",
+        "turn_failed",
+        "event_dead_lettered",
+        # what reached the bot
+        "event_rejected",
+        "owner_command",
+        "standing_context_frozen",
+        "replay_completed",
+        "relay_cut_off",
+        "state_import_failed",
+        # the agent, as the bot's supervisor sees it
+        "agent_restarted",
+        "agent_restart_failed",
+        "session_replaced",
+        # what the bot sends
+        "reply_published",
+        "reply_failed",
+        "reply_split",
+        "metric_queued",
+        "metric_published",
+        "metric_invalid",
+        "outbox_nudged",
+        "dm_relays_published",
+        "dm_relays_failed",
+    ]
+)
 
 _TAIL_BYTES: Final = 64 * 1024
 #: Size at which the feed file is rotated.
@@ -36,7 +88,7 @@ MAX_FEED_BYTES: Final = 10 << 20
 class DiagnosticRecord(msgspec.Struct, frozen=True, rename="camel"):
     seq: int
     timestamp: str
-    kind: str
+    kind: DiagnosticKind
     channel_id: str | None
     session_id: str | None
     turn_id: str | None
@@ -137,7 +189,7 @@ class DiagnosticsFeed:
 
     def emit(
         self,
-        kind: str,
+        kind: DiagnosticKind,
         *,
         channel_id: str | None = None,
         session_id: str | None = None,

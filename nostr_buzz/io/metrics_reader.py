@@ -16,11 +16,12 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from nostr_buzz.core.metrics_report import MetricsReport, OpenedMetric, build_report, open_metric
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import KIND
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 
@@ -72,13 +73,8 @@ class MetricsFetch:
 
 def metric_filter(
     owner_hex: str, since: int | None, until: int | None, limit: int = PAGE_LIMIT
-) -> dict[str, Any]:
-    flt: dict[str, Any] = {"kinds": [KIND], "#p": [owner_hex], "limit": limit}
-    if since is not None:
-        flt["since"] = since
-    if until is not None:
-        flt["until"] = until
-    return flt
+) -> Filter:
+    return Filter(kinds=(KIND,), since=since, until=until, limit=limit, tags={"p": (owner_hex,)})
 
 
 def _size(event: Event) -> int:

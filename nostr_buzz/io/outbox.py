@@ -7,8 +7,9 @@ NIP-44 ciphertext, never a plaintext payload and never a key.  :meth:`Outbox.add
 it returns, so the publisher can write an entry *before* the first send and a crash after that
 loses nothing; a new :class:`Outbox` on the same file sees every entry.
 
-The clock and the jitter source are passed in: ``now`` on each call, ``rng`` (a function
-returning a float in [0, 1)) at construction or per call.  The SQL is the only I/O.
+The clock and the jitter source are passed in: ``now`` on each call, ``rng`` (a
+:class:`~nostr_buzz.core.backoff.Rng`; one ``uniform(0, 1)`` draw per attempt) at construction
+or per call.  The SQL is the only I/O.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from nostr_buzz.core.backoff import backoff_base
+import msgspec
+
+from nostr_buzz.core.backoff import Rng, backoff_base
 from nostr_buzz.errors import InvalidEvent, OutboxError
 from nostr_buzz.event import Event
 
@@ -66,8 +69,6 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt);
 """
 
-Rng = Callable[[], float]
-
 
 def backoff_delay(attempts: int, u: float) -> float:
     """Seconds to wait after the ``attempts``-th failed attempt (``u`` uniform in [0, 1)).
@@ -104,7 +105,7 @@ class OutboxEntry:
 
 def _summarise(verdicts: Iterable[Verdict]) -> str | None:
     """The refusals of one attempt, one ``relay: reason`` per failing relay."""
-    parts = [f"{v.relay}: {v.message or v.prefix or 'refused'}" for v in verdicts if not v.ok]
+    parts = [f"{v.relay}: {v.reason}" for v in verdicts if not v.ok]
     if not parts:
         return None
     return _clip("; ".join(parts))
@@ -136,7 +137,7 @@ class Outbox:
         outbox opens and owns one."""
         self.path = Path(path)
         # Jitter needs no cryptographic quality; the OS seeds it unless a test pins it.
-        self._rng: Rng = rng if rng is not None else random.Random().random
+        self._rng: Rng = rng if rng is not None else random.Random()
         #: Ids of rows that no longer verify as events (disk damage, manual edits): skipped.
         self.damaged: set[str] = set()
         self._owns_db = connection is None
@@ -249,7 +250,7 @@ class Outbox:
         kept as the entry's ``last_error`` (default: the relays' refusals).  None when
         ``event_id`` is not in the outbox (already removed)."""
         listed = list(verdicts.values() if isinstance(verdicts, Mapping) else verdicts)
-        u = (rng or self._rng)()
+        u = (rng or self._rng).uniform(0.0, 1.0)
         try:
             # A savepoint, not BEGIN: on a connection shared with an open transaction it
             # nests inside it (and commits with it) instead of failing.
@@ -368,8 +369,8 @@ class Outbox:
 
 
 def _relays(text: str) -> tuple[str, ...]:
+    """A stored JSON list of relay URLs; a damaged one counts as none."""
     try:
-        value = json.loads(text)
-    except ValueError:
+        return msgspec.json.decode(text, type=tuple[str, ...])
+    except msgspec.DecodeError:
         return ()
-    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()

@@ -18,14 +18,13 @@ from nostr_buzz.errors import Nip17Error, Nip59Error
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
+from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip59 import Opened, PrivateEvent, Randomness, Rumor
 
 from .pool import PoolQueryResult, PublishResult, RelayPool
 
 #: Relays serve at most this many events per query (LocalRelay measured at 500).
 MAX_QUERY_LIMIT: Final = 500
-#: Wraps are dated up to two days back: a search for messages sent since T starts here before T.
-LOOKBACK: Final = nip59.MAX_BACKDATE
 
 
 async def dm_relays_of(
@@ -41,7 +40,9 @@ async def dm_relays_of(
     if not people or not relays:
         return {}
     pool = RelayPool(relays, secret=secret, timeout=timeout)
-    result = await pool.query({"kinds": [nip17.DM_RELAYS_KIND], "authors": people}, timeout=timeout)
+    result = await pool.query(
+        Filter(authors=tuple(people), kinds=(nip17.DM_RELAYS_KIND,)), timeout=timeout
+    )
     newest: dict[str, Event] = {}
     for event in result.events:
         if event.kind != nip17.DM_RELAYS_KIND or event.pubkey not in people:
@@ -149,15 +150,20 @@ async def read_inbox(
     me = secret.public_key.hex
     own = await dm_relays_of([me], relays, secret=secret, timeout=timeout)
     urls = list(dict.fromkeys([*relays, *own.get(me, ())]))
-    flt: dict[str, object] = {"kinds": [nip59.GIFT_WRAP_KIND], "#p": [me], "limit": limit}
+    flt = _wraps_to(me, limit)
     if since is not None:
-        flt["since"] = max(0, since - LOOKBACK)
+        flt = flt.with_since(since)  # wraps dated up to two days before they were sent
     result = await RelayPool(urls, secret=secret, timeout=timeout).query(flt, timeout=timeout)
     inbox = open_all(secret, result.events)
     if since is not None:
         inbox.messages = [o for o in inbox.messages if o.rumor.created_at >= since]
     inbox.query = result
     return inbox
+
+
+def _wraps_to(me: str, limit: int) -> Filter:
+    """The gift wraps addressed to ``me``."""
+    return Filter(kinds=(nip59.GIFT_WRAP_KIND,), limit=limit, tags={"p": (me,)})
 
 
 def in_conversation(opened: Opened, me: str, peer: str) -> bool:
@@ -177,7 +183,7 @@ async def conversation(
     first, from the wraps addressed to the key (its own copies included), and whether older
     ones were left out.  Wraps are dated at random, so more of them are asked for than kept."""
     me = secret.public_key.hex
-    flt = {"kinds": [nip59.GIFT_WRAP_KIND], "#p": [me], "limit": MAX_QUERY_LIMIT}
+    flt = _wraps_to(me, MAX_QUERY_LIMIT)
     result = await RelayPool(relays, secret=secret, timeout=timeout).query(flt, timeout=timeout)
     inbox = open_all(secret, result.events)
     mine = [o for o in inbox.messages if in_conversation(o, me, peer)]

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
+from nostr_buzz.core.backoff import Rng
 from nostr_buzz.errors import MetricError, OutboxError, RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
 
-from .outbox import Outbox, Rng
+from .outbox import Outbox
 from .pool import PublishResult, RelayPool
 from .relay import Verdict
 
@@ -85,9 +86,7 @@ class PublishReport:
 
 
 def _refusals(verdicts: dict[str, Verdict]) -> str | None:
-    failed = [
-        f"{url}: {v.message or v.prefix or 'refused'}" for url, v in verdicts.items() if not v.ok
-    ]
+    failed = [f"{url}: {v.reason}" for url, v in verdicts.items() if not v.ok]
     return "; ".join(failed) or None
 
 
@@ -131,7 +130,7 @@ class MetricPublisher:
         self.min_ok = min_ok
         self.timeout = float(timeout)
         self._clock = clock
-        self._rng: Rng = rng if rng is not None else random.Random().random
+        self._rng: Rng = rng if rng is not None else random.Random()
         self._on_report = on_report
         self._owns_outbox = not isinstance(outbox, Outbox)
         self.outbox = outbox if isinstance(outbox, Outbox) else Outbox(outbox, rng=self._rng)

@@ -84,6 +84,12 @@ class Verdict:
         """The relay has the event (accepted now or already)."""
         return self.accepted or self.duplicate
 
+    @property
+    def reason(self) -> str:
+        """Why the relay refused: its message, else its machine-readable prefix, else
+        ``refused``."""
+        return self.message or self.prefix or "refused"
+
 
 @dataclass
 class QueryResult:

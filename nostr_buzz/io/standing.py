@@ -118,7 +118,7 @@ async def fetch_standing(
     """
     agent_hex = agent.public_key.hex
     authors = frozenset(k.lower() for k in trusted)
-    filters: list[dict[str, Any]] = [docs.core_memory_filter(agent_hex)]
+    filters = [docs.core_memory_filter(agent_hex)]
     if channel is not None and authors:
         filters.append(docs.canvas_filter(channel, authors))
         filters.append(docs.huddle_guidelines_filter(channel, authors))

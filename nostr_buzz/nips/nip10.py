@@ -27,6 +27,7 @@ __all__ = [
     "direct_channel",
     "is_valid_channel_id",
     "mentions",
+    "queue_channel",
     "reply_tags",
     "thread_history",
     "thread_ref",
@@ -150,6 +151,12 @@ def channel(event: Event) -> str | None:
                 return value
             return None
     return None
+
+
+def queue_channel(event: Event) -> str:
+    """The channel an event is queued (and answered) in: its ``h`` tag, else the author's
+    direct channel ``dm-{pubkey}``."""
+    return channel(event) or direct_channel(event.pubkey)
 
 
 def mentions(event: Event) -> list[str]:

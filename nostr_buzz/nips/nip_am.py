@@ -260,69 +260,44 @@ def _counts_from_wire(counts: _WireTokenCounts | None) -> TokenCounts | None:
     )
 
 
+#: The payload fields the wire leaves out when absent (never null): ``None`` in
+#: :class:`MetricPayload`, ``UNSET`` in :class:`_WirePayload`.  The two structs name the same
+#: fields, so one loop maps each way; the fields of other types are converted after it.
+_OMITTABLE: Final = tuple(
+    f.name for f in msgspec.structs.fields(_WirePayload) if f.default is UNSET
+)
+
+
 def _to_wire(p: MetricPayload) -> _WirePayload:
-    pricing: _WirePricingIdentity | UnsetType = UNSET
-    if p.pricing_identity is not None:
-        pi = p.pricing_identity
-        pricing = _WirePricingIdentity(pi.authority, pi.model, _or_unset(pi.cache_class))
-    return _WirePayload(
-        harness=p.harness,
-        timestamp=p.timestamp,
-        model=p.model,
-        channel_id=p.channel_id,
-        session_id=p.session_id,
-        turn_id=p.turn_id,
-        turn_seq=p.turn_seq,
+    values = {name: getattr(p, name) for name in _WirePayload.__struct_fields__}
+    for name in _OMITTABLE:
+        values[name] = _or_unset(values[name])
+    pi = p.pricing_identity
+    values.update(
         turn=_counts_to_wire(p.turn),
         cumulative=_counts_to_wire(p.cumulative),
-        delta_reliable=p.delta_reliable,
-        stop_reason=_or_unset(p.stop_reason),
-        outcome=_or_unset(p.outcome),
-        terminal_evidence=_or_unset(p.terminal_evidence),
         triggering_event_ids=tuple(p.triggering_event_ids) or UNSET,
-        root_event_id=_or_unset(p.root_event_id),
-        parent_event_id=_or_unset(p.parent_event_id),
-        started_at=_or_unset(p.started_at),
-        adapter_session_id=_or_unset(p.adapter_session_id),
-        native_stop_reason=_or_unset(p.native_stop_reason),
-        pricing_identity=pricing,
-        context_manifest=_or_unset(p.context_manifest),
-        context_used_tokens=_or_unset(p.context_used_tokens),
-        context_window_tokens=_or_unset(p.context_window_tokens),
+        pricing_identity=UNSET
+        if pi is None
+        else _WirePricingIdentity(pi.authority, pi.model, _or_unset(pi.cache_class)),
     )
+    return _WirePayload(**values)
 
 
 def _from_wire(w: _WirePayload) -> MetricPayload:
-    pricing = None
-    if not isinstance(w.pricing_identity, UnsetType):
-        pi = w.pricing_identity
-        pricing = PricingIdentity(pi.authority, pi.model, _or_none(pi.cache_class))
-    ids = w.triggering_event_ids
-    return MetricPayload(
-        harness=w.harness,
-        timestamp=w.timestamp,
-        model=w.model,
-        channel_id=w.channel_id,
-        session_id=w.session_id,
-        turn_id=w.turn_id,
-        turn_seq=w.turn_seq,
+    values = {name: getattr(w, name) for name in _WirePayload.__struct_fields__}
+    for name in _OMITTABLE:
+        values[name] = _or_none(values[name])
+    pi, ids = w.pricing_identity, w.triggering_event_ids
+    values.update(
         turn=_counts_from_wire(w.turn),
         cumulative=_counts_from_wire(w.cumulative),
-        delta_reliable=w.delta_reliable,
-        stop_reason=_or_none(w.stop_reason),
-        outcome=_or_none(w.outcome),
-        terminal_evidence=_or_none(w.terminal_evidence),
         triggering_event_ids=() if isinstance(ids, UnsetType) else ids,
-        root_event_id=_or_none(w.root_event_id),
-        parent_event_id=_or_none(w.parent_event_id),
-        started_at=_or_none(w.started_at),
-        adapter_session_id=_or_none(w.adapter_session_id),
-        native_stop_reason=_or_none(w.native_stop_reason),
-        pricing_identity=pricing,
-        context_manifest=_or_none(w.context_manifest),
-        context_used_tokens=_or_none(w.context_used_tokens),
-        context_window_tokens=_or_none(w.context_window_tokens),
+        pricing_identity=None
+        if isinstance(pi, UnsetType)
+        else PricingIdentity(pi.authority, pi.model, _or_none(pi.cache_class)),
     )
+    return MetricPayload(**values)
 
 
 def _encode_payload(payload: MetricPayload) -> bytes:

@@ -21,7 +21,7 @@ bytes, from the OS CSPRNG unless pinned (tests).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import Any, Final
+from typing import Final
 
 from nostr_buzz.core.escape import escape_text
 from nostr_buzz.core.text import is_blank, trim
@@ -29,6 +29,7 @@ from nostr_buzz.errors import InvalidEvent, InvalidKey, Nip44Error, StandingErro
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip44
+from nostr_buzz.nips.nip01 import Filter
 
 __all__ = [
     "CANVAS_KIND",
@@ -261,13 +262,13 @@ def canvas_body(event: Event, channel: str) -> str:
     )
 
 
-def _channel_filter(kind: int, channel: str, authors: Collection[str]) -> dict[str, Any]:
-    return {
-        "kinds": [kind],
-        "#h": [_channel(channel)],
-        "authors": sorted(authors),
-        "limit": QUERY_LIMIT,
-    }
+def _channel_filter(kind: int, channel: str, authors: Collection[str]) -> Filter:
+    return Filter(
+        authors=tuple(sorted(authors)),
+        kinds=(kind,),
+        limit=QUERY_LIMIT,
+        tags={"h": (_channel(channel),)},
+    )
 
 
 def core_memory_section(text: str) -> str:
@@ -276,18 +277,18 @@ def core_memory_section(text: str) -> str:
     return f"<core-memory>\n{escape_text(trim(text))}\n</core-memory>"
 
 
-def canvas_filter(channel: str, authors: Collection[str]) -> dict[str, Any]:
+def canvas_filter(channel: str, authors: Collection[str]) -> Filter:
     """Canvases of ``channel`` by ``authors`` (hex public keys)."""
     return _channel_filter(CANVAS_KIND, channel, authors)
 
 
-def huddle_guidelines_filter(channel: str, authors: Collection[str]) -> dict[str, Any]:
+def huddle_guidelines_filter(channel: str, authors: Collection[str]) -> Filter:
     """Huddle guidelines of ``channel`` by ``authors`` (hex public keys)."""
     return _channel_filter(HUDDLE_GUIDELINES_KIND, channel, authors)
 
 
-def core_memory_filter(agent_pubkey: str) -> dict[str, Any]:
-    return {"kinds": [CORE_MEMORY_KIND], "authors": [agent_pubkey], "#d": [CORE_MEMORY_D]}
+def core_memory_filter(agent_pubkey: str) -> Filter:
+    return Filter(authors=(agent_pubkey,), kinds=(CORE_MEMORY_KIND,), tags={"d": (CORE_MEMORY_D,)})
 
 
 def huddle_instructions(event: Event) -> str:

@@ -237,7 +237,7 @@ async def test_owner_huddle_guidelines_join_layer_two_a_strangers_never(world: W
                                            created_at=at(9)),
     )  # fmt: skip
     rec = Recorder()
-    config = world.config(*record_flags(world), standing=Standing(system=persona))
+    config = world.config(*record_flags(world), standing=Standing(persona=persona))
     async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
         await turns(plugin, rec, world, "in eng")
         done = len(rec.of("turn_completed"))

@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -375,6 +376,9 @@ AGENT2 = SecretKey.from_str("3e" * 32)
 KIND = 44200
 WAIT = 10.0  # bound on every wait for something a relay or a process does
 
+#: A jitter source that always draws the middle of its range (no jitter).
+MIDPOINT = SimpleNamespace(uniform=lambda a, b: (a + b) / 2)
+
 
 # --- building metrics by hand -----------------------------------------------------------------
 
@@ -505,7 +509,7 @@ async def test_the_metric_is_committed_before_the_first_send_and_survives_a_canc
 async def test_removed_only_when_min_ok_relays_said_ok_true_or_duplicate(tmp_path: Path) -> None:
     behaviour: dict[str, Any] = {"verdict": (False, "blocked: not today")}
     async with local_relay() as good, scripted_relay(answer(behaviour)) as picky:
-        pub = publisher(tmp_path, [good.url, picky.url], min_ok=2, rng=lambda: 0.5)
+        pub = publisher(tmp_path, [good.url, picky.url], min_ok=2, rng=MIDPOINT)
         event = await pub.publish(payload())
         assert event is not None
         [entry] = pub.outbox.entries()  # one relay has it, two are needed
@@ -567,7 +571,7 @@ async def test_retries_back_off_and_nothing_is_sent_before_it_is_due(tmp_path: P
     behaviour: dict[str, Any] = {"verdict": (False, "error: try later")}
     clock = [1_000_000.0]
     async with scripted_relay(answer(behaviour)) as refusing:
-        pub = publisher(tmp_path, [refusing.url], clock=lambda: clock[0], rng=lambda: 0.5)
+        pub = publisher(tmp_path, [refusing.url], clock=lambda: clock[0], rng=MIDPOINT)
         event = await pub.publish(payload())
         assert event is not None
         waits = []

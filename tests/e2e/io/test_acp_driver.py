@@ -27,7 +27,7 @@ from tests.support.scripted_agent import USAGE, Scripted, chunk, usage_update
 from tests.support.waits import wait_for
 
 WAIT = 15.0
-STANDING = Standing(base="Be brief.", system="You are the demo agent.")
+STANDING = Standing(base="Be brief.", persona="You are the demo agent.")
 T0 = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)
 
 
@@ -677,7 +677,7 @@ def expected_standing(cwd: str | None) -> str:
     return "\n\n".join(parts)
 
 
-HARNESS_STANDING = Standing(base="B & b", system="S", team_instructions="T")
+HARNESS_STANDING = Standing(base="B & b", persona="S", team_instructions="T")
 
 
 async def _new_session(agent: Scripted, cwd: str) -> tuple[str, Any]:

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -20,6 +21,9 @@ from tests.support.cli import dead_url
 from tests.support.hostile_relay import hostile_relay
 from tests.support.keys import AGENT, OWNER
 from tests.support.relays import free_port, local_relay, start_relay
+
+#: A jitter source that always draws the middle of its range (no jitter).
+MIDPOINT = SimpleNamespace(uniform=lambda a, b: (a + b) / 2)
 
 
 def payload(seq: int = 1) -> MetricPayload:
@@ -53,7 +57,7 @@ def publisher(
         path,
         relays,
         timeout=2.0,
-        rng=lambda: 0.5,
+        rng=MIDPOINT,
         on_report=sink,
         **kw,  # type: ignore[arg-type]
     )
@@ -310,7 +314,7 @@ async def test_store_commits_before_any_send_so_a_crash_cannot_lose_the_metric(
     event = build_metric_event(AGENT, OWNER.public_key, payload())
     assert publisher(path, [dead_url()]).store(event) is None
     # No send was attempted: a fresh process opening the same file finds the signed event.
-    reopened = Outbox(path, rng=lambda: 0.5)
+    reopened = Outbox(path, rng=MIDPOINT)
     assert [entry.event.id for entry in reopened.entries()] == [event.id]
     report = await publisher(path, [dead_url()]).send_stored(event, None)
     assert report.stored and not report.delivered

@@ -39,8 +39,8 @@ async def test_everything_found() -> None:
     section = "<core-memory>\nI help Morgan.\n</core-memory>"
     assert (got.core_memory, got.memory_state) == (section, "found")
     assert got.huddle_instructions == "Be brief."
-    applied = got.apply(Standing(system="persona"))
-    assert applied.system == "persona" and applied.huddle_instructions == "Be brief."
+    applied = got.apply(Standing(persona="persona"))
+    assert applied.persona == "persona" and applied.huddle_instructions == "Be brief."
     assert "I help Morgan." not in str(got.describe())
 
 

@@ -145,6 +145,15 @@ def test_a_corrupt_old_queue_file_is_kept_aside_and_reported(tmp_path: Path) -> 
     assert store.load_queue().channel_names() == []
 
 
+def test_a_malformed_old_state_file_is_kept_aside_and_reported(tmp_path: Path) -> None:
+    state = {"position": -5, "commands": ["cd" * 32]}  # a position before 1970: not ours
+    (tmp_path / "bot-state.json").write_text(json.dumps(state), encoding="utf-8")
+    store = BotStore(tmp_path)
+    assert len(store.import_problems) == 1 and "bot-state.json" in store.import_problems[0]
+    assert (tmp_path / "bot-state.json.corrupt").exists()
+    assert store.position() is None and store.commands() == []
+
+
 def test_a_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
     BotStore(tmp_path).close()
     import sqlite3

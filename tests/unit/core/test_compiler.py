@@ -634,7 +634,7 @@ def test_python_constructor_path_matches_file_path() -> None:
         profiles={k: ProfileInfo(v["label"], v["isAgent"]) for k, v in obj["profiles"].items()},
         standing=Standing(
             base=obj["standing"]["base"],
-            system=obj["standing"]["system"],
+            persona=obj["standing"]["system"],
             core_memory=obj["standing"]["coreMemory"],
         ),
         system_prompt_support=True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.io.acp_driver import standing_text
 
-STANDING = Standing(base="Be brief.", system="You are the demo agent.")
+STANDING = Standing(base="Be brief.", persona="You are the demo agent.")
 
 
 def test_standing_text_composes_workspace_and_sections() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +16,9 @@ from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_even
 from tests.support.keys import AGENT, OWNER
 
 MARKER = "plaintext-marker-model-7f3a"
+
+#: A jitter source that always draws the middle of its range (no jitter).
+MIDPOINT = SimpleNamespace(uniform=lambda a, b: (a + b) / 2)
 
 
 def metric(seq: int = 1) -> Event:
@@ -43,7 +47,7 @@ def test_entries_survive_closing_and_reopening(tmp_path: Path) -> None:
     with Outbox(path) as box:
         assert box.add(first, now=100.0)
         assert box.add(second, now=101.0)
-        box.record_attempt(second.id, 102.0, [refused("ws://a", second)], rng=lambda: 0.5)
+        box.record_attempt(second.id, 102.0, [refused("ws://a", second)], rng=MIDPOINT)
     with Outbox(path) as again:
         assert again.pending_count() == 2
         entries = {e.id: e for e in again.entries()}
@@ -57,7 +61,7 @@ def test_add_is_idempotent_by_id_and_keeps_the_schedule(tmp_path: Path) -> None:
     event = metric()
     with Outbox(tmp_path / "o.db") as box:
         assert box.add(event) is True
-        box.record_attempt(event.id, 50.0, {"ws://a": refused("ws://a", event)}, rng=lambda: 0.5)
+        box.record_attempt(event.id, 50.0, {"ws://a": refused("ws://a", event)}, rng=MIDPOINT)
         assert box.add(event) is False
         assert box.pending_count() == 1
         entry = box.get(event.id)
@@ -99,7 +103,7 @@ def test_backoff_doubles_from_five_seconds_up_to_fifteen_minutes() -> None:
 def test_record_attempt_schedules_with_the_injected_jitter(tmp_path: Path) -> None:
     event = metric()
     draws = iter([0.0, 1.0 - 1e-9, 0.5])
-    with Outbox(tmp_path / "o.db", rng=lambda: next(draws)) as box:
+    with Outbox(tmp_path / "o.db", rng=SimpleNamespace(uniform=lambda a, b: next(draws))) as box:
         box.add(event)
         now = 1_000.0
         expected = [4.0, 12.0, 20.0]  # 5×0.8, 10×1.2, 20×1.0

@@ -125,13 +125,13 @@ def test_huddle_guidelines_trimmed_from_trusted_only() -> None:
 
 
 def test_filters_ask_only_trusted_authors() -> None:
-    assert docs.canvas_filter("eng", {"b" * 64, "a" * 64}) == {
+    assert docs.canvas_filter("eng", {"b" * 64, "a" * 64}).to_wire() == {
         "kinds": [40100],
         "#h": ["eng"],
         "authors": ["a" * 64, "b" * 64],
         "limit": docs.QUERY_LIMIT,
     }
-    assert docs.core_memory_filter("c" * 64) == {
+    assert docs.core_memory_filter("c" * 64).to_wire() == {
         "kinds": [30174],
         "authors": ["c" * 64],
         "#d": ["core"],
@@ -147,7 +147,7 @@ def test_compiler_layers_for_fetched_sections() -> None:
     revision = docs.build_canvas_event(OWNER, "eng", "# Plan", created_at=T0)
     body = docs.canvas_body(revision, "eng")
     standing = Standing(
-        system="persona", core_memory="remember", huddle_instructions="short", channel_canvas=body
+        persona="persona", core_memory="remember", huddle_instructions="short", channel_canvas=body
     )
     compiled = compile_turn(_turn(standing, legacy=True))
     section = f"<channel-canvas>\n{body}\n</channel-canvas>"
