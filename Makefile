@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 AGENTS := tests/agents
 AGENTS_STAMP := $(AGENTS)/node_modules/.installed
 
-.PHONY: test lint bench demo clean agents
+.PHONY: test test-unit lint bench demo clean agents
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ agents: $(AGENTS_STAMP)
 
 test: $(STAMP) $(AGENTS_STAMP)
 	$(BIN)/python -m pytest -q
+
+# The fast loop: tests/unit starts no process and opens no socket (about 30 s).
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check nostr_buzz tests bench

@@ -1,0 +1,277 @@
+"""The ACP driver against the real adapters, claude-agent-acp 0.23.1 and codex-acp 0.16.0.
+
+Both run as subprocesses (installed by ``make agents``) against the local model server of
+``model_server.py``; nothing leaves the machine (the server is also their proxy and records
+any attempt).  These tests pin what the real wire does where the ACP schema suggests
+otherwise: usage meanings, cancel survival, errors in ``data.message``, late permission
+requests, and launchers that leave their native child behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nostr_buzz.errors import AgentError
+from nostr_buzz.io.acp_driver import AgentDriver, PermissionRequest, TurnResult
+from tests.support.model_server import ModelServer, Usage
+from tests.support.real_adapters import CLAUDE, CODEX, adapter, claude_env, codex_env, group_members
+
+WAIT = 30.0
+USAGE = Usage(input_tokens=100, output_tokens=20, cache_read=30, cache_write=40)
+
+
+@asynccontextmanager
+async def _agent(
+    name: str,
+    server: ModelServer,
+    tmp_path: Path,
+    **kwargs: Any,
+) -> AsyncIterator[tuple[AgentDriver, list[tuple[str, str | None, dict[str, Any]]]]]:
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    env = claude_env(server, home) if name == CLAUDE else codex_env(server, home)
+    diagnostics: list[tuple[str, str | None, dict[str, Any]]] = []
+    driver = AgentDriver(
+        adapter(name),
+        env=env,
+        cwd=str(work),
+        log_path=tmp_path / "agent.log",
+        request_timeout=WAIT,
+        shutdown_timeout=1.0,
+        on_diagnostic=lambda kind, sid, payload: diagnostics.append((kind, sid, payload)),
+        **kwargs,
+    )
+    await driver.start()
+    pgid = driver.pid
+    try:
+        yield driver, diagnostics
+    finally:
+        await driver.close()
+        assert pgid is not None and group_members(pgid) == []
+    assert server.outbound == []
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    async with asyncio.timeout(WAIT):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+async def _held_then_cancelled(driver: AgentDriver, server: ModelServer, sid: str) -> TurnResult:
+    """A turn the model holds until the driver has cancelled it."""
+    turn = asyncio.create_task(driver.run_turn(sid, ["ASK:held HOLD:h1"]))
+    await _until(lambda: server.holding("h1"))
+    await driver.cancel(sid)
+    result = await turn
+    server.release("h1")
+    return result
+
+
+# -- claude-agent-acp ----------------------------------------------------------------------
+
+
+async def test_claude_answers_with_folded_usage_cost_and_context(tmp_path: Path) -> None:
+    with ModelServer(usage=USAGE) as server:
+        async with _agent(CLAUDE, server, tmp_path) as (driver, _):
+            assert driver.info.is_claude and not driver.info.survives_cancel
+            start = await driver.new_session(str(tmp_path / "work"), "<base>Be brief.</base>")
+            assert start.strategy == "claude_meta"
+            result = await driver.run_turn(start.session_id, ["Hello ASK:one"])
+            second = await driver.run_turn(start.session_id, ["ASK:two"])
+    assert (result.outcome, result.stop_reason, result.reply) == (
+        "success",
+        "end_turn",
+        "ANSWER:one",
+    )
+    assert result.usage is not None and second.usage is not None
+    counts = result.usage.turn
+    # inputTokens excludes the cache, the metric's input includes it.
+    assert (counts.input_tokens, counts.output_tokens) == (170, 20)
+    assert (counts.cache_read_tokens, counts.cache_write_tokens) == (30, 40)
+    assert counts.total_tokens == 190
+    # The cost comes only from usage_update and is cumulative: each turn gets its own share.
+    assert counts.cost_usd is not None and counts.cost_usd > 0
+    assert second.usage.turn.cost_usd == pytest.approx(counts.cost_usd)
+    assert second.usage.turn_seq == 2 and second.reply == "ANSWER:two"
+    # context occupancy: the last model call's input, cache and output as the adapter saw it
+    assert result.context_used is not None and result.context_used > 170
+    assert result.context_size == 200_000
+    # The standing context reached the model's system prompt.
+    assert server.main_requests()
+
+
+async def test_claude_session_is_retired_after_a_cancel(tmp_path: Path) -> None:
+    approved: list[PermissionRequest] = []
+
+    def policy(request: PermissionRequest) -> bool:
+        approved.append(request)
+        return True
+
+    with ModelServer(usage=USAGE) as server:
+        async with _agent(CLAUDE, server, tmp_path, permission=policy) as (driver, diags):
+            first = await driver.new_session(str(tmp_path / "work"))
+            cancelled = await _held_then_cancelled(driver, server, first.session_id)
+            assert (cancelled.outcome, cancelled.stop_reason) == ("cancelled", "cancelled")
+            assert not driver.usable(first.session_id)
+            with pytest.raises(AgentError, match="did not survive a cancel"):
+                await driver.run_turn(first.session_id, ["ASK:never"])
+            fresh = await driver.new_session(str(tmp_path / "work"))
+            answers = [
+                await driver.run_turn(fresh.session_id, [f"ASK:{q}"])
+                for q in ("two", "three", "four")
+            ]
+    assert [(r.outcome, r.reply) for r in answers] == [
+        ("success", "ANSWER:two"),
+        ("success", "ANSWER:three"),
+        ("success", "ANSWER:four"),
+    ]
+    assert all(r.usage is not None and r.usage.turn.output_tokens == 20 for r in answers)
+    assert ("session_retired", first.session_id, {}) in diags
+    assert approved == []
+
+
+async def test_a_hollow_turn_after_a_cancel_is_failed_not_settled(tmp_path: Path) -> None:
+    """Were claude's session kept after a cancel, the next prompt would end at once with
+    no text and zero usage: the driver fails that turn and retires the session."""
+    with ModelServer(usage=USAGE) as server:
+        async with _agent(CLAUDE, server, tmp_path) as (driver, _):
+            # Pretend the agent survives cancels, to meet the broken session on the wire.
+            driver._info = dataclasses.replace(driver.info, name="some-agent")
+            start = await driver.new_session(str(tmp_path / "work"))
+            await _held_then_cancelled(driver, server, start.session_id)
+            assert driver.usable(start.session_id)
+            hollow = await driver.run_turn(start.session_id, ["ASK:two"])
+            assert not driver.usable(start.session_id)
+    assert (hollow.outcome, hollow.stop_reason, hollow.reply) == ("failed", "error", "")
+    assert hollow.error is not None and "did not survive the cancel" in hollow.error
+
+
+async def _shell_under_policy(
+    name: str, tmp_path: Path, approve: bool
+) -> tuple[list[PermissionRequest], TurnResult, list[str], Path]:
+    """One turn whose model asks to run ``touch <marker>``, under a policy that approves or
+    rejects: (requests the policy saw, the result, the decisions reported, the marker)."""
+    marker = tmp_path / "work" / ("approved" if approve else "rejected")
+    seen: list[PermissionRequest] = []
+
+    def policy(request: PermissionRequest) -> bool:
+        seen.append(request)
+        return approve
+
+    with ModelServer(usage=USAGE) as server:
+        async with _agent(name, server, tmp_path, permission=policy) as (driver, diags):
+            start = await driver.new_session(str(tmp_path / "work"))
+            result = await driver.run_turn(
+                start.session_id, [f"Please SHELL:touch {marker.name};; ASK:tool"]
+            )
+    decisions = [p["decision"] for k, sid, p in diags if k == "permission_decision"]
+    assert all(sid == start.session_id for k, sid, _ in diags if k == "permission_decision")
+    return seen, result, decisions, marker
+
+
+@pytest.mark.parametrize("approve", [False, True])
+async def test_claude_shell_tool_follows_the_permission_policy(
+    tmp_path: Path, approve: bool
+) -> None:
+    seen, result, decisions, marker = await _shell_under_policy(CLAUDE, tmp_path, approve)
+    assert [(r.title, r.turn_running) for r in seen] == [(f"touch {marker.name}", True)]
+    assert marker.exists() is approve
+    assert decisions == ["approved" if approve else "rejected"]
+    assert result.outcome == "success"
+    if approve:
+        # Text separated by a tool call becomes two paragraphs.
+        assert result.reply == "Let me run that.\n\nTOOL-DONE ANSWER:tool"
+
+
+@pytest.mark.parametrize("name", [CLAUDE, CODEX])
+async def test_agent_error_text_reaches_the_turn_result(tmp_path: Path, name: str) -> None:
+    with ModelServer(usage=USAGE) as server:
+        async with _agent(name, server, tmp_path) as (driver, _):
+            start = await driver.new_session(str(tmp_path / "work"))
+            failed = await driver.run_turn(start.session_id, ["FAIL:the-mock-says-no ASK:x"])
+            # claude's session answers every later prompt with the previous one's answer
+            # after a failed turn: it is retired like a cancelled one
+            assert driver.usable(start.session_id) is (name == CODEX)
+            if name == CLAUDE:
+                start = await driver.new_session(str(tmp_path / "work"))
+            after = [await driver.run_turn(start.session_id, [f"ASK:{q}"]) for q in "ab"]
+    assert (failed.outcome, failed.stop_reason, failed.terminal_evidence) == (
+        "failed",
+        "error",
+        "error",
+    )
+    # −32603 "Internal error", the provider's text in the error's data
+    assert failed.error is not None and "-32603" in failed.error
+    assert "the mock refuses: the-mock-says-no" in failed.error
+    assert [r.reply.rsplit("ANSWER:", 1)[-1] for r in after] == ["a", "b"]
+
+
+# -- codex-acp -----------------------------------------------------------------------------
+
+
+async def test_codex_answers_without_usage_but_with_context_figures(tmp_path: Path) -> None:
+    with ModelServer(usage=USAGE) as server:
+        async with _agent(CODEX, server, tmp_path) as (driver, _):
+            assert driver.info.survives_cancel
+            start = await driver.new_session(str(tmp_path / "work"), "<base>Be brief.</base>")
+            result = await driver.run_turn(start.session_id, ["Hello ASK:one"])
+    assert (result.outcome, result.stop_reason) == ("success", "end_turn")
+    assert result.reply.endswith("ANSWER:one")
+    assert result.usage is None  # no usage in the prompt response, no cost
+    assert result.turn_seq == 1
+    assert result.context_used is not None and result.context_used > 0
+    assert result.context_size is not None and result.context_size >= result.context_used
+    # legacy delivery: <workspace> travels as the first block of the session's first prompt
+    assert start.strategy == "legacy"
+    assert "<workspace>" in server.main_requests()[0].user_text
+
+
+async def test_codex_survives_a_cancel(tmp_path: Path) -> None:
+    with ModelServer(usage=USAGE) as server:
+        async with _agent(CODEX, server, tmp_path) as (driver, _):
+            start = await driver.new_session(str(tmp_path / "work"))
+            cancelled = await _held_then_cancelled(driver, server, start.session_id)
+            assert cancelled.outcome == "cancelled"
+            assert driver.usable(start.session_id)
+            answers = [
+                await driver.run_turn(start.session_id, [f"ASK:{q}"]) for q in ("two", "three")
+            ]
+    assert [(r.outcome, r.reply.rsplit("ANSWER:", 1)[-1]) for r in answers] == [
+        ("success", "two"),
+        ("success", "three"),
+    ]
+
+
+@pytest.mark.parametrize("approve", [False, True])
+async def test_codex_shell_tool_follows_the_permission_policy(
+    tmp_path: Path, approve: bool
+) -> None:
+    seen, result, decisions, marker = await _shell_under_policy(CODEX, tmp_path, approve)
+    assert [r.turn_running for r in seen] == [True] and marker.name in seen[0].title
+    assert marker.exists() is approve
+    assert decisions == ["approved" if approve else "rejected"]
+    # codex offers no "deny and go on" for a command: its only rejection aborts the turn
+    assert result.outcome == ("success" if approve else "cancelled")
+
+
+async def test_codex_close_ends_the_native_binary_too(tmp_path: Path) -> None:
+    with ModelServer(usage=USAGE) as server:
+        async with _agent(CODEX, server, tmp_path) as (driver, _):
+            start = await driver.new_session(str(tmp_path / "work"))
+            await driver.run_turn(start.session_id, ["ASK:one"])
+            pgid = driver.pid
+            assert pgid is not None
+            members = group_members(pgid)
+            # the npm launcher and the native binary it started
+            assert len(members) >= 2
+            await driver.restart()
+            assert group_members(pgid) == []
+            assert driver.pid is not None and group_members(driver.pid)

@@ -1,0 +1,222 @@
+"""The agent cannot reach the bot's secrets: ``[agent] user`` runs it as another OS user.
+
+A real ACP agent (the bundled demo agent) is started through the driver as a freshly created
+OS user (the tests run as root, which may switch users).  Before speaking ACP it probes what it
+can read and writes the answers to its stderr, which the driver appends to the agent log: the
+bot's key file, ``/proc/<bot pid>/environ`` and the state files must all be refused, while a
+world-readable control file next to them is readable (so the probe is not fooled by an
+unreachable directory).  The agent's environment never holds ``BUZZ_PRIVATE_KEY``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from nostr_buzz.errors import AgentError
+from nostr_buzz.io.acp_driver import AgentDriver
+from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.outbox import Outbox
+from nostr_buzz.keys import SecretKey
+
+AGENT_USER = "buzz-agent-test"
+BOT_KEY = SecretKey.from_str("9a" * 32)
+REPO = Path(__file__).resolve().parents[3]
+
+PROBE = r"""
+import json, os, sys
+paths = json.loads(os.environ["PROBE_PATHS"])
+def can_read(path):
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+        return True
+    except OSError as exc:
+        return type(exc).__name__
+report = {name: can_read(path) for name, path in paths.items()}
+report["bot_environ"] = can_read(f"/proc/{os.getppid()}/environ")
+report["uid"] = os.getuid()
+report["key_in_env"] = any("BUZZ_PRIVATE_KEY" in k for k in os.environ)
+print("PROBE " + json.dumps(report), file=sys.stderr, flush=True)
+import runpy
+sys.argv = ["agent"]
+runpy.run_module("nostr_buzz.demo.agent", run_name="__main__")
+"""
+
+
+def interpreter_for_others() -> str:
+    """A Python of this version that any user may run (root's own may sit in a 0700 home)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (f"/usr/bin/{version}", f"/usr/local/bin/{version}", sys.executable):
+        if os.path.exists(candidate) and all(
+            os.stat(p).st_mode & 0o005 == 0o005 or os.stat(p).st_mode & 0o001
+            for p in [*map(str, Path(candidate).resolve().parents), candidate]
+        ):
+            return candidate
+    raise AssertionError(f"no {version} that other users may execute")
+
+
+@pytest.fixture(scope="module")
+def agent_user() -> Iterator[pwd.struct_passwd]:
+    assert os.geteuid() == 0, "running the agent as another user needs root (as in CI)"
+    created = False
+    try:
+        pwd.getpwnam(AGENT_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT_USER],
+            check=True,
+            capture_output=True,
+        )
+        created = True
+    yield pwd.getpwnam(AGENT_USER)
+    if created:
+        subprocess.run(["userdel", AGENT_USER], check=False, capture_output=True)
+
+
+@pytest.fixture
+def public_dir() -> Iterator[Path]:
+    """A directory anyone may enter, as a real deployment's would be (not a 0700 tmp)."""
+    path = Path(tempfile.mkdtemp(prefix="buzz-isolation-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _clock() -> datetime:
+    return datetime(2026, 12, 3, tzinfo=UTC)
+
+
+async def test_an_agent_run_as_another_user_cannot_read_the_bots_secrets(
+    agent_user: pwd.struct_passwd, public_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old_umask = os.umask(0o022)
+    try:
+        key_file = public_dir / "agent.nsec"
+        key_file.write_text(BOT_KEY.bech32 + "\n")
+        key_file.chmod(0o600)
+        control = public_dir / "README.txt"
+        control.write_text("anyone may read this\n")
+        state = public_dir / "state"
+        with Outbox.in_state_dir(state), DiagnosticsFeed(state / "diag.jsonl", clock=_clock) as d:
+            d.event_rejected("not from the owner")
+        probe = public_dir / "probe.py"
+        probe.write_text(PROBE)
+        site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+        monkeypatch.setenv("BUZZ_PRIVATE_KEY", BOT_KEY.bech32)  # the bot's own environment
+        paths = {
+            "key_file": str(key_file),
+            "control": str(control),
+            "outbox": str(state / "metrics-outbox.sqlite3"),
+            "diagnostics": str(state / "diag.jsonl"),
+        }
+        driver = AgentDriver(
+            interpreter_for_others(),
+            [str(probe)],
+            env_names=["BUZZ_PRIVATE_KEY"],  # asked for, and still never given
+            env={"PROBE_PATHS": json.dumps(paths), "PYTHONPATH": f"{REPO}:{site}"},
+            cwd=str(public_dir),
+            log_path=state / "agent.log",
+            user=AGENT_USER,
+        )
+        await driver.start()  # a real ACP handshake with the agent running as that user
+        try:
+            assert driver.alive
+        finally:
+            await driver.close()
+    finally:
+        os.umask(old_umask)
+    lines = (state / "agent.log").read_text().splitlines()
+    [report] = [json.loads(line[6:]) for line in lines if line.startswith("PROBE ")]
+    assert report["uid"] == agent_user.pw_uid
+    assert report["control"] is True  # the probe works and the directory is reachable
+    assert report["key_file"] == "PermissionError"
+    assert report["bot_environ"] == "PermissionError"
+    assert report["outbox"] == "PermissionError"
+    assert report["diagnostics"] == "PermissionError"
+    assert report["key_in_env"] is False
+
+
+async def test_the_launcher_refuses_an_unknown_user(tmp_path: Path) -> None:
+    driver = AgentDriver(
+        sys.executable,
+        ["-m", "nostr_buzz.demo.agent"],
+        log_path=tmp_path / "agent.log",
+        user="no-such-user-buzz",
+        request_timeout=10,
+    )
+    with pytest.raises(AgentError):
+        await driver.start()
+    await driver.close()
+    assert "no OS user named 'no-such-user-buzz'" in (tmp_path / "agent.log").read_text()
+
+
+async def test_the_bot_runs_its_configured_agent_as_that_user(
+    agent_user: pwd.struct_passwd, public_dir: Path
+) -> None:
+    """The same probe through the whole bot: ``agent_user`` from the configuration reaches the
+    agent's spawn, the agent answers a mention, and it could read none of the bot's secrets."""
+    from nostr_buzz.bot import BuzzPlugin, PluginConfig
+    from nostr_buzz.bot.state import STATE_DB
+    from nostr_buzz.event import sign_event
+    from tests.support.bot_world import WAIT, Recorder
+    from tests.support.relays import local_relay
+
+    owner, agent = SecretKey.generate(), SecretKey.generate()
+    key_file = public_dir / "agent.nsec"
+    key_file.write_text(agent.bech32 + "\n")
+    key_file.chmod(0o600)
+    control = public_dir / "README.txt"
+    control.write_text("anyone may read this\n")
+    (public_dir / "probe.py").write_text(PROBE)
+    state = public_dir / "state"
+    site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    paths = {
+        "key_file": str(key_file),
+        "control": str(control),
+        "state_db": str(state / STATE_DB),
+        "diagnostics": str(state / "diagnostics.jsonl"),
+    }
+    async with local_relay() as relay:
+        config = PluginConfig(
+            agent_secret=agent,
+            owner=owner.public_key,
+            read_relays=(relay.url,),
+            write_relays=(relay.url,),
+            agent_command=interpreter_for_others(),
+            agent_args=(str(public_dir / "probe.py"),),
+            agent_env={"PROBE_PATHS": json.dumps(paths), "PYTHONPATH": f"{REPO}:{site}"},
+            agent_cwd=str(public_dir),
+            agent_user=AGENT_USER,
+            state_dir=state,
+            relay_timeout=3.0,
+            coalesce_window=0.1,
+        )
+        rec = Recorder()
+        async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+            mention = sign_event(
+                owner,
+                kind=9,
+                content="hello",
+                tags=[["h", "eng"], ["p", agent.public_key.hex]],
+                created_at=int(datetime.now(UTC).timestamp()),
+            )
+            await plugin.handle_event(mention)
+            await rec.kind("reply_published", timeout=WAIT)
+    assert (state / STATE_DB).exists() and (state / "diagnostics.jsonl").exists()
+    lines = (state / "agent.log").read_text().splitlines()
+    [report] = [json.loads(line[6:]) for line in lines if line.startswith("PROBE ")]
+    assert report["uid"] == agent_user.pw_uid and report["control"] is True
+    for secret in ("key_file", "bot_environ", "state_db", "diagnostics"):
+        assert report[secret] == "PermissionError", (secret, report)
+    assert report["key_in_env"] is False

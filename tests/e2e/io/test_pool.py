@@ -1,0 +1,139 @@
+"""RelayPool: concurrent fan-out, merged queries, and relays that are dead, silent or lying."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.relay import RelayClient
+from tests.support.hostile_relay import hostile_relay, tarpit
+from tests.support.keys import NIP19_SECRET as SECRET
+from tests.support.relays import free_port, local_relay
+
+NOW = 1_790_000_000
+
+
+def note(content: str, created_at: int = NOW) -> Event:
+    return sign_event(SECRET, kind=1, content=content, created_at=created_at)
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+async def test_publish_to_three_relays_with_one_down() -> None:
+    ev = note("fan out")
+    down = f"ws://127.0.0.1:{free_port()}"
+    async with local_relay() as a, local_relay() as b:
+        pool = RelayPool([a.url, down, b.url], timeout=2)
+        result = await pool.publish(ev)
+        strict = await pool.publish(ev, min_ok=3)
+    assert result.ok
+    assert result.accepted == [a.url, b.url]
+    assert result.failed == [down]
+    assert result.verdicts[a.url].accepted and result.verdicts[b.url].accepted
+    failed = result.verdicts[down]
+    assert failed.prefix == "error:" and failed.message == "connect failed: connection refused"
+    # second round: the two live relays already have it, which counts as ok
+    assert all(strict.verdicts[u].duplicate for u in (a.url, b.url))
+    assert not strict.ok
+
+
+async def test_query_merges_and_deduplicates() -> None:
+    e1, e2, e3 = note("one", NOW), note("two", NOW + 1), note("three", NOW + 2)
+    async with local_relay() as a, local_relay() as b:
+        async with RelayClient(a.url) as ca, RelayClient(b.url) as cb:
+            for ev in (e1, e2):
+                assert (await ca.publish(ev)).accepted
+            for ev in (e2, e3):
+                assert (await cb.publish(ev)).accepted
+        result = await RelayPool([a.url, b.url], timeout=2).query({"kinds": [1]})
+    assert sorted(e.id for e in result.events) == sorted(e.id for e in (e1, e2, e3))
+    assert len(result.events) == 3
+    assert all(r.finished for r in result.per_relay.values())
+    assert [len(r.events) for r in result.per_relay.values()] == [2, 2]
+    assert result.any_finished and result.rejected == {}
+
+
+async def test_relays_that_never_answer_do_not_delay_the_result() -> None:
+    ev = note("prompt")
+    async with (
+        local_relay() as good,
+        hostile_relay("silent") as silent,
+        hostile_relay("frozen") as frozen,
+        tarpit() as pit,
+    ):
+        async with RelayClient(good.url) as c:
+            assert (await c.publish(ev)).accepted
+        pool = RelayPool([silent.url, frozen.url, pit, good.url], timeout=1.0)
+        start = now()
+        result = await pool.query({"ids": [ev.id]})
+        query_took = now() - start
+        start = now()
+        published = await pool.publish(note("again", NOW + 1))
+        publish_took = now() - start
+    assert query_took < 1.3, query_took
+    assert publish_took < 1.3, publish_took
+    assert [e.id for e in result.events] == [ev.id]
+    assert result.per_relay[good.url].finished
+    assert result.per_relay[silent.url].error == "timeout"
+    assert result.per_relay[frozen.url].error == "timeout"
+    assert result.per_relay[pit].error == "connect failed: timeout"
+    assert published.accepted == [good.url]
+    assert published.ok
+
+
+async def test_a_lying_relay_is_reported_and_the_honest_answer_kept() -> None:
+    ev = note("the real one")
+    async with local_relay() as good, hostile_relay("forged_sig", [ev]) as liar:
+        async with RelayClient(good.url) as c:
+            assert (await c.publish(ev)).accepted
+        result = await RelayPool([liar.url, good.url], timeout=2).query({"ids": [ev.id]})
+    assert [e.to_json() for e in result.events] == [ev.to_json()]
+    assert result.rejected == {liar.url: ["bad_signature"]}
+
+
+async def test_hint_relays_are_never_authenticated_to() -> None:
+    ev = note("behind auth")
+    async with local_relay(auth="read") as listed, local_relay(auth="read") as hint:
+        for url in (listed.url, hint.url):
+            async with RelayClient(url) as c:
+                assert (await c.publish(ev)).accepted  # READ mode: writing is open
+        pool = RelayPool([listed.url], secret=SECRET, timeout=2)
+        result = await pool.query({"ids": [ev.id]}, extra_urls=[hint.url, "https://not-a-relay"])
+    assert list(result.per_relay) == [listed.url, hint.url]  # the bad hint is skipped
+    assert result.per_relay[listed.url].finished
+    hinted = result.per_relay[hint.url]
+    assert not hinted.finished
+    assert hinted.error is not None and "authentication disabled for this relay" in hinted.error
+    assert [e.id for e in result.events] == [ev.id]
+
+
+async def test_a_hint_that_is_also_listed_is_asked_once_as_listed() -> None:
+    async with local_relay() as relay:
+        pool = RelayPool([relay.url, relay.url + "/"], timeout=2)
+        assert pool.urls == [relay.url]
+        result = await pool.query({"kinds": [1]}, extra_urls=[relay.url])
+    assert list(result.per_relay) == [relay.url]
+
+
+async def test_live_subscription_merges_relays_and_yields_each_event_once() -> None:
+    both, only_b = note("on both", NOW), note("only on b", NOW + 1)
+    async with local_relay() as a, local_relay() as b:
+        pool = RelayPool([a.url, b.url, f"ws://127.0.0.1:{free_port()}"], timeout=1)
+        got: list[str] = []
+        async with contextlib.aclosing(pool.subscribe({"kinds": [1]})) as stream:
+            async with RelayClient(a.url) as ca, RelayClient(b.url) as cb:
+                assert (await ca.publish(both)).accepted
+                assert (await cb.publish(both)).accepted
+                assert (await cb.publish(only_b)).accepted
+            async with asyncio.timeout(3):
+                async for ev in stream:
+                    got.append(ev.id)
+                    if len(got) == 2:
+                        break
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        assert others == []
+    assert sorted(got) == sorted([both.id, only_b.id])

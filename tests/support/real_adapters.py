@@ -1,0 +1,124 @@
+"""The real ACP adapters (claude-agent-acp, codex-acp) wired to the local model server.
+
+``make test`` installs the pinned npm packages into ``tests/agents/node_modules`` (``make
+agents``).  A test that needs an adapter fails, never skips, when it is missing.
+
+Each adapter gets a fresh home folder, its model endpoint pointed at
+:class:`model_server.ModelServer`, telemetry, error reporting and update checks turned off,
+and the model server as its HTTP(S) proxy so that any attempt to reach another host is
+refused and recorded (``server.outbound``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.support.model_server import ModelServer
+
+BIN = Path(__file__).resolve().parents[1] / "agents" / "node_modules" / ".bin"
+CLAUDE = "claude-agent-acp"
+CODEX = "codex-acp"
+
+
+def adapter(name: str) -> str:
+    """The adapter's launcher, or a failed test saying how to install it."""
+    path = BIN / name
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} is missing: run `make agents` (npm ci in tests/agents)")
+    return str(path)
+
+
+def _common(server: ModelServer, home: Path) -> dict[str, str]:
+    home.mkdir(parents=True, exist_ok=True)
+    proxy = server.url
+    return {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HTTPS_PROXY": proxy,
+        "HTTP_PROXY": proxy,
+        "https_proxy": proxy,
+        "http_proxy": proxy,
+        "ALL_PROXY": proxy,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+        "npm_config_update_notifier": "false",
+    }
+
+
+def claude_env(server: ModelServer, home: Path) -> dict[str, str]:
+    """claude-agent-acp (Claude Code underneath) talking only to the model server.
+
+    Claude Code fetches its plugin blocklist from GitHub when its cached copy is more than an
+    hour old, whatever the traffic settings say: a fresh, empty copy is put in place."""
+    env = _common(server, home)
+    plugins = home / ".claude" / "plugins"
+    plugins.mkdir(parents=True, exist_ok=True)
+    fetched = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    (plugins / "blocklist.json").write_text(
+        json.dumps({"fetchedAt": fetched, "plugins": []}), encoding="utf-8"
+    )
+    env.update(
+        ANTHROPIC_BASE_URL=server.url,
+        ANTHROPIC_API_KEY="sk-ant-test-not-a-key",
+        CLAUDE_CONFIG_DIR=str(home / ".claude"),
+        CLAUDE_CODE_PLUGIN_CACHE_DIR=str(plugins),
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+        DISABLE_BUG_COMMAND="1",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        CLAUDE_CODE_DISABLE_TERMINAL_TITLE="1",
+    )
+    return env
+
+
+def codex_env(server: ModelServer, home: Path, *, approval: str = "untrusted") -> dict[str, str]:
+    """codex-acp with a ``[model_providers.mock]`` entry in ``$CODEX_HOME/config.toml``.
+
+    ``approval = "untrusted"`` makes codex ask before running a command that is not on its
+    read-only list, so a shell tool call becomes a permission request."""
+    env = _common(server, home)
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        f"""model = "gpt-5.4-mini"
+model_provider = "mock"
+approval_policy = "{approval}"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[model_providers.mock]
+name = "mock"
+base_url = "{server.url}/v1"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+""",
+        encoding="utf-8",
+    )
+    env.update(CODEX_HOME=str(codex_home), RUST_LOG="warn")
+    return env
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...: comm may contain spaces, so split after ")"
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members

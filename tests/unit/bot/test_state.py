@@ -1,0 +1,219 @@
+"""The bot's state database: the queue journal, remembered ids, position, import of old files."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from nostr_buzz.bot.state import STATE_DB, BotStore
+from nostr_buzz.core.queue import REMEMBERED_IDS, DispatchQueue, QueuedEvent
+from nostr_buzz.errors import StateError
+from nostr_buzz.event import Event
+from nostr_buzz.io.outbox import Outbox
+from nostr_buzz.keys import SecretKey
+from tests.support.events import chat
+from tests.support.keys import ALICE, BOB
+
+ROOT = "ab" * 32
+
+
+def msg(
+    who: SecretKey, at: int, *, channel: str | None = "room", thread: str | None = None
+) -> Event:
+    return chat(who, at, content=f"m{at}", channel=channel, thread=thread)
+
+
+def state_of(q: DispatchQueue) -> dict[str, object]:
+    """A queue's snapshot with its channels keyed by name (their order is not state)."""
+    snap = json.loads(q.snapshot())
+    snap["channels"] = {c["name"]: c for c in snap["channels"]}
+    return snap  # type: ignore[no-any-return]
+
+
+def push(store: BotStore, q: DispatchQueue, event: Event, now: float) -> None:
+    result = q.push(event, now=now)
+    queued = QueuedEvent(event, "@mention", now) if result.accepted else None
+    store.record_push(q, queued, result.dropped, int(now))
+
+
+def test_rows_rebuild_the_queue_after_every_kind_of_settlement(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    store = BotStore(tmp_path)
+    q = store.load_queue(rng=random.Random(1))
+    events = [
+        msg(rng.choice([ALICE, BOB]), 100 + i, channel=rng.choice(["room", "ops", None]))
+        for i in range(40)
+    ]
+    for i, event in enumerate(events):
+        push(store, q, event, float(i))
+    for step in range(30):
+        batch = q.flush_next(1000.0 + step * 400)
+        if batch is None:
+            continue
+        action = step % 4
+        if action == 0:
+            q.complete(batch)
+        elif action == 1:
+            q.fail(batch, 1000.0 + step * 400)
+        elif action == 2:
+            q.requeue_cancelled(batch, "interrupt")
+        # action 3: left in flight, as a crash would leave it
+        store.sync_channel(q, batch.channel)
+    store.close()
+    reopened = BotStore(tmp_path)
+    rebuilt = reopened.load_queue()
+    assert state_of(rebuilt) == state_of(q)
+    assert reopened.position() == 39
+
+
+def test_an_admitted_event_costs_constant_writes_and_a_duplicate_none(tmp_path: Path) -> None:
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    costs = []
+    for n in range(600):
+        before = store.changes
+        push(store, q, msg(ALICE, 1000 + n, channel=f"c{n % 3}"), float(n))
+        costs.append(store.changes - before)
+    assert max(costs) == min(costs) <= 3  # the row, next_seq, the position
+    before = store.changes
+    again = msg(ALICE, 1000, channel="c0")
+    assert q.push(again, now=700.0).duplicate
+    assert store.changes == before
+
+
+def test_remembered_ids_are_capped_and_restored(tmp_path: Path) -> None:
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    first = msg(ALICE, 1)
+    push(store, q, first, 1.0)
+    q.complete(q.flush_next(2.0))  # type: ignore[arg-type]
+    store.sync_channel(q, "room")
+    rebuilt = BotStore(tmp_path).load_queue()
+    assert rebuilt.is_remembered(first.id)
+    assert rebuilt.push(first, now=3.0).duplicate
+    # The table keeps the newest REMEMBERED_IDS ids.
+    store._remember((f"{i:064x}" for i in range(REMEMBERED_IDS + 5)), "event", REMEMBERED_IDS)
+    count = store._exec("SELECT count(*) FROM remembered WHERE kind = 'event'").fetchone()[0]
+    assert count == REMEMBERED_IDS
+
+
+def test_commands_are_remembered_with_the_position(tmp_path: Path) -> None:
+    store = BotStore(tmp_path)
+    for i in range(105):
+        store.remember_command(f"{i:064x}", 50 + i)
+    store.close()
+    again = BotStore(tmp_path)
+    assert again.commands() == [f"{i:064x}" for i in range(5, 105)]
+    assert again.position() == 154
+
+
+def test_files_of_an_earlier_version_are_imported_once(tmp_path: Path) -> None:
+    q = DispatchQueue(rng=random.Random(3))
+    done = msg(ALICE, 1)
+    waiting = msg(BOB, 2, channel="ops")
+    q.push(done, now=1.0)
+    q.complete(q.flush_next(1.0))  # type: ignore[arg-type]
+    q.push(waiting, now=2.0)
+    (tmp_path / "queue.json").write_bytes(q.snapshot())
+    state = {"position": 1234, "commands": ["cd" * 32]}
+    (tmp_path / "bot-state.json").write_text(json.dumps(state), encoding="utf-8")
+    metric = msg(ALICE, 3, channel=None)
+    with Outbox(tmp_path / "outbox.sqlite3") as old:
+        old.add(metric, now=5.0)
+    store = BotStore(tmp_path)
+    assert store.import_problems == []
+    assert state_of(store.load_queue()) == state_of(q)
+    assert store.position() == 1234 and store.commands() == ["cd" * 32]
+    assert [e.id for e in store.outbox.entries()] == [metric.id]
+    assert not (tmp_path / "queue.json").exists()
+    assert (tmp_path / "queue.json.imported").exists()
+    assert (tmp_path / "outbox.sqlite3.imported").exists()
+    store.close()
+    # Only a new database imports: the old files are not read again.
+    (tmp_path / "queue.json").write_text("{}", encoding="utf-8")
+    assert BotStore(tmp_path).import_problems == []
+
+
+def test_a_corrupt_old_queue_file_is_kept_aside_and_reported(tmp_path: Path) -> None:
+    (tmp_path / "queue.json").write_text('{"version": 1, "next', encoding="utf-8")
+    store = BotStore(tmp_path)
+    assert len(store.import_problems) == 1 and "queue.json" in store.import_problems[0]
+    assert (tmp_path / "queue.json.corrupt").exists()
+    assert store.load_queue().channel_names() == []
+
+
+def test_a_malformed_old_state_file_is_kept_aside_and_reported(tmp_path: Path) -> None:
+    state = {"position": -5, "commands": ["cd" * 32]}  # a position before 1970: not ours
+    (tmp_path / "bot-state.json").write_text(json.dumps(state), encoding="utf-8")
+    store = BotStore(tmp_path)
+    assert len(store.import_problems) == 1 and "bot-state.json" in store.import_problems[0]
+    assert (tmp_path / "bot-state.json.corrupt").exists()
+    assert store.position() is None and store.commands() == []
+
+
+def test_a_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    BotStore(tmp_path).close()
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / STATE_DB)
+    db.execute("PRAGMA user_version=99")
+    db.close()
+    with pytest.raises(StateError, match="schema version 99"):
+        BotStore(tmp_path)
+
+
+def test_an_inconsistent_database_is_a_state_error(tmp_path: Path) -> None:
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    event = msg(ALICE, 1)
+    push(store, q, event, 1.0)
+    store._exec("INSERT INTO remembered (id, kind) VALUES (?, 'event')", (event.id,))
+    with pytest.raises(StateError, match="inconsistent"):
+        store.load_queue()
+
+
+async def test_a_burst_commits_once_at_the_end_of_the_loop_step(tmp_path: Path) -> None:
+    import asyncio
+    import sqlite3
+
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    other = sqlite3.connect(tmp_path / STATE_DB)
+
+    def visible() -> int:
+        return int(other.execute("SELECT count(*) FROM queued").fetchone()[0])
+
+    for n in range(50):
+        push(store, q, msg(ALICE, 2000 + n), float(n))
+    assert visible() == 0  # one transaction, still open during this step
+    await asyncio.sleep(0)  # the step ends: the burst commits
+    assert visible() == 50
+    assert other.execute("SELECT value FROM meta WHERE key = 'position'").fetchone()[0] == 49
+    # Any other transaction commits pending intake first.
+    push(store, q, msg(ALICE, 3000), 60.0)
+    store.remember_command("ee" * 32, 61)
+    assert visible() == 51
+    other.close()
+    store.close()
+
+
+async def test_a_send_recorded_while_intake_is_open_joins_it(tmp_path: Path) -> None:
+    import asyncio
+
+    from nostr_buzz.io.relay import Verdict
+
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    reply = msg(BOB, 5, channel=None)
+    store.outbox.add(reply, now=1.0)
+    push(store, q, msg(ALICE, 6), 6.0)  # the intake transaction is open for this step
+    entry = store.outbox.record_attempt(reply.id, 2.0, [Verdict("ws://r", reply.id, True)])
+    assert entry is not None and entry.accepted_by == ("ws://r",)
+    await asyncio.sleep(0)  # the step ends: both commit
+    again = BotStore(tmp_path)
+    assert again.outbox.entries()[0].attempts == 1 and again.position() == 6
+    store.close()
+    again.close()
