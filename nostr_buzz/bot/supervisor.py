@@ -185,7 +185,7 @@ class AgentSupervisor:
             await self.ensure_agent()
         session = self.sessions.get(queue_channel)
         if session is not None and not self.driver.usable(session.start.session_id):
-            # It did not survive a cancel (or a failed turn): never prompted again.
+            # Retired after a failed turn, or a cancel it did not survive: never prompted again.
             self._diagnostics.emit(
                 "session_replaced", payload={"adapterSessionId": session.start.session_id}
             )

@@ -41,7 +41,10 @@ Choices docs/bot.md leaves open:
   claude agent) have a session retired after a cancelled or failed turn (claude-agent-acp
   answers every later prompt of such a session with the previous one's answer): it is never
   prompted again (:meth:`AgentDriver.usable` is false, ``session/close`` is sent when
-  advertised) and the caller opens a fresh one.  For any agent, a turn that follows a
+  advertised) and the caller opens a fresh one.  Every agent's session is retired after a
+  failed turn: codex-acp answers the prompt with the model's error while its own turn is
+  still ending, and a prompt sent then joins that turn and is never answered.  For any
+  agent, a turn that follows a
   cancelled one in the same session and ends within :data:`HOLLOW_WINDOW` seconds with no
   text, no tool call and no (or zero) usage is failed rather than settled, and its session
   retired too;
@@ -729,7 +732,10 @@ class AgentDriver:
         if session_id in self._turns:
             raise AgentError(f"a prompt is already running in session {session_id!r}")
         if session_id in self._retired:
-            raise AgentError(f"session {session_id!r} did not survive a cancel: open a new session")
+            raise AgentError(
+                f"session {session_id!r} was retired after a cancelled or failed turn: "
+                "open a new session"
+            )
         loop = asyncio.get_running_loop()
         now = loop.time()
         turn = _Turn(
@@ -786,7 +792,9 @@ class AgentDriver:
                 self._cancelled.discard(session_id)
             info = self._info
             troubled = turn.cancel_deadline is not None or ending.outcome != "success"
-            if troubled and info is not None and not info.survives_cancel:
+            if ending.outcome == "failed" or (
+                troubled and info is not None and not info.survives_cancel
+            ):
                 await self._retire(session_id)
         result = self._result(turn, ending, usage, turn_seq)
         if ending.evidence == "agent_exit":

@@ -39,6 +39,8 @@ async def _agent(
     work.mkdir(exist_ok=True)
     env = claude_env(server, home) if name == CLAUDE else codex_env(server, home)
     diagnostics: list[tuple[str, str | None, dict[str, Any]]] = []
+    # A turn the adapter never ends fails after a minute of silence, not the default ten.
+    kwargs.setdefault("idle_timeout", 2 * WAIT)
     driver = AgentDriver(
         adapter(name),
         env=env,
@@ -121,7 +123,7 @@ async def test_claude_session_is_retired_after_a_cancel(tmp_path: Path) -> None:
             cancelled = await _held_then_cancelled(driver, server, first.session_id)
             assert (cancelled.outcome, cancelled.stop_reason) == ("cancelled", "cancelled")
             assert not driver.usable(first.session_id)
-            with pytest.raises(AgentError, match="did not survive a cancel"):
+            with pytest.raises(AgentError, match="retired after a cancelled or failed turn"):
                 await driver.run_turn(first.session_id, ["ASK:never"])
             fresh = await driver.new_session(str(tmp_path / "work"))
             answers = [
@@ -197,11 +199,13 @@ async def test_agent_error_text_reaches_the_turn_result(tmp_path: Path, name: st
         async with _agent(name, server, tmp_path) as (driver, _):
             start = await driver.new_session(str(tmp_path / "work"))
             failed = await driver.run_turn(start.session_id, ["FAIL:the-mock-says-no ASK:x"])
-            # claude's session answers every later prompt with the previous one's answer
-            # after a failed turn: it is retired like a cancelled one
-            assert driver.usable(start.session_id) is (name == CODEX)
-            if name == CLAUDE:
-                start = await driver.new_session(str(tmp_path / "work"))
+            # After a failed turn every session is retired: claude's answers every later
+            # prompt with the previous one's answer; codex-acp answers the error while its
+            # turn is still ending, and a prompt sent then joins that turn, never answered.
+            assert not driver.usable(start.session_id)
+            with pytest.raises(AgentError):
+                await driver.run_turn(start.session_id, ["ASK:late"])
+            start = await driver.new_session(str(tmp_path / "work"))
             after = [await driver.run_turn(start.session_id, [f"ASK:{q}"]) for q in "ab"]
     assert (failed.outcome, failed.stop_reason, failed.terminal_evidence) == (
         "failed",

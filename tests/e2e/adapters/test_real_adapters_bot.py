@@ -222,13 +222,14 @@ async def test_claude_reply_metric_steer_cancel_then_three_answers(tmp_path: Pat
     assert (tmp_path / "work" / "six").exists()
 
 
-async def test_claude_failed_turn_is_reported_and_retried_in_a_fresh_session(
-    tmp_path: Path,
+@pytest.mark.parametrize("name", [CLAUDE, CODEX])
+async def test_a_failed_turn_is_reported_and_retried_in_a_fresh_session(
+    tmp_path: Path, name: str
 ) -> None:
-    async with _bot(tmp_path) as bot, _running(bot, CLAUDE) as plugin:
+    async with _bot(tmp_path) as bot, _running(bot, name) as plugin:
         question = bot.message("FAIL:overloaded ASK:again")
         # the model refuses once: the turn fails with the agent's error, the batch is retried
-        # (claude's session is retired after a failed turn) and answered in a new session
+        # (every session is retired after a failed turn) and answered in a new session
         assert await _answer(bot, plugin, question) == "ANSWER:again"
         [failed] = bot.of("turn_failed")
         metrics = await bot.metrics(2)

@@ -19,7 +19,7 @@ from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.errors import AgentError
 from nostr_buzz.event import Event
-from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, standing_text
+from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, TurnResult, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.keys import SecretKey
 from tests.support.events import chat
@@ -437,6 +437,7 @@ def send(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 waiting = {}
+sessions = 0
 for line in sys.stdin:
     msg = json.loads(line)
     log.write(line)
@@ -448,7 +449,8 @@ for line in sys.stdin:
         info = {"name": "raw-v2", "version": "1"}
         send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": 2, "agentInfo": info}})
     elif method == "session/new":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": "raw-1"}})
+        sessions += 1
+        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": f"raw-{sessions}"}})
     elif method == "session/prompt":
         text = msg["params"]["prompt"][0]["text"]
         if text == "error":
@@ -459,7 +461,8 @@ for line in sys.stdin:
                 {"optionId": "yes", "name": "Yes", "kind": "allow_once"},
             ]
             call = {"toolCallId": "t1", "title": "write a file"}
-            params = {"sessionId": "raw-1", "toolCall": call, "options": options}
+            params = {"sessionId": msg["params"]["sessionId"], "toolCall": call,
+                      "options": options}
             send({"jsonrpc": "2.0", "id": 900, "method": "session/request_permission",
                   "params": params})
             waiting[900] = mid
@@ -480,21 +483,25 @@ async def test_protocol_v2_system_prompt_and_the_outcome_table(tmp_path: Path) -
         assert driver.info.protocol_version == 2 and not driver.info.steering_supported
         session = await _session(driver, tmp_path)
         assert session.strategy == "system_prompt"
-        results = {
-            text: await driver.run_turn(session.session_id, [text])
-            for text in (
-                "end_turn",
-                "max_tokens",
-                "refusal",
-                "max_turn_requests",
-                "something_new",
-                "cancelled",
-                "error",
-                "garbage",
-                "permission",
-            )
-        }
+        results: dict[str, TurnResult] = {}
+        retired: list[str] = []
+        for text in (
+            "end_turn",
+            "max_tokens",
+            "refusal",
+            "max_turn_requests",
+            "something_new",
+            "cancelled",
+            "error",
+            "garbage",
+            "permission",
+        ):
+            if not driver.usable(session.session_id):
+                retired.append(text)  # after a failed turn its session is never prompted again
+                session = await _session(driver, tmp_path)
+            results[text] = await driver.run_turn(session.session_id, [text])
         assert await driver.steer(session.session_id, "x") == "failed"  # nothing advertised
+    assert retired == ["garbage", "permission"]  # the turns after "error" and "garbage"
     table = {
         text: (r.stop_reason, r.outcome, r.terminal_evidence, r.native_stop_reason)
         for text, r in results.items()
