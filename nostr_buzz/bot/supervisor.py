@@ -1,5 +1,9 @@
 """Agent supervision: one ACP agent process, its sessions (one per channel), and restarts.
 
+On start, a process group that a previous run left behind when it was killed outright is
+ended first (:mod:`nostr_buzz.io.agent_group`); each agent start records its group, and a
+graceful close removes the record.
+
 A turn that ends with the agent gone makes the supervisor restart it with exponential backoff
 (0.5 s doubling to 30 s) while other channels keep being served; the sessions died with the
 process, so each channel opens a new one (with the standing context) on its next turn.  So
@@ -33,6 +37,13 @@ from nostr_buzz.io.acp_driver import (
     TurnResult,
     reject_always,
     standing_text,
+)
+from nostr_buzz.io.agent_group import (
+    GroupRecord,
+    clear_record,
+    end_orphan_group,
+    read_record,
+    write_record,
 )
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind, DiagnosticsFeed
 
@@ -121,6 +132,7 @@ class AgentSupervisor:
             hard_timeout=config.hard_timeout,
             on_diagnostic=self._on_driver_diagnostic,
             permission=self._permission,
+            on_spawn=self._remember_group,
             # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
             clock=lambda: datetime.fromtimestamp(clock(), UTC),
         )
@@ -133,6 +145,7 @@ class AgentSupervisor:
         self._lock = asyncio.Lock()
         self._failures = 0
         self._closed = False
+        self._recorded = False  # an agent group of this run is recorded in the state directory
 
     def _on_driver_diagnostic(
         self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
@@ -146,13 +159,33 @@ class AgentSupervisor:
             return False
         return self.permission_policy(request)
 
+    def _remember_group(self, record: GroupRecord) -> None:
+        write_record(self.config.state_dir, record)
+        self._recorded = True
+
+    async def _end_orphans(self) -> None:
+        """End the agent group a previous run of this bot left behind (it was killed outright),
+        if its processes still carry that run's token; say what was done."""
+        record = read_record(self.config.state_dir)
+        if record is None:
+            return
+        sweep = await end_orphan_group(record)
+        if sweep.outcome == "killed":
+            self._diagnostics.emit("agent_group_ended", payload=sweep.payload())
+        elif sweep.outcome != "none":
+            self._diagnostics.emit("agent_group_spared", payload=sweep.payload())
+        clear_record(self.config.state_dir)
+
     async def start(self) -> None:
+        await self._end_orphans()
         info = await self.driver.start()
         self.harness = harness_name(self.config.agent_command, self.config.agent_args, info.name)
 
     async def close(self) -> None:
         self._closed = True
         await self.driver.close()
+        if self._recorded:  # the group was ended with the agent
+            clear_record(self.config.state_dir)
 
     async def ensure_agent(self) -> None:
         """Restart the agent until it runs (backoff between failures) or the bot closes."""

@@ -52,7 +52,9 @@ Choices docs/bot.md leaves open:
   thoughts are never part of the reply;
 * the agent runs in a process group of its own; closing it ends the whole group (launchers
   such as codex-acp's npm script neither forward SIGTERM nor make their child exit when its
-  stdin closes).
+  stdin closes).  Each start gives the agent a fresh token in ``BUZZ_AGENT_TOKEN`` and hands
+  the group's id and that token to ``on_spawn`` before ``initialize``, so a bot killed outright
+  can end the group on its next start (:mod:`nostr_buzz.io.agent_group`).
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ from nostr_buzz.core.compiler import standing_sections
 from nostr_buzz.core.escape import escape_text
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
-from nostr_buzz.errors import AgentError
+from nostr_buzz.errors import AgentError, BuzzError
+from nostr_buzz.io.agent_group import TOKEN_ENV, GroupRecord, new_token
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind
 from nostr_buzz.io.run_as import launcher_argv
 from nostr_buzz.nips.nip_am import StopReason
@@ -435,6 +438,8 @@ class AgentDriver:
     goes to ``log_path`` (appended) or is discarded, never to a pipe that could fill up.
     ``BUZZ_PRIVATE_KEY`` never reaches the agent, whatever is asked.  ``user``: run the agent as
     that OS user (see :mod:`nostr_buzz.io.run_as`), so it cannot read the bot's key or state.
+    ``on_spawn`` gets each new agent's process group record right after the spawn; a
+    :class:`BuzzError` from it stops the agent and fails the start.
     """
 
     def __init__(
@@ -456,6 +461,7 @@ class AgentDriver:
         on_diagnostic: DiagnosticCallback | None = None,
         clock: Callable[[], datetime] = _utc_now,
         user: str | None = None,
+        on_spawn: Callable[[GroupRecord], None] | None = None,
     ) -> None:
         self.command = command
         self.user = user
@@ -479,6 +485,7 @@ class AgentDriver:
         self.usage = usage if usage is not None else UsageTracker()
         self._on_diagnostic = on_diagnostic
         self._clock = clock
+        self._on_spawn = on_spawn
         self._stack: AsyncExitStack | None = None
         self._conn: Connection | None = None
         self._process: asyncio.subprocess.Process | None = None
@@ -535,13 +542,14 @@ class AgentDriver:
             self._log = stack.enter_context(open(self._log_path, "ab"))  # noqa: SIM115
             stderr = self._log.fileno()
         program, *arguments = self._argv()
+        token = new_token()
         try:
             conn, process = await stack.enter_async_context(
                 _spawn_group(
                     self._handle,
                     program,
                     arguments,
-                    env=self._child_env(),
+                    env={**self._child_env(), TOKEN_ENV: token},
                     cwd=self._cwd,
                     stderr=stderr,
                     shutdown_timeout=self._shutdown_timeout,
@@ -556,6 +564,12 @@ class AgentDriver:
             ) from None
         self._stack, self._conn, self._process = stack, conn, process
         self._generation += 1
+        if self._on_spawn is not None:
+            try:
+                self._on_spawn(GroupRecord(pgid=process.pid, token=token))
+            except BuzzError as exc:
+                await self.close()
+                raise AgentError(f"the agent was stopped: {exc}") from None
         try:
             raw = await self._request(
                 "initialize",

@@ -67,6 +67,8 @@ DiagnosticKind = (
         "agent_restarted",
         "agent_restart_failed",
         "session_replaced",
+        "agent_group_ended",  # {pgid, processes, signal, left}: a killed run's leftover group
+        "agent_group_spared",  # {pgid, processes, reason}: a recorded group left alone
         # what the bot sends
         "reply_published",
         "reply_failed",

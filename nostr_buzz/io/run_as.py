@@ -2,9 +2,10 @@
 
 The ACP driver puts this launcher in front of the agent's command when ``[agent] user`` is set.
 It drops every privilege of the bot's user — supplementary groups, group, user, in that order —
-to ``USER`` and its primary group, sets ``HOME``, ``USER`` and ``LOGNAME`` to that user's, and
-replaces itself with the agent (same process id, same stdio), so the agent can read neither the
-bot's key file, nor its state files, nor ``/proc/<bot pid>/environ``.
+to ``USER`` and its primary group, sets ``HOME``, ``USER`` and ``LOGNAME`` to that user's (the
+rest of the environment, ``BUZZ_AGENT_TOKEN`` included, is kept), and replaces itself with
+the agent (same process id, same stdio), so the agent can read neither the bot's key file, nor
+its state files, nor ``/proc/<bot pid>/environ``.
 
 Switching users needs the privilege to do so: ``buzz run`` started as root (it keeps root only
 for itself and its relays; the agent never has it).  Without that privilege the launcher exits

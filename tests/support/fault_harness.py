@@ -383,13 +383,15 @@ def write_config(
     *,
     agent_args: Sequence[str] = (),
     state_dir: str = "state",
+    agent_argv: Sequence[str] | None = None,
 ) -> Path:
-    """A buzz.toml in ``directory``: allowlist gate (owner + friend), the demo agent."""
+    """A buzz.toml in ``directory``: allowlist gate (owner + friend), the demo agent (or
+    ``python AGENT_ARGV…`` when given, e.g. a launcher script that ends in the demo agent)."""
     directory.mkdir(parents=True, exist_ok=True)
     key_file = directory / "agent.key"
     key_file.write_text(cast.agent.hex + "\n", encoding="utf-8")
     key_file.chmod(0o600)  # buzz refuses a key file that others can read
-    args = ["-m", "nostr_buzz.demo.agent", *agent_args]
+    args = ["-m", "nostr_buzz.demo.agent", *agent_args] if agent_argv is None else [*agent_argv]
     config = directory / "buzz.toml"
     config.write_text(
         'key_file = "agent.key"\n'

@@ -25,6 +25,7 @@ import pytest
 
 from nostr_buzz.errors import AgentError
 from nostr_buzz.io.acp_driver import AgentDriver
+from nostr_buzz.io.agent_group import GroupRecord
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.outbox import Outbox
 from nostr_buzz.keys import SecretKey
@@ -47,6 +48,7 @@ report = {name: can_read(path) for name, path in paths.items()}
 report["bot_environ"] = can_read(f"/proc/{os.getppid()}/environ")
 report["uid"] = os.getuid()
 report["key_in_env"] = any("BUZZ_PRIVATE_KEY" in k for k in os.environ)
+report["group_token"] = os.environ.get("BUZZ_AGENT_TOKEN")
 print("PROBE " + json.dumps(report), file=sys.stderr, flush=True)
 import runpy
 sys.argv = ["agent"]
@@ -120,6 +122,7 @@ async def test_an_agent_run_as_another_user_cannot_read_the_bots_secrets(
             "outbox": str(state / "metrics-outbox.sqlite3"),
             "diagnostics": str(state / "diag.jsonl"),
         }
+        recorded: list[GroupRecord] = []
         driver = AgentDriver(
             interpreter_for_others(),
             [str(probe)],
@@ -128,6 +131,7 @@ async def test_an_agent_run_as_another_user_cannot_read_the_bots_secrets(
             cwd=str(public_dir),
             log_path=state / "agent.log",
             user=AGENT_USER,
+            on_spawn=recorded.append,
         )
         await driver.start()  # a real ACP handshake with the agent running as that user
         try:
@@ -145,6 +149,9 @@ async def test_an_agent_run_as_another_user_cannot_read_the_bots_secrets(
     assert report["outbox"] == "PermissionError"
     assert report["diagnostics"] == "PermissionError"
     assert report["key_in_env"] is False
+    # The group's token survives the user switch, so a leftover group can be recognised.
+    [record] = recorded
+    assert report["group_token"] == record.token and len(record.token) == 32
 
 
 async def test_the_launcher_refuses_an_unknown_user(tmp_path: Path) -> None:
