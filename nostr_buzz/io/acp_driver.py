@@ -83,7 +83,7 @@ from nostr_buzz.core.escape import escape_text
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.errors import AgentError, BuzzError
-from nostr_buzz.io.agent_group import TOKEN_ENV, GroupRecord, new_token
+from nostr_buzz.io.agent_group import TOKEN_ENV, GroupRecord, new_token, wait_group_gone
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind
 from nostr_buzz.io.run_as import launcher_argv
 from nostr_buzz.nips.nip_am import StopReason
@@ -404,24 +404,12 @@ async def _end_group(process: asyncio.subprocess.Process, grace: float) -> None:
             _signal_group(process.pid, signal.SIGKILL)
             await process.wait()
     _kill_group(process.pid)
-    await _group_gone(process.pid, grace)
+    await wait_group_gone(process.pid, grace)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-async def _group_gone(pgid: int, within: float) -> None:
-    """Wait (bounded) until no process of the group is left: SIGKILL is not instant."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        await asyncio.sleep(0.01)
 
 
 def _kill_group(pgid: int) -> None:
@@ -845,7 +833,7 @@ class AgentDriver:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), self._shutdown_timeout)
         _kill_group(process.pid)  # what the dead agent left behind in its group
-        await _group_gone(process.pid, self._shutdown_timeout)
+        await wait_group_gone(process.pid, self._shutdown_timeout)
         self._diagnostic("agent_exited", None, {"returncode": process.returncode})
 
     async def _await_prompt(self, turn: _Turn, prompt: asyncio.Future[Any]) -> _Ending:

@@ -42,6 +42,7 @@ __all__ = [
     "group_members",
     "new_token",
     "read_record",
+    "wait_group_gone",
     "write_record",
 ]
 
@@ -96,9 +97,7 @@ def read_record(state_dir: Path) -> GroupRecord | None:
         return None
     try:
         record = msgspec.json.decode(data, type=GroupRecord)
-    except msgspec.ValidationError:
-        return None
-    except msgspec.DecodeError:
+    except msgspec.DecodeError:  # ValidationError included
         return None
     return record if record.pgid > 1 and record.token else None
 
@@ -167,18 +166,29 @@ class Sweep:
         return {"pgid": self.pgid, "processes": self.processes, "reason": self.reason}
 
 
-async def _gone(pgid: int, proc: Path, within: float) -> list[int]:
-    """Wait (bounded) until no live process of the group is left; those still there."""
+def _members(pgid: int, proc: Path) -> list[int]:
+    """The group's live processes; where ``proc`` cannot be listed, ``[pgid]`` while the kernel
+    still knows the group (its members are then unknown) and ``[]`` once it does not."""
+    try:
+        return group_members(pgid, proc)
+    except OSError:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+
+
+async def wait_group_gone(pgid: int, within: float, proc: Path = Path("/proc")) -> list[int]:
+    """Wait (bounded) until no live process of the group is left (SIGKILL is not instant);
+    those still there."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
-        try:
-            members = group_members(pgid, proc)
-        except OSError:
-            return []
+        members = _members(pgid, proc)
         if not members or loop.time() >= deadline:
             return members
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.01)
 
 
 async def end_orphan_group(
@@ -206,11 +216,11 @@ async def end_orphan_group(
     sent = "SIGTERM"
     try:
         os.killpg(pgid, signal.SIGTERM)
-        left = await _gone(pgid, proc, grace)
+        left = await wait_group_gone(pgid, grace, proc)
         if left:
             sent = "SIGKILL"
             os.killpg(pgid, signal.SIGKILL)
-            left = await _gone(pgid, proc, grace)
+            left = await wait_group_gone(pgid, grace, proc)
     except ProcessLookupError:
         left = []
     except PermissionError as exc:

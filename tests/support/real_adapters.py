@@ -105,20 +105,3 @@ stream_max_retries = 0
     )
     env.update(CODEX_HOME=str(codex_home), RUST_LOG="warn")
     return env
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group, from /proc."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...: comm may contain spaces, so split after ")"
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members

@@ -20,8 +20,9 @@ import pytest
 
 from nostr_buzz.errors import AgentError
 from nostr_buzz.io.acp_driver import AgentDriver, PermissionRequest, TurnResult
+from nostr_buzz.io.agent_group import group_members
 from tests.support.model_server import ModelServer, Usage
-from tests.support.real_adapters import CLAUDE, CODEX, adapter, claude_env, codex_env, group_members
+from tests.support.real_adapters import CLAUDE, CODEX, adapter, claude_env, codex_env
 
 WAIT = 30.0
 USAGE = Usage(input_tokens=100, output_tokens=20, cache_read=30, cache_write=40)

@@ -25,6 +25,7 @@ import pytest
 
 from nostr_buzz.bot import BuzzPlugin, PluginConfig
 from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.agent_group import group_members
 from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
@@ -38,7 +39,6 @@ from tests.support.real_adapters import (
     adapter,
     claude_env,
     codex_env,
-    group_members,
 )
 from tests.support.relays import RunningRelay, local_relay
 
