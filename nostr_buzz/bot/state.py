@@ -392,6 +392,8 @@ class BotStore:
             meta[str(name)] = (int(size), int(count), reason, int(cancelled_count), until)
         pending: dict[str, list[StoredEvent]] = {}
         cancelled: dict[str, list[tuple[int, StoredEvent]]] = {}
+        moved: dict[str, str] = {}  # event id → the channel it belongs in now
+        left: set[str] = set()  # the channels they were filed under
         for event_id, channel, seq, text, tag, received, ord_ in self._exec(
             "SELECT id, channel, seq, event, prompt_tag, received_at, cancelled_ord "
             "FROM queued ORDER BY channel, seq"
@@ -401,10 +403,23 @@ class BotStore:
             except (InvalidEvent, Nip59Error) as exc:
                 raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
             stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
-            if ord_ is None:
+            if nip10.queue_channel(event) != channel:
+                moved[str(event_id)] = nip10.queue_channel(event)
+                left.add(str(channel))
+                pending.setdefault(moved[str(event_id)], []).append(stored)
+                _reroute_meta(meta, str(channel), was_cancelled=ord_ is not None)
+            elif ord_ is None:
                 pending.setdefault(channel, []).append(stored)
             else:
                 cancelled.setdefault(channel, []).append((int(ord_), stored))
+        for name in {*moved.values()}:
+            pending[name].sort(key=_seq)
+        for name in left & meta.keys():
+            if name not in pending and name not in cancelled:
+                del meta[name]  # every event of the channel moved away
+            elif name not in cancelled:  # its stored cancelled events moved away
+                size, count, _, _, until = meta[name]
+                meta[name] = (size, count, None, 0, until)
         states = []
         for name in {*pending, *cancelled, *meta}:
             size, count, reason, cancelled_count, until = meta.get(name, (0, 0, None, 0, None))
@@ -430,11 +445,26 @@ class BotStore:
         ]
         next_seq = self._meta("next_seq") or 0
         try:
-            return DispatchQueue.rebuild(
+            queue = DispatchQueue.rebuild(
                 states, remembered, next_seq, rng, max_attempts=max_attempts
             )
         except QueueError as exc:
             raise StateError(f"the bot state {self.path} is inconsistent: {exc}") from None
+        if moved:
+            self._store_moves(queue, moved, left)
+        return queue
+
+    def _store_moves(self, queue: DispatchQueue, moved: dict[str, str], old: set[str]) -> None:
+        """Write the rerouted rows: each under its channel now, pending (see
+        :func:`_reroute_meta`), and every channel they left or joined synchronised."""
+        with self.transaction():
+            for event_id, channel in moved.items():
+                self._exec(
+                    "UPDATE queued SET channel = ?, cancelled_ord = NULL WHERE id = ?",
+                    (channel, event_id),
+                )
+            for channel in sorted(old | set(moved.values())):
+                self._sync(queue, channel)
 
     # -- an earlier version's files -----------------------------------------------------------
 
@@ -524,6 +554,26 @@ def _stored_json(event: Event) -> str:
 
 def _first(pair: tuple[int, StoredEvent]) -> int:
     return pair[0]
+
+
+def _seq(stored: StoredEvent) -> int:
+    return stored.seq
+
+
+def _reroute_meta(
+    meta: dict[str, tuple[int, int, str | None, int, float | None]],
+    channel: str,
+    *,
+    was_cancelled: bool,
+) -> None:
+    """An event left ``channel`` for the channel it belongs in now (an earlier version queued
+    a private message in the author's ``dm-`` channel, with the public notes): it joins its
+    new channel as pending.  A pending event that leaves may have been part of the channel's
+    retry set: the set, its attempts and backoff are dropped (the events run again)."""
+    if was_cancelled or channel not in meta:
+        return
+    _, _, reason, cancelled_count, _ = meta[channel]
+    meta[channel] = (0, 0, reason, cancelled_count, None)
 
 
 def _reason(value: object) -> CancelReason | None:

@@ -33,7 +33,7 @@ def test_a_queued_private_message_is_stored_as_its_wrap_and_opened_again_on_load
     assert b"secret plans" not in (tmp_path / STATE_DB).read_bytes()
     reloaded = BotStore(tmp_path, agent_secret=agent).load_queue()
     batch = reloaded.flush_next(10.0)
-    assert batch is not None and batch.channel == f"dm-{sender.public_key.hex}"
+    assert batch is not None and batch.channel == f"dm-private-{sender.public_key.hex}"
     [queued] = batch.events
     assert isinstance(queued.event, nip59.PrivateEvent)
     assert (queued.event.id, queued.event.content) == (message.id, "secret plans")
