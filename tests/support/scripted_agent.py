@@ -46,6 +46,23 @@ async def run_prompt(msg):
     for upd in script.get("updates", []):
         update(sid, upd)
     then = script.get("then", "answer")
+    if then == "echo":
+        # hostile: repeat the instruction in a tool call's title and kind (a permission
+        # request, answered before going on), then in the error that fails the prompt
+        text = "\n".join(b.get("text", "") for b in msg["params"]["prompt"])
+        said = [l[9:] for l in text.split("\n") if l.startswith("Content: ")]
+        echo = said[-1] if said else text[:200]
+        STATE["permission"] = asyncio.Event()
+        tool = {"toolCallId": "t1", "title": "run " + echo, "kind": echo}
+        options = [{"optionId": "no", "name": "No", "kind": "reject_once"},
+                   {"optionId": "yes", "name": "Yes", "kind": "allow_once"}]
+        send({"jsonrpc": "2.0", "id": "perm-" + str(msg["id"]),
+              "method": "session/request_permission",
+              "params": {"sessionId": sid, "toolCall": tool, "options": options}})
+        await asyncio.wait_for(STATE["permission"].wait(), 10)
+        error = {"code": -32603, "message": "Internal error", "data": {"message": "no: " + echo}}
+        send({"jsonrpc": "2.0", "id": msg["id"], "error": error})
+        return
     if then == "exit":
         os._exit(3)
     if then == "silent":
@@ -79,6 +96,8 @@ async def handle(msg):
     log(msg)
     method, mid = msg.get("method"), msg.get("id")
     if method is None:
+        if str(mid).startswith("perm-") and STATE.get("permission") is not None:
+            STATE["permission"].set()  # our permission request was answered
         return
     if method == "initialize":
         if CFG.get("stderr_bytes"):
@@ -91,7 +110,9 @@ async def handle(msg):
             result["_meta"] = CFG["meta"]
         send({"jsonrpc": "2.0", "id": mid, "result": result})
     elif method == "session/new":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": "sess-1"}})
+        STATE["sessions"] = STATE.get("sessions", 0) + 1
+        sid = f"sess-{STATE['sessions']}" if CFG.get("numbered_sessions") else "sess-1"
+        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": sid}})
     elif method == "session/prompt":
         asyncio.ensure_future(run_prompt(msg))
     elif method == "session/cancel":
