@@ -262,7 +262,8 @@ class BuzzPlugin:
     async def handle_event(self, event: Event, prompt_tag: str = "@mention") -> bool:
         """Gate, route and queue one verified event; True when it was queued (or was an owner
         command).  A gift wrap (kind 1059) addressed to the agent is opened and checked first;
-        its private message then goes the way of any event.  Starts the plugin on first use."""
+        its private message then goes the way of any event, unless it is dated before this run
+        listens from (:func:`.intake.private_before`).  Starts the plugin on first use."""
         if not isinstance(event, Event):
             raise BuzzError("handle_event expects a verified Event")
         if self._closed:

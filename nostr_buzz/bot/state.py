@@ -29,7 +29,9 @@ the channel row is rewritten — O(events of that channel), once per turn.  Batc
 not written at all: at start the queue is rebuilt with :meth:`DispatchQueue.rebuild` from the
 rows, where a batch that was running is simply back at the front of its channel (pending rows
 ordered by ``seq``; a returned batch always holds its channel's lowest numbers), exactly what a
-restore after a crash must give.
+restore after a crash must give.  A row filed under another channel than its event's queue
+channel now (an earlier version queued private messages in the author's ``dm-`` channel, with the
+public notes) is moved there on load, as pending, and the move is written back.
 
 Durability: ``synchronous=NORMAL`` in WAL mode, so a commit survives the process being killed
 at any instant and the file is never left inconsistent; a power loss may roll back the newest

@@ -17,7 +17,7 @@ triggering event of that turn is the owner's, ``allow`` approves for any live tu
 
 Every turn that reached the agent gets a metric, cancelled and failed ones included; a turn
 the agent reported no usage for has every counter unknown.  A failed turn emits
-``turn_failed`` with the agent's error.
+``turn_failed`` with the agent's error (a private conversation's: its class, :mod:`.privacy`).
 
 Settling: success completes the batch (its ids count as delivered); a cancel for ``interrupt``
 or ``steer`` stores the batch as cancelled events for the channel's next turn; the owner's
