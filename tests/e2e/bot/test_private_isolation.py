@@ -6,6 +6,8 @@
 * A hostile agent that repeats the private text in a tool call's title and kind and in its
   error: neither the diagnostics nor ``buzz run``'s stderr carry it; the same agent on a
   public turn still shows its title there (so the check can fail).
+* A state directory of an earlier version, a private message queued in the owner's ``dm-``
+  channel: the restarted bot answers it in the private channel.
 * A wiped state directory: the owner's private messages from before the start, on the relay
   with their wraps inside the two-day look-back, are never answered; one sent after is.
 """
@@ -13,11 +15,14 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from nostr_buzz.bot.state import STATE_DB, BotStore
+from nostr_buzz.core.queue import QueuedEvent
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
@@ -183,3 +188,32 @@ async def test_a_wiped_state_directory_answers_no_private_message_sent_before_th
     started = [i for r in rec.of("turn_started") for i in r.payload["triggeringEventIds"]]
     assert started == [new_id]
     assert [r.payload["inReplyTo"] for r in rec.of("reply_published")] == [new_id]
+
+
+async def test_a_private_message_an_earlier_version_queued_with_public_notes_is_answered_apart(
+    world: World,
+) -> None:
+    owner, now = world.owner.public_key.hex, int(time.time())
+    dm_id, wrap = wrap_to(world.owner, world.agent, "queued before the upgrade", now)
+    dm = nip59.open_gift_wrap(world.agent, wrap).as_event()
+    store = BotStore(world.tmp / "state", agent_secret=world.agent)
+    queue = store.load_queue()
+    assert queue.push(dm, now=now).accepted
+    store.record_push(queue, QueuedEvent(dm, "@mention", now), [], now)
+    store.close()
+    db = sqlite3.connect(world.tmp / "state" / STATE_DB)
+    with db:  # what the previous version wrote: the author's shared dm- channel
+        db.execute("UPDATE queued SET channel = ?", (f"dm-{owner}",))
+        db.execute("UPDATE channels SET name = ?", (f"dm-{owner}",))
+    db.close()
+    rec = Recorder()
+    async with running(world, rec):
+        await rec.wait(lambda r: r.started_with(dm_id), what="the queued message's turn")
+        replied = await rec.kind("reply_published")
+    [started] = rec.started_with(dm_id)
+    assert started.channel_id == f"dm-private-{owner}"
+    assert replied.payload["private"] is True and replied.payload["inReplyTo"] == dm_id
+    db = sqlite3.connect(world.tmp / "state" / STATE_DB)
+    rows = db.execute("SELECT channel FROM queued").fetchall()
+    db.close()
+    assert all(channel != f"dm-{owner}" for (channel,) in rows)

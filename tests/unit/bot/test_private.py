@@ -162,12 +162,8 @@ def test_rows_of_an_earlier_version_move_from_the_shared_dm_channel_to_the_priva
     db = sqlite3.connect(tmp_path / STATE_DB)
     rows = dict(db.execute("SELECT id, channel FROM queued").fetchall())
     db.close()
-    assert rows == {
-        note.id: f"dm-{key}",
-        dm.id: f"dm-private-{key}",
-        older_dm.id: rows[older_dm.id],
-    }
-    assert rows[older_dm.id] == f"dm-private-{key}"
+    secret_channel = f"dm-private-{key}"
+    assert rows == {note.id: f"dm-{key}", dm.id: secret_channel, older_dm.id: secret_channel}
     again = BotStore(tmp_path, agent_secret=agent).load_queue()
     assert again.channel_state(f"dm-private-{key}") == secret
     assert again.channel_state(f"dm-{key}") == public
