@@ -90,7 +90,8 @@ async def test_an_owners_session_stops_approving_once_a_stranger_spoke_in_it(
     assert [r.payload["outcome"] for r in rec.of("turn_completed")] == ["success"] * 3
     assert len({r.session_id for r in rec.of("permission_decision")}) == 1  # the same session
     human = world.human.public_key.hex
-    assert [(d["decision"], d["reason"], d.get("part"), d.get("actor")) for d in decisions(rec)] == [
+    said = [(d["decision"], d["reason"], d.get("part"), d.get("actor")) for d in decisions(rec)]
+    assert said == [
         ("approved", "owner_only", None, None),  # only the owner ever spoke in the session
         ("rejected", "not_owner", "batch", human),
         ("rejected", "not_owner", "session", human),  # the owner's turn, a tainted session
