@@ -49,6 +49,10 @@ async def test_a_strangers_cut_off_work_riding_into_the_owners_turn_gets_no_tool
         cut = world.say("go on, now", reply_to=work, author=world.human)
         await bot.handle_event(cut)  # cuts the stranger's own turn off
         await rec.kind("turn_completed", 3)
+    steered = [r.payload["deliveryOutcome"] for r in rec.of("prompt_context_steer")]
+    assert steered == (["failed"] if in_flight == "steer" else [])
+    outcomes = [r.payload["outcome"] for r in rec.of("turn_completed")]
+    assert outcomes == ["cancelled", "success", "success"]
     started = [r.payload["triggeringEventIds"] for r in rec.of("turn_started")]
     assert started == [[work.id], [owners.id], [cut.id]]
     # The owner's turn carries the stranger's cut-off request as interrupted work ...
