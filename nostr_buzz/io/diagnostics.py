@@ -42,7 +42,7 @@ AgentDiagnosticKind = Literal[
     "session_retired",  # {}
     "steer_sent",  # {method, result}
     "permission_policy_failed",  # {error}
-    "permission_decision",  # {decision, title, toolKind, turnRunning}
+    "permission_decision",  # {decision, title, toolKind, turnRunning, reason, part?, actor?}
 ]
 
 #: Every kind of record the feed carries (docs/bot.md).  ``emit`` takes nothing else.
