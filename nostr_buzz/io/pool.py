@@ -72,6 +72,15 @@ class PoolQueryResult:
         """Verification failures by relay (only relays that had some)."""
         return {url: r.rejected for url, r in self.per_relay.items() if r.rejected_count}
 
+    def served_by(self) -> dict[str, frozenset[str]]:
+        """Each event's id → the relays whose own answer held it: an event several relays
+        served names each of them, so what a relay vouches for is only what it served."""
+        relays: dict[str, set[str]] = {}
+        for url, result in self.per_relay.items():
+            for event in result.events:
+                relays.setdefault(event.id, set()).add(url)
+        return {event_id: frozenset(urls) for event_id, urls in relays.items()}
+
 
 def _unique_urls(urls: Iterable[str]) -> list[str]:
     """Checked URLs in order, without repeats of the same relay."""
