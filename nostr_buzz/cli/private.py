@@ -82,7 +82,9 @@ def dm_command(
 
     async def body() -> tuple[str, list[Delivery]]:
         progress(f"looking up DM relays on {len(read_relays)} relay(s)…")
-        known = await dm_relays_of([receiver, me], read_relays, secret=secret, timeout=timeout)
+        known = await dm_relays_of(
+            [receiver, me], read_relays, secret=secret, timeout=timeout, configured=write_relays
+        )
         # The clock is read here, at the edge; the library itself never reads one.
         now = int(time.time())
         rumor = nip17.message(me, [receiver], body_text, created_at=now)
