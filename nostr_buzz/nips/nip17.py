@@ -225,14 +225,14 @@ def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
 
 
 def dm_relays_to_use(
-    urls: Iterable[str], configured: Iterable[str], *, limit: int = MAX_DM_RELAYS
+    urls: Iterable[str], configured: Iterable[str] | None, *, limit: int = MAX_DM_RELAYS
 ) -> tuple[str, ...]:
     """The relays of someone's kind 10050 (``urls``, in order) that a private message goes to:
     at most ``limit``, and a local address (:func:`is_local_address`) only when it is one of
-    the sender's ``configured`` relays.  Anyone can publish a relay list, so without this one
-    message could make the sender open hundreds of connections, or reach services on its own
-    network."""
-    allowed = {normalize_relay_url(u) for u in configured}
+    the sender's ``configured`` relays (None: local addresses are not checked).  Anyone can
+    publish a relay list, so without this one message could make the sender open hundreds of
+    connections, or reach services on its own network."""
+    allowed = None if configured is None else {normalize_relay_url(u) for u in configured}
     chosen: list[str] = []
     for url in urls:
         if len(chosen) >= limit:
@@ -241,7 +241,7 @@ def dm_relays_to_use(
             same = normalize_relay_url(url)
         except RelayError:
             continue
-        if is_local_address(url) and same not in allowed:
+        if allowed is not None and same not in allowed and is_local_address(url):
             continue
         if same not in {normalize_relay_url(c) for c in chosen}:
             chosen.append(url)

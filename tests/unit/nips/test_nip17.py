@@ -85,6 +85,8 @@ def test_an_attackers_local_relays_are_skipped_unless_they_are_configured() -> N
         "wss://public.example",
     )
     assert nip17.dm_relays_to_use(listed, ()) == ("wss://public.example",)
+    # None: the caller chose the receiver and asks for no local-address check (the CLI).
+    assert nip17.dm_relays_to_use(listed, None) == tuple(listed[:3])
 
 
 def test_a_reply_can_be_narrowed_to_part_of_the_room_and_keeps_its_e_tag() -> None:
