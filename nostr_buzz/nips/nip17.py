@@ -17,7 +17,6 @@ from __future__ import annotations
 import ipaddress
 import re
 import secrets
-import socket
 from collections.abc import Iterable, Sequence
 from typing import Final
 from urllib.parse import urlsplit
@@ -176,6 +175,7 @@ def dm_relays(event: Event) -> tuple[str, ...]:
     return tuple(dict.fromkeys(urls))
 
 
+_INET_PART: Final = re.compile(r"0x[0-9a-f]*|0[0-7]*|[1-9][0-9]*")
 _LOCAL_NETWORKS: Final = tuple(
     ipaddress.ip_network(n)
     for n in (
@@ -216,12 +216,21 @@ def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
         return ipaddress.ip_address(host)
     except ValueError:
         pass
-    if not re.fullmatch(r"[0-9a-fx.]+", host):
+    # inet_aton's forms: one to four parts, each decimal, octal (0…) or hex (0x…); the last
+    # part fills the bytes the others leave.
+    parts = host.split(".")
+    if len(parts) > 4 or not all(_INET_PART.fullmatch(part) for part in parts):
         return None
-    try:
-        return ipaddress.IPv4Address(socket.inet_aton(host))
-    except OSError:
+    values = [
+        int(p[2:] or "0", 16) if p[:2] == "0x" else int(p, 8 if p[0] == "0" else 10) for p in parts
+    ]
+    *head, last = values
+    if any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
         return None
+    number = 0
+    for value in head:
+        number = number << 8 | value
+    return ipaddress.IPv4Address(number << 8 * (4 - len(head)) | last)
 
 
 def dm_relays_to_use(

@@ -34,6 +34,11 @@ NOW = 1_700_000_000
         "ws://2130706433",
         "ws://127.1",
         "ws://0x7f.0.0.1",
+        "ws://0X7F000001",
+        "ws://017700000001",
+        "ws://0300.0250.1.1",
+        "ws://3232235777",
+        "ws://10.1",
     ],
 )
 def test_loopback_private_and_link_local_hosts_are_local(url: str) -> None:
@@ -49,6 +54,10 @@ def test_loopback_private_and_link_local_hosts_are_local(url: str) -> None:
         "ws://[2001:db8::1]",
         "ws://localhost.example.com",
         "ws://cafe.bad",  # hex letters, still a name: not resolved
+        "ws://134744072",  # 8.8.8.8
+        "ws://1.2.3.4.5",
+        "ws://127.0.0.256.example",
+        "ws://08.1",  # not octal: a name
     ],
 )
 def test_public_addresses_and_other_host_names_are_not_local(url: str) -> None:
