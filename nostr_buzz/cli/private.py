@@ -68,8 +68,9 @@ def dm_command(
 ) -> None:
     """Send a NIP-17 private message: only the receiver (and you) can read it.
 
-    It goes to the receiver's DM relays (kind 10050) when they published some, else to your
-    write relays; a copy wrapped to you goes to your own DM relays, else your write relays.
+    It goes to the receiver's DM relays (kind 10050, the first three) when they published some,
+    else to your write relays; a copy wrapped to you goes to your own DM relays, else your
+    write relays.
     Prints the message id (the kind 14 rumor's id).
     """
     receiver = _parse_to(to)

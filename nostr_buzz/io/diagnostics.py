@@ -77,6 +77,8 @@ DiagnosticKind = (
         "metric_published",
         "metric_invalid",
         "outbox_nudged",
+        "outbox_given_up",  # {eventId, kind, attempts, error}: waited past [outbox] give_up_after
+        "private_room_narrowed",  # {inReplyTo, reason, room, maxRecipients}: sender only
         "dm_relays_published",
         "dm_relays_failed",
     ]
