@@ -44,10 +44,15 @@ async def answer(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
         await conn.send(["EOSE", msg[1]])
 
 
-#: (argv, stdin with {nsec}, {hex}, {HEX} or {escaped} where the key goes, via a file).
+#: (argv, stdin, via a file): {nsec}, {hex}, {HEX} or {escaped} in them is where the key goes.
 ATTACKS = {
     "send-nsec": (["messages", "send", "--channel", "eng", "-"], "my key: {nsec}", False),
     "send-hex-file": (["messages", "send", "--channel", "eng", "-"], "oops {HEX} x\n", True),
+    "reply": (
+        ["messages", "send", "--channel", "eng", "--reply-to", "ab" * 32, "-"],
+        "{hex}",
+        False,
+    ),
     "dm": (["messages", "dm", "--to", BOB.public_key.bech32, "-"], "{hex}", False),
     "event-template-content": (["event", "-"], '{{"kind": 1, "content": "{hex}"}}', False),
     "event-template-tags": (["event", "-"], '{{"tags": [["x", "a", "{nsec}"]]}}', False),
@@ -58,6 +63,7 @@ ATTACKS = {
         True,
     ),
     "event-content": (["event", "-k", "1", "-c", "-"], "{nsec}", False),
+    "event-argument-escaped": (["event", '{{"content": "{escaped}"}}'], "", False),
     "canvas-file": (["canvas", "set", "--channel", "eng"], "# notes\n\n{hex}\n", True),
     "mem": (["mem", "set", "core"], "remember {nsec}", False),
     "req-piped-filter": (["req"], '{{"authors": ["{hex}"]}}', False),
@@ -84,10 +90,15 @@ def env(relay: ScriptedRelay, key: str) -> dict[str, str]:
 def test_a_secret_key_on_stdin_is_refused_before_any_relay_is_contacted(
     bg: BackgroundLoop, tmp_path: Path, name: str
 ) -> None:
-    argv, template, via_file = ATTACKS[name]
-    text = template.format(
-        nsec=SECRET.bech32, hex=SECRET.hex, HEX=SECRET.hex.upper(), escaped=ESCAPED_HEX
-    )
+    forms = {
+        "nsec": SECRET.bech32,
+        "hex": SECRET.hex,
+        "HEX": SECRET.hex.upper(),
+        "escaped": ESCAPED_HEX,
+    }
+    template_argv, template, via_file = ATTACKS[name]
+    argv = [a.format(**forms) for a in template_argv]
+    text = template.format(**forms)
     relay = bg.relay(answer)
     stdin: bytes | Path = text.encode()
     if via_file:
