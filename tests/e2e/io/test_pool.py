@@ -12,7 +12,7 @@ from nostr_buzz.io.relay import Budget, RelayClient
 from tests.support.hostile_relay import hostile_relay, tarpit
 from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import free_port, local_relay
-from tests.support.scripted_relay import Conn, Script, ScriptedRelay, scripted_relay
+from tests.support.scripted_relay import scripted_relay, serving
 
 NOW = 1_790_000_000
 
@@ -143,13 +143,8 @@ async def test_live_subscription_merges_relays_and_yields_each_event_once() -> N
 
 async def test_hints_are_capped_after_the_listed_relays() -> None:
     """A hint that is also listed costs no place among the hints; past the cap none is asked."""
-
-    async def eose(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
-        if msg[0] == "REQ":
-            await conn.send(["EOSE", msg[1]])
-
     async with contextlib.AsyncExitStack() as stack:
-        relays = [await stack.enter_async_context(scripted_relay(eose)) for _ in range(12)]
+        relays = [await stack.enter_async_context(scripted_relay(serving([]))) for _ in range(12)]
         listed, hints = relays[0], relays[1:]
         pool = RelayPool([listed.url], timeout=2)
         result = await pool.query(
@@ -158,18 +153,6 @@ async def test_hints_are_capped_after_the_listed_relays() -> None:
     assert list(result.per_relay) == [listed.url, *(h.url for h in hints[:3])]
     assert [r.connections for r in relays] == [1, 1, 1, 1] + [0] * 8
     assert all(r.finished for r in result.per_relay.values())
-
-
-def flood(events: list[dict[str, Any]]) -> Script:
-    """A relay answering every REQ with all of ``events``, then EOSE."""
-
-    async def script(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
-        if msg[0] == "REQ":
-            for event in events:
-                await conn.send(["EVENT", msg[1], event])
-            await conn.send(["EOSE", msg[1]])
-
-    return script
 
 
 def big_notes(relay_no: int, count: int, size: int) -> list[dict[str, Any]]:
@@ -188,7 +171,7 @@ async def test_hostile_relays_together_cannot_pass_the_query_total() -> None:
     served = [big_notes(n, 40, 16 << 10) for n in range(5)]
 
     async with contextlib.AsyncExitStack() as stack:
-        relays = [await stack.enter_async_context(scripted_relay(flood(e))) for e in served]
+        relays = [await stack.enter_async_context(scripted_relay(serving(e))) for e in served]
         cut: list[str] = []
         pool = RelayPool([r.url for r in relays], timeout=5, total_budget=total)
         pool.on_cut_off = lambda url, why: cut.append(url)
@@ -201,7 +184,7 @@ async def test_hostile_relays_together_cannot_pass_the_query_total() -> None:
         assert error is not None and "all relays together" in error
     # Without the total, the same relays are served whole: the bound is what cut them.
     async with contextlib.AsyncExitStack() as stack:
-        relays = [await stack.enter_async_context(scripted_relay(flood(e))) for e in served]
+        relays = [await stack.enter_async_context(scripted_relay(serving(e))) for e in served]
         whole = await RelayPool([r.url for r in relays], timeout=5).query({"kinds": [1]})
     assert len(whole.events) == 200
 
@@ -210,7 +193,7 @@ async def test_the_total_bounds_the_number_of_events_too() -> None:
     served = [big_notes(n, 30, 10) for n in range(4)]
 
     async with contextlib.AsyncExitStack() as stack:
-        relays = [await stack.enter_async_context(scripted_relay(flood(e))) for e in served]
+        relays = [await stack.enter_async_context(scripted_relay(serving(e))) for e in served]
         pool = RelayPool([r.url for r in relays], timeout=5, total_budget=Budget(events=50))
         result = await pool.query({"kinds": [1]})
     assert sum(len(r.events) for r in result.per_relay.values()) <= 50
