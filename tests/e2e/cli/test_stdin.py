@@ -11,6 +11,9 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.pool import MAX_HINT_RELAYS
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip19
-from tests.support.buzz_process import buzz, relay_process
+from tests.support.buzz_process import BUZZ, buzz, clean_env, relay_process
 from tests.support.cli import BackgroundLoop
 from tests.support.keys import BOB
 from tests.support.relay_cli import write_toml
@@ -186,6 +189,32 @@ def test_a_piped_template_is_published_as_given_and_a_piped_filter_honoured(
     assert {event.id, flagged.id} <= {e.id for e in everything} and len(everything) >= 4
     # The flags are added to a piped filter.
     assert published(buzz("req", "-a", BOB.public_key.hex, env=keys, stdin=piped_filter)) == []
+
+
+@pytest.mark.parametrize("command", ["event", "req"])
+def test_a_terminal_on_stdin_is_never_read(bg: BackgroundLoop, command: str) -> None:
+    """At a terminal the flags alone are used: nothing waits for a template or filter."""
+    relay = bg.relay(answer)
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [*BUZZ, command, "-k", "1", *(["-c", "typed"] if command == "event" else [])],
+            stdin=follower,
+            capture_output=True,
+            env=clean_env(env(relay, SECRET.bech32)),
+            timeout=30,
+            check=False,
+        )
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert done.returncode == 0, done.stderr.decode()
+    if command == "event":
+        [(_, sent)] = relay.frames("EVENT")
+        assert (sent["kind"], sent["content"]) == (1, "typed")
+    else:
+        [(_, _, asked)] = relay.frames("REQ")
+        assert asked == {"kinds": [1]}
 
 
 @pytest.mark.parametrize("command", ["event", "req"])
