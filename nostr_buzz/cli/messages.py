@@ -31,6 +31,7 @@ from nostr_buzz.cli.common import (
     parse_event_ref,
     parse_public_key,
     progress,
+    refuse_secrets,
     relay_rejections,
     report_publish,
     run,
@@ -322,6 +323,7 @@ def send(
     ref = parse_event_ref(reply_to, option="--reply-to") if reply_to is not None else None
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
+    refuse_secrets([text], secret, where="the message text")  # before --reply-to is looked up
     write_relays = cfg.require_relays(relay or (), direction="write")
     read_relays = cfg.relays(relay or (), direction="read") or write_relays
 

@@ -26,6 +26,7 @@ from nostr_buzz.cli.common import (
     one_line,
     progress,
     refusal_lines,
+    refuse_secrets,
     run,
     sources,
     text_argument,
@@ -77,6 +78,8 @@ def dm_command(
     body_text = text_argument(text, what="message text")
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
+    # Encrypted, yet read by the receiver: a secret key is refused before any relay is asked.
+    refuse_secrets([body_text], secret, where="the message text")
     write_relays = cfg.require_relays(relay or (), direction="write")
     read_relays = cfg.relays(relay or (), direction="read") or write_relays
     me = secret.public_key.hex

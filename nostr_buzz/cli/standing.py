@@ -27,6 +27,7 @@ from nostr_buzz.cli.common import (
     TimeoutOption,
     check_channel,
     progress,
+    refuse_secrets,
     report_publish,
     run,
     sources,
@@ -186,6 +187,7 @@ def canvas_set(
     content = text_argument(text, whole=True)
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
+    refuse_secrets([content], secret, where="the canvas")
     relays = cfg.require_relays(relay or (), direction="write")
     # The clock is read here, at the edge.
     event = standing.build_canvas_event(secret, channel, content, created_at=int(time.time()))
@@ -242,6 +244,8 @@ def mem_set(
     content = text_argument(text, whole=True)
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
+    # Encrypted to your own key, but the text is fed to agents: never a secret key.
+    refuse_secrets([content], secret, where="the memory")
     relays = cfg.require_relays(relay or (), direction="write")
     event = standing.build_core_memory_event(secret, content, created_at=int(time.time()))
     report_publish(event, _publish(event, relays, secret, timeout), json_output)
