@@ -44,7 +44,7 @@ from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
-from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
+from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.io.relay import QueryResult
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
@@ -135,6 +135,12 @@ def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
     )
 
 
+def _asked(relays: Sequence[str], hints: Sequence[str]) -> int:
+    """How many relays a query asks: the listed ones, plus the hints the pool follows."""
+    followed = [h for h in dict.fromkeys(hints) if h not in set(relays)]
+    return len(relays) + min(len(followed), MAX_HINT_RELAYS)
+
+
 async def _fetch_event(
     ref: EventRef,
     relays: Sequence[str],
@@ -148,7 +154,7 @@ async def _fetch_event(
     copy ends the wait (a dead relay listed first costs nothing once another answered)."""
     # Only the id goes into the filter: an nevent's author and kind are hints (docs/cli.md).
     pool = RelayPool(relays, secret=secret, timeout=timeout)
-    progress(f"asking {len(relays) + len(hints)} relay(s) for {ref.id}…")
+    progress(f"asking {_asked(relays, hints)} relay(s) for {ref.id}…")
 
     def found(one: QueryResult) -> bool:
         return any(e.id == ref.id for e in one.events)
@@ -255,7 +261,7 @@ def thread(
         start, _ = await _fetch_event(ref, relays, hints, secret, timeout)
         root_id = nip10.thread_ref(start).root or start.id
         pool = RelayPool(relays, secret=secret, timeout=timeout)
-        progress(f"asking {len(relays) + len(hints)} relay(s) for thread {root_id}…")
+        progress(f"asking {_asked(relays, hints)} relay(s) for thread {root_id}…")
         replies_filter = Filter(
             kinds=(CHAT_KIND,), limit=MAX_QUERY_LIMIT, tags={"h": (channel,), "e": (root_id,)}
         )
