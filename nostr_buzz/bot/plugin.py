@@ -76,8 +76,7 @@ class BuzzPlugin:
         self._commands: deque[str] = deque(maxlen=REMEMBERED_COMMANDS)
         # A first start serves what arrives from its creation on (nothing older is replayed).
         self._first_since = int(self._clock())
-        #: Private messages dated before this are never answered (set again at start()).
-        self._private_floor = self._first_since - int(config.clock_skew)
+        self._private_floor = 0  # private messages dated before it are never answered: start()
         self.pool = RelayPool(
             config.read_relays, secret=config.agent_secret, timeout=config.relay_timeout
         )
@@ -125,10 +124,8 @@ class BuzzPlugin:
             self.diagnostics.emit("state_import_failed", payload={"error": problem})
         self.queue = store.load_queue(max_attempts=self.config.max_attempts)
         self._position = store.position()
-        # Where this run starts listening, before anything moves the position: the saved one,
-        # else (a fresh or emptied state) the start itself, minus the clock skew.
         start = self._position if self._position is not None else self._first_since
-        self._private_floor = start - int(self.config.clock_skew)
+        self._private_floor = start - int(self.config.clock_skew)  # before anything moves it
         self._commands.extend(store.commands())
         delivery = Delivery(self.config, store, self.diagnostics, self._spawn, self._clock)
         self.delivery = delivery
@@ -158,10 +155,10 @@ class BuzzPlugin:
         """A relay sent more than a query or subscription may hold: it was cut off."""
         self.diagnostics.emit("relay_cut_off", payload={"relay": url, "reason": why})
 
-    def _untrusted_metadata(self, event: Event) -> None:
+    def _untrusted_metadata(self, event: Event, why: str) -> None:
         channels = event.tag_values("d")
         self.diagnostics.event_rejected(
-            "channel metadata from an untrusted author",
+            why,
             event_id=event.id,
             channel_id=channels[0] if channels else None,
         )
@@ -277,9 +274,7 @@ class BuzzPlugin:
                 self.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=event.id)
                 return False
             if intake.private_before(event, self._private_floor):
-                # Sent before this run listens from (the wrap filter looks two days back): as
-                # if a relay's since had left it out, silently; the position does not move.
-                return False
+                return False  # as if a relay's since had left it out: silently, position kept
         decision = intake.decide(event, self._gate, self._known_agents)
         now = self._clock()
         if isinstance(decision, intake.Refuse):
