@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,9 +26,8 @@ from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
 from tests.e2e.bot.test_private import running
-from tests.e2e.cli.test_run import Lines
 from tests.support.bot_world import Recorder, World
-from tests.support.buzz_process import BUZZ, buzz, clean_env, relay_process
+from tests.support.buzz_process import Lines, buzz, relay_process, run_bot
 from tests.support.events import chat
 from tests.support.keys import AGENT, OWNER
 from tests.support.scripted_agent import Scripted
@@ -100,21 +98,7 @@ def test_a_hostile_agent_cannot_echo_a_private_message_into_diagnostics_or_stder
     with relay_process() as relay:
         owner_env = {"BUZZ_RELAYS": relay, "BUZZ_PRIVATE_KEY": OWNER.bech32}
         command = " ".join([sys.executable, *agent.args])
-        bot = subprocess.Popen(
-            [*BUZZ, "run", "--agent", command, "--state-dir", str(state)],
-            bufsize=0,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            env=clean_env(
-                {
-                    "BUZZ_RELAYS": relay,
-                    "BUZZ_PRIVATE_KEY": AGENT.hex,
-                    "BUZZ_OWNER": OWNER.public_key.bech32,
-                }
-            ),
-            cwd=tmp_path,
-        )
+        bot = run_bot(relay, command, state, agent=AGENT, owner=OWNER, cwd=tmp_path)
         try:
             assert bot.stderr is not None
             stderr = Lines(bot.stderr)
@@ -126,16 +110,8 @@ def test_a_hostile_agent_cannot_echo_a_private_message_into_diagnostics_or_stder
             private_failure = stderr.until("failed, will retry")
             assert f"dm-private-{OWNER.public_key.hex}" in private_failure
             # The public turn, same agent, same bot: its title and error do show.
-            public = buzz(
-                "messages",
-                "send",
-                "--channel",
-                "eng",
-                "--mention",
-                AGENT.public_key.bech32,
-                "public-words here",
-                env=owner_env,
-            )
+            to_eng = ["messages", "send", "--channel", "eng", "--mention", AGENT.public_key.hex]
+            public = buzz(*to_eng, "public-words here", env=owner_env)
             assert public.returncode == 0, public.stderr
             public_failure = stderr.until("buzz: turn in eng failed")
             assert "public-words here" in public_failure
