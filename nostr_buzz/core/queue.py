@@ -634,15 +634,8 @@ class DispatchQueue:
         """A queue from exported channel states (what a store kept of
         :meth:`channel_state`), remembered ids (oldest first) and ``next_seq``; checked
         exactly like :meth:`restore`, so any inconsistency raises :class:`QueueError`."""
-        q = cls(
-            max_batch,
-            max_pending,
-            max_attempts,
-            deadline,
-            rng,
-            owner=owner,
-            max_stranger_channels=max_stranger_channels,
-        )
+        limits = (max_batch, max_pending, max_attempts, deadline, rng)
+        q = cls(*limits, owner=owner, max_stranger_channels=max_stranger_channels)
         snap = _WireSnapshot(
             _SNAPSHOT_VERSION, next_seq, [_wire_channel(c) for c in channels], list(remembered)
         )
@@ -662,19 +655,12 @@ class DispatchQueue:
         owner: str | None = None,
         max_stranger_channels: int | None = None,
     ) -> DispatchQueue:
-        """Rebuild a queue from :meth:`snapshot` output; limits and the owner come from the caller.
+        """Rebuild a queue from :meth:`snapshot` output; the limits and owner are the caller's.
 
         Every event is verified again, and any inconsistency raises :class:`QueueError`.
         """
-        q = cls(
-            max_batch,
-            max_pending,
-            max_attempts,
-            deadline,
-            rng,
-            owner=owner,
-            max_stranger_channels=max_stranger_channels,
-        )
+        limits = (max_batch, max_pending, max_attempts, deadline, rng)
+        q = cls(*limits, owner=owner, max_stranger_channels=max_stranger_channels)
         if isinstance(data, str):
             try:
                 data = data.encode("utf-8")
