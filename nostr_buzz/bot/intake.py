@@ -194,7 +194,7 @@ def refusal_scope(gate: Gate) -> str:
             return sorted(value)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return dataclasses.asdict(value)
-        raise TypeError(f"no canonical form for {type(value).__name__}")
+        return repr(value)
 
     fields = [[f.name, getattr(gate, f.name)] for f in dataclasses.fields(gate)]
     text = json.dumps(fields, default=plain, sort_keys=True)
