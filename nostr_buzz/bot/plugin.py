@@ -298,9 +298,7 @@ class BuzzPlugin:
         for dropped in result.dropped:
             self.diagnostics.event_rejected("queue_full_dropped", event_id=dropped)
         if result.refused:  # strangers hold max_stranger_channels channels already
-            self.diagnostics.event_rejected(
-                "queue_channels_full", event_id=event.id, channel_id=nip10.channel(event)
-            )
+            self.diagnostics.event_rejected("queue_channels_full", event_id=event.id)
         self._position = intake.advance(self._position, event.created_at, now)
         if result.accepted or result.dropped:
             queued = QueuedEvent(event, prompt_tag, now) if result.accepted else None
