@@ -42,7 +42,9 @@ __all__ = [
     "ConfigSources",
     "ContextSection",
     "GateSection",
+    "OutboxSection",
     "Permissions",
+    "PrivateSection",
     "Setting",
     "SubscriptionsSection",
     "TimeoutsSection",
@@ -131,6 +133,21 @@ class TimeoutsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
     hard: _Positive = 7200.0  # a turn is ended after this long whatever happens
 
 
+class PrivateSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """``[private]``: answering NIP-17 private messages (docs/bot.md)."""
+
+    # A room the owner is in is answered to at most this many members; a larger one, and any
+    # room without the owner, only to the message's sender.
+    max_recipients: Annotated[int, msgspec.Meta(ge=1)] = 10
+
+
+class OutboxSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """``[outbox]``: the durable queue of signed replies and metrics (docs/bot.md)."""
+
+    # Seconds after which an event no relay accepted is given up (default: 7 days).
+    give_up_after: _Positive = 7 * 86400.0
+
+
 class ContextSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """``[context]``: standing context files (paths relative to the config file)."""
 
@@ -159,6 +176,8 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     subscriptions: SubscriptionsSection = msgspec.field(default_factory=SubscriptionsSection)
     gate: GateSection = msgspec.field(default_factory=GateSection)
     timeouts: TimeoutsSection = msgspec.field(default_factory=TimeoutsSection)
+    private: PrivateSection = msgspec.field(default_factory=PrivateSection)
+    outbox: OutboxSection = msgspec.field(default_factory=OutboxSection)
     context: ContextSection = msgspec.field(default_factory=ContextSection)
 
     def __repr__(self) -> str:

@@ -86,6 +86,11 @@ class PluginConfig:
     max_attempts: int = 10
     #: Seconds replay and live subscriptions reach back before the position (clock skew).
     clock_skew: float = 600.0
+    #: A private answer goes to at most this many members of a room the owner is in
+    #: (``[private] max_recipients``); otherwise to the sender only.
+    max_recipients: int = 10
+    #: Seconds after which an outbox entry no relay accepted is given up (``[outbox]``).
+    give_up_after: float = 7 * 86400.0
     #: Channels in which actors other than the owner may hold queued events at once
     #: (docs/queue.md): a stranger's event for one more is refused, ``queue_channels_full``.
     max_stranger_channels: int = MAX_STRANGER_CHANNELS
@@ -169,4 +174,6 @@ class PluginConfig:
             model=file.agent.model,
             shard=shard,
             clock_skew=file.subscriptions.clock_skew,
+            max_recipients=file.private.max_recipients,
+            give_up_after=file.outbox.give_up_after,
         )

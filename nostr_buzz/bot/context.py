@@ -6,15 +6,17 @@ DM history for a direct message — for a private message (NIP-17), the conversa
 from the gift wraps addressed to the agent, its own copies included, so that nothing private
 travels in plaintext — nothing for a top-level channel message; profiles (kind 0) of
 every author and mention; channel metadata (kind 39000) signed by a trusted key (the owner,
-the agent, ``[gate] trusted``, a relay's own NIP-11 key), anyone else's ignored with a diagnostic.
+the agent, ``[gate] trusted``; a relay's own NIP-11 key only for the metadata that same relay
+served, ``nips/nip29.py``), anyone else's ignored with a diagnostic that says why.
 A real channel without trusted metadata gets no ``channel`` input (no snapshot).  The queries
 are the only I/O; selecting and shaping what they returned are pure functions below.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -31,10 +33,11 @@ from nostr_buzz.core.turn_input import (
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import conversation
+from nostr_buzz.io.relay_info import relay_pubkeys
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip01 import Filter
-from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND, newest_group_metadata
+from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND, IgnoredMetadata, newest_group_metadata
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.profile import METADATA_KIND, Profile
 
@@ -43,6 +46,8 @@ from .supervisor import ChannelSession
 __all__ = ["ContextResolver", "History", "select_dm_history", "select_thread_history"]
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
+#: Seconds allowed for asking the read relays for their NIP-11 keys (once per bot).
+RELAY_KEYS_TIMEOUT: Final = 3.0
 
 
 @dataclass(frozen=True)
@@ -130,12 +135,19 @@ def channel_info(
     actor: str,
     actor_label: str | None,
     trusted: Collection[str] = (),
-) -> tuple[ChannelInfo | None, list[Event]]:
-    """A DM's synthetic channel, a channel's kind 39000 metadata (the newest signed by a
-    ``trusted`` key), or None; and the channel's kind 39000 events by anyone else (ignored)."""
+    *,
+    relay_keys: Mapping[str, str] | None = None,
+    served_by: Mapping[str, Collection[str]] | None = None,
+) -> tuple[ChannelInfo | None, list[IgnoredMetadata]]:
+    """A DM's synthetic channel, a channel's kind 39000 metadata (the newest that counts:
+    signed by a ``trusted`` key, or by the NIP-11 key in ``relay_keys`` of a relay that served
+    it, ``served_by``), or None; and the channel's kind 39000 events that do not count, with
+    why (ignored)."""
     if channel is None:
         return ChannelInfo(name=actor_label or actor, id=nip10.direct_channel(actor), type="dm"), []
-    metadata, untrusted = newest_group_metadata(found, channel, trusted)
+    metadata, untrusted = newest_group_metadata(
+        found, channel, trusted, relay_keys=relay_keys or {}, served_by=served_by or {}
+    )
     if metadata is None:
         return None, untrusted
     names = metadata.tag_values("name")
@@ -163,16 +175,20 @@ class ContextResolver:
         known_agents: set[str],
         secret: SecretKey | None = None,
         owner: str | None = None,
-        trusted_authors: Callable[[], Awaitable[set[str]]] | None = None,
-        on_untrusted: Callable[[Event], None] | None = None,
+        trusted_authors: Callable[[], Collection[str]] | None = None,
+        on_untrusted: Callable[[Event, str], None] | None = None,
     ) -> None:
         self.pool = pool
         #: Only the owner's messages may carry a slash command.
         self.owner = owner
-        #: Whose channel metadata counts (the owner, the agent, ``[gate] trusted``, the read
-        #: relays' own NIP-11 keys: the same authors as a channel's standing documents).
+        #: Whose channel metadata counts from any relay (the owner, the agent, ``[gate]
+        #: trusted``: the same authors as a channel's standing documents).
         self._trusted_authors = trusted_authors
+        #: Told ``(event, why)`` for each kind 39000 event of the channel that does not count.
         self._on_untrusted = on_untrusted
+        #: Read relay URL → its NIP-11 key, asked once (a relay's key is stable).
+        self._relay_keys: dict[str, str] | None = None
+        self._relay_keys_lock = asyncio.Lock()
         self.agent = agent
         #: The agent's key opens the gift wraps of a private conversation's history.
         self.secret = secret
@@ -251,10 +267,18 @@ class ContextResolver:
         )
         return turn_input, fetched_ids
 
-    async def _trusted(self) -> set[str]:
+    def _trusted(self) -> Collection[str]:
         if self._trusted_authors is not None:
-            return await self._trusted_authors()
+            return self._trusted_authors()
         return {self.owner} if self.owner is not None else set()
+
+    async def relay_keys(self) -> dict[str, str]:
+        """Each read relay that announces a NIP-11 key → that key (asked on first use)."""
+        async with self._relay_keys_lock:
+            if self._relay_keys is None:
+                timeout = min(self.timeout, RELAY_KEYS_TIMEOUT)
+                self._relay_keys = await relay_pubkeys(self.pool.urls, timeout=timeout)
+            return self._relay_keys
 
     async def profiles_and_channel(
         self, events: Sequence[Event], channel: str | None, actor: str
@@ -263,7 +287,8 @@ class ContextResolver:
         filters = [Filter(authors=tuple(people), kinds=(METADATA_KIND,))]
         if channel is not None:
             filters.append(Filter(kinds=(GROUP_METADATA_KIND,), tags={"d": (channel,)}))
-        found = (await self.pool.query(filters, timeout=self.timeout)).events
+        result = await self.pool.query(filters, timeout=self.timeout)
+        found = result.events
         newest = newest_profiles(found, people)
         profiles: dict[str, ProfileInfo] = {}
         for pubkey in people:
@@ -277,10 +302,23 @@ class ContextResolver:
                     is_agent = True
                     self.known_agents.add(pubkey)
             profiles[pubkey] = ProfileInfo(label=label, is_agent=is_agent)
+        trusted = {key.lower() for key in self._trusted()}
+        # Relays are asked for their keys only when some metadata needs one.
+        relay_keys = (
+            await self.relay_keys()
+            if any(e.kind == GROUP_METADATA_KIND and e.pubkey not in trusted for e in found)
+            else None
+        )
         info, untrusted = channel_info(
-            found, channel, actor, profiles.get(actor, ProfileInfo()).label, await self._trusted()
+            found,
+            channel,
+            actor,
+            profiles.get(actor, ProfileInfo()).label,
+            trusted,
+            relay_keys=relay_keys,
+            served_by=result.served_by(),
         )
         if self._on_untrusted is not None:
-            for event in untrusted:
-                self._on_untrusted(event)
+            for event, why in untrusted:
+                self._on_untrusted(event, why)
         return profiles, info

@@ -13,10 +13,16 @@ replaced, in one transaction, by ordered parts that fit (:func:`.outputs.reply_p
 refusal reason reaches the ``reply_failed`` diagnostic.
 
 A private message (NIP-17) is answered privately: the kind 14 answer is sealed and wrapped to
-each member of the room and to the agent itself, and each wrap goes to its addressee's DM
-relays (kind 10050, looked up before the commit) when known, else to the write relays.  The
-wraps are stored in the outbox with those relays, in the same transaction, and retried like
-any reply.
+its sender — to each member of the room only when the owner is in the room and it has at most
+``[private] max_recipients`` members besides the agent (:func:`.outputs.private_audience`; a
+narrowed room is a ``private_room_narrowed`` diagnostic) — and to the agent itself.  Each wrap
+goes to its addressee's DM relays (kind 10050, looked up before the commit: the first three,
+a loopback or private address only when it is one of the bot's relays) when known, else to the
+write relays.  The wraps are stored in the outbox with those relays, in the same transaction,
+and retried like any reply.
+
+Nothing is retried for ever: an outbox entry that no relay took within ``[outbox]
+give_up_after`` (7 days by default) is removed and reported as ``outbox_given_up``.
 
 A stored event is due for its first retry only after the time its first send may take, so that
 the retry loop never sends an event whose first send is still on the wire.
@@ -40,7 +46,14 @@ from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
 
 from .config import PluginConfig
-from .outputs import TurnIds, build_private_reply, reply_parts, tagged_parts, too_large
+from .outputs import (
+    TurnIds,
+    build_private_reply,
+    private_audience,
+    reply_parts,
+    tagged_parts,
+    too_large,
+)
 from .state import BotStore
 
 __all__ = ["Delivery"]
@@ -73,6 +86,7 @@ class Delivery:
             timeout=config.relay_timeout,
             clock=clock,
             on_report=self._on_report,
+            give_up_after=config.give_up_after,
         )
         self.write_pool = RelayPool(
             config.write_relays, secret=config.agent_secret, timeout=config.relay_timeout
@@ -136,7 +150,19 @@ class Delivery:
         dm_relays: Mapping[str, tuple[str, ...]],
     ) -> list[Event]:
         secret = self.config.agent_secret
-        answer = build_private_reply(secret.public_key.hex, target, text, created_at)
+        audience, narrowed = self._audience(target)
+        if narrowed is not None:
+            self._diagnostics.emit(
+                "private_room_narrowed",
+                **(ids.as_kwargs() if ids else {}),
+                payload={
+                    "inReplyTo": target.id,
+                    "reason": narrowed,
+                    "room": len(nip17.room(target.rumor())),
+                    "maxRecipients": self.config.max_recipients,
+                },
+            )
+        answer = build_private_reply(secret.public_key.hex, target, text, created_at, audience)
         wraps = nip17.wrap_for_room(secret, answer, now=created_at)
         for addressee, wrap in wraps:
             self._add(wrap, dm_relays.get(addressee) or tuple(self.config.write_relays))
@@ -145,6 +171,12 @@ class Delivery:
                 self._ids[wrap.id] = ids
         return [wrap for _, wrap in wraps]
 
+    def _audience(self, target: PrivateEvent) -> tuple[list[str], str | None]:
+        """Who the answer to ``target`` goes to, and why the room was narrowed (if it was)."""
+        agent = self.config.agent_secret.public_key.hex
+        owner = self.config.owner.hex
+        return private_audience(agent, owner, target.rumor(), self.config.max_recipients)
+
     async def private_relays(self, targets: Iterable[Event]) -> dict[str, tuple[str, ...]]:
         """The DM relays (kind 10050) of everyone a private answer to ``targets`` goes to;
         an empty map when there is none, or when the lookup fails (write relays then)."""
@@ -152,8 +184,7 @@ class Delivery:
         agent = self.config.agent_secret.public_key.hex
         for target in targets:
             if isinstance(target, PrivateEvent):
-                answer = build_private_reply(agent, target, "", int(self._clock()))
-                people += [*nip17.receivers(answer), agent]
+                people += [*self._audience(target)[0], agent]
         if not people:
             return {}
         try:
@@ -162,6 +193,7 @@ class Delivery:
                 self.config.read_relays,
                 secret=self.config.agent_secret,
                 timeout=self.config.relay_timeout,
+                configured=self.config.write_relays,
             )
         except BuzzError:
             return {}
@@ -194,6 +226,9 @@ class Delivery:
         event = report.event
         if event is None:
             return
+        if report.given_up:
+            self._given_up(event, report)
+            return
         if event.kind == METRIC_KIND:
             if report.delivered:
                 ids = self._ids.pop(event.id, None)
@@ -205,6 +240,22 @@ class Delivery:
             self._private_report(event, report)
             return
         self._reply_report(event, report)
+
+    def _given_up(self, event: Event, report: PublishReport) -> None:
+        """An entry no relay took in time has left the outbox for good: said once, with what
+        went wrong (ids and relay refusals, never the text)."""
+        ids = self._ids.pop(event.id, None)
+        self._wraps.pop(event.id, None)
+        self._relays.pop(event.id, None)
+        kwargs = ids.as_kwargs() if ids is not None else {}
+        payload = {
+            "eventId": event.id,
+            "kind": event.kind,
+            "attempts": report.attempts,
+            "error": report.error,
+            "giveUpAfter": self.config.give_up_after,
+        }
+        self._diagnostics.emit("outbox_given_up", **kwargs, payload=payload)
 
     def _private_report(self, wrap: Event, report: PublishReport) -> None:
         """Each wrap of a private answer: published (to its addressee; the agent's own copy

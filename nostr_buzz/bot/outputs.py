@@ -8,8 +8,9 @@ from shows it:
   (:func:`nostr_buzz.nips.nip10.reply_tags`, shared with ``buzz messages send``);
 * kind 1 note → kind 1 with the same NIP-10 ``e`` and ``p`` tags;
 * kind 1111 comment → kind 1111 with the NIP-22 root scope and parent tags;
-* kind 14 private message → a kind 14 rumor answering it (``p`` to its author and the room's
-  other members, ``e`` to it), which delivery seals and gift-wraps (NIP-17);
+* kind 14 private message → a kind 14 rumor answering it (``p`` to its author, and to the
+  room's other members only when the owner is in the room — :func:`private_audience` —, ``e``
+  to it), which delivery seals and gift-wraps (NIP-17);
 * any other kind → kind 9, as chat.
 """
 
@@ -40,6 +41,7 @@ __all__ = [
     "build_reply",
     "dead_letter_notice",
     "metric_payload",
+    "private_audience",
     "redact",
     "reply_form",
     "reply_parts",
@@ -130,9 +132,39 @@ def _note_reply_tags(target: Event, agent: str) -> list[list[str]]:
     return tags
 
 
-def build_private_reply(agent: str, target: PrivateEvent, text: str, created_at: int) -> Rumor:
-    """The kind 14 rumor answering a private message (not yet sealed nor wrapped)."""
-    return nip17.reply(agent, target.rumor(), text, created_at=created_at)
+def private_audience(
+    agent: str, owner: str, answered: Rumor, max_recipients: int
+) -> tuple[list[str], str | None]:
+    """Who the answer to a private message goes to (besides the agent's own copy), and why
+    the room was narrowed to the sender (None when it was not).
+
+    Anyone can name any number of people in a message's ``p`` tags, so the whole room gets the
+    answer only when the owner is in it (its sender or a ``p``) and it has at most
+    ``max_recipients`` other members than the agent; otherwise only the sender does
+    (``owner_not_in_room``, ``room_too_large``).  Without this, one stranger's message could
+    make the agent write to hundreds of people who never asked.
+    """
+    room = [p for p in [answered.pubkey, *nip17.receivers(answered)] if p != agent]
+    room = list(dict.fromkeys(room))
+    if len(room) <= 1:
+        return room, None
+    if owner not in room:
+        return [answered.pubkey], "owner_not_in_room"
+    if len(room) > max_recipients:
+        return [answered.pubkey], "room_too_large"
+    return room, None
+
+
+def build_private_reply(
+    agent: str,
+    target: PrivateEvent,
+    text: str,
+    created_at: int,
+    to: Iterable[str] | None = None,
+) -> Rumor:
+    """The kind 14 rumor answering a private message (not yet sealed nor wrapped); ``to``:
+    the members of the room it goes to (default: all, see :func:`private_audience`)."""
+    return nip17.reply(agent, target.rumor(), text, created_at=created_at, to=to)
 
 
 def too_large(refusal: str) -> int | None:

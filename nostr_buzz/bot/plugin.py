@@ -158,10 +158,10 @@ class BuzzPlugin:
         """A relay sent more than a query or subscription may hold: it was cut off."""
         self.diagnostics.emit("relay_cut_off", payload={"relay": url, "reason": why})
 
-    def _untrusted_metadata(self, event: Event) -> None:
+    def _untrusted_metadata(self, event: Event, why: str) -> None:
         channels = event.tag_values("d")
         self.diagnostics.event_rejected(
-            "channel metadata from an untrusted author",
+            why,
             event_id=event.id,
             channel_id=channels[0] if channels else None,
         )

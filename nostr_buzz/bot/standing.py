@@ -2,8 +2,9 @@
 
 Base, persona and team instructions come from the configuration's files.  For a channel (never
 a private conversation) the relays are asked, within 3 seconds, for the channel's canvas and
-huddle guidelines by a trusted author — the owner, the agent itself, ``[gate] trusted`` keys
-and the keys the read relays announce (NIP-11) — and for the agent's own core memory.  What
+huddle guidelines by a trusted author — the owner, the agent itself and ``[gate] trusted`` keys,
+never a key a relay announces (NIP-11): that one counts only for the channel metadata the same
+relay serves (``bot/context.py``) — and for the agent's own core memory.  What
 they answer is frozen into the session: a canvas published later reaches the channel's next
 session (after a cancel, an agent restart or a bot restart), never the running one.
 """
@@ -14,8 +15,7 @@ from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.io.acp_driver import standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.io.relay_info import relay_pubkeys
-from nostr_buzz.io.standing import STANDING_TIMEOUT, fetch_standing
+from nostr_buzz.io.standing import fetch_standing
 
 from .config import PluginConfig
 
@@ -29,15 +29,12 @@ class SessionStanding:
         self.config = config
         self.pool = pool
         self.diagnostics = diagnostics
-        self._relay_keys: frozenset[str] | None = None  # asked once: a relay's key is stable
 
-    async def trusted(self) -> set[str]:
-        """Whose canvases and huddle guidelines count (hex public keys)."""
+    def trusted(self) -> frozenset[str]:
+        """Whose canvases, huddle guidelines and channel metadata count, whichever relay
+        served them (hex public keys)."""
         cfg = self.config
-        if self._relay_keys is None:
-            self._relay_keys = await relay_pubkeys(self.pool.urls, timeout=STANDING_TIMEOUT)
-        agent = cfg.agent_secret.public_key.hex
-        return {cfg.owner.hex, agent, *cfg.trusted, *self._relay_keys}
+        return frozenset({cfg.owner.hex, cfg.agent_secret.public_key.hex, *cfg.trusted})
 
     async def freeze(self, channel_id: str | None) -> Standing:
         """The standing context of a new session for ``channel_id`` (None: a private
@@ -46,7 +43,7 @@ class SessionStanding:
         if channel_id is None:
             return cfg.standing
         fetched = await fetch_standing(
-            self.pool, cfg.agent_secret, channel=channel_id, trusted=await self.trusted()
+            self.pool, cfg.agent_secret, channel=channel_id, trusted=self.trusted()
         )
         standing = fetched.apply(cfg.standing)
         payload = fetched.describe()

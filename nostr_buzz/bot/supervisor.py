@@ -11,7 +11,8 @@ does a channel whose session the driver retired (an agent that does not survive 
 
 The agent's permission requests go to :attr:`AgentSupervisor.permission_policy` (set by the
 plugin once turns can be looked up; until then, and for ``permissions = "reject"``, every
-request is rejected).
+request is rejected).  Each session records the actors whose words entered it
+(:attr:`ChannelSession.actors`); a replaced session starts with none.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from nostr_buzz.core.backoff import backoff_base
+from nostr_buzz.core.permission import PermissionDecision, decide
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.io.acp_driver import (
@@ -103,6 +105,9 @@ class ChannelSession:
     standing: Standing = field(default_factory=Standing)  # frozen when the session opened
     delivered: set[str] = field(default_factory=set)
     turns: int = 0
+    #: Every actor (hex pubkey) whose words entered this session (batches, cancelled events,
+    #: steers): ``permissions = "owner"`` approves only while it holds the owner alone.
+    actors: set[str] = field(default_factory=set)
 
 
 class AgentSupervisor:
@@ -154,9 +159,9 @@ class AgentSupervisor:
         payload = {**payload, "adapterSessionId": session_id}
         self._diagnostics.emit(kind, payload=payload, **(ids or {}))
 
-    def _permission(self, request: PermissionRequest) -> bool:
+    def _permission(self, request: PermissionRequest) -> bool | PermissionDecision:
         if self.config.permissions == "reject":
-            return False
+            return decide("reject", self.config.owner.hex, None, ())
         return self.permission_policy(request)
 
     def _remember_group(self, record: GroupRecord) -> None:

@@ -11,9 +11,11 @@ A :class:`Turn` moves through explicit phases, never backwards:
   prompt response still reaches the metric.
 * ``SETTLED`` — the outcome is recorded in the queue and the state database.
 
-The agent's permission requests are decided here (:meth:`TurnRunner.permission`): only for a
-turn that is live in the asking session; ``permissions = "owner"`` approves only when every
-triggering event of that turn is the owner's, ``allow`` approves for any live turn.
+The agent's permission requests are decided here (:meth:`TurnRunner.permission`, the rule in
+:mod:`nostr_buzz.core.permission`): only for a turn that is live in the asking session;
+``permissions = "owner"`` approves only when every actor whose words reach that turn (its
+batch, the cancelled events riding with it, every steer sent into it) and every actor whose
+words entered the session before is the owner; ``allow`` approves for any live turn.
 
 Every turn that reached the agent gets a metric, cancelled and failed ones included; a turn
 the agent reported no usage for has every counter unknown.  A failed turn emits
@@ -41,6 +43,7 @@ from typing import Any, Final, Literal
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Manifest
+from nostr_buzz.core.permission import PermissionDecision, TurnProvenance, decide
 from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import QueueError
@@ -113,6 +116,8 @@ class Turn:
     phase: Phase = Phase.PREPARING
     cancel_reason: CancelWhy | None = None
     steered: list[QueuedEvent] = field(default_factory=list)  # injected into this turn
+    #: The authors of every steer sent into this turn, whatever the agent answered.
+    steer_actors: list[str] = field(default_factory=list)
     #: Steers the agent answered ``startedNewTurn``: each is a turn of its own.
     followups: list[Followup] = field(default_factory=list)
     steering: bool = False  # a steer is on the wire
@@ -163,6 +168,14 @@ class Turn:
 
     def may_cancel_at_agent(self) -> bool:
         return self.session is not None and Phase.LIVE <= self.phase < Phase.SETTLED
+
+    def provenance(self) -> TurnProvenance:
+        """Whose words reach the agent in this turn (thread history aside)."""
+        return TurnProvenance(
+            batch=tuple(q.event.pubkey for q in self.batch.events),
+            cancelled=tuple(q.event.pubkey for q in self.batch.cancelled_events),
+            steers=tuple(self.steer_actors),
+        )
 
 
 class TurnRunner:
@@ -338,6 +351,7 @@ class TurnRunner:
         assert turn.session is not None
         driver = self.supervisor.driver
         session_id = turn.session.start.session_id
+        turn.session.actors.update(turn.provenance().actors())  # before the agent can ask
         task = asyncio.create_task(driver.run_turn(session_id, compiled.sections))
         # run_turn registers the turn before its first await: from here steers may go.
         await asyncio.sleep(0)
@@ -490,18 +504,14 @@ class TurnRunner:
                 return turn if turn.phase == Phase.LIVE else None
         return None
 
-    def permission(self, request: PermissionRequest) -> bool:
+    def permission(self, request: PermissionRequest) -> PermissionDecision:
         """Approve? Only for a live turn of the asking session; under ``owner``, only when
-        every event that triggered it is the owner's."""
+        the owner alone spoke in that turn and in its session (:func:`.permission.decide`)."""
         turn = self._live_in(request.session_id)
-        if turn is None or turn.cancel_reason is not None:
-            return False
-        if self.config.permissions == "allow":
-            return True
-        owner = self.config.owner.hex
-        return self.config.permissions == "owner" and all(
-            q.event.pubkey == owner for q in turn.batch.events
-        )
+        live = turn if turn is not None and turn.cancel_reason is None else None
+        session = live.session.actors if live is not None and live.session is not None else ()
+        provenance = live.provenance() if live is not None else None
+        return decide(self.config.permissions, self.config.owner.hex, provenance, session)
 
     def locate(self, adapter_session_id: str) -> dict[str, str | None] | None:
         """The ids of the turn running in an adapter session (for diagnostics)."""
@@ -543,6 +553,9 @@ class TurnRunner:
             channel_type=turn.channel_type,
             prompt_tag=prompt_tag,
         )
+        # Its words reach the agent whatever the answer: they count for permissions from now.
+        turn.steer_actors.append(event.pubkey)
+        turn.session.actors.add(event.pubkey)
         outcome = await self.supervisor.driver.steer(turn.session.start.session_id, steer.text)
         ids = turn.ids.as_kwargs()
         now = self._clock()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
@@ -20,6 +21,7 @@ from nostr_buzz.nips.nip19 import EventRef as EventRef  # re-exported
 if TYPE_CHECKING:
     from nostr_buzz.event import Event
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult
+    from nostr_buzz.keys import SecretKey
 
 T = TypeVar("T")
 
@@ -178,6 +180,73 @@ def read_stdin_lines(what: str) -> list[str]:
     if not lines:
         raise CliFailure(ExitCode.BAD_INPUT, f"standard input holds no {what}")
     return lines
+
+
+def piped_stdin_lines() -> list[str]:
+    """nak's rule for ``buzz event`` and ``buzz req`` given no JSON argument: standard input
+    when it is not a terminal (a pipe, a file, /dev/null), as its non-blank lines; none for a
+    terminal, an unreadable or an empty input, so that the flags alone are used."""
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return []
+        data = sys.stdin.buffer.read()
+    except (OSError, AttributeError, ValueError):  # closed, or not a real stream
+        return []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CliFailure(ExitCode.BAD_INPUT, "standard input is not UTF-8 text") from None
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def json_lines(lines: list[str]) -> list[tuple[str, Any]]:
+    """JSON documents from standard input's ``lines``: the whole input when it is one
+    document (pretty-printed, say), else one per line; ``(where, document)`` for messages.
+    Not JSON is bad input naming the line (never quoting it: it may hold a secret)."""
+    try:
+        return [("stdin", json.loads("\n".join(lines)))]
+    except ValueError:
+        pass
+    docs = []
+    for n, line in enumerate(lines, 1):
+        try:
+            docs.append((f"stdin line {n}", json.loads(line)))
+        except ValueError as exc:
+            raise CliFailure(ExitCode.BAD_INPUT, f"stdin line {n}: not JSON: {exc}") from None
+    return docs
+
+
+#: A bech32 secret key anywhere in a text (58 data characters after ``nsec1``).
+_NSEC_INSIDE: Final = re.compile(r"nsec1[02-9ac-hj-np-z]{58}", re.IGNORECASE)
+
+
+def json_strings(doc: Any) -> Iterator[str]:
+    """Every string of a decoded JSON document: member names and values, at any depth."""
+    if isinstance(doc, str):
+        yield doc
+    elif isinstance(doc, dict):
+        for name, value in doc.items():
+            yield str(name)
+            yield from json_strings(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            yield from json_strings(value)
+
+
+def refuse_secrets(texts: Iterable[str], secret: SecretKey | None, *, where: str) -> None:
+    """What a command is about to send (text from stdin or an argument, a template's content
+    and tags, a filter) must not hold a secret key: an nsec, or the configured key ``secret``
+    in hex or bech32, in any case.  Called before any relay is contacted; the refusal never
+    repeats the key."""
+    forms = () if secret is None else (secret.hex, secret.bech32)
+    for text in texts:
+        lowered = text.lower()
+        if _NSEC_INSIDE.search(text) or any(form in lowered for form in forms):
+            raise CliFailure(
+                ExitCode.BAD_INPUT,
+                f"{where}: the text looks like a secret key (not shown): secret keys go only to "
+                "--key, BUZZ_PRIVATE_KEY or the config file; nothing was sent",
+            )
 
 
 def one_line(text: str, width: int) -> str:

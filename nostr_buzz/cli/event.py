@@ -1,10 +1,11 @@
 """``buzz event``: sign any event with the configured key and publish it (nak's ``event``).
 
-The event comes from flags, from a template given as JSON (the argument, or one per line on
-stdin with ``-``), or both: flags override the template's kind, content and created_at, and
-their tags are added to its tags.  Each signed event is printed on stdout as one line of
-canonical JSON; each relay's verdict goes to stderr.  Exit 2 when some event was accepted by no
-relay (stdout then stays empty, as on every failure).
+The event comes from flags, from a template given as JSON (the argument; or stdin, one per
+line, with ``-`` or, as in nak, whenever no template is given and stdin is not a terminal), or
+both: flags override the template's kind, content and created_at, and their tags are added to
+its tags.  Nothing that would be published may hold a secret key (docs/cli.md).  Each signed
+event is printed on stdout as one line of canonical JSON; each relay's verdict goes to stderr.
+Exit 2 when some event was accepted by no relay (stdout then stays empty, as on every failure).
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ from nostr_buzz.cli.common import (
     KeyOption,
     RelayOption,
     TimeoutOption,
+    describe_input,
+    json_lines,
+    json_strings,
     one_line,
     parse_event_ref,
     parse_public_key,
+    piped_stdin_lines,
     read_stdin_lines,
     read_stdin_text,
+    refuse_secrets,
     run,
     sources,
     verdict_text,
@@ -51,21 +57,24 @@ def parse_tag(text: str) -> list[str]:
     return [name, *values.split(";")] if sep else [name]
 
 
-def _template(text: str, where: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, f"{where}: not JSON: {exc}") from None
+def _template(doc: Any, where: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise CliFailure(ExitCode.BAD_INPUT, f"{where}: an event template is a JSON object")
     unknown = sorted(set(doc) - _TEMPLATE_KEYS - _IGNORED_KEYS)
     if unknown:
         raise CliFailure(
             ExitCode.BAD_INPUT,
-            f"{where}: unknown member(s) {', '.join(map(repr, unknown))}; "
+            f"{where}: unknown member(s) {', '.join(map(describe_input, unknown))}; "
             "a template has kind, content, tags and created_at",
         )
     return {k: v for k, v in doc.items() if k in _TEMPLATE_KEYS}
+
+
+def _argument_template(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"TEMPLATE: not JSON: {exc}") from None
 
 
 def _publish_all(events: Sequence[Event], pool: RelayPool) -> list[PublishResult]:
@@ -81,7 +90,7 @@ def event_command(
         typer.Argument(
             metavar="[TEMPLATE]",
             help="An event template as JSON ({kind, content, tags, created_at}); '-' reads "
-            "one template per line from stdin.",
+            "one template per line from stdin, as does no TEMPLATE when stdin is not a terminal.",
             show_default=False,
         ),
     ] = None,
@@ -155,12 +164,12 @@ def event_command(
             ExitCode.BAD_INPUT, "stdin can hold the templates or the content, not both"
         )
     if template == "-":
-        templates = [
-            _template(line, f"stdin line {n}")
-            for n, line in enumerate(read_stdin_lines("event template"), 1)
-        ]
+        given = json_lines(read_stdin_lines("event template"))
+    elif template is not None:
+        given = [("TEMPLATE", _argument_template(template))]
     else:
-        templates = [_template(template, "TEMPLATE") if template is not None else {}]
+        # nak's rule: a piped template is used (stdin holding none: the flags alone).
+        given = json_lines(piped_stdin_lines()) if content != "-" else []
     if content == "-":
         content = read_stdin_text()
     extra_tags = [parse_tag(t) for t in tag or ()]
@@ -173,6 +182,10 @@ def event_command(
         when = parse_time(created_at, option="--created-at")
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
+    # Before a template is checked (its messages name members) and before any relay is asked.
+    refuse_secrets(json_strings([doc for _, doc in given]), secret, where="the template")
+    refuse_secrets(json_strings([content, extra_tags]), secret, where="the event")
+    templates = [_template(doc, where) for where, doc in given] or [{}]
     relays = cfg.require_relays(relay or (), direction="write")
     now = int(time.time())  # the clock is read here, at the edge
     events: list[Event] = []

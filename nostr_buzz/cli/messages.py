@@ -31,6 +31,7 @@ from nostr_buzz.cli.common import (
     parse_event_ref,
     parse_public_key,
     progress,
+    refuse_secrets,
     relay_rejections,
     report_publish,
     run,
@@ -43,7 +44,7 @@ from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
-from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
+from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.io.relay import QueryResult
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
@@ -134,6 +135,12 @@ def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
     )
 
 
+def _asked(relays: Sequence[str], hints: Sequence[str]) -> int:
+    """How many relays a query asks: the listed ones, plus the hints the pool follows."""
+    followed = [h for h in dict.fromkeys(hints) if h not in set(relays)]
+    return len(relays) + min(len(followed), MAX_HINT_RELAYS)
+
+
 async def _fetch_event(
     ref: EventRef,
     relays: Sequence[str],
@@ -147,7 +154,7 @@ async def _fetch_event(
     copy ends the wait (a dead relay listed first costs nothing once another answered)."""
     # Only the id goes into the filter: an nevent's author and kind are hints (docs/cli.md).
     pool = RelayPool(relays, secret=secret, timeout=timeout)
-    progress(f"asking {len(relays) + len(hints)} relay(s) for {ref.id}…")
+    progress(f"asking {_asked(relays, hints)} relay(s) for {ref.id}…")
 
     def found(one: QueryResult) -> bool:
         return any(e.id == ref.id for e in one.events)
@@ -254,7 +261,7 @@ def thread(
         start, _ = await _fetch_event(ref, relays, hints, secret, timeout)
         root_id = nip10.thread_ref(start).root or start.id
         pool = RelayPool(relays, secret=secret, timeout=timeout)
-        progress(f"asking {len(relays) + len(hints)} relay(s) for thread {root_id}…")
+        progress(f"asking {_asked(relays, hints)} relay(s) for thread {root_id}…")
         replies_filter = Filter(
             kinds=(CHAT_KIND,), limit=MAX_QUERY_LIMIT, tags={"h": (channel,), "e": (root_id,)}
         )
@@ -322,6 +329,7 @@ def send(
     ref = parse_event_ref(reply_to, option="--reply-to") if reply_to is not None else None
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
+    refuse_secrets([text], secret, where="the message text")  # before --reply-to is looked up
     write_relays = cfg.require_relays(relay or (), direction="write")
     read_relays = cfg.relays(relay or (), direction="read") or write_relays
 

@@ -26,6 +26,7 @@ from nostr_buzz.cli.common import (
     one_line,
     progress,
     refusal_lines,
+    refuse_secrets,
     run,
     sources,
     text_argument,
@@ -68,14 +69,17 @@ def dm_command(
 ) -> None:
     """Send a NIP-17 private message: only the receiver (and you) can read it.
 
-    It goes to the receiver's DM relays (kind 10050) when they published some, else to your
-    write relays; a copy wrapped to you goes to your own DM relays, else your write relays.
+    It goes to the receiver's DM relays (kind 10050, the first three) when they published some,
+    else to your write relays; a copy wrapped to you goes to your own DM relays, else your
+    write relays.
     Prints the message id (the kind 14 rumor's id).
     """
     receiver = _parse_to(to)
     body_text = text_argument(text, what="message text")
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
+    # Encrypted, yet read by the receiver: a secret key is refused before any relay is asked.
+    refuse_secrets([body_text], secret, where="the message text")
     write_relays = cfg.require_relays(relay or (), direction="write")
     read_relays = cfg.relays(relay or (), direction="read") or write_relays
     me = secret.public_key.hex

@@ -1,7 +1,9 @@
 """``buzz req``: query relays with any filter (nak's ``req``).
 
 The filter comes from flags, from JSON (the argument: one filter object or a list of them; or
-``-``: one filter per line on stdin), or both: the flags are added to every filter.  Verified,
+stdin, one per line, with ``-`` or, as in nak, whenever no filter is given and stdin is not a
+terminal), or both: the flags are added to every filter, replacing what it says of the same
+field.  A filter holding a secret key is never sent (docs/cli.md).  Verified,
 de-duplicated events are printed as JSON lines; a relay that served forgeries is named on
 stderr and its forgeries are dropped.  ``--stream`` stays subscribed and prints new events as
 they arrive, until SIGINT or SIGTERM.
@@ -24,10 +26,14 @@ from nostr_buzz.cli.common import (
     KeyOption,
     RelayOption,
     TimeoutOption,
+    json_lines,
+    json_strings,
     one_line,
     parse_event_ref,
     parse_public_key,
+    piped_stdin_lines,
     read_stdin_lines,
+    refuse_secrets,
     run,
     sources,
     warn_list_problems,
@@ -38,11 +44,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips.nip01 import Filter
 
 
-def _filter_docs(text: str, where: str) -> list[dict[str, Any]]:
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, f"{where}: not JSON: {exc}") from None
+def _filter_docs(doc: Any, where: str) -> list[dict[str, Any]]:
     docs = doc if isinstance(doc, list) else [doc]
     if not docs or not all(isinstance(d, dict) for d in docs):
         raise CliFailure(
@@ -67,7 +69,8 @@ def req_command(
         typer.Argument(
             metavar="[FILTER]",
             help='A filter as JSON, e.g. \'{"kinds":[1],"limit":5}\' (or a list of filters); '
-            "'-' reads one filter per line from stdin.",
+            "'-' reads one filter per line from stdin, as does no FILTER when stdin is not a "
+            "terminal.",
             show_default=False,
         ),
     ] = None,
@@ -113,13 +116,15 @@ def req_command(
 ) -> None:
     """Query relays with a filter; print the verified events as JSON lines."""
     if filter_json == "-":
-        docs = [
-            d
-            for n, line in enumerate(read_stdin_lines("filter"), 1)
-            for d in _filter_docs(line, f"stdin line {n}")
-        ]
+        given = json_lines(read_stdin_lines("filter"))
+    elif filter_json is not None:
+        try:
+            given = [("FILTER", json.loads(filter_json))]
+        except ValueError as exc:
+            raise CliFailure(ExitCode.BAD_INPUT, f"FILTER: not JSON: {exc}") from None
     else:
-        docs = _filter_docs(filter_json, "FILTER") if filter_json is not None else [{}]
+        given = json_lines(piped_stdin_lines())  # nak's rule; stdin holding none: the flags
+    docs = [d for where, doc in given for d in _filter_docs(doc, where)] or [{}]
     extra: dict[str, Any] = {}
     if kind:
         extra["kinds"] = list(dict.fromkeys(kind))
@@ -138,11 +143,14 @@ def req_command(
             extra["since"] = parse_time(since, option="--since")
         if until is not None:
             extra["until"] = parse_time(until, option="--until", end_of_day=True)
-    # Filter.from_dict names any unknown key or bad value (a RelayError: exit 1).
-    filters = [Filter.from_dict({**doc, **extra}) for doc in docs]
     cfg = sources(config)
+    secret = cfg.secret_key(key)
+    # A filter is sent to every relay: a secret key in it would be published.  Checked before
+    # Filter.from_dict, whose messages (a RelayError: exit 1) name unknown keys and bad values.
+    refuse_secrets(json_strings(docs), secret, where="the filter")
+    filters = [Filter.from_dict({**doc, **extra}) for doc in docs]
     relays = cfg.require_relays(relay or (), direction="read")
-    pool = RelayPool(relays, secret=cfg.secret_key(key), timeout=timeout)
+    pool = RelayPool(relays, secret=secret, timeout=timeout)
     if stream:
         run(_stream(pool, filters))
         return

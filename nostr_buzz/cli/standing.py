@@ -27,6 +27,7 @@ from nostr_buzz.cli.common import (
     TimeoutOption,
     check_channel,
     progress,
+    refuse_secrets,
     report_publish,
     run,
     sources,
@@ -61,7 +62,8 @@ AuthorOption = Annotated[
         "--author",
         metavar="KEY",
         help="Also trust canvases signed by this public key (hex or npub); repeatable. "
-        "The owner, your own key, [gate] trusted keys and a relay's NIP-11 key always are.",
+        "The owner, your own key and [gate] trusted keys always are; a relay's NIP-11 key "
+        "never is.",
         show_default=False,
     ),
 ]
@@ -140,10 +142,7 @@ def canvas_get(
     json_output: JsonOption = False,
 ) -> None:
     """Print the newest canvas of CHANNEL by a trusted key: the owner, you, [gate] trusted
-    keys, a relay's own (NIP-11) key, --author."""
-    from nostr_buzz.io.pool import RelayPool
-    from nostr_buzz.io.relay_info import relay_pubkeys
-    from nostr_buzz.io.standing import STANDING_TIMEOUT
+    keys, --author (never a relay's NIP-11 key: any relay could announce anyone's)."""
     from nostr_buzz.keys import PublicKey
     from nostr_buzz.nips import standing
 
@@ -158,19 +157,11 @@ def canvas_get(
         trusted.add(owner.hex)
     if secret is not None:
         trusted.add(secret.public_key.hex)
-
-    async def body() -> PoolQueryResult:
-        trusted.update(await relay_pubkeys(relays, timeout=min(timeout, STANDING_TIMEOUT)))
-        if not trusted:
-            raise CliFailure(
-                ExitCode.BAD_INPUT,
-                "no trusted author: configure an owner or a key, or give --author",
-            )
-        progress(f"asking {len(relays)} relay(s)…")
-        pool = RelayPool(relays, secret=secret, timeout=timeout)
-        return await pool.query([standing.canvas_filter(channel, trusted)], timeout=timeout)
-
-    result = run(body())
+    if not trusted:
+        raise CliFailure(
+            ExitCode.BAD_INPUT, "no trusted author: configure an owner or a key, or give --author"
+        )
+    result = _query([standing.canvas_filter(channel, trusted)], relays, secret, timeout)
     chosen = standing.select_canvas(result.events, channel, trusted)
     if chosen is None:
         raise _not_found(result, f"no canvas for channel {channel}")
@@ -196,6 +187,7 @@ def canvas_set(
     content = text_argument(text, whole=True)
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
+    refuse_secrets([content], secret, where="the canvas")
     relays = cfg.require_relays(relay or (), direction="write")
     # The clock is read here, at the edge.
     event = standing.build_canvas_event(secret, channel, content, created_at=int(time.time()))
@@ -252,6 +244,8 @@ def mem_set(
     content = text_argument(text, whole=True)
     cfg = sources(config)
     secret = cfg.require_secret_key(key)
+    # Encrypted to your own key, but the text is fed to agents: never a secret key.
+    refuse_secrets([content], secret, where="the memory")
     relays = cfg.require_relays(relay or (), direction="write")
     event = standing.build_core_memory_event(secret, content, created_at=int(time.time()))
     report_publish(event, _publish(event, relays, secret, timeout), json_output)

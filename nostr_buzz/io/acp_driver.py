@@ -32,7 +32,8 @@ Choices docs/bot.md leaves open:
   no running turn is rejected without asking it (real adapters send requests after a turn has
   ended).  Approval picks the ``allow_once`` option (else ``allow_always``), rejection the
   ``reject_once`` option (else the ``cancelled`` outcome).  Every decision is a
-  ``permission_decision`` diagnostic with the tool's title;
+  ``permission_decision`` diagnostic with the tool's title and the reason (the policy's
+  :class:`~nostr_buzz.core.permission.PermissionDecision` when it gives one);
 * one prompt at a time per session, always: an agent's prompt queueing (claude-agent-acp
   advertises ``_meta.claudeCode.promptQueueing``) is never used, because a queued prompt ends
   the running one with ``end_turn`` and the usage then covers two prompts; a message that
@@ -80,6 +81,7 @@ from pydantic import ValidationError
 
 from nostr_buzz.core.compiler import standing_sections
 from nostr_buzz.core.escape import escape_text
+from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.errors import AgentError, BuzzError
@@ -198,8 +200,9 @@ class PermissionRequest:
     turn_running: bool
 
 
-#: ``policy(request) -> approve?``; called only while a turn of the session runs.
-PermissionPolicy = Callable[[PermissionRequest], bool]
+#: ``policy(request) -> approve?`` (a decision also says why, for the diagnostic); called only
+#: while a turn of the session runs.
+PermissionPolicy = Callable[[PermissionRequest], bool | PermissionDecision]
 
 
 def allow_during_turn(request: PermissionRequest) -> bool:
@@ -1188,12 +1191,18 @@ class AgentDriver:
             tool_call_id=call_id if isinstance(call_id, str) else None,
             turn_running=running,
         )
-        approve = False
+        approve, why = False, {"reason": "no_live_turn"}
         if request.turn_running:
             try:
-                approve = self.permission_policy(request) is True
+                verdict = self.permission_policy(request)
             except Exception as exc:  # a broken policy rejects, it never approves
                 self._diagnostic("permission_policy_failed", session_id, {"error": repr(exc)})
+                why = {"reason": "policy_failed"}
+            else:
+                if isinstance(verdict, PermissionDecision):
+                    approve, why = verdict.approve, verdict.payload()
+                else:
+                    approve, why = verdict is True, {"reason": "policy"}
         options = params.get("options")
         wanted = ("allow_once", "allow_always") if approve else ("reject_once", "reject_always")
         answer: dict[str, Any] = {"outcome": "cancelled"}
@@ -1212,6 +1221,8 @@ class AgentDriver:
                 answer = {"outcome": "selected", "optionId": option["optionId"]}
                 break
         decision = "approved" if approve and answer["outcome"] == "selected" else "rejected"
+        if approve and decision == "rejected":
+            why = {"reason": "no_allow_option"}
         self._diagnostic(
             "permission_decision",
             session_id or None,
@@ -1220,6 +1231,7 @@ class AgentDriver:
                 "title": request.title,
                 "toolKind": request.kind,
                 "turnRunning": request.turn_running,
+                **why,
             },
         )
         return {"outcome": answer}

@@ -42,7 +42,7 @@ AgentDiagnosticKind = Literal[
     "session_retired",  # {}
     "steer_sent",  # {method, result}
     "permission_policy_failed",  # {error}
-    "permission_decision",  # {decision, title, toolKind, turnRunning}
+    "permission_decision",  # {decision, title, toolKind, turnRunning, reason, part?, actor?}
 ]
 
 #: Every kind of record the feed carries (docs/bot.md).  ``emit`` takes nothing else.
@@ -77,6 +77,8 @@ DiagnosticKind = (
         "metric_published",
         "metric_invalid",
         "outbox_nudged",
+        "outbox_given_up",  # {eventId, kind, attempts, error}: waited past [outbox] give_up_after
+        "private_room_narrowed",  # {inReplyTo, reason, room, maxRecipients}: sender only
         "dm_relays_published",
         "dm_relays_failed",
     ]

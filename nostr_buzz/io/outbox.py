@@ -10,6 +10,10 @@ loses nothing; a new :class:`Outbox` on the same file sees every entry.
 The clock and the jitter source are passed in: ``now`` on each call, ``rng`` (a
 :class:`~nostr_buzz.core.backoff.Rng`; one ``uniform(0, 1)`` draw per attempt) at construction
 or per call.  The SQL is the only I/O.
+
+An entry is not kept forever: :meth:`Outbox.expired` lists those added at least
+:data:`GIVE_UP_AFTER` (or the caller's bound) ago, which the publisher removes and reports as
+given up, so that relays that refuse or never answer cannot keep the bot sending for ever.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from .relay import Verdict
 __all__ = [
     "BACKOFF_BASE",
     "BACKOFF_CAP",
+    "GIVE_UP_AFTER",
     "OUTBOX_FILE",
     "Outbox",
     "OutboxEntry",
@@ -45,6 +50,8 @@ __all__ = [
 BACKOFF_BASE: Final = 5.0
 #: … up to this cap (15 minutes).
 BACKOFF_CAP: Final = 900.0
+#: An entry no relay took within this long (7 days, in seconds) is given up.
+GIVE_UP_AFTER: Final = 7 * 86400.0
 #: Jitter spreads retries over ±20 % so that many agents do not retry in lockstep.
 _JITTER: Final = 0.2
 #: The outbox's file name inside the state directory (``state_dir`` in ``buzz.toml``).
@@ -316,6 +323,10 @@ class Outbox:
         return self._select(
             "WHERE next_attempt <= ? ORDER BY next_attempt, id LIMIT ?", (now, limit)
         )
+
+    def expired(self, before: float, *, limit: int = 100) -> list[OutboxEntry]:
+        """Entries added at or before ``before`` (now minus the give-up bound), oldest first."""
+        return self._select("WHERE added_at <= ? ORDER BY added_at, id LIMIT ?", (before, limit))
 
     def entries(self) -> list[OutboxEntry]:
         """Every entry, soonest first (for diagnostics)."""

@@ -23,7 +23,18 @@ from nostr_buzz.nips import nip01, nip10
 from nostr_buzz.nips.nip01 import FilterLike
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 
-from .relay import CLOSE_TIMEOUT, MAX_SEEN_IDS, QueryResult, RelayClient, Verdict
+from .relay import (
+    CLOSE_TIMEOUT,
+    MAX_QUERY_BYTES,
+    MAX_QUERY_EVENTS,
+    MAX_QUERY_TAGS,
+    MAX_SEEN_IDS,
+    Budget,
+    QueryResult,
+    RelayClient,
+    SharedBudget,
+    Verdict,
+)
 
 #: Extra time past the timeout before the pool abandons a relay outright (a backstop: the
 #: client already bounds itself; this covers closing the socket).
@@ -31,6 +42,12 @@ _GRACE: Final = CLOSE_TIMEOUT * 3
 #: Live events waiting for the consumer of :meth:`RelayPool.subscribe`: few, since an event
 #: may be up to a frame (1 MiB); each relay client buffers more, bounded by bytes.
 _LIVE_QUEUE: Final = 64
+#: Hint relays (from a stranger's nevent) one query asks besides the listed relays: a code can
+#: name hundreds, and each would be a connection and a budget of its own (docs/cli.md).
+MAX_HINT_RELAYS: Final = 8
+#: What all the relays of one query may send together (each relay keeps its own budget of one
+#: query's worth, io/relay.py): twice one relay's, so that more relays never mean more memory.
+TOTAL_QUERY_BUDGET: Final = Budget(2 * MAX_QUERY_EVENTS, 2 * MAX_QUERY_BYTES, 2 * MAX_QUERY_TAGS)
 
 
 @dataclass
@@ -71,6 +88,15 @@ class PoolQueryResult:
     def rejected(self) -> dict[str, list[str]]:
         """Verification failures by relay (only relays that had some)."""
         return {url: r.rejected for url, r in self.per_relay.items() if r.rejected_count}
+
+    def served_by(self) -> dict[str, frozenset[str]]:
+        """Each event's id → the relays whose own answer held it: an event several relays
+        served names each of them, so what a relay vouches for is only what it served."""
+        relays: dict[str, set[str]] = {}
+        for url, result in self.per_relay.items():
+            for event in result.events:
+                relays.setdefault(event.id, set()).add(url)
+        return {event_id: frozenset(urls) for event_id, urls in relays.items()}
 
 
 def _unique_urls(urls: Iterable[str]) -> list[str]:
@@ -113,11 +139,18 @@ class RelayPool:
     """A set of relays.  Bad URLs raise :class:`~nostr_buzz.errors.RelayError` here."""
 
     def __init__(
-        self, urls: Iterable[str], *, secret: SecretKey | None = None, timeout: float = 10.0
+        self,
+        urls: Iterable[str],
+        *,
+        secret: SecretKey | None = None,
+        timeout: float = 10.0,
+        total_budget: Budget = TOTAL_QUERY_BUDGET,
     ) -> None:
         self.urls = _unique_urls(urls)
         self.secret = secret
         self.timeout = float(timeout)
+        #: What all relays of one :meth:`query` may send together (one budget they share).
+        self.total_budget = total_budget
         #: Told ``(url, why)`` whenever a relay is cut off for sending more than its bounds.
         self.on_cut_off: Callable[[str, str], None] | None = None
 
@@ -147,8 +180,11 @@ class RelayPool:
         extra_urls: Sequence[str] = (),
         timeout: float | None = None,
         enough: Callable[[QueryResult], bool] | None = None,
+        max_hints: int = MAX_HINT_RELAYS,
     ) -> PoolQueryResult:
-        """Ask every relay (plus ``extra_urls``, hint relays never authenticated to).
+        """Ask every relay (plus ``extra_urls``, hint relays never authenticated to: at most
+        ``max_hints`` of them, the first usable ones not listed already).  All of them draw on
+        one :attr:`total_budget`: the relay whose frame would pass it is cut off.
 
         ``enough``: when one relay's finished result satisfies it, the relays still working
         are abandoned (closed at once) and reported as unfinished with the error
@@ -161,8 +197,9 @@ class RelayPool:
         # Hints come from untrusted nevents: ones that are not ws/wss URLs are skipped
         # (docs/cli.md).
         usable = _unique_urls(u for u in extra_urls if _usable(u))
-        hints = [u for u in usable if normalize_relay_url(u) not in configured]
+        hints = [u for u in usable if normalize_relay_url(u) not in configured][:max_hints]
         targets = [(u, True) for u in self.urls] + [(u, False) for u in hints]
+        shared = SharedBudget(self.total_budget)
 
         async def one(url: str, auth: bool) -> QueryResult:
             client = RelayClient(
@@ -174,7 +211,9 @@ class RelayPool:
             )
             try:
                 async with asyncio.timeout(limit + _GRACE):
-                    return await client.query(flts, end_when_ids_served=enough is not None)
+                    return await client.query(
+                        flts, end_when_ids_served=enough is not None, shared=shared
+                    )
             except TimeoutError:
                 return QueryResult(relay=url, error="timeout")
             finally:

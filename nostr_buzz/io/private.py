@@ -1,7 +1,9 @@
 """NIP-17 private messages over relays: DM relay lists, sending wraps, reading an inbox.
 
 A private message is wrapped once per receiver and once for the sender's own copy; each wrap
-goes to the DM relays (kind 10050) its addressee published, else to the sender's write relays.
+goes to the DM relays (kind 10050) its addressee published — the first three, and for the
+bot, which answers strangers, a local address only when it is one of its relays
+(:func:`~nostr_buzz.nips.nip17.dm_relays_to_use`) — else to the sender's write relays.
 Reading opens every gift wrap addressed to a key and checks every layer
 (:func:`~nostr_buzz.nips.nip59.open_gift_wrap`); what fails is counted by reason, never shown.
 """
@@ -33,9 +35,13 @@ async def dm_relays_of(
     *,
     secret: SecretKey | None,
     timeout: float,
+    configured: Iterable[str] | None = None,
 ) -> dict[str, tuple[str, ...]]:
-    """Each person's newest kind 10050 relay list found on ``relays`` (people without one, or
-    whose list names no usable relay, are left out)."""
+    """Each person's newest kind 10050 relay list found on ``relays``, as the relays to send to
+    (:func:`~nostr_buzz.nips.nip17.dm_relays_to_use`: at most three; when ``configured`` is
+    given, a loopback or private address only when it is in ``relays`` or ``configured``) —
+    ``secret``'s own list as it is, since only that key can sign it; people without one, or
+    whose list names no usable relay, are left out."""
     people = list(dict.fromkeys(pubkeys))
     if not people or not relays:
         return {}
@@ -51,9 +57,13 @@ async def dm_relays_of(
         # A replaceable event: the newest wins, the lower id on a tie (NIP-01).
         if held is None or (event.created_at, held.id) > (held.created_at, event.id):
             newest[event.pubkey] = event
+    known = None if configured is None else [*relays, *configured]
+    me = secret.public_key.hex if secret is not None else None
     out: dict[str, tuple[str, ...]] = {}
     for pubkey, event in newest.items():
         urls = nip17.dm_relays(event)
+        if pubkey != me:
+            urls = nip17.dm_relays_to_use(urls, known)
         if urls:
             out[pubkey] = urls
     return out

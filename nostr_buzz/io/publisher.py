@@ -7,7 +7,9 @@ relay.  The entry is removed once at least ``min_ok`` relays (over all attempts)
 ``OK true`` or ``duplicate:``; otherwise it stays, and :meth:`MetricPublisher.flush` or the
 :meth:`MetricPublisher.run` loop re-sends it with backoff — also from a new process on the same
 outbox file.  Re-sending is idempotent: the signed event and its id never change.  NIP-42
-(``auth-required:``) is answered by the relay client with the agent's key.
+(``auth-required:``) is answered by the relay client with the agent's key.  An entry still
+waiting ``give_up_after`` seconds after it was stored (7 days by default) is removed by the next
+flush and reported once as given up (``PublishReport.given_up``); it is never sent again.
 
 Publishing never raises into the agent's turn and never blocks it past its own timeout:
 failures are data (a :class:`PublishReport`, passed to ``on_report`` and returned by
@@ -32,7 +34,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
 
-from .outbox import Outbox
+from .outbox import GIVE_UP_AFTER, Outbox
 from .pool import PublishResult, RelayPool
 from .relay import Verdict
 
@@ -70,6 +72,8 @@ class PublishReport:
     ``verdicts``: this attempt's answer per relay.  ``attempts``: attempts so far, this one
     included.  ``next_attempt``: when it will be retried (clock seconds), None when delivered
     or not stored.  ``error``: what went wrong, for diagnostics (never contains secrets).
+    ``given_up``: it waited longer than the publisher's ``give_up_after`` and has been removed
+    from the outbox without being delivered; it is never sent again.
     """
 
     event: Event | None
@@ -79,6 +83,7 @@ class PublishReport:
     attempts: int = 0
     next_attempt: float | None = None
     error: str | None = None
+    given_up: bool = False
 
     @property
     def event_id(self) -> str | None:
@@ -99,6 +104,7 @@ class MetricPublisher:
     that must have the event before it leaves the outbox.  ``timeout``: per attempt (connect plus
     ``OK`` per relay).  ``clock`` and ``rng`` pin time and backoff jitter for tests.
     ``on_report``: called with every :class:`PublishReport` (its exceptions are swallowed).
+    ``give_up_after``: seconds after which an entry no relay took is given up (None: never).
     Bad keys, URLs or ``min_ok`` raise here, at set-up, never during a turn.
     """
 
@@ -114,6 +120,7 @@ class MetricPublisher:
         clock: Callable[[], float] = time.time,
         rng: Rng | None = None,
         on_report: Callable[[PublishReport], None] | None = None,
+        give_up_after: float | None = GIVE_UP_AFTER,
     ) -> None:
         self._agent_secret = (
             agent_secret
@@ -132,6 +139,9 @@ class MetricPublisher:
         self._clock = clock
         self._rng: Rng = rng if rng is not None else random.Random()
         self._on_report = on_report
+        if give_up_after is not None and give_up_after <= 0:
+            raise RelayError("give_up_after must be a positive number of seconds")
+        self.give_up_after = give_up_after
         self._owns_outbox = not isinstance(outbox, Outbox)
         self.outbox = outbox if isinstance(outbox, Outbox) else Outbox(outbox, rng=self._rng)
         if callable(relays):
@@ -202,9 +212,12 @@ class MetricPublisher:
             return -1
 
     async def flush(self, now: float | None = None) -> list[PublishReport]:
-        """Re-send every entry that is due at ``now`` (default: the clock); one attempt each."""
+        """Give up what waited too long, then re-send every entry that is due at ``now``
+        (default: the clock); one attempt each.  The given-up entries' reports come first."""
+        now = self._clock() if now is None else now
         try:
-            due = self.outbox.due(self._clock() if now is None else now)
+            given_up = self._give_up(now)
+            due = self.outbox.due(now)
         except OutboxError as exc:
             report = PublishReport(None, False, False, error=str(exc))
             self._report(report)
@@ -216,7 +229,28 @@ class MetricPublisher:
             async with gate:
                 return await self._attempt(event, True, None, relays)
 
-        return list(await asyncio.gather(*(one(entry.event, entry.relays) for entry in due)))
+        sent = await asyncio.gather(*(one(entry.event, entry.relays) for entry in due))
+        return [*given_up, *sent]
+
+    def _give_up(self, now: float) -> list[PublishReport]:
+        """Remove and report the entries stored ``give_up_after`` seconds ago or earlier (but
+        one on the wire: its attempt settles it, the next flush gives it up)."""
+        if self.give_up_after is None:
+            return []
+        reports = []
+        for entry in self.outbox.expired(now - self.give_up_after):
+            if entry.id in self._in_flight or not self.outbox.remove(entry.id):
+                continue
+            waited = now - entry.added_at
+            error = f"given up after {waited:.0f} s and {entry.attempts} attempt(s)"
+            if entry.last_error:
+                error += f"; last error: {entry.last_error}"
+            report = PublishReport(
+                entry.event, False, False, attempts=entry.attempts, error=error, given_up=True
+            )
+            self._report(report)
+            reports.append(report)
+        return reports
 
     async def run(self, stop: asyncio.Event, *, idle: float = 30.0) -> None:
         """Re-send due entries until ``stop`` is set: at start (entries left by an earlier

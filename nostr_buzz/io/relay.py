@@ -137,6 +137,32 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):g} MiB"
 
 
+class SharedBudget:
+    """One :class:`Budget` drawn on by every relay of one pool query (io/pool.py): each relay
+    keeps its own budget, and what they all send together is bounded too, so that many
+    relays (hints from a stranger's nevent) cannot multiply the memory a query holds."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.events = 0
+        self.bytes = 0
+        self.tags = 0
+
+    def take(self, size: int, tags: int) -> str | None:
+        """Charge one ``EVENT`` frame; ``None``, or what the relays together would pass."""
+        total = self.budget
+        if self.events + 1 > total.events:
+            return f"more than its share of {total.events} events (all relays together)"
+        if self.bytes + size > total.bytes:
+            return f"more than its share of {_mib(total.bytes)} of events (all relays together)"
+        if self.tags + tags > total.tags:
+            return f"more than its share of {total.tags} tags (all relays together)"
+        self.events += 1
+        self.bytes += size
+        self.tags += tags
+        return None
+
+
 class _Subscription:
     """State of one ``REQ``: filled by the reader task, drained by query/subscribe.
 
@@ -144,12 +170,21 @@ class _Subscription:
     subscription charges what it buffers and is credited as the consumer drains it.
     """
 
-    def __init__(self, sub_id: str, filters: list[Filter], *, live: bool, budget: Budget) -> None:
+    def __init__(
+        self,
+        sub_id: str,
+        filters: list[Filter],
+        *,
+        live: bool,
+        budget: Budget,
+        shared: SharedBudget | None = None,
+    ) -> None:
         self.id = sub_id
         self.filters = filters
         self.live = live
         self.cap = budget.events
         self.budget = budget
+        self.shared = shared  # queries only: a live buffer is credited back, a total is not
         self.bytes = 0
         self.tags = 0
         self.sizes: deque[int] = deque()
@@ -180,6 +215,9 @@ class _Subscription:
             return False
         if self.tags + tags > self.budget.tags:
             self.finish("cut off", f"more than {self.budget.tags} tags")
+            return False
+        if self.shared is not None and (beyond := self.shared.take(size, tags)) is not None:
+            self.finish("cut off", beyond)
             return False
         self.bytes += size
         self.tags += tags
@@ -345,12 +383,15 @@ class RelayClient:
         *,
         timeout: float | None = None,
         end_when_ids_served: bool = False,
+        shared: SharedBudget | None = None,
     ) -> QueryResult:
         """Stored events matching ``filters``; ends at EOSE, CLOSED or the timeout.
 
         ``end_when_ids_served``: when every filter names its ids, end (as finished) as soon as
         each of them has arrived, valid and matching, without waiting for the relay's EOSE
-        (some relays send it tens of milliseconds late).
+        (some relays send it tens of milliseconds late).  ``shared``: a total this query draws
+        on with other relays' queries, besides this client's own budget; a frame that would
+        pass it cuts this relay off as its own budget would.
         """
         flts = nip01.as_filters(filters)
         deadline = self._deadline(timeout)
@@ -366,7 +407,9 @@ class RelayClient:
         if end_when_ids_served and all(f.ids is not None for f in flts):
             wanted = {i for f in flts for i in f.ids or ()}
         while True:
-            sub = await self._open(flts, live=False, budget=self.query_budget, deadline=deadline)
+            sub = await self._open(
+                flts, live=False, budget=self.query_budget, deadline=deadline, shared=shared
+            )
             timed_out = False
             try:
                 async with asyncio.timeout(max(0.0, deadline - _now())):
@@ -583,10 +626,16 @@ class RelayClient:
         return None
 
     async def _open(
-        self, filters: list[Filter], *, live: bool, budget: Budget, deadline: float | None
+        self,
+        filters: list[Filter],
+        *,
+        live: bool,
+        budget: Budget,
+        deadline: float | None,
+        shared: SharedBudget | None = None,
     ) -> _Subscription:
         sub_id = f"buzz{next(_counter)}"
-        sub = _Subscription(sub_id, filters, live=live, budget=budget)
+        sub = _Subscription(sub_id, filters, live=live, budget=budget, shared=shared)
         self._subs[sub_id] = sub
         problem = await self._send(nip01.encode_req(sub_id, filters), deadline)
         if problem is not None:

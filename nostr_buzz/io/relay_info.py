@@ -4,8 +4,10 @@ Relays that manage groups (NIP-29) sign channel documents with their own key and
 ``pubkey`` in the information document served over HTTP(S) at the relay's URL (``Accept:
 application/nostr+json``).  The fetch is one bounded GET: at most ``MAX_DOCUMENT`` bytes, within
 ``timeout`` seconds; anything unexpected (no document, not JSON, no valid key) means "no key".
-A relay is never trusted more because of this: its key only joins the authors the owner already
-trusts for a channel's standing documents.
+The key says nothing about anyone else's events: it counts only for the channel metadata
+(kind 39000) that same relay served itself (``nips/nip29.py``), never for canvases, huddle
+guidelines or core memory, and never for what another relay served.  A ``ws://`` relay's
+document travels over plain HTTP, which is no weaker than the relay's own unencrypted events.
 """
 
 from __future__ import annotations
@@ -110,7 +112,9 @@ async def relay_pubkey(url: str, *, timeout: float = 3.0) -> str | None:
         return None
 
 
-async def relay_pubkeys(urls: Iterable[str], *, timeout: float = 3.0) -> frozenset[str]:
-    """The keys announced by any of ``urls``, asked concurrently."""
-    found = await asyncio.gather(*(relay_pubkey(url, timeout=timeout) for url in urls))
-    return frozenset(key for key in found if key is not None)
+async def relay_pubkeys(urls: Iterable[str], *, timeout: float = 3.0) -> dict[str, str]:
+    """Each of ``urls`` that announces a key → that key (hex), asked concurrently; a relay
+    without one is absent."""
+    asked = list(urls)
+    found = await asyncio.gather(*(relay_pubkey(url, timeout=timeout) for url in asked))
+    return {url: key for url, key in zip(asked, found, strict=True) if key is not None}

@@ -113,7 +113,8 @@ async def fetch_standing(
 ) -> StandingFetch:
     """Core memory, and for a channel its canvas and huddle guidelines by ``trusted`` authors.
 
-    ``trusted`` holds hex public keys (the owner, configured keys, the relay's key).  With
+    ``trusted`` holds hex public keys (the owner, the agent, configured keys; never a key a
+    relay announces, which would let any read relay vouch for anyone).  With
     ``channel`` None (a private conversation) only core memory is asked for.
     """
     agent_hex = agent.public_key.hex

@@ -5,26 +5,36 @@ optional ``e`` tag for the message it answers), sealed and gift-wrapped (NIP-59)
 receiver and once for the sender, who keeps a copy.  The *room* of a message is its author plus
 its ``p`` tags: a reply keeps the room and answers one message.  A person's kind 10050 event
 lists the relays where they want to receive private messages.
+
+That list is written by whoever owns the key, so a sender only ever uses the first
+:data:`MAX_DM_RELAYS` of it, and never an address on the sender's own host or network
+(:func:`is_local_address`) unless the sender itself is configured with that relay
+(:func:`dm_relays_to_use`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import secrets
 from collections.abc import Iterable, Sequence
 from typing import Final
+from urllib.parse import urlsplit
 
 from nostr_buzz.errors import Nip17Error, RelayError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.nip59 import Randomness, Rumor, gift_wrap
-from nostr_buzz.nips.relay_url import check_relay_url
+from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 
 __all__ = [
     "DM_RELAYS_KIND",
+    "MAX_DM_RELAYS",
     "PRIVATE_MESSAGE_KIND",
     "dm_relay_list",
     "dm_relays",
+    "dm_relays_to_use",
+    "is_local_address",
     "message",
     "receivers",
     "replied_to",
@@ -35,6 +45,8 @@ __all__ = [
 
 PRIVATE_MESSAGE_KIND: Final = 14
 DM_RELAYS_KIND: Final = 10050
+#: Relays of one person's kind 10050 that a private message is sent to, at most (the first).
+MAX_DM_RELAYS: Final = 3
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -89,11 +101,22 @@ def replied_to(rumor: Rumor) -> str | None:
     return ids[-1] if ids else None
 
 
-def reply(sender: str, answered: Rumor, content: str, *, created_at: int) -> Rumor:
+def reply(
+    sender: str,
+    answered: Rumor,
+    content: str,
+    *,
+    created_at: int,
+    to: Iterable[str] | None = None,
+) -> Rumor:
     """A kind 14 answer to ``answered`` in the same room: ``p`` to its author first, then the
-    room's other members (never the sender itself), and ``e`` to the answered message."""
+    room's other members (never the sender itself), and ``e`` to the answered message.
+    ``to``: answer only these members of the room (others named there are ignored)."""
     _check_pubkey(sender, "the sender")
     others = [p for p in [answered.pubkey, *receivers(answered)] if p != sender]
+    if to is not None:
+        chosen = set(to)
+        others = [p for p in others if p in chosen]
     if not others:
         raise Nip17Error("a reply needs someone other than its sender in the room")
     subjects = answered.tag_values("subject")
@@ -150,3 +173,85 @@ def dm_relays(event: Event) -> tuple[str, ...]:
         except RelayError:
             continue
     return tuple(dict.fromkeys(urls))
+
+
+_INET_PART: Final = re.compile(r"0x[0-9a-f]*|0[0-7]*|[1-9][0-9]*")
+_LOCAL_NETWORKS: Final = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "127.0.0.0/8",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "169.254.0.0/16",
+        "0.0.0.0/8",
+        "::1/128",
+        "::/128",
+        "fc00::/7",
+        "fe80::/10",
+    )
+)
+
+
+def is_local_address(url: str) -> bool:
+    """True when a relay URL's host is ``localhost`` (or a name under it) or an IP literal on
+    the loopback, private or link-local networks (an IPv4-mapped IPv6 address as its IPv4).
+    Names are not resolved: any other host name counts as public."""
+    host = (urlsplit(url.strip()).hostname or "").lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    address = _ip_literal(host)
+    if address is None:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in _LOCAL_NETWORKS)
+
+
+def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a host that is an IP literal names; the resolver also reads the short and
+    numeric IPv4 forms (``127.1``, ``2130706433``, ``0x7f.1``), so they count too.  Pure: a
+    parse, never a lookup."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    # inet_aton's forms: one to four parts, each decimal, octal (0…) or hex (0x…); the last
+    # part fills the bytes the others leave.
+    parts = host.split(".")
+    if len(parts) > 4 or not all(_INET_PART.fullmatch(part) for part in parts):
+        return None
+    values = [
+        int(p[2:] or "0", 16) if p[:2] == "0x" else int(p, 8 if p[0] == "0" else 10) for p in parts
+    ]
+    *head, last = values
+    if any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
+        return None
+    number = 0
+    for value in head:
+        number = number << 8 | value
+    return ipaddress.IPv4Address(number << 8 * (4 - len(head)) | last)
+
+
+def dm_relays_to_use(
+    urls: Iterable[str], configured: Iterable[str] | None, *, limit: int = MAX_DM_RELAYS
+) -> tuple[str, ...]:
+    """The relays of someone's kind 10050 (``urls``, in order) that a private message goes to:
+    at most ``limit``, and a local address (:func:`is_local_address`) only when it is one of
+    the sender's ``configured`` relays (None: local addresses are not checked).  Anyone can
+    publish a relay list, so without this one message could make the sender open hundreds of
+    connections, or reach services on its own network."""
+    allowed = None if configured is None else {normalize_relay_url(u) for u in configured}
+    chosen: list[str] = []
+    for url in urls:
+        if len(chosen) >= limit:
+            break
+        try:
+            same = normalize_relay_url(url)
+        except RelayError:
+            continue
+        if allowed is not None and same not in allowed and is_local_address(url):
+            continue
+        if same not in {normalize_relay_url(c) for c in chosen}:
+            chosen.append(url)
+    return tuple(chosen)

@@ -10,9 +10,10 @@ Three event kinds give an agent context that outlives a single turn (see ``nips/
 * **huddle guidelines** — kind 48106 with the channel's ``h`` tag; the trimmed content becomes the
   huddle instructions of that channel's sessions.
 
-Only authors the caller trusts for a channel count for canvases and guidelines (the owner,
-configured keys, the relay's own key): a stranger's event is ignored, never shown.  "Newest"
-follows NIP-01 replaceable events: the greatest ``created_at``, and on a tie the lowest id.
+Only authors the caller trusts for a channel count for canvases and guidelines (the owner, the
+agent, configured keys; never a relay's NIP-11 key): a stranger's event is ignored, never
+shown.  "Newest" follows NIP-01 replaceable events: the greatest ``created_at``, and on a tie
+the lowest id.
 
 Pure: no clock, sockets or files; the only randomness is the NIP-44 nonce and the BIP-340 aux
 bytes, from the OS CSPRNG unless pinned (tests).

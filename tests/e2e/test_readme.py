@@ -83,6 +83,7 @@ def test_the_quick_session_runs_as_written_in_a_fresh_shell(tmp_path: Path) -> N
         done = subprocess.run(
             ["bash", "-c", script],
             capture_output=True,
+            stdin=subprocess.DEVNULL,  # buzz event and buzz req read a piped stdin (docs/cli.md)
             env=env,
             cwd=ROOT,
             timeout=120,

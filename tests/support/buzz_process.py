@@ -3,6 +3,7 @@ runner that starts ``buzz`` with a clean environment (no BUZZ_* from the machine
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 START_TIMEOUT = 30.0
 BUZZ = [sys.executable, "-m", "nostr_buzz"]
@@ -32,19 +34,26 @@ def c_locale_env() -> dict[str, str]:
 def buzz(
     *argv: str,
     env: Mapping[str, str] | None = None,
-    stdin: bytes | None = None,
+    stdin: bytes | Path | None = None,
     timeout: float = 60.0,
     cwd: str | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [*BUZZ, *argv],
-        input=stdin if stdin is not None else b"",
-        capture_output=True,
-        env=clean_env(env),
-        timeout=timeout,
-        check=False,
-        cwd=cwd,
-    )
+    """``buzz ARGV`` as a process; ``stdin``: its input (a file is redirected, as ``< FILE``)."""
+    with contextlib.ExitStack() as stack:
+        redirected = (
+            {"stdin": stack.enter_context(stdin.open("rb"))}
+            if isinstance(stdin, Path)
+            else {"input": stdin if stdin is not None else b""}
+        )
+        return subprocess.run(
+            [*BUZZ, *argv],
+            capture_output=True,
+            env=clean_env(env),
+            timeout=timeout,
+            check=False,
+            cwd=cwd,
+            **redirected,  # type: ignore[arg-type]
+        )
 
 
 @contextmanager

@@ -2,6 +2,8 @@
 
 It logs every message it receives before it answers, so a test can check exactly what went on
 the wire.  ``Scripted(tmp, config)`` writes the program and its config into a test's folder.
+A turn's ``ask`` (a tool title) makes the agent ask ``session/request_permission`` for that tool
+first and run it only when an allow option is chosen (:meth:`Scripted.tools_run` lists what ran).
 """
 
 from __future__ import annotations
@@ -33,6 +35,21 @@ def update(sid, upd):
     send({"jsonrpc": "2.0", "method": "session/update", "params": params})
 
 STATE = {"turn": 0, "prompt": None, "wake": None, "steered": False, "cancelled": False}
+ASKED = {}  # our request id -> the future of the client's answer
+
+async def ask_permission(sid, title):
+    rid = "perm-%d" % STATE["turn"]
+    answered = ASKED[rid] = asyncio.get_running_loop().create_future()
+    options = [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+               {"optionId": "no", "name": "Reject", "kind": "reject_once"}]
+    tool = {"toolCallId": "call-%d" % STATE["turn"], "title": title, "kind": "execute"}
+    send({"jsonrpc": "2.0", "id": rid, "method": "session/request_permission",
+          "params": {"sessionId": sid, "toolCall": tool, "options": options}})
+    answer = (await answered).get("result", {}).get("outcome", {})
+    del ASKED[rid]
+    if answer.get("optionId") == "yes":  # the tool runs
+        with open(CFG["log"] + ".tools", "a") as ran:
+            ran.write(title + "\n")
 
 async def run_prompt(msg):
     sid = msg["params"]["sessionId"]
@@ -43,6 +60,8 @@ async def run_prompt(msg):
     if marker and not os.path.exists(marker):
         open(marker, "w").close()
         script = {"updates": script.get("updates", []), "then": "exit"}
+    if "ask" in script:
+        await ask_permission(sid, script["ask"])
     for upd in script.get("updates", []):
         update(sid, upd)
     then = script.get("then", "answer")
@@ -79,6 +98,8 @@ async def handle(msg):
     log(msg)
     method, mid = msg.get("method"), msg.get("id")
     if method is None:
+        if mid in ASKED:
+            ASKED[mid].set_result(msg)
         return
     if method == "initialize":
         if CFG.get("stderr_bytes"):
@@ -162,6 +183,11 @@ class Scripted:
 
     def methods(self) -> list[str]:
         return [m["method"] for m in self.received() if "method" in m]
+
+    def tools_run(self) -> list[str]:
+        """The titles of the tools the agent ran (approved), in order."""
+        ran = self.log.with_name(self.log.name + ".tools")
+        return ran.read_text(encoding="utf-8").splitlines() if ran.exists() else []
 
     def driver(self, **kwargs: Any) -> AgentDriver:
         return AgentDriver(sys.executable, self.args, **kwargs)

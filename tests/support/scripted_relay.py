@@ -71,6 +71,19 @@ async def _ignore(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
     return None
 
 
+def serving(events: list[Any]) -> Script:
+    """A script that answers every REQ with all of ``events`` (dicts, sent as they are), then
+    EOSE: an honest relay with those stored, or a hostile one when they are forged or many."""
+
+    async def script(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "REQ":
+            for event in events:
+                await conn.send(["EVENT", msg[1], event])
+            await conn.send(["EOSE", msg[1]])
+
+    return script
+
+
 @asynccontextmanager
 async def scripted_relay(
     script: Script = _ignore, on_connect: OnConnect | None = None

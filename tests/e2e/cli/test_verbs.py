@@ -165,6 +165,7 @@ def buzz_event(relay: str, content: str) -> Event:
     done = subprocess.run(
         [*BUZZ, "event", "-k", "1", "-c", content, "-t", "t=streamed"],
         capture_output=True,
+        stdin=subprocess.DEVNULL,  # else a piped stdin would be read as templates (nak's rule)
         env=clean_env({"BUZZ_RELAYS": relay, "BUZZ_PRIVATE_KEY": ALICE.hex}),
         timeout=WAIT,
         check=True,

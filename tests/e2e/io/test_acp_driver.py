@@ -633,6 +633,7 @@ async def test_standard_system_prompt_paragraphs_late_permission_and_error_text(
             "title": "rm -rf build",
             "toolKind": "execute",
             "turnRunning": False,
+            "reason": "no_live_turn",
         }
     ]
     # −32603 with the text in data.message

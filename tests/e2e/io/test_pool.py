@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.io.relay import RelayClient
+from nostr_buzz.io.relay import Budget, RelayClient
 from tests.support.hostile_relay import hostile_relay, tarpit
 from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import free_port, local_relay
+from tests.support.scripted_relay import scripted_relay, serving
 
 NOW = 1_790_000_000
 
@@ -137,3 +139,62 @@ async def test_live_subscription_merges_relays_and_yields_each_event_once() -> N
         others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         assert others == []
     assert sorted(got) == sorted([both.id, only_b.id])
+
+
+async def test_hints_are_capped_after_the_listed_relays() -> None:
+    """A hint that is also listed costs no place among the hints; past the cap none is asked."""
+    async with contextlib.AsyncExitStack() as stack:
+        relays = [await stack.enter_async_context(scripted_relay(serving([]))) for _ in range(12)]
+        listed, hints = relays[0], relays[1:]
+        pool = RelayPool([listed.url], timeout=2)
+        result = await pool.query(
+            {"kinds": [1]}, extra_urls=[listed.url, *(h.url for h in hints)], max_hints=3
+        )
+    assert list(result.per_relay) == [listed.url, *(h.url for h in hints[:3])]
+    assert [r.connections for r in relays] == [1, 1, 1, 1] + [0] * 8
+    assert all(r.finished for r in result.per_relay.values())
+
+
+def big_notes(relay_no: int, count: int, size: int) -> list[dict[str, Any]]:
+    return [
+        sign_event(
+            SECRET, kind=1, content=f"{relay_no}.{i} " + "x" * size, created_at=NOW
+        ).to_dict()
+        for i in range(count)
+    ]
+
+
+async def test_hostile_relays_together_cannot_pass_the_query_total() -> None:
+    """Five relays each answer with 40 distinct 16 KiB events (well within one relay's own
+    budget): what the pool holds stays under the one total all the relays share."""
+    total = Budget(events=10_000, bytes=256 << 10, tags=10_000)
+    served = [big_notes(n, 40, 16 << 10) for n in range(5)]
+
+    async with contextlib.AsyncExitStack() as stack:
+        relays = [await stack.enter_async_context(scripted_relay(serving(e))) for e in served]
+        cut: list[str] = []
+        pool = RelayPool([r.url for r in relays], timeout=5, total_budget=total)
+        pool.on_cut_off = lambda url, why: cut.append(url)
+        result = await pool.query({"kinds": [1]})
+    held = sum(len(e.to_json()) for r in result.per_relay.values() for e in r.events)
+    assert 0 < held <= total.bytes
+    assert cut, "some relay must have been cut off at the total"
+    for url in cut:
+        error = result.per_relay[url].error
+        assert error is not None and "all relays together" in error
+    # Without the total, the same relays are served whole: the bound is what cut them.
+    async with contextlib.AsyncExitStack() as stack:
+        relays = [await stack.enter_async_context(scripted_relay(serving(e))) for e in served]
+        whole = await RelayPool([r.url for r in relays], timeout=5).query({"kinds": [1]})
+    assert len(whole.events) == 200
+
+
+async def test_the_total_bounds_the_number_of_events_too() -> None:
+    served = [big_notes(n, 30, 10) for n in range(4)]
+
+    async with contextlib.AsyncExitStack() as stack:
+        relays = [await stack.enter_async_context(scripted_relay(serving(e))) for e in served]
+        pool = RelayPool([r.url for r in relays], timeout=5, total_budget=Budget(events=50))
+        result = await pool.query({"kinds": [1]})
+    assert sum(len(r.events) for r in result.per_relay.values()) <= 50
+    assert len(result.events) <= 50

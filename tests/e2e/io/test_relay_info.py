@@ -91,10 +91,12 @@ async def test_anything_else_means_no_key(response: bytes) -> None:
 
 
 async def test_silent_and_dead_relays_are_bounded() -> None:
-    async with http_server(None) as (silent, _):
+    body = json.dumps({"pubkey": RELAY_KEY}).encode()
+    async with http_server(None) as (silent, _), http_server(document(body)) as (announcing, _):
         dead = f"ws://127.0.0.1:{free_port()}"
-        keys = await asyncio.wait_for(relay_pubkeys([silent, dead], timeout=0.5), 10)
-    assert keys == frozenset()
+        asked = relay_pubkeys([silent, announcing, dead], timeout=0.5)
+        keys = await asyncio.wait_for(asked, 10)
+    assert keys == {announcing: RELAY_KEY}  # each key stays with the relay that announced it
 
 
 async def test_a_relay_without_a_document_has_no_key() -> None:

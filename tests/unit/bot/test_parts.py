@@ -13,6 +13,7 @@ from nostr_buzz.bot.context import select_dm_history, select_thread_history
 from nostr_buzz.bot.intake import Admit, Command, Gate, Refuse, advance, decide, owner_command
 from nostr_buzz.bot.outputs import reply_tags
 from nostr_buzz.bot.turn import Phase, Turn
+from nostr_buzz.core.permission import TurnProvenance
 from nostr_buzz.core.queue import DispatchQueue
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
@@ -123,6 +124,21 @@ async def test_a_turn_moves_forward_only_and_wakes_its_waiters() -> None:
     assert await turn.until(lambda t: t.phase == Phase.SETTLED, timeout=0.01) is False
     with pytest.raises(RuntimeError):
         turn.advance(Phase.LIVE)
+
+
+def test_a_turns_provenance_names_its_batch_its_cut_off_events_and_its_steers() -> None:
+    q = DispatchQueue()
+    q.push(msg(FRIEND, "cut off"), now=1.0)
+    cut = q.flush_next(2.0)
+    assert cut is not None
+    q.requeue_cancelled(cut, "interrupt")
+    q.push(msg(OWNER, "the owner's", at=1001), now=3.0)
+    batch = q.flush_next(4.0)
+    assert batch is not None
+    turn = Turn.of(batch)
+    turn.steer_actors.append(OWNER.public_key.hex)
+    owner, friend = OWNER.public_key.hex, FRIEND.public_key.hex
+    assert turn.provenance() == TurnProvenance((owner,), (friend,), (owner,))
 
 
 def test_reply_tags_thread_the_answer_and_never_tag_the_agent() -> None:
