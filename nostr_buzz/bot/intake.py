@@ -22,11 +22,15 @@ to the queue.  The rules:
 * **A running turn** is steered (or interrupted) only by its own authority: an event whose
   signing actor and destination equal the running batch's.  Anything else waits in the queue.
 
-Also here: the position a handled event moves the bot to (never later than the clock).
+Also here: the position a handled event moves the bot to (never later than the clock), and
+the scope a remembered refusal holds in (:func:`refusal_scope`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -52,6 +56,7 @@ __all__ = [
     "in_flight_action",
     "owner_command",
     "refusal",
+    "refusal_scope",
 ]
 
 _LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@\S+)")
@@ -178,6 +183,22 @@ def advance(position: int | None, created_at: int, now: float) -> int:
     reconnect skip everything sent before that date."""
     seen = min(created_at, int(now))
     return seen if position is None or seen > position else position
+
+
+def refusal_scope(gate: Gate) -> str:
+    """The gate's configuration as 16 hex digits: a gift wrap the gate refused is remembered
+    (and not opened again on replay) only while this stays the same."""
+
+    def plain(value: object) -> object:
+        if isinstance(value, frozenset):
+            return sorted(value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.asdict(value)
+        return repr(value)
+
+    fields = [[f.name, getattr(gate, f.name)] for f in dataclasses.fields(gate)]
+    text = json.dumps(fields, default=plain, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 InFlightAction = Literal["queue", "steer", "interrupt"]

@@ -24,6 +24,7 @@ from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
 
@@ -121,9 +122,14 @@ class BuzzPlugin:
         store = self.store = BotStore(self.config.state_dir, agent_secret=self.config.agent_secret)
         for problem in store.import_problems:
             self.diagnostics.emit("state_import_failed", payload={"error": problem})
-        self.queue = store.load_queue(max_attempts=self.config.max_attempts)
+        self.queue = store.load_queue(
+            max_attempts=self.config.max_attempts,
+            owner=self.config.owner.hex,
+            max_stranger_channels=self.config.max_stranger_channels,
+        )
         self._position = store.position()
         self._commands.extend(store.commands())
+        store.load_refusals(intake.refusal_scope(self._gate))
         delivery = Delivery(self.config, store, self.diagnostics, self._spawn, self._clock)
         self.delivery = delivery
         self._runner = TurnRunner(
@@ -264,14 +270,15 @@ class BuzzPlugin:
         await self.start()
         assert self.store is not None and self._runner is not None
         if event.kind == nip59.GIFT_WRAP_KIND:
-            try:
-                event = nip59.open_gift_wrap(self.config.agent_secret, event).as_event()
-            except Nip59Error as exc:  # the wrap's id only: nothing of its content
-                self.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=event.id)
+            opened = _open_wrap(event, self.config.agent_secret, self.store, self.diagnostics)
+            if opened is None:
                 return False
+            event = opened
         decision = intake.decide(event, self._gate, self._known_agents)
         now = self._clock()
         if isinstance(decision, intake.Refuse):
+            if isinstance(event, nip59.PrivateEvent):
+                self.store.remember_refusal(event.wrap.id, by_gate=True)
             if decision.reason is None:
                 return False  # another process serves it: no diagnostic, no position change
             self.diagnostics.event_rejected(
@@ -290,6 +297,8 @@ class BuzzPlugin:
         result = self.queue.push(event, prompt_tag, now=now)
         for dropped in result.dropped:
             self.diagnostics.event_rejected("queue_full_dropped", event_id=dropped)
+        if result.refused:  # strangers hold max_stranger_channels channels already
+            self.diagnostics.event_rejected("queue_channels_full", event_id=event.id)
         self._position = intake.advance(self._position, event.created_at, now)
         if result.accepted or result.dropped:
             queued = QueuedEvent(event, prompt_tag, now) if result.accepted else None
@@ -331,3 +340,19 @@ class BuzzPlugin:
     @property
     def harness(self) -> str:
         return self.supervisor.harness
+
+
+def _open_wrap(
+    wrap: Event, secret: SecretKey, store: BotStore, diagnostics: DiagnosticsFeed
+) -> nip59.PrivateEvent | None:
+    """The private message in a gift wrap addressed to the agent, or None when the wrap was
+    refused: now (reported with the wrap's id only, nothing of its content, and remembered) or
+    before, on an earlier pass over the same events (not opened, nor reported, again)."""
+    if store.refused(wrap.id):
+        return None
+    try:
+        return nip59.open_gift_wrap(secret, wrap).as_event()
+    except Nip59Error as exc:
+        diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=wrap.id)
+        store.remember_refusal(wrap.id, by_gate=False)
+        return None

@@ -15,7 +15,9 @@ and its consequences commit together or not at all:
 * ``channels`` — per channel, what the pure :class:`DispatchQueue` keeps beyond its events:
   the retry set's size and attempt count, the cancel reason and its count, the backoff time.
 * ``remembered`` — delivered and dead-lettered event ids (the queue's duplicate memory, the
-  newest 10,000) and obeyed owner commands (the newest 100).
+  newest 10,000), obeyed owner commands (the newest 100) and refused gift wraps by wrap id
+  (the newest 10,000 that could not be opened, and the newest 10,000 the gate refused, kept
+  only while the gate is configured the same): a replay does not open them again.
 * ``meta`` — the position (newest ``created_at`` handled, never later than the clock) and the
   queue's next push order number.
 * ``outbox`` — signed events waiting for a relay to accept them (the
@@ -72,11 +74,13 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 
-__all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "STATE_DB", "BotStore"]
+__all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "REMEMBERED_REFUSALS", "STATE_DB", "BotStore"]
 
 STATE_DB: Final = "bot.sqlite3"
 #: Owner commands remembered as obeyed (a replay after a restart is not obeyed again).
 REMEMBERED_COMMANDS: Final = 100
+#: Refused gift wraps remembered (each kind of refusal: unopenable, refused by the gate).
+REMEMBERED_REFUSALS: Final = 10_000
 #: What earlier versions kept in the state directory: the queue snapshot, the position and
 #: commands, the metric outbox.
 LEGACY_FILES: Final = ("queue.json", "bot-state.json", "outbox.sqlite3")
@@ -108,7 +112,8 @@ CREATE TABLE IF NOT EXISTS channels (
 CREATE TABLE IF NOT EXISTS remembered (
     n    INTEGER PRIMARY KEY AUTOINCREMENT,
     id   TEXT NOT NULL,
-    kind TEXT NOT NULL,                -- 'event' (delivered or dead-lettered) or 'command'
+    kind TEXT NOT NULL,                -- 'event' (delivered or dead-lettered), 'command',
+                                       -- 'refusal' or 'refusal:<gate scope>' (a wrap id)
     UNIQUE (kind, id)
 );
 CREATE INDEX IF NOT EXISTS remembered_kind ON remembered (kind, n);
@@ -160,6 +165,9 @@ class BotStore:
         self._depth = 0
         self._intake_open = False
         self._meta_pending: dict[str, int] = {}
+        # Refused wrap ids, oldest first: unopenable ones (False), the gate's (True).
+        self._refused: dict[bool, dict[str, None]] = {False: {}, True: {}}
+        self._refusal_scope = "refusal:"  # set by load_refusals
         #: Problems met while importing files of an earlier version (for a diagnostic).
         self.import_problems: list[str] = []
         if fresh:
@@ -300,6 +308,45 @@ class BotStore:
                 (kind, kind, keep),
             )
 
+    # -- refused gift wraps -----------------------------------------------------------------
+    # Rows of ``remembered`` (no schema change: an older nostr-buzz reads only its own kinds).
+
+    def load_refusals(self, scope: str) -> None:
+        """Remember the refused wraps again: those that could not be opened, and those the gate
+        of ``scope`` (:func:`~nostr_buzz.bot.intake.refusal_scope`) refused; refusals of any
+        other gate are forgotten (a changed gate may admit them now)."""
+        self._refusal_scope = f"refusal:{scope}"
+        with self.transaction():
+            self._exec(
+                "DELETE FROM remembered WHERE kind GLOB 'refusal:*' AND kind != ?",
+                (self._refusal_scope,),
+            )
+        for by_gate, kind in ((False, "refusal"), (True, self._refusal_scope)):
+            rows = self._exec(
+                "SELECT id FROM (SELECT id, n FROM remembered WHERE kind = ? "
+                "ORDER BY n DESC LIMIT ?) ORDER BY n",
+                (kind, REMEMBERED_REFUSALS),
+            )
+            self._refused[by_gate] = dict.fromkeys(str(r[0]) for r in rows)
+
+    def refused(self, wrap_id: str) -> bool:
+        """Whether the gift wrap ``wrap_id`` was refused before (it need not be opened)."""
+        return wrap_id in self._refused[False] or wrap_id in self._refused[True]
+
+    def remember_refusal(self, wrap_id: str, *, by_gate: bool) -> None:
+        """Gift wrap ``wrap_id`` was refused: it could not be opened (``by_gate`` False) or the
+        gate refused what it holds.  Committed with the intake of the same event-loop step."""
+        if self.refused(wrap_id):
+            return
+        memory = self._refused[by_gate]
+        memory[wrap_id] = None
+        if len(memory) > REMEMBERED_REFUSALS:
+            del memory[next(iter(memory))]
+        self._begin_intake()
+        kind = self._refusal_scope if by_gate else "refusal"
+        self._remember([wrap_id], kind, REMEMBERED_REFUSALS)
+        self._end_intake()
+
     # -- the queue --------------------------------------------------------------------------
 
     def record_push(
@@ -334,6 +381,10 @@ class BotStore:
                 self._sync(queue, channel)
         self._meta_pending["next_seq"] = queue.next_seq
         self._meta_pending["position"] = position
+        self._end_intake()
+
+    def _end_intake(self) -> None:
+        """Outside an event loop (a synchronous caller) the intake commits at once."""
         if not self._depth:
             try:
                 asyncio.get_running_loop()
@@ -382,8 +433,16 @@ class BotStore:
             ),
         )
 
-    def load_queue(self, rng: Rng | None = None, *, max_attempts: int = 10) -> DispatchQueue:
-        """The queue rebuilt from the rows (batches that were running are back in front)."""
+    def load_queue(
+        self,
+        rng: Rng | None = None,
+        *,
+        max_attempts: int = 10,
+        owner: str | None = None,
+        max_stranger_channels: int | None = None,
+    ) -> DispatchQueue:
+        """The queue rebuilt from the rows (batches that were running are back in front);
+        ``owner`` and ``max_stranger_channels`` as :class:`DispatchQueue` takes them."""
         meta: dict[str, tuple[int, int, str | None, int, float | None]] = {}
         for name, size, count, reason, cancelled_count, until in self._exec(
             "SELECT name, retry_size, retry_count, cancel_reason, cancelled_count, "
@@ -431,7 +490,13 @@ class BotStore:
         next_seq = self._meta("next_seq") or 0
         try:
             return DispatchQueue.rebuild(
-                states, remembered, next_seq, rng, max_attempts=max_attempts
+                states,
+                remembered,
+                next_seq,
+                rng,
+                max_attempts=max_attempts,
+                owner=owner,
+                max_stranger_channels=max_stranger_channels,
             )
         except QueueError as exc:
             raise StateError(f"the bot state {self.path} is inconsistent: {exc}") from None
