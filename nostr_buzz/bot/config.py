@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nostr_buzz.config import AuthorGate, ConfigSources, InFlightPolicy, Permissions, ReplyMode
+from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
@@ -90,6 +91,9 @@ class PluginConfig:
     max_recipients: int = 10
     #: Seconds after which an outbox entry no relay accepted is given up (``[outbox]``).
     give_up_after: float = 7 * 86400.0
+    #: Channels in which actors other than the owner may hold queued events at once
+    #: (docs/queue.md): a stranger's event for one more is refused, ``queue_channels_full``.
+    max_stranger_channels: int = MAX_STRANGER_CHANNELS
 
     def __repr__(self) -> str:  # never the secret key
         return (

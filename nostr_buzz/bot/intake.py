@@ -22,12 +22,16 @@ to the queue.  The rules:
 * **A running turn** is steered (or interrupted) only by its own authority: an event whose
   signing actor and destination equal the running batch's.  Anything else waits in the queue.
 
-Also here: the position a handled event moves the bot to (never later than the clock), and the
-date before which a private message is never answered.
+Also here: the position a handled event moves the bot to (never later than the clock), the
+scope a remembered refusal holds in (:func:`refusal_scope`), and the date before which a private
+message is never answered (:func:`private_before`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -54,6 +58,7 @@ __all__ = [
     "owner_command",
     "private_before",
     "refusal",
+    "refusal_scope",
 ]
 
 _LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@\S+)")
@@ -188,6 +193,22 @@ def private_before(event: Event, floor: int) -> bool:
     rumor's ``created_at``, read once the wrap is open: a gift wrap's own date is backdated up
     to two days at random, which is why the wrap filter looks that far back."""
     return isinstance(event, PrivateEvent) and event.created_at < floor
+
+
+def refusal_scope(gate: Gate) -> str:
+    """The gate's configuration as 16 hex digits: a gift wrap the gate refused is remembered
+    (and not opened again on replay) only while this stays the same."""
+
+    def plain(value: object) -> object:
+        if isinstance(value, frozenset):
+            return sorted(value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.asdict(value)
+        return repr(value)
+
+    fields = [[f.name, getattr(gate, f.name)] for f in dataclasses.fields(gate)]
+    text = json.dumps(fields, default=plain, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 InFlightAction = Literal["queue", "steer", "interrupt"]

@@ -76,7 +76,6 @@ class BuzzPlugin:
         self._commands: deque[str] = deque(maxlen=REMEMBERED_COMMANDS)
         # A first start serves what arrives from its creation on (nothing older is replayed).
         self._first_since = int(self._clock())
-        self._private_floor = 0  # private messages dated before it are never answered: start()
         self.pool = RelayPool(
             config.read_relays, secret=config.agent_secret, timeout=config.relay_timeout
         )
@@ -122,11 +121,15 @@ class BuzzPlugin:
         store = self.store = BotStore(self.config.state_dir, agent_secret=self.config.agent_secret)
         for problem in store.import_problems:
             self.diagnostics.emit("state_import_failed", payload={"error": problem})
-        self.queue = store.load_queue(max_attempts=self.config.max_attempts)
+        self.queue = store.load_queue(
+            max_attempts=self.config.max_attempts,
+            owner=self.config.owner.hex,
+            max_stranger_channels=self.config.max_stranger_channels,
+        )
         self._position = store.position()
-        start = self._position if self._position is not None else self._first_since
-        self._private_floor = start - int(self.config.clock_skew)  # before anything moves it
+        self.private_floor = _floor(self._position, self._first_since, self.config.clock_skew)
         self._commands.extend(store.commands())
+        store.load_refusals(intake.refusal_scope(self._gate))
         delivery = Delivery(self.config, store, self.diagnostics, self._spawn, self._clock)
         self.delivery = delivery
         self._runner = TurnRunner(
@@ -259,8 +262,7 @@ class BuzzPlugin:
     async def handle_event(self, event: Event, prompt_tag: str = "@mention") -> bool:
         """Gate, route and queue one verified event; True when it was queued (or was an owner
         command).  A gift wrap (kind 1059) addressed to the agent is opened and checked first;
-        its private message then goes the way of any event, unless it is dated before this run
-        listens from (:func:`.intake.private_before`).  Starts the plugin on first use."""
+        its private message then goes the way of any event.  Starts the plugin on first use."""
         if not isinstance(event, Event):
             raise BuzzError("handle_event expects a verified Event")
         if self._closed:
@@ -268,16 +270,15 @@ class BuzzPlugin:
         await self.start()
         assert self.store is not None and self._runner is not None
         if event.kind == nip59.GIFT_WRAP_KIND:
-            try:
-                event = nip59.open_gift_wrap(self.config.agent_secret, event).as_event()
-            except Nip59Error as exc:  # the wrap's id only: nothing of its content
-                self.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=event.id)
+            opened = _open_wrap(event, self, self.store)
+            if opened is None:
                 return False
-            if intake.private_before(event, self._private_floor):
-                return False  # as if a relay's since had left it out: silently, position kept
+            event = opened
         decision = intake.decide(event, self._gate, self._known_agents)
         now = self._clock()
         if isinstance(decision, intake.Refuse):
+            if isinstance(event, nip59.PrivateEvent):
+                self.store.remember_refusal(event.wrap.id, by_gate=True)
             if decision.reason is None:
                 return False  # another process serves it: no diagnostic, no position change
             self.diagnostics.event_rejected(
@@ -296,6 +297,8 @@ class BuzzPlugin:
         result = self.queue.push(event, prompt_tag, now=now)
         for dropped in result.dropped:
             self.diagnostics.event_rejected("queue_full_dropped", event_id=dropped)
+        if result.refused:  # strangers hold max_stranger_channels channels already
+            self.diagnostics.event_rejected("queue_channels_full", event_id=event.id)
         self._position = intake.advance(self._position, event.created_at, now)
         if result.accepted or result.dropped:
             queued = QueuedEvent(event, prompt_tag, now) if result.accepted else None
@@ -337,3 +340,29 @@ class BuzzPlugin:
     @property
     def harness(self) -> str:
         return self.supervisor.harness
+
+
+def _open_wrap(wrap: Event, plugin: BuzzPlugin, store: BotStore) -> nip59.PrivateEvent | None:
+    """The private message in a gift wrap addressed to the agent, or None when the wrap was
+    refused: now (reported with the wrap's id only, nothing of its content, and remembered) or
+    before, on an earlier pass over the same events (not opened, nor reported, again).  A
+    message dated before the plugin's :attr:`~BuzzPlugin.private_floor` is refused silently and
+    remembered, as if a relay's ``since`` had left it out (:func:`.intake.private_before`)."""
+    if store.refused(wrap.id):
+        return None
+    try:
+        opened = nip59.open_gift_wrap(plugin.config.agent_secret, wrap).as_event()
+    except Nip59Error as exc:
+        plugin.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=wrap.id)
+        store.remember_refusal(wrap.id, by_gate=False)
+        return None
+    if intake.private_before(opened, plugin.private_floor):
+        store.remember_refusal(wrap.id, by_gate=False)  # an old message stays old
+        return None
+    return opened
+
+
+def _floor(position: int | None, first_since: int, clock_skew: float) -> int:
+    """Where this run listens from, before anything moves the position: the saved position,
+    else (a fresh or emptied state) the start itself, minus the clock skew."""
+    return (position if position is not None else first_since) - int(clock_skew)

@@ -15,7 +15,9 @@ and its consequences commit together or not at all:
 * ``channels`` — per channel, what the pure :class:`DispatchQueue` keeps beyond its events:
   the retry set's size and attempt count, the cancel reason and its count, the backoff time.
 * ``remembered`` — delivered and dead-lettered event ids (the queue's duplicate memory, the
-  newest 10,000) and obeyed owner commands (the newest 100).
+  newest 10,000), obeyed owner commands (the newest 100) and refused gift wraps by wrap id
+  (the newest 10,000 that could not be opened, and the newest 10,000 the gate refused, kept
+  only while the gate is configured the same): a replay does not open them again.
 * ``meta`` — the position (newest ``created_at`` handled, never later than the clock) and the
   queue's next push order number.
 * ``outbox`` — signed events waiting for a relay to accept them (the
@@ -53,7 +55,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Final, NamedTuple
 
 import msgspec
 
@@ -74,11 +76,13 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 
-__all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "STATE_DB", "BotStore"]
+__all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "REMEMBERED_REFUSALS", "STATE_DB", "BotStore"]
 
 STATE_DB: Final = "bot.sqlite3"
 #: Owner commands remembered as obeyed (a replay after a restart is not obeyed again).
 REMEMBERED_COMMANDS: Final = 100
+#: Refused gift wraps remembered (each kind of refusal: unopenable, refused by the gate).
+REMEMBERED_REFUSALS: Final = 10_000
 #: What earlier versions kept in the state directory: the queue snapshot, the position and
 #: commands, the metric outbox.
 LEGACY_FILES: Final = ("queue.json", "bot-state.json", "outbox.sqlite3")
@@ -110,7 +114,8 @@ CREATE TABLE IF NOT EXISTS channels (
 CREATE TABLE IF NOT EXISTS remembered (
     n    INTEGER PRIMARY KEY AUTOINCREMENT,
     id   TEXT NOT NULL,
-    kind TEXT NOT NULL,                -- 'event' (delivered or dead-lettered) or 'command'
+    kind TEXT NOT NULL,                -- 'event' (delivered or dead-lettered), 'command',
+                                       -- 'refusal' or 'refusal:<gate scope>' (a wrap id)
     UNIQUE (kind, id)
 );
 CREATE INDEX IF NOT EXISTS remembered_kind ON remembered (kind, n);
@@ -162,6 +167,9 @@ class BotStore:
         self._depth = 0
         self._intake_open = False
         self._meta_pending: dict[str, int] = {}
+        # Refused wrap ids, oldest first: unopenable ones (False), the gate's (True).
+        self._refused: dict[bool, dict[str, None]] = {False: {}, True: {}}
+        self._refusal_scope = "refusal:"  # set by load_refusals
         #: Problems met while importing files of an earlier version (for a diagnostic).
         self.import_problems: list[str] = []
         if fresh:
@@ -302,6 +310,45 @@ class BotStore:
                 (kind, kind, keep),
             )
 
+    # -- refused gift wraps -----------------------------------------------------------------
+    # Rows of ``remembered`` (no schema change: an older nostr-buzz reads only its own kinds).
+
+    def load_refusals(self, scope: str) -> None:
+        """Remember the refused wraps again: those that could not be opened, and those the gate
+        of ``scope`` (:func:`~nostr_buzz.bot.intake.refusal_scope`) refused; refusals of any
+        other gate are forgotten (a changed gate may admit them now)."""
+        self._refusal_scope = f"refusal:{scope}"
+        with self.transaction():
+            self._exec(
+                "DELETE FROM remembered WHERE kind GLOB 'refusal:*' AND kind != ?",
+                (self._refusal_scope,),
+            )
+        for by_gate, kind in ((False, "refusal"), (True, self._refusal_scope)):
+            rows = self._exec(
+                "SELECT id FROM (SELECT id, n FROM remembered WHERE kind = ? "
+                "ORDER BY n DESC LIMIT ?) ORDER BY n",
+                (kind, REMEMBERED_REFUSALS),
+            )
+            self._refused[by_gate] = dict.fromkeys(str(r[0]) for r in rows)
+
+    def refused(self, wrap_id: str) -> bool:
+        """Whether the gift wrap ``wrap_id`` was refused before (it need not be opened)."""
+        return wrap_id in self._refused[False] or wrap_id in self._refused[True]
+
+    def remember_refusal(self, wrap_id: str, *, by_gate: bool) -> None:
+        """Gift wrap ``wrap_id`` was refused: it could not be opened (``by_gate`` False) or the
+        gate refused what it holds.  Committed with the intake of the same event-loop step."""
+        if self.refused(wrap_id):
+            return
+        memory = self._refused[by_gate]
+        memory[wrap_id] = None
+        if len(memory) > REMEMBERED_REFUSALS:
+            del memory[next(iter(memory))]
+        self._begin_intake()
+        kind = self._refusal_scope if by_gate else "refusal"
+        self._remember([wrap_id], kind, REMEMBERED_REFUSALS)
+        self._end_intake()
+
     # -- the queue --------------------------------------------------------------------------
 
     def record_push(
@@ -336,6 +383,10 @@ class BotStore:
                 self._sync(queue, channel)
         self._meta_pending["next_seq"] = queue.next_seq
         self._meta_pending["position"] = position
+        self._end_intake()
+
+    def _end_intake(self) -> None:
+        """Outside an event loop (a synchronous caller) the intake commits at once."""
         if not self._depth:
             try:
                 asyncio.get_running_loop()
@@ -384,8 +435,16 @@ class BotStore:
             ),
         )
 
-    def load_queue(self, rng: Rng | None = None, *, max_attempts: int = 10) -> DispatchQueue:
-        """The queue rebuilt from the rows (batches that were running are back in front)."""
+    def load_queue(
+        self,
+        rng: Rng | None = None,
+        *,
+        max_attempts: int = 10,
+        owner: str | None = None,
+        max_stranger_channels: int | None = None,
+    ) -> DispatchQueue:
+        """The queue rebuilt from the rows (batches that were running are back in front);
+        ``owner`` and ``max_stranger_channels`` as :class:`DispatchQueue` takes them."""
         meta: dict[str, tuple[int, int, str | None, int, float | None]] = {}
         for name, size, count, reason, cancelled_count, until in self._exec(
             "SELECT name, retry_size, retry_count, cancel_reason, cancelled_count, "
@@ -394,8 +453,7 @@ class BotStore:
             meta[str(name)] = (int(size), int(count), reason, int(cancelled_count), until)
         pending: dict[str, list[StoredEvent]] = {}
         cancelled: dict[str, list[tuple[int, StoredEvent]]] = {}
-        moved: dict[str, str] = {}  # event id → the channel it belongs in now
-        left: set[str] = set()  # the channels they were filed under
+        moved: dict[str, _Move] = {}  # rows an earlier version filed under another channel
         for event_id, channel, seq, text, tag, received, ord_ in self._exec(
             "SELECT id, channel, seq, event, prompt_tag, received_at, cancelled_ord "
             "FROM queued ORDER BY channel, seq"
@@ -406,22 +464,13 @@ class BotStore:
                 raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
             stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
             if nip10.queue_channel(event) != channel:
-                moved[str(event_id)] = nip10.queue_channel(event)
-                left.add(str(channel))
-                pending.setdefault(moved[str(event_id)], []).append(stored)
-                _reroute_meta(meta, str(channel), was_cancelled=ord_ is not None)
+                moved[str(event_id)] = _Move(channel, nip10.queue_channel(event), ord_ is None)
+                pending.setdefault(nip10.queue_channel(event), []).append(stored)
             elif ord_ is None:
                 pending.setdefault(channel, []).append(stored)
             else:
                 cancelled.setdefault(channel, []).append((int(ord_), stored))
-        for name in {*moved.values()}:
-            pending[name].sort(key=_seq)
-        for name in left & meta.keys():
-            if name not in pending and name not in cancelled:
-                del meta[name]  # every event of the channel moved away
-            elif name not in cancelled:  # its stored cancelled events moved away
-                size, count, _, _, until = meta[name]
-                meta[name] = (size, count, None, 0, until)
+        _reroute(moved.values(), meta, pending, cancelled)
         states = []
         for name in {*pending, *cancelled, *meta}:
             size, count, reason, cancelled_count, until = meta.get(name, (0, 0, None, 0, None))
@@ -448,24 +497,32 @@ class BotStore:
         next_seq = self._meta("next_seq") or 0
         try:
             queue = DispatchQueue.rebuild(
-                states, remembered, next_seq, rng, max_attempts=max_attempts
+                states,
+                remembered,
+                next_seq,
+                rng,
+                max_attempts=max_attempts,
+                owner=owner,
+                max_stranger_channels=max_stranger_channels,
             )
         except QueueError as exc:
             raise StateError(f"the bot state {self.path} is inconsistent: {exc}") from None
         if moved:
-            self._store_moves(queue, moved, left)
+            self._store_moves(queue, moved)
         return queue
 
-    def _store_moves(self, queue: DispatchQueue, moved: dict[str, str], old: set[str]) -> None:
-        """Write the rerouted rows: each under its channel now, pending (see
-        :func:`_reroute_meta`), and every channel they left or joined synchronised."""
+    def _store_moves(self, queue: DispatchQueue, moved: dict[str, _Move]) -> None:
+        """Write the rerouted rows: each under its channel now, pending (see :func:`_reroute`),
+        and every channel they left or joined synchronised."""
         with self.transaction():
-            for event_id, channel in moved.items():
+            for event_id, move in moved.items():
                 self._exec(
                     "UPDATE queued SET channel = ?, cancelled_ord = NULL WHERE id = ?",
-                    (channel, event_id),
+                    (move.to, event_id),
                 )
-            for channel in sorted(old | set(moved.values())):
+            for channel in sorted(
+                {m.filed for m in moved.values()} | {m.to for m in moved.values()}
+            ):
                 self._sync(queue, channel)
 
     # -- an earlier version's files -----------------------------------------------------------
@@ -562,20 +619,37 @@ def _seq(stored: StoredEvent) -> int:
     return stored.seq
 
 
-def _reroute_meta(
+class _Move(NamedTuple):
+    """A queued row filed under another channel than its event's queue channel now."""
+
+    filed: str
+    to: str
+    pending: bool
+
+
+def _reroute(
+    moves: Iterable[_Move],
     meta: dict[str, tuple[int, int, str | None, int, float | None]],
-    channel: str,
-    *,
-    was_cancelled: bool,
+    pending: dict[str, list[StoredEvent]],
+    cancelled: dict[str, list[tuple[int, StoredEvent]]],
 ) -> None:
-    """An event left ``channel`` for the channel it belongs in now (an earlier version queued
-    a private message in the author's ``dm-`` channel, with the public notes): it joins its
-    new channel as pending.  A pending event that leaves may have been part of the channel's
-    retry set: the set, its attempts and backoff are dropped (the events run again)."""
-    if was_cancelled or channel not in meta:
-        return
-    _, _, reason, cancelled_count, _ = meta[channel]
-    meta[channel] = (0, 0, reason, cancelled_count, None)
+    """Rows move to the channel their event belongs in now (an earlier version queued private
+    messages in the author's ``dm-`` channel, with the public notes), where they are pending,
+    in push order.  A channel a pending event left may have lost part of its retry set: the
+    set, its attempts and backoff are dropped (the events run again); one left without stored
+    cancelled events loses its cancel reason; one left empty, its row."""
+    moves = list(moves)
+    for name in {m.to for m in moves}:
+        pending[name].sort(key=_seq)
+    for name in {m.filed for m in moves} & meta.keys():
+        size, count, reason, cancelled_count, until = meta[name]
+        if any(m.pending and m.filed == name for m in moves):
+            size, count, until = 0, 0, None
+        if name not in cancelled:
+            reason, cancelled_count = None, 0
+        meta[name] = (size, count, reason, cancelled_count, until)
+        if name not in pending and name not in cancelled:
+            del meta[name]
 
 
 def _reason(value: object) -> CancelReason | None:

@@ -11,7 +11,13 @@ Choices where docs/queue.md is silent or ambiguous (each also noted where it app
 * A channel's wait is its head pending event's ``(received_at, push order)``; only a channel
   with no pending event waits since its earliest stored cancelled event.
 * When a push leaves more than ``max_pending`` events pending (possible after ``fail`` or expiry
-  returned events), it drops earliest-received events until the cap holds again.
+  returned events), it drops earliest-received events until the cap holds again: a stranger's
+  (any actor but ``owner``) first, the owner's only when nothing else is pending, so that the
+  owner's events are evicted by the owner's own flood alone.
+* ``max_stranger_channels`` bounds the channels in which strangers hold live events (pending,
+  in flight or stored as cancelled); a stranger's event that would open one more is refused
+  (``PushResult.refused``), never merged into another channel.  It is enforced by ``push`` only
+  (a restored queue may hold more).  Without an ``owner`` every actor is a stranger.
 * Dropped events are not remembered as duplicates: docs/queue.md's duplicate memory holds
   delivered and dead-lettered ids only, so a dropped event pushed again is accepted again.
 * Cancelled events riding with a batch of new events do not count attempts of their own; a
@@ -48,6 +54,8 @@ _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
 
 #: How many delivered or dead-lettered ids are remembered for duplicate detection.
 REMEMBERED_IDS: Final = 10_000
+#: The bot's bound on the channels strangers (any actor but the owner) hold events in at once.
+MAX_STRANGER_CHANNELS: Final = 64
 _SNAPSHOT_VERSION: Final = 1
 _BACKOFF_BASE: Final = 5.0
 _BACKOFF_CAP: Final = 300.0
@@ -65,6 +73,8 @@ class PushResult:
     accepted: bool
     duplicate: bool
     dropped: list[str]
+    #: Not queued: strangers already hold ``max_stranger_channels`` channels.
+    refused: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,10 +154,12 @@ class _Flight:
     flushed_at: float
     redispatch: bool  # the batch's events are the stored cancelled events themselves
 
+    def held(self) -> list[_Entry]:
+        """Every event the batch holds, once (a re-dispatch holds its cancelled ones as events)."""
+        return self.events if self.redispatch else [*self.cancelled, *self.events]
+
     def ids(self) -> list[str]:
-        """Every id the batch holds, once (a re-dispatch holds its cancelled events as events)."""
-        held = self.events if self.redispatch else [*self.cancelled, *self.events]
-        return [e.id for e in held]
+        return [e.id for e in self.held()]
 
 
 @dataclass
@@ -164,6 +176,7 @@ class _Channel:
     cancelled_count: int = 0
     backoff_until: float | None = None
     flight: _Flight | None = None
+    strangers: int = 0  # live events (pending, in flight, stored) of actors other than the owner
 
     def idle(self) -> bool:
         return not self.pending and not self.cancelled and self.flight is None
@@ -245,6 +258,9 @@ class DispatchQueue:
         max_attempts: int = 10,
         deadline: float = 7300,
         rng: Rng | None = None,
+        *,
+        owner: str | None = None,
+        max_stranger_channels: int | None = None,
     ) -> None:
         for name, value in (
             ("max_batch", max_batch),
@@ -259,6 +275,17 @@ class DispatchQueue:
         self.max_pending = max_pending
         self.max_attempts = max_attempts
         self.deadline = deadline
+        if owner is not None and not isinstance(owner, str):
+            raise QueueError("owner must be the owner's public key as a hex string, or None")
+        if max_stranger_channels is not None and (
+            isinstance(max_stranger_channels, bool)
+            or not isinstance(max_stranger_channels, int)
+            or max_stranger_channels < 1
+        ):
+            raise QueueError("max_stranger_channels must be an integer of at least 1, or None")
+        #: The actor whose events strangers' events never evict nor refuse (None: nobody).
+        self.owner = owner
+        self.max_stranger_channels = max_stranger_channels
         if rng is not None and not callable(getattr(rng, "uniform", None)):
             # Checked here, not at the first fail, where an AttributeError would escape.
             raise QueueError("rng must have a uniform(a, b) method, like random.Random")
@@ -266,6 +293,7 @@ class DispatchQueue:
         self._rng: Rng = rng if rng is not None else secrets.SystemRandom()
         self._channels: dict[str, _Channel] = {}
         self._live: set[str] = set()  # ids pending, in flight or stored as cancelled
+        self._stranger_channels: set[str] = set()  # channels whose ``strangers`` is above 0
         self._remembered: deque[str] = deque()
         self._remembered_set: set[str] = set()
         self._next_seq = 0
@@ -285,6 +313,8 @@ class DispatchQueue:
         if event.id in self._live or event.id in self._remembered_set:
             return PushResult(accepted=False, duplicate=True, dropped=[])
         name = nip10.queue_channel(event)
+        if self._refuses_channel(name, event.pubkey):
+            return PushResult(accepted=False, duplicate=False, dropped=[], refused=True)
         ch = self._channels.setdefault(name, _Channel(name))
         entry = _Entry(
             QueuedEvent(event, prompt_tag, received_at),
@@ -293,13 +323,48 @@ class DispatchQueue:
         )
         self._next_seq += 1
         ch.pending.append(entry)
-        self._live.add(entry.id)
+        self._hold(ch, [entry])
         dropped: list[str] = []
         while len(ch.pending) > self.max_pending:
-            victim = min(range(len(ch.pending)), key=lambda i: ch.pending[i].wait)
-            dropped.append(self._remove_pending(ch, victim).id)
+            dropped.append(self._remove_pending(ch, self._victim(ch)).id)
         accepted = entry.id not in dropped
         return PushResult(accepted=accepted, duplicate=False, dropped=dropped)
+
+    def _is_stranger(self, entry: _Entry) -> bool:
+        return entry.key[0] != self.owner
+
+    def _refuses_channel(self, name: str, actor: str) -> bool:
+        """Whether a stranger's event for channel ``name`` would open one stranger channel
+        more than ``max_stranger_channels``.  Refused, not merged into another channel: each
+        channel is its own conversation (and its own agent session)."""
+        cap = self.max_stranger_channels
+        if cap is None or actor == self.owner or name in self._stranger_channels:
+            return False
+        return len(self._stranger_channels) >= cap
+
+    def _victim(self, ch: _Channel) -> int:
+        """The pending event a full channel drops: the earliest received of a stranger's, the
+        owner's earliest only when every pending event is the owner's."""
+        pending = ch.pending
+        strangers = [i for i, e in enumerate(pending) if self._is_stranger(e)]
+        return min(strangers or range(len(pending)), key=lambda i: pending[i].wait)
+
+    def _hold(self, ch: _Channel, entries: Iterable[_Entry]) -> None:
+        """``entries`` became live in ``ch``."""
+        for entry in entries:
+            self._live.add(entry.id)
+            if self._is_stranger(entry):
+                ch.strangers += 1
+                self._stranger_channels.add(ch.name)
+
+    def _release(self, ch: _Channel, entries: Iterable[_Entry]) -> None:
+        """``entries`` left ``ch`` (delivered, dead-lettered or dropped)."""
+        for entry in entries:
+            self._live.discard(entry.id)
+            if self._is_stranger(entry):
+                ch.strangers -= 1
+                if not ch.strangers:
+                    self._stranger_channels.discard(ch.name)
 
     # --- flushing -----------------------------------------------------------------------------
 
@@ -397,6 +462,7 @@ class DispatchQueue:
         if found is None:
             return None
         ch, fl = found
+        self._release(ch, fl.held())
         self._remember(fl.ids())
         self._settle(ch, fl)
         return None
@@ -410,6 +476,7 @@ class DispatchQueue:
         ch, fl = found
         attempt = fl.batch.attempt
         if attempt + 1 > self.max_attempts:
+            self._release(ch, fl.held())
             self._remember(fl.ids())
             self._settle(ch, fl)
             # Built from the queue's own records: the caller may have mutated the Batch lists.
@@ -472,7 +539,7 @@ class DispatchQueue:
 
     def _remove_pending(self, ch: _Channel, index: int) -> _Entry:
         entry = ch.pending.pop(index)
-        self._live.discard(entry.id)
+        self._release(ch, [entry])
         if index < ch.retry_size:
             # The returned set lost an event: it is no longer that set, so its count goes.
             ch.retry_size = ch.retry_count = 0
@@ -561,11 +628,14 @@ class DispatchQueue:
         max_pending: int = 500,
         max_attempts: int = 10,
         deadline: float = 7300,
+        owner: str | None = None,
+        max_stranger_channels: int | None = None,
     ) -> DispatchQueue:
         """A queue from exported channel states (what a store kept of
         :meth:`channel_state`), remembered ids (oldest first) and ``next_seq``; checked
         exactly like :meth:`restore`, so any inconsistency raises :class:`QueueError`."""
-        q = cls(max_batch, max_pending, max_attempts, deadline, rng)
+        limits = (max_batch, max_pending, max_attempts, deadline, rng)
+        q = cls(*limits, owner=owner, max_stranger_channels=max_stranger_channels)
         snap = _WireSnapshot(
             _SNAPSHOT_VERSION, next_seq, [_wire_channel(c) for c in channels], list(remembered)
         )
@@ -582,12 +652,15 @@ class DispatchQueue:
         max_pending: int = 500,
         max_attempts: int = 10,
         deadline: float = 7300,
+        owner: str | None = None,
+        max_stranger_channels: int | None = None,
     ) -> DispatchQueue:
-        """Rebuild a queue from :meth:`snapshot` output; limits come from the caller.
+        """Rebuild a queue from :meth:`snapshot` output; the limits and owner are the caller's.
 
         Every event is verified again, and any inconsistency raises :class:`QueueError`.
         """
-        q = cls(max_batch, max_pending, max_attempts, deadline, rng)
+        limits = (max_batch, max_pending, max_attempts, deadline, rng)
+        q = cls(*limits, owner=owner, max_stranger_channels=max_stranger_channels)
         if isinstance(data, str):
             try:
                 data = data.encode("utf-8")
@@ -655,6 +728,9 @@ class DispatchQueue:
             ch.retry_size, ch.retry_count = wc.retry_size, wc.retry_count
             ch.cancel_reason, ch.cancelled_count = wc.cancel_reason, wc.cancelled_count
             ch.backoff_until = wc.backoff_until
+            ch.strangers = sum(self._is_stranger(e) for e in [*ch.pending, *ch.cancelled])
+            if ch.strangers:
+                self._stranger_channels.add(ch.name)
             self._channels[ch.name] = ch
         if len(snap.remembered) > REMEMBERED_IDS:
             raise corrupt("too many remembered ids")

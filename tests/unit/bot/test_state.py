@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from nostr_buzz.bot.state import STATE_DB, BotStore
+from nostr_buzz.bot.config import Shard
+from nostr_buzz.bot.intake import Gate, refusal_scope
+from nostr_buzz.bot.state import REMEMBERED_REFUSALS, STATE_DB, BotStore
 from nostr_buzz.core.queue import REMEMBERED_IDS, DispatchQueue, QueuedEvent
 from nostr_buzz.errors import StateError
 from nostr_buzz.event import Event
@@ -217,3 +220,66 @@ async def test_a_send_recorded_while_intake_is_open_joins_it(tmp_path: Path) -> 
     assert again.outbox.entries()[0].attempts == 1 and again.position() == 6
     store.close()
     again.close()
+
+
+def test_refused_wraps_are_remembered_capped_and_kept_only_under_the_same_gate(
+    tmp_path: Path,
+) -> None:
+    store = BotStore(tmp_path)
+    store.load_refusals("gate-a")
+    unopenable, by_gate = "aa" * 32, "bb" * 32
+    store.remember_refusal(unopenable, by_gate=False)
+    store.remember_refusal(by_gate, by_gate=True)
+    store.remember_refusal(by_gate, by_gate=True)  # once
+    assert store.refused(unopenable) and store.refused(by_gate)
+    assert not store.refused("cc" * 32)
+    store.close()
+    same = BotStore(tmp_path)
+    same.load_refusals("gate-a")  # a restart with the same gate
+    assert same.refused(unopenable) and same.refused(by_gate)
+    same.close()
+    changed = BotStore(tmp_path)
+    changed.load_refusals("gate-b")  # the gate changed: what it refused may be admitted now
+    assert changed.refused(unopenable) and not changed.refused(by_gate)
+    changed.close()
+    back = BotStore(tmp_path)
+    back.load_refusals("gate-a")  # forgotten for good, not kept aside
+    assert not back.refused(by_gate)
+    # The newest REMEMBERED_REFUSALS of each kind are kept, in the database and in memory.
+    for i in range(REMEMBERED_REFUSALS + 3):
+        back.remember_refusal(f"{i:064x}", by_gate=False)
+    back.flush()
+    rows = back._exec("SELECT count(*) FROM remembered WHERE kind = 'refusal'").fetchone()[0]
+    assert rows == REMEMBERED_REFUSALS
+    assert not back.refused(unopenable) and not back.refused(f"{0:064x}")
+    back.close()
+    again = BotStore(tmp_path)
+    again.load_refusals("gate-a")
+    assert again.refused(f"{REMEMBERED_REFUSALS + 2:064x}") and not again.refused(f"{2:064x}")
+    # An older nostr-buzz reads only its own kinds: refusals are no commands nor delivered ids.
+    assert again.commands() == [] and not again.load_queue().is_remembered(f"{5:064x}")
+
+
+def test_a_refusal_scope_is_the_gates_whole_configuration() -> None:
+    base = Gate(
+        agent="a" * 64,
+        owner="b" * 64,
+        kinds=frozenset({9, 14}),
+        channels=frozenset(),
+        mentions_required=True,
+        mode="allowlist",
+        allowlist=frozenset({"c" * 64, "d" * 64}),
+    )
+    scope = refusal_scope(base)
+    assert len(scope) == 16 and int(scope, 16) >= 0
+    assert refusal_scope(replace(base, allowlist=frozenset({"d" * 64, "c" * 64}))) == scope
+    changes = [
+        {"mode": "anyone"},
+        {"allowlist": frozenset({"c" * 64})},
+        {"kinds": frozenset({9})},
+        {"shard": Shard(0, 2)},
+        {"plaintext_dm": True},
+        {"owner": "e" * 64},
+    ]
+    scopes = {refusal_scope(replace(base, **c)) for c in changes}  # type: ignore[arg-type]
+    assert scope not in scopes and len(scopes) == len(changes)

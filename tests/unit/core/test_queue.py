@@ -31,7 +31,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from tests.support.events import chat
-from tests.support.keys import ALICE, BOB, CAROL
+from tests.support.keys import ALICE, BOB, CAROL, OWNER
 
 AUX = b"\x00" * 32
 ROOT_1 = "a1" * 32
@@ -2566,3 +2566,265 @@ def test_any_accepted_prompt_tag_and_time_survive_a_snapshot() -> None:
     assert sorted((x.prompt_tag, x.received_at) for x in got.events) == sorted(
         odd, key=lambda t: (t[0], t[1])
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The owner's events and strangers' floods (docs/queue.md, "Floods")
+
+OWNER_HEX = OWNER.public_key.hex
+
+
+def strangers(n: int) -> list[SecretKey]:
+    """``n`` distinct fixed keys, none of them the owner's."""
+    return [SecretKey.from_str(format(0x5E00 + i, "064x")) for i in range(n)]
+
+
+def stranger_channels(q: DispatchQueue) -> set[str]:
+    """The channels in which an actor other than the owner holds an event, recomputed from
+    what the queue exports (a batch in flight shows as pending)."""
+    held = set()
+    for name in q.channel_names():
+        state = q.channel_state(name)
+        assert state is not None
+        if any(s.queued.event.pubkey != OWNER_HEX for s in [*state.pending, *state.cancelled]):
+            held.add(name)
+    return held
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3, 7, 50])
+@pytest.mark.parametrize("owner_at", ["first", "middle", "last", "last_received_first"])
+def test_the_owners_event_survives_a_flood_of_strangers_at_every_cap(
+    cap: int, owner_at: str
+) -> None:
+    q = DispatchQueue(max_pending=cap, rng=random.Random(0), owner=OWNER_HEX)
+    flood = [chat(s) for s in strangers(3 * cap + 2)]
+    mine = chat(OWNER)
+    order = {
+        "first": [mine, *flood],
+        "middle": [*flood[: len(flood) // 2], mine, *flood[len(flood) // 2 :]],
+        "last": [*flood, mine],
+        "last_received_first": [*flood, mine],
+    }[owner_at]
+    results = []
+    for i, ev in enumerate(order):
+        # Pushed last but received before every stranger's (a replay hands it over late).
+        now = -1 if ev is mine and owner_at == "last_received_first" else i
+        results.append((ev, q.push(ev, now=now)))
+    dropped = [i for _, r in results for i in r.dropped]
+    assert mine.id not in dropped
+    assert dict((ev.id, r.accepted) for ev, r in results)[mine.id]
+    assert q.pending(ROOM) == cap
+    assert len(dropped) == len(order) - cap  # every drop reported, each once
+    assert len(set(dropped)) == len(dropped)
+    # What is left: the owner's event and the latest-received strangers'.
+    left = ids(flush_batches(q))
+    assert mine.id in left and len(left) == cap
+
+
+def flush_batches(q: DispatchQueue) -> list[QueuedEvent]:
+    """Every pending event, batch by batch (each completed)."""
+    out: list[QueuedEvent] = []
+    while (b := q.flush_next(10**6)) is not None:
+        out += b.events
+        q.complete(b)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("pushes", "cap", "dropped"),
+    [
+        # (actor, received_at) in push order; the indices of the events dropped, in order.
+        ([("o", 1), ("o", 2), ("o", 3)], 2, [0]),  # the owner's own flood: the earliest goes
+        ([("o", 1), ("s", 2), ("o", 3)], 2, [1]),  # a stranger's goes before an earlier owner's
+        ([("s", 5), ("o", 1), ("o", 2)], 2, [0]),  # even one received after the owner's
+        ([("o", 1), ("o", 2), ("s", 0)], 2, [2]),  # a stranger's push into the owner's full queue
+        ([("o", 1), ("s", 2), ("s", 3), ("o", 4)], 2, [1, 2]),
+        ([("s", 1), ("s", 1), ("s", 1)], 2, [0]),  # ties: push order
+        ([("o", 1), ("o", 1), ("s", 1), ("o", 1)], 2, [2, 0]),
+    ],
+)
+def test_which_event_a_full_channel_drops(
+    pushes: list[tuple[str, float]], cap: int, dropped: list[int]
+) -> None:
+    q = DispatchQueue(max_pending=cap, rng=random.Random(0), owner=OWNER_HEX)
+    people = iter(strangers(len(pushes)))
+    events = [chat(OWNER if who == "o" else next(people)) for who, _ in pushes]
+    got = []
+    for ev, (_, now) in zip(events, pushes, strict=True):
+        got += q.push(ev, now=now).dropped
+    assert got == [events[i].id for i in dropped]
+
+
+def test_a_strangers_flood_after_a_fail_never_drops_the_owners_returned_batch() -> None:
+    q = DispatchQueue(max_pending=3, rng=random.Random(0), owner=OWNER_HEX)
+    mine = chat(OWNER, thread=ROOT_1)
+    q.push(mine, now=1)
+    batch = flush(q, 2)
+    for i, s in enumerate(strangers(5)):
+        q.push(chat(s), now=3 + i)
+    assert q.fail(batch, 10) is None  # back at the front: four pending, one over the cap
+    r = q.push(chat(strangers(6)[5]), now=11)
+    assert mine.id not in r.dropped and len(r.dropped) == 2
+    retry = flush(q, 10**6)
+    assert (ids(retry.events), retry.attempt) == ([mine.id], 2)  # the returned set, as is
+
+
+def test_without_an_owner_the_cap_drops_the_earliest_received_as_before() -> None:
+    q = DispatchQueue(max_pending=2, rng=random.Random(0))
+    a, b, c = chat(OWNER), chat(ALICE), chat(BOB)
+    for i, ev in enumerate([a, b, c]):
+        r = q.push(ev, now=i)
+    assert r.dropped == [a.id]
+
+
+@pytest.mark.parametrize("cap", [1, 2, 4, 16])
+def test_strangers_hold_at_most_the_cap_of_channels_and_the_owner_is_never_refused(
+    cap: int,
+) -> None:
+    q = DispatchQueue(rng=random.Random(0), owner=OWNER_HEX, max_stranger_channels=cap)
+    people = strangers(cap + 5)
+    results = [q.push(chat(s, channel=f"s{i}"), now=i) for i, s in enumerate(people)]
+    assert [r.accepted for r in results] == [True] * cap + [False] * 5
+    assert all(r.refused and not r.duplicate and r.dropped == [] for r in results[cap:])
+    assert stranger_channels(q) == {f"s{i}" for i in range(cap)}
+    assert q.channel_names() == [f"s{i}" for i in range(cap)]  # no channel was opened
+    # The owner opens channels beyond the cap, and each held channel still takes strangers'.
+    for i in range(cap + 3):
+        assert q.push(chat(OWNER, channel=f"o{i}"), now=100 + i).accepted
+    again = [q.push(chat(s, channel=f"s{i % cap}"), now=200 + i) for i, s in enumerate(people)]
+    assert all(r.accepted for r in again)
+    # A stranger joining a channel only the owner holds opens a stranger channel: refused.
+    r = q.push(chat(people[0], channel="o0"), now=300)
+    assert (r.accepted, r.refused) == (False, True)
+    assert len(stranger_channels(q)) == cap
+
+
+def test_a_stranger_channel_that_settles_makes_room_and_a_refused_event_may_come_again() -> None:
+    q = DispatchQueue(rng=random.Random(0), owner=OWNER_HEX, max_stranger_channels=1)
+    first, second = strangers(2)
+    a = chat(first, channel="s0")
+    late = chat(second, channel="s1")
+    assert q.push(a, now=1).accepted
+    assert q.push(late, now=2).refused
+    batch = flush(q, 3)
+    assert q.push(late, now=4).refused  # in flight: still held
+    q.requeue_cancelled(batch, "interrupt")
+    assert q.push(late, now=5).refused  # stored as cancelled: still held
+    redispatch = flush(q, 6)
+    q.complete(redispatch)
+    assert stranger_channels(q) == set()
+    r = q.push(late, now=7)  # a refused event is not remembered: it is accepted now
+    assert r.accepted and not r.refused
+    assert stranger_channels(q) == {"s1"}
+
+
+def test_an_owners_event_in_a_stranger_channel_keeps_it_held_until_the_strangers_leave() -> None:
+    q = DispatchQueue(max_pending=2, rng=random.Random(0), owner=OWNER_HEX, max_stranger_channels=1)
+    s0, s1 = strangers(2)
+    q.push(chat(s0, channel="lobby"), now=1)
+    q.push(chat(OWNER, channel="lobby"), now=2)
+    q.push(chat(OWNER, channel="lobby"), now=3)  # drops the stranger's: the channel is freed
+    assert stranger_channels(q) == set()
+    assert q.push(chat(s1, channel="other"), now=4).accepted
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_runs_keep_the_stranger_bound_and_every_owner_event(seed: int) -> None:
+    """Seeded random pushes (the owner and strangers over several channels), flushes,
+    completions, failures, interrupts, steers and restores.  Every push is refused exactly when
+    it would open one stranger channel more than the cap, and an owner's event is dropped only
+    when nothing but the owner's is left pending in its channel."""
+    rng = random.Random(seed)
+    cap, per_channel = rng.choice([1, 2, 3]), rng.choice([1, 2, 4])
+    limits: dict[str, Any] = {"max_pending": per_channel, "max_stranger_channels": cap}
+    q = DispatchQueue(rng=random.Random(seed), owner=OWNER_HEX, **limits)
+    people = strangers(6)
+    running: dict[str, Batch] = {}
+    refusals = owner_drops = 0
+    for step in range(400):
+        op = rng.random()
+        if op < 0.55:
+            author = OWNER if rng.random() < 0.3 else rng.choice(people)
+            ev = chat(author, channel=f"c{rng.randrange(6)}", thread=rng.choice([None, ROOT_1]))
+            channel = nip10.queue_channel(ev)
+            held = stranger_channels(q)
+            owners = owner_ids(q, channel)
+            r = q.push(ev, now=rng.choice([step, step - 50]))  # some arrive "received earlier"
+            opens = author is not OWNER and channel not in held
+            assert r.refused == (opens and len(held) >= cap)
+            refusals += r.refused
+            if owners & set(r.dropped) or (author is OWNER and ev.id in r.dropped):
+                batch = running.get(channel)
+                flying = {x.event.id for x in batch.events} if batch is not None else set()
+                left = q.channel_state(channel)
+                assert left is not None
+                waiting = [s for s in left.pending if s.queued.event.id not in flying]
+                assert all(s.queued.event.pubkey == OWNER_HEX for s in waiting)
+                owner_drops += 1
+        elif op < 0.75:
+            b = q.flush_next(step)
+            if b is not None:
+                running[b.channel] = b
+        elif running:
+            b = running.pop(rng.choice(sorted(running)))
+            action = rng.choice(["complete", "fail", "interrupt", "steer"])
+            if action == "complete":
+                q.complete(b)
+            elif action == "fail":
+                q.fail(b, step)
+            elif action == "interrupt":
+                q.requeue_cancelled(b, "interrupt")
+            else:
+                state = q.channel_state(b.channel)
+                assert state is not None
+                for waiting in state.pending[len(b.events) :][:1]:
+                    q.steer_result(waiting.queued.event.id, "injected", step)
+                running[b.channel] = b
+        if rng.random() < 0.05:
+            q = DispatchQueue.restore(
+                q.snapshot(), rng=random.Random(step), owner=OWNER_HEX, **limits
+            )
+            running.clear()  # a restore returns every batch that was in flight
+        assert len(stranger_channels(q)) <= cap
+    assert refusals  # the runs do reach the cap
+
+
+def owner_ids(q: DispatchQueue, channel: str) -> set[str]:
+    state = q.channel_state(channel)
+    if state is None:
+        return set()
+    return {s.queued.event.id for s in state.pending if s.queued.event.pubkey == OWNER_HEX}
+
+
+def test_the_same_pushes_give_the_same_drops_refusals_and_batches() -> None:
+    def run() -> tuple[list[Any], bytes]:
+        q = DispatchQueue(
+            max_pending=3, rng=random.Random(5), owner=OWNER_HEX, max_stranger_channels=2
+        )
+        out: list[Any] = []
+        for i, ev in enumerate(script):
+            out.append(q.push(ev, now=i % 4))  # many equal receipt times: ties by push order
+        while (b := q.flush_next(100)) is not None:
+            out.append(plain(b))
+            q.complete(b)
+        return out, q.snapshot()
+
+    people = strangers(4)
+    pick = random.Random(3)
+    script = [
+        chat(OWNER if pick.random() < 0.3 else pick.choice(people), channel=f"c{pick.randrange(3)}")
+        for _ in range(40)
+    ]
+    first, again = run(), run()
+    assert first == again
+    assert any(isinstance(r, PushResult) and r.refused for r in first[0])
+    assert any(isinstance(r, PushResult) and r.dropped for r in first[0])
+
+
+def test_owner_and_stranger_channel_limits_are_checked() -> None:
+    for bad in (0, -1, True, 1.5, "64"):
+        with pytest.raises(QueueError, match="max_stranger_channels"):
+            DispatchQueue(max_stranger_channels=bad)  # type: ignore[arg-type]
+    with pytest.raises(QueueError, match="owner"):
+        DispatchQueue(owner=OWNER.public_key)  # type: ignore[arg-type]
+    assert DispatchQueue(owner=OWNER_HEX, max_stranger_channels=1).max_stranger_channels == 1
