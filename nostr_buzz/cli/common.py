@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 import typer
 
 from nostr_buzz import errors
-from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, terminal_safe, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.errors import Nip19Error, looks_secret
 from nostr_buzz.nips import nip19
@@ -182,9 +182,12 @@ def read_stdin_lines(what: str) -> list[str]:
 
 def one_line(text: str, width: int) -> str:
     """A stranger's text (a relay's message, an event's content) flattened to one line of at
-    most ``width`` characters, so that it cannot drive the terminal or forge lines of ours."""
+    most ``width`` characters (before escapes), so that it cannot drive the terminal or forge
+    lines of ours: controls read as spaces, bidirectional, zero-width and other hidden
+    characters are shown as escapes (:func:`~nostr_buzz.cli.output.terminal_safe`)."""
     flat = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    cut = flat if len(flat) <= width else flat[: width - 1] + "…"
+    return terminal_safe(cut, multiline=False)
 
 
 def unreachable_relays(result: PoolQueryResult) -> list[str]:
