@@ -23,7 +23,8 @@ from nostr_buzz.keys import PublicKey, SecretKey
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 _HEX128: Final = re.compile(r"[0-9a-f]{128}")
-MAX_CREATED_AT: Final = 2**63
+#: Past 2^53 - 1 a JavaScript client cannot hold the timestamp exactly (docs/events.md).
+MAX_CREATED_AT: Final = 2**53
 MAX_KIND: Final = 65535
 
 Tags = tuple[tuple[str, ...], ...]
@@ -77,7 +78,11 @@ def check_structure(
     if not isinstance(sig, str) or not _HEX128.fullmatch(sig):
         raise InvalidEvent("malformed", "sig must be 128 lowercase hex characters")
     if type(created_at) is not int or not 0 <= created_at < MAX_CREATED_AT:
-        raise InvalidEvent("malformed", "created_at must be an integer from 0 to 2^63-1")
+        raise InvalidEvent(
+            "malformed",
+            "created_at must be an integer from 0 to 2^53-1 (the largest a JavaScript client "
+            "holds exactly)",
+        )
     if type(kind) is not int or not 0 <= kind <= MAX_KIND:
         raise InvalidEvent("malformed", "kind must be an integer from 0 to 65535")
     if not isinstance(content, str) or not is_utf8_encodable(content):

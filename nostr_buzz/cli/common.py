@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 import typer
 
 from nostr_buzz import errors
-from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, terminal_safe, write_stdout
 from nostr_buzz.config import ConfigSources
+from nostr_buzz.core.text import LINE_BREAKS
 from nostr_buzz.errors import Nip19Error, looks_secret
 from nostr_buzz.nips import nip19
 from nostr_buzz.nips.nip19 import EventRef as EventRef  # re-exported
@@ -251,9 +252,13 @@ def refuse_secrets(texts: Iterable[str], secret: SecretKey | None, *, where: str
 
 def one_line(text: str, width: int) -> str:
     """A stranger's text (a relay's message, an event's content) flattened to one line of at
-    most ``width`` characters, so that it cannot drive the terminal or forge lines of ours."""
-    flat = "".join(" " if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    most ``width`` characters (before escapes), so that it cannot drive the terminal or forge
+    lines of ours: line breaks and tabs read as spaces, every other control, bidirectional,
+    zero-width or hidden character is shown as an escape
+    (:func:`~nostr_buzz.cli.output.terminal_safe`)."""
+    flat = "".join(" " if c == "\t" or c in LINE_BREAKS else c for c in text)
+    cut = flat if len(flat) <= width else flat[: width - 1] + "…"
+    return terminal_safe(cut, multiline=False)
 
 
 def unreachable_relays(result: PoolQueryResult) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 from typing import Annotated, ClassVar, Literal
 
 import typer
@@ -41,7 +40,7 @@ from nostr_buzz.cli.common import (
     warn_list_problems,
 )
 from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
-from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
@@ -170,7 +169,7 @@ def _render(events: Sequence[Event], fmt: Format) -> str:
         return "".join(e.to_json() + "\n" for e in events)
     lines = []
     for e in events:
-        when = datetime.fromtimestamp(e.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        when = utc_time(e.created_at)
         lines.append(f"{when}  {e.id[:12]}  {e.pubkey[:12]}  {one_line(e.content, 80)}\n")
     return "".join(lines)
 

@@ -32,8 +32,9 @@ stderr):
 Only the owner's agents count: ``--agent KEY`` (repeatable, hex or npub), else ``agents`` in
 ``buzz.toml``.  Metrics signed by any other key are listed apart (``unknownAgents``, and a note
 on stderr), never in the turns or totals; with no agents named every agent counts (and a note
-says so).  CSV cells that would start a spreadsheet formula are prefixed with ``'``; table
-output shows control and bidirectional characters as escapes and never reads rich markup.
+says so).  CSV cells that would start a spreadsheet formula are prefixed with ``'``; table and
+CSV output show control (ESC, OSC), bidirectional and zero-width characters as escapes, and the
+table never reads rich markup.
 
 Exit codes (docs/cli.md): 0 report printed (also when some events were ignored or a manifest is
 flagged: the report shows them); 1 bad input (times, format, key, no relay configured); 2 no
@@ -172,8 +173,12 @@ def _cell(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value  # text from an agent is never a formula (OWASP CSV injection)
+    if isinstance(value, str):
+        # Text from an agent: no ESC/OSC sequence, bidirectional or zero-width character
+        # reaches the terminal that shows the file (escaped as in the table), and it is
+        # never a formula (OWASP CSV injection).
+        text = terminal_safe(value, multiline=False)
+        return "'" + text if text.startswith(_FORMULA_START) else text
     return str(value)
 
 

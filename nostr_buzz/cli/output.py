@@ -7,15 +7,10 @@ commands compute everything first and write their data last.
 from __future__ import annotations
 
 import sys
-import unicodedata
+from datetime import UTC, datetime
 from enum import IntEnum
-from typing import Final
 
-#: Characters that reorder or hide text on a terminal (bidirectional controls and marks) or
-#: break its lines without being control characters (U+2028, U+2029).
-_INVISIBLE: Final = frozenset(
-    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029"
-)
+from nostr_buzz.core.text import escape_hidden
 
 
 class ExitCode(IntEnum):
@@ -53,24 +48,30 @@ def note(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def utc_time(seconds: int) -> str:
+    """``YYYY-MM-DD HH:MM:SS`` of a Unix time, or the number itself past the year 9999 (a
+    sender's ``created_at`` may be any integer up to 2^53 - 1)."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):
+        return str(seconds)
+
+
 def _shown(c: str) -> str:
     code = ord(c)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def terminal_safe(text: str, *, multiline: bool) -> str:
-    """Text for a human reader: control, bidirectional and line-separator characters shown as
-    ``\\xNN`` / ``\\uNNNN`` escapes.
+    """Text for a human reader: control, format (bidirectional, zero-width, soft hyphen, …),
+    default-ignorable and line-separator characters shown as ``\\xNN`` / ``\\uNNNN`` /
+    ``\\UNNNNNNNN`` escapes (:func:`~nostr_buzz.core.text.is_hidden`).
 
     Text from others (signed messages, metric payloads, relay messages) cannot move the cursor,
-    recolour the terminal or reverse what follows; JSON output carries the exact characters.
-    ``multiline`` keeps newlines and tabs.
+    recolour the terminal, set its title (ESC and OSC sequences lose their ESC), reverse what
+    follows or hide a character; JSON output carries the exact characters.  ``multiline`` keeps
+    newlines and tabs.
     """
-    keep = "\n\t" if multiline else ""
-
-    def unsafe(c: str) -> bool:
-        return c not in keep and (unicodedata.category(c) == "Cc" or c in _INVISIBLE)
-
-    if not any(unsafe(c) for c in text):
-        return text
-    return "".join(_shown(c) if unsafe(c) else c for c in text)
+    return escape_hidden(text, _shown, keep="\n\t" if multiline else "")

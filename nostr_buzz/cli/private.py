@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -33,7 +32,7 @@ from nostr_buzz.cli.common import (
     warn_list_problems,
 )
 from nostr_buzz.cli.messages import FORMATS, FormatOption
-from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_stdout
 from nostr_buzz.errors import InvalidKey
 from nostr_buzz.io.private import MAX_QUERY_LIMIT, Delivery, Inbox, dm_relays_of, read_inbox
 from nostr_buzz.io.private import send_private as _send_private
@@ -128,7 +127,7 @@ def _render(inbox: Inbox, fmt: str, me: str) -> str:
         return "".join(o.rumor.to_json() + "\n" for o in inbox.messages)
     lines = []
     for o in inbox.messages:
-        when = datetime.fromtimestamp(o.rumor.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        when = utc_time(o.rumor.created_at)
         who = "me" if o.sender == me else o.sender[:12]
         lines.append(f"{when}  {o.rumor.id[:12]}  {who:<12}  {one_line(o.rumor.content, 80)}\n")
     return "".join(lines)

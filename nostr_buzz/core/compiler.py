@@ -14,7 +14,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from nostr_buzz.core.escape import escape_attribute, escape_text
+from nostr_buzz.core.escape import escape_attribute, escape_name, escape_text
 from nostr_buzz.core.labels import message_lines, one_line, unique_labels
 from nostr_buzz.core.manifest import (
     Layer,
@@ -266,7 +266,7 @@ def _channel_snapshot(channel: ChannelInfo) -> tuple[str, bool]:
     lines: list[str] = []
     name = trim(_NEWLINES.sub(" ", channel.name))
     if name:
-        lines.append(f"Channel: {escape_text(name)}")
+        lines.append(f"Channel: {escape_name(name)}")
     truncated = False
     if channel.type != "dm" and channel.description is not None:
         pieces = (trim(p) for p in _NEWLINES.split(channel.description))
@@ -288,7 +288,7 @@ def _recent_delta(context: TurnContext, profiles: _Profiles) -> str:
     lines = [opening]
     for m in context.messages:
         label = one_line(profiles.label(m.pubkey) or m.pubkey)
-        lines.append(f"{escape_text(label)}: {escape_text(message_lines(m.content))}")
+        lines.append(f"{escape_name(label)}: {escape_text(message_lines(m.content))}")
     lines.append("</recent-thread-delta>")
     return "\n".join(lines)
 

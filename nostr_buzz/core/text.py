@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 
 __all__ = [
+    "DEFAULT_IGNORABLE",
     "LABEL_MAX_CHARS",
     "LINE_BREAKS",
     "WHITESPACE",
     "ascii_lower",
+    "escape_hidden",
     "is_blank",
+    "is_hidden",
     "is_utf8_encodable",
     "sanitize_label",
     "split_lines",
@@ -41,6 +45,58 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 
 #: A sanitized label keeps at most this many characters (Unicode scalar values).
 LABEL_MAX_CHARS: int = 64
+
+
+#: Default_Ignorable_Code_Point (Unicode's DerivedCoreProperties; ``unicodedata`` lacks it):
+#: characters a renderer draws as nothing, whatever their category (fillers, variation
+#: selectors, tags and the code points reserved for more of them).
+DEFAULT_IGNORABLE: re.Pattern[str] = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+
+#: Categories that are never seen as what they are: controls, format characters (bidirectional
+#: controls, zero-width characters, the soft hyphen, …), line and paragraph separators, surrogates.
+_HIDDEN_CATEGORIES = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
+
+
+def is_hidden(c: str) -> bool:
+    """True for a character a reader cannot see as itself: a control or format character, a
+    line or paragraph separator, or a default-ignorable code point."""
+    return unicodedata.category(c) in _HIDDEN_CATEGORIES or DEFAULT_IGNORABLE.match(c) is not None
+
+
+def _joins_emoji(s: str, i: int) -> bool:
+    # ZWJ inside an emoji sequence and the emoji variation selectors after a symbol only choose
+    # a picture: shown as they are, so that names with emoji stay readable.
+    c, before = s[i], s[i - 1] if i else ""
+    if c in "\ufe0e\ufe0f":
+        return unicodedata.category(before or " ") == "So"
+    if c != "\u200d" or i + 1 >= len(s) or unicodedata.category(s[i + 1]) != "So":
+        return False
+    return bool(before) and (
+        unicodedata.category(before) == "So"
+        or before == "\ufe0f"
+        or "\U0001f3fb" <= before <= "\U0001f3ff"
+    )
+
+
+def escape_hidden(s: str, shown: Callable[[str], str], keep: str = "") -> str:
+    """``s`` with every :func:`is_hidden` character not in ``keep`` replaced by ``shown(c)``.
+
+    A zero-width joiner between emoji and an emoji variation selector stay: they only choose
+    the picture.  Returns ``s`` itself when nothing is hidden.
+    """
+    hidden = [
+        i for i, c in enumerate(s) if c not in keep and is_hidden(c) and not _joins_emoji(s, i)
+    ]
+    if not hidden:
+        return s
+    out = list(s)
+    for i in hidden:
+        out[i] = shown(s[i])
+    return "".join(out)
 
 
 def trim(s: str) -> str:

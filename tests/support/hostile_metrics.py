@@ -1,6 +1,6 @@
 """Metrics a hostile sender can encrypt to the owner: a second agent's forged-but-valid metrics and
-the owner's own agent key made to send absurd counters, formula-shaped model names, markup and
-bidirectional text."""
+the owner's own agent key made to send absurd counters, formula-shaped model names, markup,
+bidirectional text and terminal escape sequences."""
 
 from __future__ import annotations
 
@@ -19,6 +19,11 @@ FORMULA = "=cmd|' /C calc'!A0"
 MARKUP = "[/x]"
 
 BIDI = "gpt\u202eevil\u2066"
+
+#: An OSC sequence that sets the terminal's title, a C1 CSI colour, zero-width and bidi text.
+ESCAPES = "\x1b]0;owned\x07gpt\u200b\u2060\ufeff\u202e\x9b31m"
+
+ESCAPES_SHOWN = "\\x1b]0;owned\\x07gpt\\u200b\\u2060\\ufeff\\u202e\\x9b31m"
 
 TS = "2026-12-02T10:00:0{}.000Z"
 
@@ -56,6 +61,7 @@ def hostile_metrics() -> list[Event]:
         valid(MINE, 1, FORMULA, c(100, 10, 110, 0.5)),
         valid(MINE, 2, MARKUP, c(200, 20, 220, 1.0)),
         valid(MINE, 3, BIDI, c(300, 30, 330, 1.5)),
+        valid(MINE, 0, ESCAPES, c(0, 0, 0, 0.0)),
         # the largest valid values: still finite totals
         valid(MINE, 4, "big", c(2**53, 2**53, 2**53, 1e6)),
         # a cumulative cost that jumps by 10^9 in one turn: that turn's cost is unknown

@@ -236,6 +236,7 @@ MALFORMED_CHANGES: list[tuple[str, Any]] = [
     ("kind", 65536),
     ("kind", 2**64),
     ("created_at", -1),
+    ("created_at", 2**53),
     ("created_at", 2**63),
     ("created_at", 2**64),
     ("created_at", 10**40),
@@ -324,9 +325,22 @@ def test_from_json_rejects_non_text_inputs() -> None:
 def test_range_edges_are_accepted() -> None:
     for kind in (0, 65535):
         assert _signed(kind=kind).kind == kind
-    for created_at in (0, 2**63 - 1):
+    for created_at in (0, 2**53 - 1):
         event = _signed(created_at=created_at)
         assert Event.from_json(event.to_json()).created_at == created_at
+
+
+def test_a_timestamp_javascript_cannot_hold_is_refused_with_its_reason() -> None:
+    """A sender (the reference signer, not ours) signs created_at = 2^53: a JavaScript client
+    would read it as another number, so nostr-buzz refuses it at parse and says why."""
+    refused = make(created_at=2**53)
+    with pytest.raises(InvalidEvent) as info:
+        Event.from_json(dumps(refused))
+    assert info.value.reason == "malformed"
+    assert "created_at must be an integer from 0 to 2^53-1" in str(info.value)
+    assert Event.from_json(dumps(make(created_at=2**53 - 1))).created_at == 2**53 - 1
+    with pytest.raises(InvalidEvent):
+        sign_event(SECRET, kind=1, content="x", created_at=2**53)
 
 
 # --- signing -----------------------------------------------------------------------------
@@ -348,6 +362,7 @@ def test_sign_event_is_deterministic_with_pinned_aux_and_random_without() -> Non
         {"kind": True},
         {"created_at": None},
         {"created_at": -5},
+        {"created_at": 2**53},
         {"created_at": 2**63},
         {"content": 5},
         {"content": "\ud800"},
@@ -518,7 +533,7 @@ def test_from_json_allows_insignificant_whitespace() -> None:
     assert Event.from_json(" \n" + json.dumps(d, indent=2) + "\n ").to_json() == dumps(d)
 
 
-@pytest.mark.parametrize("created_at", [0, 2**63 - 1])
+@pytest.mark.parametrize("created_at", [0, 2**53 - 1])
 def test_created_at_bounds_valid(created_at: int) -> None:
     d = make(created_at=created_at)
     assert Event.from_json(dumps(d)).created_at == created_at
@@ -767,6 +782,7 @@ def test_sign_event_requires_created_at() -> None:
         {"created_at": True},
         {"created_at": None},
         {"created_at": -1},
+        {"created_at": 2**53},
         {"created_at": 2**63},
         {"kind": 65536},
         {"kind": -1},
@@ -807,9 +823,9 @@ def test_sign_event_refuses_every_wrongly_typed_argument(kwargs: dict[str, Any])
 
 def test_sign_event_accepts_tuples_and_max_values() -> None:
     sk = SecretKey.from_str(NSEC_HEX)
-    ev = sign_event(sk, kind=65535, content="", tags=(("a",), ("b", "c")), created_at=2**63 - 1)
+    ev = sign_event(sk, kind=65535, content="", tags=(("a",), ("b", "c")), created_at=2**53 - 1)
     assert ev.tags == (("a",), ("b", "c"))
-    assert ev.id == ref_id(ev.pubkey, 2**63 - 1, 65535, [["a"], ["b", "c"]], "")
+    assert ev.id == ref_id(ev.pubkey, 2**53 - 1, 65535, [["a"], ["b", "c"]], "")
     assert Event.from_json(ev.to_json()) == ev
 
 
@@ -903,7 +919,7 @@ def ref_reason(d: dict[str, Any]) -> str | None:
         hexn(d["id"], 64)
         and hexn(d["pubkey"], 64)
         and hexn(d["sig"], 128)
-        and int_in(d["created_at"], 2**63 - 1)
+        and int_in(d["created_at"], 2**53 - 1)
         and int_in(d["kind"], 65535)
         and tags_ok
         and isinstance(d["content"], str)
@@ -927,6 +943,7 @@ _FIELD_FAULTS: dict[str, tuple[str, Any]] = {
     "pub_off_curve": ("pubkey", OFF_CURVE),  # bad_pubkey
     "pub_not_field_element": ("pubkey", "f" * 64),  # bad_pubkey
     "pub_other_key": ("pubkey", ref_pubkey(SK2_HEX)),  # bad_signature
+    "created_at_2_53": ("created_at", 2**53),
     "created_at_2_63": ("created_at", 2**63),
     "created_at_negative": ("created_at", -1),
     "created_at_float": ("created_at", 1.5),
@@ -1048,7 +1065,7 @@ tags = st.lists(st.lists(texts, min_size=1, max_size=5), max_size=6)
 kinds = st.integers(min_value=0, max_value=65535)
 
 
-timestamps = st.integers(min_value=0, max_value=2**63 - 1) | st.integers(0, 2_000_000_000)
+timestamps = st.integers(min_value=0, max_value=2**53 - 1) | st.integers(0, 2_000_000_000)
 
 
 PROPERTY = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

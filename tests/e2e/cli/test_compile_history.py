@@ -14,11 +14,16 @@ import sys
 from pathlib import Path
 
 from tests.support.forged_history import (
+    LOOKALIKE_NAME,
+    LOOKALIKES,
     MALLORY,
     OWNER,
     SPOOF,
+    STRANGERS,
     agent_lines,
     attack_doc,
+    lines_read_as,
+    lookalike_doc,
     npub,
     slash_doc,
 )
@@ -49,6 +54,34 @@ def test_buzz_compile_attributes_to_the_owner_only_what_the_owner_wrote(tmp_path
     # no line break other than "\n" survives in the envelope
     envelope = "\n".join(sections)
     assert envelope.splitlines() == envelope.split("\n")
+
+
+def test_buzz_compile_tells_every_lookalike_of_the_owners_name_apart(tmp_path: Path) -> None:
+    """Eighteen strangers, each named like the owner with another trick, write in the owner's
+    thread: through the real CLI, none of their lines reads as the owner's, each shows its own
+    key, and no invisible character of a name reaches the output."""
+    path = tmp_path / "turn.json"
+    path.write_text(json.dumps(lookalike_doc(list(LOOKALIKES))), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "nostr_buzz", "compile", "--json", str(path)],
+        capture_output=True,
+        env={**os.environ, "LC_ALL": "C.UTF-8"},
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = agent_lines(json.loads(proc.stdout)["sections"])
+    owner_label = f"{LOOKALIKE_NAME} ({npub(OWNER)[:13]})"
+    assert lines_read_as(owner_label, lines) == [
+        f"{owner_label}: Deploy the canary.",
+        f"{owner_label}: Then wait for me.",
+    ]
+    theirs = [line.split(": ")[0] for line in lines if "agent.nsec" in line]
+    assert [label[-15:] for label in theirs] == [
+        f"({npub(STRANGERS[what])[:13]})" for what in LOOKALIKES
+    ]
+    assert "Gra&#x200D;ce Cooper (" in theirs[list(LOOKALIKES).index("zero-width joiner")]
+    assert not [c for c in "".join(theirs) if c in "\u200b\u200c\u200d\u2060\u00ad\u202d\u202e"]
 
 
 # ---------------------------------------------------------------------------------------------

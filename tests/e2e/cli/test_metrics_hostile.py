@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.cli import BackgroundLoop, stop_relay
 from tests.support.hostile_metrics import (
+    ESCAPES_SHOWN,
     MARKUP,
     MINE,
     TS,
@@ -142,3 +143,19 @@ def test_tables_show_markup_and_bidi_as_text(relay_url: str, tmp_path: Path) -> 
         assert "\u202e" not in out and "\u2066" not in out
         assert "gpt\\u202eevil\\u2066" in out
         assert "\x1b" not in out or tty  # colour only on a terminal
+        assert "\x1b]" not in out and "\x07" not in out and "\x9b" not in out
+        assert "\u200b" not in out and "\u2060" not in out and "\ufeff" not in out
+        assert ESCAPES_SHOWN[:30] in out  # its start: a narrow terminal wraps the cell
+
+
+def test_csv_shows_escape_sequences_and_invisible_characters_as_text(
+    relay_url: str, tmp_path: Path
+) -> None:
+    """An agent's model name sets the terminal title (OSC), colours it (C1 CSI) and hides
+    zero-width and bidi characters: the CSV carries it escaped, as the table does."""
+    for rows in ([], ["--turns"]):
+        code, out, err = buzz(tmp_path, "--relay", relay_url, "--format", "csv", *rows)
+        assert code == 0, err
+        assert ESCAPES_SHOWN in out
+        hidden = "\x1b\x07\x9b\u200b\u2060\ufeff\u202e\u2066"
+        assert not [c for c in out if c in hidden], out
