@@ -162,10 +162,10 @@ async def test_the_launcher_refuses_an_unknown_user(tmp_path: Path) -> None:
         user="no-such-user-buzz",
         request_timeout=10,
     )
-    with pytest.raises(AgentError):
+    with pytest.raises(AgentError, match="no OS user named 'no-such-user-buzz'"):
         await driver.start()
     await driver.close()
-    assert "no OS user named 'no-such-user-buzz'" in (tmp_path / "agent.log").read_text()
+    assert not (tmp_path / "agent.log").exists()  # refused before anything was spawned
 
 
 async def test_the_bot_runs_its_configured_agent_as_that_user(
@@ -227,3 +227,138 @@ async def test_the_bot_runs_its_configured_agent_as_that_user(
     for secret in ("key_file", "bot_environ", "state_db", "diagnostics"):
         assert report[secret] == "PermissionError", (secret, report)
     assert report["key_in_env"] is False
+
+
+PLANTER = r"""
+import os, pathlib, sys
+markers = pathlib.Path(os.environ["MARKERS"])
+(markers / f"start-{os.getpid()}").write_text(f"{os.getuid()} {os.getcwd()}")
+here = pathlib.Path.cwd()
+if not (here / "sitecustomize.py").exists():  # first run: plant, then exit to be restarted
+    payload = (
+        "import os\n"
+        f"open({str(markers)!r} + '/planted-%d' % os.getpid(), 'w').write(str(os.getuid()))\n"
+    )
+    (here / "nostr_buzz").mkdir()
+    for name in ("nostr_buzz/__init__.py", "sitecustomize.py", "usercustomize.py", "typing.py"):
+        (here / name).write_text(payload)
+    (here / "zz-buzz.pth").write_text(payload.replace("\n", "; ").rstrip("; ") + "\n")
+    sys.exit(3)
+import runpy
+sys.argv = ["agent"]
+runpy.run_module("nostr_buzz.demo.agent", run_name="__main__")
+"""
+
+
+async def test_code_planted_in_the_agents_directory_never_runs_as_root(
+    agent_user: pwd.struct_passwd, public_dir: Path
+) -> None:
+    """The agent (as its user) plants a package, ``sitecustomize``/``usercustomize``, a stdlib
+    shadow and a ``.pth`` file in its working directory and exits; the restart goes through the
+    launcher again (as root until it drops), which must import none of it."""
+    work, markers = public_dir / "work", public_dir / "markers"
+    for directory in (work, markers):
+        directory.mkdir()
+        os.chown(directory, agent_user.pw_uid, agent_user.pw_gid)
+    (public_dir / "planter.py").write_text(PLANTER)
+    site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    interpreter = interpreter_for_others()
+    driver = AgentDriver(
+        interpreter,
+        [str(public_dir / "planter.py")],
+        env={"MARKERS": str(markers), "PYTHONPATH": f"{REPO}:{site}"},
+        cwd=str(work),
+        log_path=public_dir / "agent.log",
+        user=AGENT_USER,
+        request_timeout=20,
+    )
+    with pytest.raises(AgentError):
+        await driver.start()  # it planted its files and left
+    assert (work / "nostr_buzz" / "__init__.py").exists()
+    try:
+        await driver.restart()  # the supervisor's restart: a real handshake this time
+        restarted = driver.alive
+    except AgentError:
+        restarted = False
+    finally:
+        await driver.close()
+    as_root = [p for p in markers.glob("planted-*") if p.read_text() == "0"]
+    assert as_root == [], "the planted code ran as root"
+    assert restarted
+    starts = [p.read_text() for p in markers.glob("start-*")]
+    # Both runs happened as the agent user, in its directory (entered after the drop).
+    assert starts == [f"{agent_user.pw_uid} {work}"] * 2
+    assert list(markers.glob("planted-*")) == []  # nothing planted ran, as root or otherwise
+    # The plant is live code: a Python started in that directory as the agent imports it.
+    subprocess.run(
+        [interpreter, "-c", "import nostr_buzz"],
+        cwd=work,
+        user=agent_user.pw_uid,
+        group=agent_user.pw_gid,
+        extra_groups=[],
+        env={},
+        check=True,
+        timeout=30,
+    )
+    planted = [p.read_text() for p in markers.glob("planted-*")]
+    assert planted == [str(agent_user.pw_uid)]
+
+
+REFUSAL_PROBE = r"""
+import asyncio, sys
+from nostr_buzz.errors import AgentError
+from nostr_buzz.io.acp_driver import AgentDriver
+
+async def main(interpreter, user, marker, log):
+    command = f"open({marker!r}, 'w').write('spawned')"
+    driver = AgentDriver(interpreter, ["-c", command], user=user, log_path=log, request_timeout=10)
+    try:
+        await driver.start()
+    except AgentError as exc:
+        print(str(exc))
+    finally:
+        await driver.close()
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("attack", ["none", "owns_the_launcher", "group_writable_directory"])
+def test_a_launcher_the_agent_user_could_change_is_refused_before_spawning(
+    agent_user: pwd.struct_passwd, public_dir: Path, attack: str
+) -> None:
+    """An installation of nostr-buzz the agent user may write (its own launcher file, or a
+    directory of it group-writable by the agent's group) would let the agent's next restart run
+    its code as root: the bot refuses to spawn, saying which path and how to fix it."""
+    install = public_dir / "install"
+    shutil.copytree(
+        REPO / "nostr_buzz", install / "nostr_buzz", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    launcher = install / "nostr_buzz" / "io" / "run_as.py"
+    if attack == "owns_the_launcher":
+        os.chown(launcher, agent_user.pw_uid, -1)
+    elif attack == "group_writable_directory":
+        os.chown(install, -1, agent_user.pw_gid)
+        install.chmod(0o775)
+    markers = public_dir / "markers"
+    markers.mkdir()
+    os.chown(markers, agent_user.pw_uid, agent_user.pw_gid)
+    site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    marker, log = markers / "spawned", public_dir / "agent.log"
+    probe = [REFUSAL_PROBE, interpreter_for_others(), AGENT_USER, str(marker), str(log)]
+    out = subprocess.run(
+        [sys.executable, "-c", *probe],
+        env={**os.environ, "PYTHONPATH": f"{install}:{site}"},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    if attack == "none":  # the same copy, left root's: the agent is spawned (then fails ACP)
+        assert marker.read_text() == "spawned" and "failed to initialize" in out
+        return
+    unsafe = launcher if attack == "owns_the_launcher" else install
+    assert f"refusing to start the agent as {AGENT_USER!r}: it could write {unsafe}" in out
+    assert "chmod go-w" in out
+    assert not marker.exists() and not log.exists()
