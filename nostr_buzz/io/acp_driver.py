@@ -87,6 +87,7 @@ from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.errors import AgentError, BuzzError
 from nostr_buzz.io.agent_group import TOKEN_ENV, GroupRecord, new_token, wait_group_gone
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind
+from nostr_buzz.io.filemodes import open_private
 from nostr_buzz.io.run_as import launcher_argv
 from nostr_buzz.nips.nip_am import StopReason
 
@@ -533,8 +534,7 @@ class AgentDriver:
         stack = AsyncExitStack()
         stderr: int = subprocess.DEVNULL
         if self._log_path is not None:
-            self._log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = stack.enter_context(open(self._log_path, "ab"))  # noqa: SIM115
+            self._log = stack.enter_context(open_private(self._log_path))  # 0600, no symlink
             stderr = self._log.fileno()
         token = new_token()
         try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import stat
 import sys
 
 __all__ = ["CANNOT_SWITCH", "LAUNCHER", "launcher_argv", "main", "writable_code"]
@@ -89,12 +88,6 @@ def _groups_of(entry: pwd.struct_passwd) -> set[int]:
     return {entry.pw_gid} | {g.gr_gid for g in grp.getgrall() if entry.pw_name in g.gr_mem}
 
 
-def _writable(st: os.stat_result, uid: int, gids: set[int]) -> bool:
-    if st.st_uid == uid or st.st_mode & stat.S_IWOTH:
-        return True
-    return bool(st.st_mode & stat.S_IWGRP) and st.st_gid in gids
-
-
 def writable_code(entry: pwd.struct_passwd, interpreter: str) -> str | None:
     """The first path of the launcher's code that the user ``entry`` could change, or ``None``.
 
@@ -104,6 +97,8 @@ def writable_code(entry: pwd.struct_passwd, interpreter: str) -> str | None:
     with symlinks resolved.  A directory the user may write but that is sticky (``/tmp``) is
     safe when the user owns neither it nor the entry below it.  POSIX ACLs are not read."""
     import sysconfig
+
+    from nostr_buzz.io.filemodes import unsafe_path  # here: this file runs with the stdlib alone
 
     uid, gids = entry.pw_uid, _groups_of(entry)
     stdlib = sysconfig.get_path("stdlib")
@@ -124,28 +119,9 @@ def writable_code(entry: pwd.struct_passwd, interpreter: str) -> str | None:
         files.append(directory)
     for path in dict.fromkeys(files):
         for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
-            unsafe = _unsafe_chain(candidate, uid, gids)
+            unsafe = unsafe_path(candidate, uid.__eq__, gids.__contains__)
             if unsafe is not None:
                 return unsafe
-    return None
-
-
-def _unsafe_chain(path: str, uid: int, gids: set[int]) -> str | None:
-    """``path`` or the first directory above it that the user could change, or ``None``."""
-    try:
-        below = os.lstat(path)
-    except OSError:
-        return None  # absent: nothing runs from it
-    if not stat.S_ISLNK(below.st_mode) and _writable(below, uid, gids):
-        return path
-    child, parent = path, os.path.dirname(path)
-    while child != parent:
-        st = os.lstat(parent)
-        if _writable(st, uid, gids):
-            sticky = bool(st.st_mode & stat.S_ISVTX)
-            if not sticky or st.st_uid == uid or below.st_uid == uid:
-                return parent
-        below, child, parent = st, parent, os.path.dirname(parent)
     return None
 
 

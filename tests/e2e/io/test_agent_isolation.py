@@ -268,7 +268,7 @@ async def test_code_planted_in_the_agents_directory_never_runs_as_root(
         [str(public_dir / "planter.py")],
         env={"MARKERS": str(markers), "PYTHONPATH": f"{REPO}:{site}"},
         cwd=str(work),
-        log_path=public_dir / "agent.log",
+        log_path=public_dir / "state" / "agent.log",
         user=AGENT_USER,
         request_timeout=20,
     )
@@ -344,7 +344,7 @@ def test_a_launcher_the_agent_user_could_change_is_refused_before_spawning(
     markers.mkdir()
     os.chown(markers, agent_user.pw_uid, agent_user.pw_gid)
     site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
-    marker, log = markers / "spawned", public_dir / "agent.log"
+    marker, log = markers / "spawned", public_dir / "state" / "agent.log"
     probe = [REFUSAL_PROBE, interpreter_for_others(), AGENT_USER, str(marker), str(log)]
     out = subprocess.run(
         [sys.executable, "-c", *probe],
