@@ -14,6 +14,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -140,6 +141,7 @@ async def test_an_agent_run_as_another_user_cannot_read_the_bots_secrets(
             await driver.close()
     finally:
         os.umask(old_umask)
+    assert stat.S_IMODE((state / "agent.log").stat().st_mode) == 0o600  # despite umask 022
     lines = (state / "agent.log").read_text().splitlines()
     [report] = [json.loads(line[6:]) for line in lines if line.startswith("PROBE ")]
     assert report["uid"] == agent_user.pw_uid
@@ -362,3 +364,87 @@ def test_a_launcher_the_agent_user_could_change_is_refused_before_spawning(
     assert f"refusing to start the agent as {AGENT_USER!r}: it could write {unsafe}" in out
     assert "chmod go-w" in out
     assert not marker.exists() and not log.exists()
+
+
+def _victim(root: Path) -> dict[str, tuple[int, str]]:
+    """Each file under ``root`` with its mode and content (what must never change)."""
+    return {
+        str(p): (p.lstat().st_mode, p.read_text() if p.is_file() else "")
+        for p in sorted([root, *root.rglob("*")])
+    }
+
+
+@pytest.mark.parametrize(
+    ("attack", "message"),
+    [
+        ("symlinked_state_dir", "is a symbolic link: refusing it"),
+        ("parent_owned_by_agent", f"is owned by '{AGENT_USER}'"),
+        ("state_dir_owned_by_agent", f"is owned by '{AGENT_USER}'"),
+        ("group_writable_state_dir", "may be written by group or others"),
+        ("symlinked_diagnostics", "is a symbolic link: refusing to follow it"),
+        ("symlinked_agent_log", "is a symbolic link: refusing to follow it"),
+    ],
+)
+def test_a_state_directory_the_agent_user_could_redirect_is_refused(
+    agent_user: pwd.struct_passwd, public_dir: Path, attack: str, message: str
+) -> None:
+    """``buzz run`` as root with ``[agent] user`` (the README's setup) and a state directory the
+    agent's user could swap or has swapped for a symlink to root's files: the bot refuses to
+    start, says how to fix it, and never writes or chmods anything outside its state."""
+    from tests.support.buzz_process import buzz
+
+    victim = public_dir / "victim"  # root's: what the symlinks point at
+    victim.mkdir(mode=0o755)
+    (victim / "diagnostics.jsonl").write_text("root's own file\n")
+    (victim / "diagnostics.jsonl").chmod(0o644)
+    before = _victim(victim)
+    config = public_dir / "bot"
+    config.mkdir(mode=0o755)
+    (config / "agent.nsec").write_text(BOT_KEY.bech32 + "\n")
+    (config / "agent.nsec").chmod(0o600)
+    state_dir = "state"
+    state = config / "state"
+    if attack == "symlinked_state_dir":
+        state.symlink_to(victim)
+    elif attack == "parent_owned_by_agent":
+        (config / "box").mkdir()
+        os.chown(config / "box", agent_user.pw_uid, agent_user.pw_gid)
+        state_dir, state = "box/state", config / "box" / "state"
+        state.symlink_to(victim)  # what the agent's user may do there at any time
+        os.lchown(state, agent_user.pw_uid, agent_user.pw_gid)
+    elif attack == "state_dir_owned_by_agent":
+        state.mkdir(mode=0o700)
+        os.chown(state, agent_user.pw_uid, agent_user.pw_gid)
+    elif attack == "group_writable_state_dir":
+        state.mkdir()
+        state.chmod(0o770)
+    else:
+        state.mkdir(mode=0o700)
+        name = "diagnostics.jsonl" if attack == "symlinked_diagnostics" else "agent.log"
+        (state / name).symlink_to(victim / "diagnostics.jsonl")
+    (config / "buzz.toml").write_text(
+        f'key_file = "agent.nsec"\nowner = "{SecretKey.generate().public_key.bech32}"\n'
+        f'relays = ["ws://127.0.0.1:9"]\nstate_dir = "{state_dir}"\n'
+        f'[agent]\ncommand = "{sys.executable}"\nargs = ["-m", "nostr_buzz.demo.agent"]\n'
+        f'user = "{AGENT_USER}"\n'
+    )
+    result = buzz("run", "--config", str(config / "buzz.toml"), cwd="/", timeout=30)
+    stderr = result.stderr.decode()
+    assert _victim(victim) == before  # nothing outside the state directory touched
+    assert result.returncode == 1, stderr
+    assert message in stderr and ("chmod" in stderr or "remove it" in stderr), stderr
+
+
+def test_a_key_on_the_command_line_is_refused_with_an_agent_user(tmp_path: Path) -> None:
+    """The agent's user can read ``/proc/<bot pid>/cmdline``: ``--key`` would hand it the key."""
+    from tests.support.buzz_process import buzz
+
+    (tmp_path / "buzz.toml").write_text(
+        f'owner = "{SecretKey.generate().public_key.bech32}"\nrelays = ["ws://127.0.0.1:9"]\n'
+        f'[agent]\ncommand = "true"\nuser = "{AGENT_USER}"\n'
+    )
+    result = buzz("run", "--config", str(tmp_path / "buzz.toml"), "--key", BOT_KEY.bech32)
+    stderr = result.stderr.decode()
+    assert result.returncode == 1 and "/proc/PID/cmdline" in stderr and "--key-file" in stderr
+    assert BOT_KEY.bech32 not in stderr
+    assert not (tmp_path / ".buzz").exists()
