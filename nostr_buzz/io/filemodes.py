@@ -98,7 +98,10 @@ def _check_parents(directory: Path) -> None:
         return uid not in (me, 0)
 
     for candidate in dict.fromkeys((str(directory), os.path.realpath(directory))):
-        unsafe = unsafe_path(os.path.dirname(candidate), foreign, lambda _gid: True)
+        parent = os.path.dirname(candidate)
+        while not os.path.lexists(parent):  # what is missing will be created below the rest
+            parent = os.path.dirname(parent)
+        unsafe = unsafe_path(parent, foreign, lambda _gid: True)
         if unsafe is not None:
             st = os.lstat(unsafe)
             raise ConfigError(
@@ -114,17 +117,19 @@ def private_dir(path: str | Path) -> Path:
     """Create ``path`` (and missing parents) and leave the directory itself at ``0700``.
 
     Refused (:class:`ConfigError` with the fix): a directory above it another user could change
-    (see the module docstring), or ``path`` itself a symbolic link, not a directory, another
-    user's, or writable by group or others."""
+    (see the module docstring), or ``path`` itself a symbolic link, another user's, or writable
+    by group or others; :class:`OSError` when it cannot be created or is not a directory."""
     directory = Path(path).absolute()
     _check_parents(directory)
-    directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    if not os.path.lexists(directory):  # a dangling symlink is refused below, not created
+        directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        _check_parents(directory)  # the directories just created, as they are now
     st = os.lstat(directory)
     fix = "remove it or set state_dir to a directory of the bot's own"
     if stat.S_ISLNK(st.st_mode):
         raise ConfigError(f"state directory {directory} is a symbolic link: refusing it; {fix}")
-    if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"state directory {directory} is not a directory; {fix}")
+    if not stat.S_ISDIR(st.st_mode):  # as mkdir would say: each caller reports its OSError
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
     if st.st_uid != os.geteuid():
         raise ConfigError(
             f"state directory {directory} is owned by {_owner_name(st.st_uid)}, not by the bot's "

@@ -40,11 +40,19 @@ def test_a_symlinked_or_shared_state_directory_is_refused(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="is a symbolic link: refusing it"):
         private_dir(tmp_path / "state")
     assert elsewhere.stat().st_mode & 0o777 == 0o755  # not chmodded through the link
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="is a symbolic link: refusing it"):
+        private_dir(tmp_path / "dangling")
+    assert not (tmp_path / "nowhere").exists()
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(ConfigError, match=f"run: chmod 700 {shared}"):
         private_dir(shared)
+    # A missing state directory below a shared one is refused before anything is created.
+    with pytest.raises(ConfigError, match=f"{shared} above it"):
+        private_dir(shared / "new" / "state")
+    assert not (shared / "new").exists()
     wide = tmp_path / "wide"
     wide.mkdir()
     wide.chmod(0o755)  # readable, not writable: narrowed, not refused
