@@ -160,7 +160,10 @@ def main(argv: list[str]) -> int:
         try:
             os.chdir(cwd)  # only now: the agent's directory is entered with its rights
         except OSError as exc:
-            return _fail(f"cannot enter the working directory {cwd!r}: {exc.strerror or exc}")
+            return _fail(
+                f"cannot enter the working directory {cwd!r}: {exc.strerror or exc}; set "
+                f"[agent] cwd to a directory {name!r} may enter"
+            )
     os.environ.update(HOME=entry.pw_dir, USER=name, LOGNAME=name)
     try:
         os.execvp(command[0], command)

@@ -448,3 +448,25 @@ def test_a_key_on_the_command_line_is_refused_with_an_agent_user(tmp_path: Path)
     assert result.returncode == 1 and "/proc/PID/cmdline" in stderr and "--key-file" in stderr
     assert BOT_KEY.bech32 not in stderr
     assert not (tmp_path / ".buzz").exists()
+
+
+async def test_the_agents_directory_is_entered_with_the_agents_rights(
+    agent_user: pwd.struct_passwd, public_dir: Path
+) -> None:
+    """A directory only root may enter is not entered for the agent (the launcher changes into
+    it after dropping to the agent's user, not before)."""
+    closed = public_dir / "roots-only"
+    closed.mkdir(mode=0o700)
+    log = public_dir / "state" / "agent.log"
+    driver = AgentDriver(
+        interpreter_for_others(),
+        ["-c", "pass"],
+        cwd=str(closed),
+        log_path=log,
+        user=AGENT_USER,
+        request_timeout=10,
+    )
+    with pytest.raises(AgentError):
+        await driver.start()
+    await driver.close()
+    assert f"cannot enter the working directory '{closed}': Permission denied" in log.read_text()
