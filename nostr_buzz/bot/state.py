@@ -68,9 +68,9 @@ from nostr_buzz.core.queue import (
     QueuedEvent,
     StoredEvent,
 )
-from nostr_buzz.errors import InvalidEvent, Nip59Error, QueueError, StateError
+from nostr_buzz.errors import ConfigError, InvalidEvent, Nip59Error, QueueError, StateError
 from nostr_buzz.event import Event
-from nostr_buzz.io.filemodes import make_private, private_dir
+from nostr_buzz.io.filemodes import make_private, private_dir, read_private
 from nostr_buzz.io.outbox import Outbox
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip59
@@ -532,16 +532,16 @@ class BotStore:
         with self.transaction():
             if queue_file.exists():
                 try:
-                    queue = DispatchQueue.restore(queue_file.read_bytes())
-                except (OSError, QueueError) as exc:
+                    queue = DispatchQueue.restore(_read(queue_file))
+                except (OSError, ConfigError, QueueError) as exc:
                     self._set_aside(queue_file, f"queue.json: {exc}")
                 else:
                     self._import_queue(queue)
                     _rename(queue_file, ".imported")
             if state_file.exists():
                 try:
-                    legacy = msgspec.json.decode(state_file.read_bytes(), type=_LegacyState)
-                except (OSError, msgspec.DecodeError) as exc:
+                    legacy = msgspec.json.decode(_read(state_file), type=_LegacyState)
+                except (OSError, ConfigError, msgspec.DecodeError) as exc:
                     self._set_aside(state_file, f"bot-state.json: {exc}")
                 else:
                     if legacy.position is not None:
@@ -660,6 +660,12 @@ def _reason(value: object) -> CancelReason | None:
     if value == "steer":
         return "steer"
     raise StateError(f"unknown cancel reason {str(value)[:20]!r} in the bot state")
+
+
+def _read(path: Path) -> bytes:
+    """An earlier version's file, never read through a symbolic link (ConfigError)."""
+    with read_private(path) as fh:
+        return fh.read()
 
 
 def _rename(path: Path, suffix: str) -> None:

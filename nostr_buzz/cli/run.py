@@ -260,6 +260,16 @@ def _run(
         settings = PluginConfig.from_sources(cfg, shard=parsed_shard, pass_env=pass_env or ())
     except ConfigError as exc:
         raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
+    if overrides["secret_key"] is not None and settings.agent_user is not None:
+        # The command line of a process is world-readable (/proc/PID/cmdline): the agent's
+        # user would read the key that running it as another user keeps from it.
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"--key puts the bot's secret key in its command line, which the agent's user "
+            f"{settings.agent_user!r} can read (/proc/PID/cmdline): refusing it with [agent] "
+            f"user; give the key as --key-file FILE (mode 0600) or --key-env NAME, or "
+            f"key_file / key_env in buzz.toml",
+        )
     if cfg.file.agent.user is None:
         note(
             "buzz: warning: the agent runs as this same OS user and can read the bot's key and "

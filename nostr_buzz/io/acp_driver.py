@@ -87,6 +87,7 @@ from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.errors import AgentError, BuzzError
 from nostr_buzz.io.agent_group import TOKEN_ENV, GroupRecord, new_token, wait_group_gone
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind
+from nostr_buzz.io.filemodes import open_private
 from nostr_buzz.io.run_as import launcher_argv
 from nostr_buzz.nips.nip_am import StopReason
 
@@ -517,22 +518,24 @@ class AgentDriver:
         return env
 
     def _argv(self) -> list[str]:
+        """The spawn's argv; with ``user``, the launcher's: it enters ``cwd`` itself once it has
+        dropped to that user, so the spawn happens in ``/`` (see :mod:`nostr_buzz.io.run_as`)."""
         if self.user is None:
             return [self.command, *self.args]
-        program, launcher_args = launcher_argv(self.user, self.command, self.args)
+        cwd = str(self._cwd) if self._cwd is not None else None
+        program, launcher_args = launcher_argv(self.user, self.command, self.args, cwd)
         return [program, *launcher_args]
 
     async def start(self) -> AgentInfo:
         """Spawn the agent and ``initialize`` it; raises :class:`AgentError` on failure."""
         if self._stack is not None:
             raise AgentError("the agent is already started: close() or restart() it first")
+        program, *arguments = self._argv()  # first: a refused launcher spawns nothing
         stack = AsyncExitStack()
         stderr: int = subprocess.DEVNULL
         if self._log_path is not None:
-            self._log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = stack.enter_context(open(self._log_path, "ab"))  # noqa: SIM115
+            self._log = stack.enter_context(open_private(self._log_path))  # 0600, no symlink
             stderr = self._log.fileno()
-        program, *arguments = self._argv()
         token = new_token()
         try:
             conn, process = await stack.enter_async_context(
@@ -541,7 +544,7 @@ class AgentDriver:
                     program,
                     arguments,
                     env={**self._child_env(), TOKEN_ENV: token},
-                    cwd=self._cwd,
+                    cwd=self._cwd if self.user is None else "/",
                     stderr=stderr,
                     shutdown_timeout=self._shutdown_timeout,
                 )

@@ -30,7 +30,7 @@ from typing import Final, Literal
 import msgspec
 
 from nostr_buzz.errors import StateError
-from nostr_buzz.io.filemodes import open_private
+from nostr_buzz.io.filemodes import open_private, read_private
 
 __all__ = [
     "RECORD_FILE",
@@ -89,7 +89,7 @@ def read_record(state_dir: Path) -> GroupRecord | None:
     """The recorded group, or None when there is no record or it is unreadable or malformed
     (a record torn by a crash names no group worth signalling)."""
     try:
-        with open(state_dir / RECORD_FILE, "rb") as fh:
+        with read_private(state_dir / RECORD_FILE) as fh:
             data = fh.read(_MAX_RECORD + 1)
     except OSError:
         return None

@@ -24,7 +24,7 @@ import msgspec
 
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.errors import SECRET_HINT, looks_secret
-from nostr_buzz.io.filemodes import open_private
+from nostr_buzz.io.filemodes import open_private, read_private
 
 __all__ = [
     "AgentDiagnosticKind",
@@ -121,7 +121,7 @@ def _scrub(value: Any) -> Any:
 def _last_seq(path: Path) -> int:
     """The seq of the file's last complete record, 0 for none."""
     try:
-        with open(path, "rb") as fh:
+        with read_private(path) as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - _TAIL_BYTES))
@@ -143,7 +143,7 @@ def _rotated(path: Path) -> Path:
 
 
 def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as fh:
+    with read_private(path) as fh:
         fh.seek(-1, os.SEEK_END)
         return fh.read(1) == b"\n"
 
