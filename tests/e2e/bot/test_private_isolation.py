@@ -73,6 +73,7 @@ async def test_a_private_message_and_a_public_note_of_the_owner_never_share_a_se
         )
         await world.publish(note)
         await rec.wait(lambda r: r.started_with(note.id) and len(r.of("reply_published")) >= 2)
+        await rec.kind("metric_published", 2)
     [dm_turn], [note_turn] = rec.started_with(dm_id), rec.started_with(note.id)
     # Different queue channels, different sessions (the metric's and the agent's own).
     assert dm_turn.channel_id == f"dm-private-{owner}" and note_turn.channel_id == f"dm-{owner}"
@@ -87,6 +88,13 @@ async def test_a_private_message_and_a_public_note_of_the_owner_never_share_a_se
     assert "Scope: dm" in dm_prompt
     [answer] = await world.query({"kinds": [1], "authors": [world.agent.public_key.hex]})
     assert note.id in answer.tag_values("e")
+    # The metrics name the two channels and the two sessions; no channel's standing context
+    # (canvas, huddle guidelines) was fetched for either.
+    metrics = {m.triggering_event_ids: m for m in await world.metrics(2)}
+    dm_metric, note_metric = metrics[(dm_id,)], metrics[(note.id,)]
+    assert (dm_metric.channel_id, note_metric.channel_id) == (f"dm-private-{owner}", f"dm-{owner}")
+    assert dm_metric.session_id != note_metric.session_id
+    assert rec.of("standing_context_frozen") == []
 
 
 def test_a_hostile_agent_cannot_echo_a_private_message_into_diagnostics_or_stderr(
