@@ -43,7 +43,13 @@ from nostr_buzz.profile import METADATA_KIND, Profile
 
 from .supervisor import ChannelSession
 
-__all__ = ["ContextResolver", "History", "select_dm_history", "select_thread_history"]
+__all__ = [
+    "ContextResolver",
+    "History",
+    "direct_channel_type",
+    "select_dm_history",
+    "select_thread_history",
+]
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 #: Seconds allowed for asking the read relays for their NIP-11 keys (once per bot).
@@ -129,22 +135,34 @@ def newest_profiles(found: Iterable[Event], people: Sequence[str]) -> dict[str, 
     return newest
 
 
+def direct_channel_type(event: Event) -> Literal["stream", "dm"]:
+    """How an event outside any channel is compiled: a public note or comment (kind 1, 1111)
+    is answered in public (``stream``: scope ``thread`` or ``channel``, never ``dm``); a
+    private message or a plaintext chat message (kind 9) is a direct message (``dm``)."""
+    return "stream" if event.kind in (nip10.TEXT_NOTE_KIND, nip10.COMMENT_KIND) else "dm"
+
+
 def channel_info(
     found: Iterable[Event],
     channel: str | None,
     actor: str,
     actor_label: str | None,
     trusted: Collection[str] = (),
+    direct: tuple[str, Literal["stream", "dm"]] | None = None,
     *,
     relay_keys: Mapping[str, str] | None = None,
     served_by: Mapping[str, Collection[str]] | None = None,
 ) -> tuple[ChannelInfo | None, list[IgnoredMetadata]]:
-    """A DM's synthetic channel, a channel's kind 39000 metadata (the newest that counts:
-    signed by a ``trusted`` key, or by the NIP-11 key in ``relay_keys`` of a relay that served
-    it, ``served_by``), or None; and the channel's kind 39000 events that do not count, with
-    why (ignored)."""
+    """A direct conversation's synthetic channel (``direct``: its queue channel and type; by
+    default the actor's ``dm-`` channel as a DM), a channel's kind 39000 metadata (the newest
+    that counts: signed by a ``trusted`` key, or by the NIP-11 key in ``relay_keys`` of a relay
+    that served it, ``served_by``), or None; and the channel's kind 39000 events that do not
+    count, with why (ignored).  A public note's synthetic channel has no name: it is nobody's
+    channel."""
     if channel is None:
-        return ChannelInfo(name=actor_label or actor, id=nip10.direct_channel(actor), type="dm"), []
+        direct_id, kind = direct or (nip10.direct_channel(actor), "dm")
+        name = (actor_label or actor) if kind == "dm" else ""
+        return ChannelInfo(name=name, id=direct_id, type=kind), []
     metadata, untrusted = newest_group_metadata(
         found, channel, trusted, relay_keys=relay_keys or {}, served_by=served_by or {}
     )
@@ -247,7 +265,10 @@ class ContextResolver:
         kept = list(context.messages) if context is not None else []
         kept_events = [e for e in history.messages if e.id in {m.event_id for m in kept}]
         profiles, info = await self.profiles_and_channel(
-            [*events, *cancelled, *kept_events], nip10.channel(newest), newest.pubkey
+            [*events, *cancelled, *kept_events],
+            nip10.channel(newest),
+            newest.pubkey,
+            direct=(batch.channel, direct_channel_type(newest)),
         )
         start = session.start
         turn_input = TurnInput(
@@ -281,7 +302,11 @@ class ContextResolver:
             return self._relay_keys
 
     async def profiles_and_channel(
-        self, events: Sequence[Event], channel: str | None, actor: str
+        self,
+        events: Sequence[Event],
+        channel: str | None,
+        actor: str,
+        direct: tuple[str, Literal["stream", "dm"]] | None = None,
     ) -> tuple[dict[str, ProfileInfo], ChannelInfo | None]:
         people = people_of(events, self.agent)
         filters = [Filter(authors=tuple(people), kinds=(METADATA_KIND,))]
@@ -315,6 +340,7 @@ class ContextResolver:
             actor,
             profiles.get(actor, ProfileInfo()).label,
             trusted,
+            direct,
             relay_keys=relay_keys,
             served_by=result.served_by(),
         )

@@ -22,8 +22,9 @@ to the queue.  The rules:
 * **A running turn** is steered (or interrupted) only by its own authority: an event whose
   signing actor and destination equal the running batch's.  Anything else waits in the queue.
 
-Also here: the position a handled event moves the bot to (never later than the clock), and
-the scope a remembered refusal holds in (:func:`refusal_scope`).
+Also here: the position a handled event moves the bot to (never later than the clock), the
+scope a remembered refusal holds in (:func:`refusal_scope`), and the date before which a private
+message is never answered (:func:`private_before`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ __all__ = [
     "decide",
     "in_flight_action",
     "owner_command",
+    "private_before",
     "refusal",
     "refusal_scope",
 ]
@@ -183,6 +185,14 @@ def advance(position: int | None, created_at: int, now: float) -> int:
     reconnect skip everything sent before that date."""
     seen = min(created_at, int(now))
     return seen if position is None or seen > position else position
+
+
+def private_before(event: Event, floor: int) -> bool:
+    """A private message dated before ``floor`` (the position saved when the bot started, or
+    on a first start the start itself, minus the clock skew): never answered.  Its date is the
+    rumor's ``created_at``, read once the wrap is open: a gift wrap's own date is backdated up
+    to two days at random, which is why the wrap filter looks that far back."""
+    return isinstance(event, PrivateEvent) and event.created_at < floor
 
 
 def refusal_scope(gate: Gate) -> str:

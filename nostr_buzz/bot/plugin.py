@@ -24,7 +24,6 @@ from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
 
@@ -128,6 +127,7 @@ class BuzzPlugin:
             max_stranger_channels=self.config.max_stranger_channels,
         )
         self._position = store.position()
+        self.private_floor = _floor(self._position, self._first_since, self.config.clock_skew)
         self._commands.extend(store.commands())
         store.load_refusals(intake.refusal_scope(self._gate))
         delivery = Delivery(self.config, store, self.diagnostics, self._spawn, self._clock)
@@ -270,7 +270,7 @@ class BuzzPlugin:
         await self.start()
         assert self.store is not None and self._runner is not None
         if event.kind == nip59.GIFT_WRAP_KIND:
-            opened = _open_wrap(event, self.config.agent_secret, self.store, self.diagnostics)
+            opened = _open_wrap(event, self, self.store)
             if opened is None:
                 return False
             event = opened
@@ -342,17 +342,27 @@ class BuzzPlugin:
         return self.supervisor.harness
 
 
-def _open_wrap(
-    wrap: Event, secret: SecretKey, store: BotStore, diagnostics: DiagnosticsFeed
-) -> nip59.PrivateEvent | None:
+def _open_wrap(wrap: Event, plugin: BuzzPlugin, store: BotStore) -> nip59.PrivateEvent | None:
     """The private message in a gift wrap addressed to the agent, or None when the wrap was
     refused: now (reported with the wrap's id only, nothing of its content, and remembered) or
-    before, on an earlier pass over the same events (not opened, nor reported, again)."""
+    before, on an earlier pass over the same events (not opened, nor reported, again).  A
+    message dated before the plugin's :attr:`~BuzzPlugin.private_floor` is refused silently and
+    remembered, as if a relay's ``since`` had left it out (:func:`.intake.private_before`)."""
     if store.refused(wrap.id):
         return None
     try:
-        return nip59.open_gift_wrap(secret, wrap).as_event()
+        opened = nip59.open_gift_wrap(plugin.config.agent_secret, wrap).as_event()
     except Nip59Error as exc:
-        diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=wrap.id)
+        plugin.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=wrap.id)
         store.remember_refusal(wrap.id, by_gate=False)
         return None
+    if intake.private_before(opened, plugin.private_floor):
+        store.remember_refusal(wrap.id, by_gate=False)  # an old message stays old
+        return None
+    return opened
+
+
+def _floor(position: int | None, first_since: int, clock_skew: float) -> int:
+    """Where this run listens from, before anything moves the position: the saved position,
+    else (a fresh or emptied state) the start itself, minus the clock skew."""
+    return (position if position is not None else first_since) - int(clock_skew)

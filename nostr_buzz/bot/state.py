@@ -31,7 +31,9 @@ the channel row is rewritten — O(events of that channel), once per turn.  Batc
 not written at all: at start the queue is rebuilt with :meth:`DispatchQueue.rebuild` from the
 rows, where a batch that was running is simply back at the front of its channel (pending rows
 ordered by ``seq``; a returned batch always holds its channel's lowest numbers), exactly what a
-restore after a crash must give.
+restore after a crash must give.  A row filed under another channel than its event's queue
+channel now (an earlier version queued private messages in the author's ``dm-`` channel, with the
+public notes) is moved there on load, as pending, and the move is written back.
 
 Durability: ``synchronous=NORMAL`` in WAL mode, so a commit survives the process being killed
 at any instant and the file is never left inconsistent; a power loss may roll back the newest
@@ -53,7 +55,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Final, NamedTuple
 
 import msgspec
 
@@ -451,6 +453,7 @@ class BotStore:
             meta[str(name)] = (int(size), int(count), reason, int(cancelled_count), until)
         pending: dict[str, list[StoredEvent]] = {}
         cancelled: dict[str, list[tuple[int, StoredEvent]]] = {}
+        moved: dict[str, _Move] = {}  # rows an earlier version filed under another channel
         for event_id, channel, seq, text, tag, received, ord_ in self._exec(
             "SELECT id, channel, seq, event, prompt_tag, received_at, cancelled_ord "
             "FROM queued ORDER BY channel, seq"
@@ -460,10 +463,14 @@ class BotStore:
             except (InvalidEvent, Nip59Error) as exc:
                 raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
             stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
-            if ord_ is None:
+            if nip10.queue_channel(event) != channel:
+                moved[str(event_id)] = _Move(channel, nip10.queue_channel(event), ord_ is None)
+                pending.setdefault(nip10.queue_channel(event), []).append(stored)
+            elif ord_ is None:
                 pending.setdefault(channel, []).append(stored)
             else:
                 cancelled.setdefault(channel, []).append((int(ord_), stored))
+        _reroute(moved.values(), meta, pending, cancelled)
         states = []
         for name in {*pending, *cancelled, *meta}:
             size, count, reason, cancelled_count, until = meta.get(name, (0, 0, None, 0, None))
@@ -489,7 +496,7 @@ class BotStore:
         ]
         next_seq = self._meta("next_seq") or 0
         try:
-            return DispatchQueue.rebuild(
+            queue = DispatchQueue.rebuild(
                 states,
                 remembered,
                 next_seq,
@@ -500,6 +507,23 @@ class BotStore:
             )
         except QueueError as exc:
             raise StateError(f"the bot state {self.path} is inconsistent: {exc}") from None
+        if moved:
+            self._store_moves(queue, moved)
+        return queue
+
+    def _store_moves(self, queue: DispatchQueue, moved: dict[str, _Move]) -> None:
+        """Write the rerouted rows: each under its channel now, pending (see :func:`_reroute`),
+        and every channel they left or joined synchronised."""
+        with self.transaction():
+            for event_id, move in moved.items():
+                self._exec(
+                    "UPDATE queued SET channel = ?, cancelled_ord = NULL WHERE id = ?",
+                    (move.to, event_id),
+                )
+            for channel in sorted(
+                {m.filed for m in moved.values()} | {m.to for m in moved.values()}
+            ):
+                self._sync(queue, channel)
 
     # -- an earlier version's files -----------------------------------------------------------
 
@@ -589,6 +613,43 @@ def _stored_json(event: Event) -> str:
 
 def _first(pair: tuple[int, StoredEvent]) -> int:
     return pair[0]
+
+
+def _seq(stored: StoredEvent) -> int:
+    return stored.seq
+
+
+class _Move(NamedTuple):
+    """A queued row filed under another channel than its event's queue channel now."""
+
+    filed: str
+    to: str
+    pending: bool
+
+
+def _reroute(
+    moves: Iterable[_Move],
+    meta: dict[str, tuple[int, int, str | None, int, float | None]],
+    pending: dict[str, list[StoredEvent]],
+    cancelled: dict[str, list[tuple[int, StoredEvent]]],
+) -> None:
+    """Rows move to the channel their event belongs in now (an earlier version queued private
+    messages in the author's ``dm-`` channel, with the public notes), where they are pending,
+    in push order.  A channel a pending event left may have lost part of its retry set: the
+    set, its attempts and backoff are dropped (the events run again); one left without stored
+    cancelled events loses its cancel reason; one left empty, its row."""
+    moves = list(moves)
+    for name in {m.to for m in moves}:
+        pending[name].sort(key=_seq)
+    for name in {m.filed for m in moves} & meta.keys():
+        size, count, reason, cancelled_count, until = meta[name]
+        if any(m.pending and m.filed == name for m in moves):
+            size, count, until = 0, 0, None
+        if name not in cancelled:
+            reason, cancelled_count = None, 0
+        meta[name] = (size, count, reason, cancelled_count, until)
+        if name not in pending and name not in cancelled:
+            del meta[name]
 
 
 def _reason(value: object) -> CancelReason | None:

@@ -48,8 +48,10 @@ from nostr_buzz.io.agent_group import (
     write_record,
 )
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind, DiagnosticsFeed
+from nostr_buzz.nips import nip10
 
 from .config import PluginConfig
+from .privacy import AGENT_TEXT_KINDS, private_driver_payload
 
 __all__ = [
     "AGENT_LOG",
@@ -156,8 +158,22 @@ class AgentSupervisor:
         self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
     ) -> None:
         ids = self.locate(session_id) if session_id is not None else None
+        if kind in AGENT_TEXT_KINDS and not self.is_public_session(session_id):
+            # A private conversation's session, or one the bot never opened.
+            payload = private_driver_payload(kind, payload)
+            if not self.is_known_session(session_id):
+                session_id = None  # the agent's own words, not an id of ours
         payload = {**payload, "adapterSessionId": session_id}
         self._diagnostics.emit(kind, payload=payload, **(ids or {}))
+
+    def is_known_session(self, session_id: str | None) -> bool:
+        return any(s.start.session_id == session_id for s in self.sessions.values())
+
+    def is_public_session(self, session_id: str | None) -> bool:
+        """Whether an adapter session is one of a public channel's only (no private
+        conversation's session has that id): its records may carry the agent's text."""
+        channels = [c for c, s in self.sessions.items() if s.start.session_id == session_id]
+        return bool(channels) and not any(nip10.is_private_channel(c) for c in channels)
 
     def _permission(self, request: PermissionRequest) -> bool | PermissionDecision:
         if self.config.permissions == "reject":
@@ -218,7 +234,8 @@ class AgentSupervisor:
         self, queue_channel: str, channel_id: str | None = None
     ) -> ChannelSession:
         """The queue channel's live session, opened when it has none, with the standing context
-        of channel ``channel_id`` frozen for it (None: a private conversation)."""
+        of channel ``channel_id`` frozen for it (None: no channel — a private conversation or
+        an author's direct channel, which get the configured files only)."""
         if not self.driver.alive:
             await self.ensure_agent()
         session = self.sessions.get(queue_channel)

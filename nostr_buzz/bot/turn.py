@@ -19,7 +19,7 @@ words entered the session before is the owner; ``allow`` approves for any live t
 
 Every turn that reached the agent gets a metric, cancelled and failed ones included; a turn
 the agent reported no usage for has every counter unknown.  A failed turn emits
-``turn_failed`` with the agent's error.
+``turn_failed`` with the agent's error (a private conversation's: its class, :mod:`.privacy`).
 
 Settling: success completes the batch (its ids count as delivered); a cancel for ``interrupt``
 or ``steer`` stores the batch as cancelled events for the channel's next turn; the owner's
@@ -55,10 +55,11 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload
 
 from .config import PluginConfig
-from .context import ContextResolver
+from .context import ContextResolver, direct_channel_type
 from .delivery import Delivery
 from .intake import in_flight_action
 from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
+from .privacy import result_error_class
 from .state import BotStore
 from .supervisor import AgentSupervisor, ChannelSession, secret_values
 
@@ -126,11 +127,12 @@ class Turn:
 
     @classmethod
     def of(cls, batch: Batch) -> Turn:
-        channel = nip10.channel(batch.events[-1].event)
+        newest = batch.events[-1].event
+        channel = nip10.channel(newest)
         return cls(
             batch=batch,
             channel_id=channel or batch.channel,
-            channel_type="stream" if channel is not None else "dm",
+            channel_type="stream" if channel is not None else direct_channel_type(newest),
             turn_id=uuid.uuid4().hex,
         )
 
@@ -273,8 +275,11 @@ class TurnRunner:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # resolution, session or compile trouble: retry the batch
-            log.warning("turn in %s failed: %s", batch.channel, exc)
-            self._report_failure(turn, f"{type(exc).__name__}: {exc}", None)
+            private = nip10.is_private_channel(batch.channel)  # its class only: no text
+            log.warning(
+                "turn in %s failed: %s", batch.channel, type(exc).__name__ if private else exc
+            )
+            self._report_failure(turn, f"{type(exc).__name__}: {exc}", None, type(exc).__name__)
             self._commit(turn, lambda: self._fail(turn))
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
@@ -308,9 +313,15 @@ class TurnRunner:
             self.store.sync_channel(self.queue, turn.batch.channel)
         self.delivery.send([*stored, *metrics])
 
-    def _report_failure(self, turn: Turn, error: str, result: TurnResult | None) -> None:
-        """``turn_failed`` with the error, secrets removed (a failure is never silent)."""
+    def _report_failure(
+        self, turn: Turn, error: str, result: TurnResult | None, error_class: str | None = None
+    ) -> None:
+        """``turn_failed`` with the error, secrets removed (a failure is never silent); for a
+        private conversation only the error's class (:mod:`.privacy`)."""
         payload: dict[str, Any] = {"error": redact(error, self._secrets)}
+        if nip10.is_private_channel(turn.batch.channel):
+            evidence = result.terminal_evidence if result is not None else "error"
+            payload["error"] = error_class or result_error_class(error, evidence)
         if result is not None:
             payload["terminalEvidence"] = result.terminal_evidence
         self.diagnostics.emit("turn_failed", **turn.ids.as_kwargs(), payload=payload)
@@ -318,7 +329,7 @@ class TurnRunner:
     async def _prepare(self, turn: Turn) -> tuple[CompiledTurn, list[str]] | None:
         """Session, context, compile; the compiled turn, or None when cancelled meanwhile."""
         batch = turn.batch
-        channel_id = turn.channel_id if turn.channel_type == "stream" else None
+        channel_id = nip10.channel(batch.events[-1].event)  # None: no channel's standing
         session = await self.supervisor.session_for(batch.channel, channel_id)
         turn.session = session
         turn_input, history_ids = await self.resolver.resolve(batch, session)

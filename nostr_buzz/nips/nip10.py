@@ -13,11 +13,13 @@ from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from nostr_buzz.event import Event
+from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip22 import COMMENT_KIND
 
 __all__ = [
     "COMMENT_KIND",
     "DIRECT_CHANNEL_PREFIX",
+    "PRIVATE_CHANNEL_PREFIX",
     "TEXT_NOTE_KIND",
     "ThreadHistory",
     "ThreadRef",
@@ -25,8 +27,10 @@ __all__ = [
     "chronological",
     "destination",
     "direct_channel",
+    "is_private_channel",
     "is_valid_channel_id",
     "mentions",
+    "private_channel",
     "queue_channel",
     "reply_tags",
     "thread_history",
@@ -36,11 +40,26 @@ __all__ = [
 TEXT_NOTE_KIND: Final = 1
 #: Reserved for the direct channels the queue assigns (docs/queue.md); never taken from an h tag.
 DIRECT_CHANNEL_PREFIX: Final = "dm-"
+#: The private conversations' channels, inside the reserved prefix (never an h tag's value,
+#: never a public direct channel: ``dm-`` and a hex key never continues with ``private-``).
+PRIVATE_CHANNEL_PREFIX: Final = DIRECT_CHANNEL_PREFIX + "private-"
 
 
 def direct_channel(pubkey: str) -> str:
-    """The channel name of the direct conversation with ``pubkey`` (``dm-`` and the hex key)."""
+    """The channel name of the public direct conversation with ``pubkey`` (``dm-`` and the hex
+    key): its notes and plaintext messages without a channel."""
     return DIRECT_CHANNEL_PREFIX + pubkey
+
+
+def private_channel(pubkey: str) -> str:
+    """The channel name of the NIP-17 private conversation with ``pubkey``
+    (``dm-private-`` and the hex key)."""
+    return PRIVATE_CHANNEL_PREFIX + pubkey
+
+
+def is_private_channel(name: str) -> bool:
+    """Whether a queue channel is a private conversation's (what it holds is private)."""
+    return name.startswith(PRIVATE_CHANNEL_PREFIX)
 
 
 _EVENT_ID: Final = re.compile(r"[0-9a-f]{64}")
@@ -142,8 +161,11 @@ def is_valid_channel_id(s: object) -> bool:
 def channel(event: Event) -> str | None:
     """The value of the first ``h`` tag with a value, if it is a valid non-``dm-`` channel id.
 
-    Later ``h`` tags are never consulted, so a bad first one means "no channel".
+    Later ``h`` tags are never consulted, so a bad first one means "no channel".  A private
+    message (kind 14) is in no channel, whatever its tags: it is never answered in public.
     """
+    if event.kind == PRIVATE_MESSAGE_KIND:
+        return None
     for tag in event.tags:
         if len(tag) >= 2 and tag[0] == "h":
             value = tag[1]
@@ -154,8 +176,12 @@ def channel(event: Event) -> str | None:
 
 
 def queue_channel(event: Event) -> str:
-    """The channel an event is queued (and answered) in: its ``h`` tag, else the author's
-    direct channel ``dm-{pubkey}``."""
+    """The channel an event is queued (and answered) in: a private message's is the author's
+    private channel ``dm-private-{pubkey}``; else its ``h`` tag, else the author's direct
+    channel ``dm-{pubkey}``.  A private conversation never shares a queue channel (or an agent
+    session) with anything public."""
+    if event.kind == PRIVATE_MESSAGE_KIND:
+        return private_channel(event.pubkey)
     return channel(event) or direct_channel(event.pubkey)
 
 

@@ -1,17 +1,23 @@
-"""Helpers for tests that run ``buzz`` as real processes: a ``buzz relay`` subprocess and a
-runner that starts ``buzz`` with a clean environment (no BUZZ_* from the machine)."""
+"""Helpers for tests that run ``buzz`` as real processes: a ``buzz relay`` subprocess, a
+runner that starts ``buzz`` with a clean environment (no BUZZ_* from the machine), and a
+``buzz run`` bot whose stderr is read line by line."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
+
+from nostr_buzz.keys import SecretKey
 
 START_TIMEOUT = 30.0
 BUZZ = [sys.executable, "-m", "nostr_buzz"]
@@ -78,3 +84,53 @@ def relay_process() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+class Lines:
+    """stderr of a process, line by line, each wait bounded."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.seen: list[str] = []
+
+    def until(self, fragment: str, timeout: float = START_TIMEOUT) -> str:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.stream], [], [], left)
+            if not ready:
+                break
+            line = self.stream.readline().decode()
+            if not line:
+                break  # the process ended
+            self.seen.append(line)
+            if fragment in line:
+                return line
+        raise AssertionError(f"no line with {fragment!r} in {self.seen}")
+
+
+def run_bot(
+    relay: str,
+    agent_command: str,
+    state_dir: Path,
+    *,
+    agent: SecretKey,
+    owner: SecretKey,
+    cwd: Path,
+) -> subprocess.Popen[bytes]:
+    """``buzz run`` with ``agent``'s key for ``owner`` on ``relay`` (stdout and stderr piped,
+    unbuffered); the caller ends it."""
+    return subprocess.Popen(
+        [*BUZZ, "run", "--agent", agent_command, "--state-dir", str(state_dir)],
+        bufsize=0,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=clean_env(
+            {
+                "BUZZ_RELAYS": relay,
+                "BUZZ_PRIVATE_KEY": agent.hex,
+                "BUZZ_OWNER": owner.public_key.bech32,
+            }
+        ),
+        cwd=cwd,
+    )

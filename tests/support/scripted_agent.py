@@ -37,12 +37,12 @@ def update(sid, upd):
 STATE = {"turn": 0, "prompt": None, "wake": None, "steered": False, "cancelled": False}
 ASKED = {}  # our request id -> the future of the client's answer
 
-async def ask_permission(sid, title):
+async def ask_permission(sid, title, kind="execute"):
     rid = "perm-%d" % STATE["turn"]
     answered = ASKED[rid] = asyncio.get_running_loop().create_future()
     options = [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
                {"optionId": "no", "name": "Reject", "kind": "reject_once"}]
-    tool = {"toolCallId": "call-%d" % STATE["turn"], "title": title, "kind": "execute"}
+    tool = {"toolCallId": "call-%d" % STATE["turn"], "title": title, "kind": kind}
     send({"jsonrpc": "2.0", "id": rid, "method": "session/request_permission",
           "params": {"sessionId": sid, "toolCall": tool, "options": options}})
     answer = (await answered).get("result", {}).get("outcome", {})
@@ -65,6 +65,16 @@ async def run_prompt(msg):
     for upd in script.get("updates", []):
         update(sid, upd)
     then = script.get("then", "answer")
+    if then == "echo":
+        # hostile: repeat the instruction in a tool call's title and kind (a permission
+        # request, answered before going on), then in the error that fails the prompt
+        text = "\n".join(b.get("text", "") for b in msg["params"]["prompt"])
+        said = [l[9:] for l in text.split("\n") if l.startswith("Content: ")]
+        echo = said[-1] if said else text[:200]
+        await ask_permission(sid, "run " + echo, echo)
+        error = {"code": -32603, "message": "Internal error", "data": {"message": "no: " + echo}}
+        send({"jsonrpc": "2.0", "id": msg["id"], "error": error})
+        return
     if then == "exit":
         os._exit(3)
     if then == "silent":
@@ -112,7 +122,9 @@ async def handle(msg):
             result["_meta"] = CFG["meta"]
         send({"jsonrpc": "2.0", "id": mid, "result": result})
     elif method == "session/new":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": "sess-1"}})
+        STATE["sessions"] = STATE.get("sessions", 0) + 1
+        sid = f"sess-{STATE['sessions']}" if CFG.get("numbered_sessions") else "sess-1"
+        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": sid}})
     elif method == "session/prompt":
         asyncio.ensure_future(run_prompt(msg))
     elif method == "session/cancel":

@@ -84,7 +84,7 @@ async def test_a_private_message_from_nostr_sdk_is_answered_privately_no_plainte
     asked = nip59.open_gift_wrap(world.agent, wrap).rumor
     [started] = rec.of("turn_started")
     assert started.payload["triggeringEventIds"] == [asked.id]
-    assert started.channel_id == f"dm-{owner}"
+    assert started.channel_id == f"dm-private-{owner}"
     assert replied.payload["private"] is True and replied.payload["inReplyTo"] == asked.id
 
     # The owner's client (nostr-sdk) finds a kind 14 from the agent with p and e.
@@ -122,7 +122,7 @@ async def test_a_private_message_from_nostr_sdk_is_answered_privately_no_plainte
     [metric_event] = [e for e in stored if e.kind == METRIC_KIND]
     metric = open_metric_event(world.owner, metric_event)
     assert metric.triggering_event_ids == (asked.id,)
-    assert metric.channel_id == f"dm-{owner}"
+    assert metric.channel_id == f"dm-private-{owner}"
     # The diagnostics never hold the text (nor does the state database).
     feed = (world.tmp / "state" / "diagnostics.jsonl").read_text(encoding="utf-8")
     assert "launch code" not in feed

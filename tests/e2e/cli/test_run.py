@@ -5,41 +5,15 @@ mentions (the default): a message that mentions it gets an answer, ``!shutdown``
 from __future__ import annotations
 
 import re
-import select
-import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import IO
 
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
-from tests.support.buzz_process import BUZZ, buzz, clean_env, relay_process
+from tests.support.buzz_process import Lines, buzz, relay_process, run_bot
 from tests.support.keys import AGENT, OWNER
 
 WAIT = 30.0
-
-
-class Lines:
-    """stderr of a process, line by line, each wait bounded."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream = stream
-        self.seen: list[str] = []
-
-    def until(self, fragment: str, timeout: float = WAIT) -> str:
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select([self.stream], [], [], left)
-            if not ready:
-                break
-            line = self.stream.readline().decode()
-            if not line:
-                break  # the process ended
-            self.seen.append(line)
-            if fragment in line:
-                return line
-        raise AssertionError(f"no line with {fragment!r} in {self.seen}")
 
 
 def test_a_bot_that_requires_mentions_answers_send_mention_and_stops_on_shutdown(
@@ -48,21 +22,7 @@ def test_a_bot_that_requires_mentions_answers_send_mention_and_stops_on_shutdown
     with relay_process() as relay:
         owner_env = {"BUZZ_RELAYS": relay, "BUZZ_PRIVATE_KEY": OWNER.bech32}
         agent_cmd = f"{sys.executable} -m nostr_buzz.demo.agent --delay 0"
-        bot = subprocess.Popen(
-            [*BUZZ, "run", "--agent", agent_cmd, "--state-dir", str(tmp_path / "state")],
-            bufsize=0,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            env=clean_env(
-                {
-                    "BUZZ_RELAYS": relay,
-                    "BUZZ_PRIVATE_KEY": AGENT.hex,
-                    "BUZZ_OWNER": OWNER.public_key.bech32,
-                }
-            ),
-            cwd=tmp_path,
-        )
+        bot = run_bot(relay, agent_cmd, tmp_path / "state", agent=AGENT, owner=OWNER, cwd=tmp_path)
         try:
             assert bot.stderr is not None
             stderr = Lines(bot.stderr)
