@@ -27,19 +27,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.permission import PermissionDecision, decide
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
-from nostr_buzz.io.acp_driver import (
-    AgentDriver,
-    PermissionPolicy,
-    PermissionRequest,
-    SessionStart,
-    TurnResult,
-    reject_always,
-    standing_text,
-)
+from nostr_buzz.io.acp_driver import standing_text
+from nostr_buzz.io.agent_driver import AgentDriver, PermissionPolicy, reject_always
 from nostr_buzz.io.agent_group import (
     GroupRecord,
     clear_record,

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from nostr_buzz.acp.types import PermissionRequest, TurnResult
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Manifest
@@ -48,7 +49,7 @@ from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event
-from nostr_buzz.io.acp_driver import PermissionRequest, TurnResult, standing_text
+from nostr_buzz.io.acp_driver import standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent

@@ -19,7 +19,9 @@ from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.errors import AgentError
 from nostr_buzz.event import Event
-from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, TurnResult, standing_text
+from nostr_buzz.acp.types import SessionStart, TurnResult
+from nostr_buzz.io.acp_driver import standing_text
+from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.keys import SecretKey
 from tests.support.events import chat
@@ -138,7 +140,7 @@ async def test_legacy_agent_gets_the_standing_sections_in_its_first_turn(tmp_pat
 
 async def test_goose_strategy_steer_and_cumulative_counters(tmp_path: Path) -> None:
     async with _driver(tmp_path, "--goose", "--delay", "20") as driver:
-        assert driver.info.is_goose
+        assert driver.profile.name == "goose"
         session = await _session(driver, tmp_path)
         assert session.strategy == "goose"
         seen, on_update = _started()
