@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from nostr_buzz.core.usage import UsageRecord
+from nostr_buzz.core.usage import UsageRecord, UsageTracker
 
 from .facts import (
     AgentFact,
@@ -71,6 +71,7 @@ __all__ = [
     "StateError",
     "Timeouts",
     "TurnRecord",
+    "count_usage",
 ]
 
 HOLLOW_ERROR = (
@@ -231,6 +232,33 @@ def hollow(record: TurnRecord, usage: UsageRecord | None) -> bool:
         return True
     spent = (counts.input_tokens, counts.output_tokens, counts.total_tokens)
     return not any(spent) and not counts.cost_usd
+
+
+def count_usage(
+    tracker: UsageTracker, key: str, fact: Cost | CumulativeUsage | PromptUsage
+) -> None:
+    """Give one usage fact to the tracker (``key``: the session's)."""
+    if isinstance(fact, Cost):
+        tracker.observe_cost(key, fact.usd)
+    elif isinstance(fact, CumulativeUsage):
+        tracker.observe_cumulative(
+            key,
+            input_tokens=fact.input_tokens,
+            output_tokens=fact.output_tokens,
+            cache_read_tokens=fact.cache_read_tokens,
+            cache_write_tokens=fact.cache_write_tokens,
+            total_tokens=fact.total_tokens,
+            cost_usd=fact.cost_usd,
+        )
+    else:
+        tracker.observe_turn(
+            key,
+            input_tokens=fact.input_tokens,
+            output_tokens=fact.output_tokens,
+            total_tokens=fact.total_tokens,
+            cached_read_tokens=fact.cached_read_tokens,
+            cached_write_tokens=fact.cached_write_tokens,
+        )
 
 
 OwnPhase = Literal["pending", "active", "running"]

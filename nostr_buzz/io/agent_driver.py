@@ -46,14 +46,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import IO, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from acp.connection import Connection
 from acp.exceptions import RequestError
@@ -61,22 +58,17 @@ from pydantic import ValidationError
 
 from nostr_buzz.acp import wire
 from nostr_buzz.acp.facts import (
-    AgentFact,
     AgentGone,
     CancelAsked,
-    Cost,
-    CumulativeUsage,
-    Fact,
     PromptFailed,
     PromptSent,
     SteerAnswered,
     SteerSent,
     Tick,
 )
+from nostr_buzz.acp.permission import PermissionPolicy
 from nostr_buzz.acp.profiles import (
-    GENERIC,
     GOOSE_SYSTEM_PROMPT,
-    GOOSE_UPDATE,
     SESSION_STEERING,
     AdapterProfile,
     choose_strategy,
@@ -84,13 +76,10 @@ from nostr_buzz.acp.profiles import (
 )
 from nostr_buzz.acp.state import (
     Action,
-    Count,
     Phase,
-    Progress,
     Retire,
     SendCancel,
     Session,
-    SplitUsage,
     Timeouts,
 )
 from nostr_buzz.acp.types import (
@@ -101,21 +90,12 @@ from nostr_buzz.acp.types import (
     SteerOutcome,
     TurnResult,
 )
-from nostr_buzz.core.permission import PermissionDecision
-from nostr_buzz.core.usage import UsageRecord, UsageTracker
-from nostr_buzz.errors import AgentError, BuzzError
+from nostr_buzz.core.usage import UsageTracker
+from nostr_buzz.errors import AgentError
 from nostr_buzz.io.acp_driver import workspace_section
-from nostr_buzz.io.agent_group import (
-    TOKEN_ENV,
-    GroupRecord,
-    kill_group,
-    new_token,
-    spawn_group,
-    wait_group_gone,
-)
-from nostr_buzz.io.diagnostics import AgentDiagnosticKind
-from nostr_buzz.io.filemodes import open_private
-from nostr_buzz.io.run_as import launcher_argv
+from nostr_buzz.io.agent_group import GroupRecord
+from nostr_buzz.io.agent_process import AgentProcess
+from nostr_buzz.io.agent_sessions import DiagnosticCallback, SessionHub
 
 __all__ = [
     "AgentDriver",
@@ -125,11 +105,6 @@ __all__ = [
     "reject_always",
 ]
 
-#: ``on_diagnostic(kind, session_id, payload)``: driver-level observer records (no prompt text).
-DiagnosticCallback = Callable[[AgentDiagnosticKind, str | None, dict[str, Any]], None]
-#: ``policy(request) -> approve?`` (a decision also says why, for the diagnostic); called only
-#: while a turn of the session runs.
-PermissionPolicy = Callable[[PermissionRequest], bool | PermissionDecision]
 #: How long ``session/close`` of a retired session may take before it is given up.
 CLOSE_SESSION_TIMEOUT: Final = 5.0
 _WIRE_ERRORS: Final = (RequestError, ConnectionError, OSError, TimeoutError, ValidationError)
@@ -190,17 +165,22 @@ class AgentDriver:
         user: str | None = None,
         on_spawn: Callable[[GroupRecord], None] | None = None,
     ) -> None:
+        self.agent = AgentProcess(
+            command,
+            args,
+            env_names=env_names,
+            env=env,
+            cwd=cwd,
+            log_path=log_path,
+            user=user,
+            shutdown_timeout=shutdown_timeout,
+            on_spawn=on_spawn,
+        )
         self.command = command
-        self.user = user
-        self.args = tuple(args)
-        self._env_names = tuple(env_names)
-        self._env = dict(env or {})
         self._cwd = cwd
-        self._log_path = Path(log_path) if log_path is not None else None
         self.timeouts = Timeouts(idle_timeout, hard_timeout, cancel_grace)
         self.request_timeout = request_timeout
-        self._shutdown_timeout = shutdown_timeout
-        self.permission_policy: PermissionPolicy = (
+        policy: PermissionPolicy = (
             allow_during_turn
             if permission == "allow"
             else reject_always
@@ -208,36 +188,13 @@ class AgentDriver:
             else permission
         )
         self.usage = usage if usage is not None else UsageTracker()
-        self._on_diagnostic = on_diagnostic
+        self.hub = SessionHub(
+            self.usage, self.timeouts, policy, on_diagnostic, lambda: self.agent.generation
+        )
         self._clock = clock
-        self._on_spawn = on_spawn
-        self._stack: AsyncExitStack | None = None
-        self._conn: Connection | None = None
-        self._process: asyncio.subprocess.Process | None = None
-        self._log: IO[bytes] | None = None
         self._info: AgentInfo | None = None
-        self.profile: AdapterProfile = GENERIC
-        self._sessions: dict[str, Session] = {}
-        self._wakes: dict[str, asyncio.Event] = {}
-        self._prompts: dict[str, asyncio.Future[Any]] = {}
-        self._on_update: dict[str, Callable[[str], None]] = {}
-        self._split: dict[str, UsageRecord | None] = {}  # a prompt's usage its own turn ended
         self._own_started: dict[str, datetime] = {}
         self._legacy_first: dict[str, str] = {}  # legacy sessions: <workspace> for turn 1
-        self._lost = False  # the connection ended (agent exit) before close()
-        self._generation = 0  # one per agent process: see _usage_key
-
-    @property
-    def idle_timeout(self) -> float:
-        return self.timeouts.idle
-
-    @property
-    def hard_timeout(self) -> float:
-        return self.timeouts.hard
-
-    @property
-    def cancel_grace(self) -> float:
-        return self.timeouts.cancel_grace
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -250,80 +207,45 @@ class AgentDriver:
     @property
     def alive(self) -> bool:
         """Started, and the subprocess has not exited."""
-        process = self._process
-        return process is not None and process.returncode is None and not self._lost
+        return self.agent.alive
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        process = self.agent.process
+        return process.pid if process is not None else None
 
-    def _child_env(self) -> dict[str, str]:
-        env = {name: os.environ[name] for name in self._env_names if name in os.environ}
-        env.update(self._env)
-        env.pop("BUZZ_PRIVATE_KEY", None)  # the bot's key is never the agent's
-        return env
+    @property
+    def _conn(self) -> Connection | None:
+        return self.agent.conn
 
-    def _argv(self) -> list[str]:
-        """The spawn's argv; with ``user``, the launcher's: it enters ``cwd`` itself once it has
-        dropped to that user, so the spawn happens in ``/`` (see :mod:`nostr_buzz.io.run_as`)."""
-        if self.user is None:
-            return [self.command, *self.args]
-        cwd = str(self._cwd) if self._cwd is not None else None
-        program, launcher_args = launcher_argv(self.user, self.command, self.args, cwd)
-        return [program, *launcher_args]
+    @property
+    def profile(self) -> AdapterProfile:
+        """What this agent's adapter does differently (:mod:`nostr_buzz.acp.profiles`)."""
+        return self.hub.profile
 
-    async def _spawn(self) -> None:
-        program, *arguments = self._argv()  # first: a refused launcher spawns nothing
-        stack = AsyncExitStack()
-        stderr: int = subprocess.DEVNULL
-        if self._log_path is not None:
-            self._log = stack.enter_context(open_private(self._log_path))  # 0600, no symlink
-            stderr = self._log.fileno()
-        token = new_token()
-        try:
-            conn, process = await stack.enter_async_context(
-                spawn_group(
-                    self._handle,
-                    program,
-                    arguments,
-                    env={**self._child_env(), TOKEN_ENV: token},
-                    cwd=self._cwd if self.user is None else "/",
-                    stderr=stderr,
-                    shutdown_timeout=self._shutdown_timeout,
-                )
-            )
-        except OSError as exc:
-            await stack.aclose()
-            self._log = None
-            raise AgentError(
-                f"cannot start the agent {self.command!r}: {exc.strerror or exc}; "
-                "check the agent command and working directory"
-            ) from None
-        self._stack, self._conn, self._process = stack, conn, process
-        self._generation += 1
-        if self._on_spawn is not None:
-            try:
-                self._on_spawn(GroupRecord(pgid=process.pid, token=token))
-            except BuzzError as exc:
-                await self.close()
-                raise AgentError(f"the agent was stopped: {exc}") from None
+    @profile.setter
+    def profile(self, profile: AdapterProfile) -> None:
+        self.hub.profile = profile
+
+    @property
+    def permission_policy(self) -> PermissionPolicy:
+        return self.hub.policy
 
     async def start(self) -> AgentInfo:
         """Spawn the agent and ``initialize`` it; raises :class:`AgentError` on failure."""
-        if self._stack is not None:
+        if self.agent.started:
             raise AgentError("the agent is already started: close() or restart() it first")
-        await self._spawn()
-        assert self._process is not None
+        await self.agent.spawn(self.hub.handle)
         try:
             raw = await self._request("initialize", wire.initialize_params(_client_version()))
-            info = wire.agent_info(raw, self._process.pid)
+            info = wire.agent_info(raw, self.pid or 0)
         except _WIRE_ERRORS as exc:
             await self.close()
             raise AgentError(
                 f"the agent {self.command!r} failed to initialize: {wire.describe(exc)}"
             ) from None
         self._info, self.profile = info, profile_for(info.name)
-        self._diagnostic(
+        self.hub.diagnostic(
             "agent_started",
             None,
             {
@@ -340,21 +262,12 @@ class AgentDriver:
 
         Turns still running end as ``agent_exit``.  Safe to call more than once.
         """
-        stack, self._stack = self._stack, None
-        self._conn = None
-        process, self._process = self._process, None
         self._info = None
-        for session_id, session in self._sessions.items():
-            self._feed(session_id, session, AgentGone("the agent was closed"))
-        self._sessions.clear()
+        self.hub.lost("the agent was closed")
         self._legacy_first.clear()
-        if stack is not None:
-            with contextlib.suppress(Exception):
-                await stack.aclose()
-        self._log = None
-        lost, self._lost = self._lost, False
-        if process is not None and not lost:
-            self._diagnostic("agent_exited", None, {"returncode": process.returncode})
+        report, returncode = await self.agent.close()
+        if report:
+            self.hub.diagnostic("agent_exited", None, {"returncode": returncode})
 
     async def restart(self) -> AgentInfo:
         """close() then start(): after a crash, sessions must be created anew."""
@@ -370,15 +283,9 @@ class AgentDriver:
 
     async def _reap(self) -> None:
         """The connection is gone: wait (bounded) for the exit status, then report it."""
-        process = self._process
-        if process is None or self._lost:
-            return
-        self._lost = True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), self._shutdown_timeout)
-        kill_group(process.pid)  # what the dead agent left behind in its group
-        await wait_group_gone(process.pid, self._shutdown_timeout)
-        self._diagnostic("agent_exited", None, {"returncode": process.returncode})
+        report, returncode = await self.agent.reap()
+        if report:
+            self.hub.diagnostic("agent_exited", None, {"returncode": returncode})
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -407,27 +314,20 @@ class AgentDriver:
         workspace = workspace_section(self._cwd)
         if strategy == "legacy" and workspace is not None:
             self._legacy_first[session_id] = workspace
-        self._session(session_id)
-        self.usage.session_started(self._usage_key(session_id))  # ours: zero baseline
-        self._diagnostic("session_started", session_id, {"standingStrategy": strategy})
+        self.hub.session(session_id)
+        self.usage.session_started(self.hub.key(session_id))  # ours: zero baseline
+        self.hub.diagnostic("session_started", session_id, {"standingStrategy": strategy})
         return SessionStart(session_id=session_id, strategy=strategy)
-
-    def _session(self, session_id: str) -> Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            session = self._sessions[session_id] = Session(self.profile, self.timeouts)
-            self._wakes[session_id] = asyncio.Event()
-        return session
 
     def usable(self, session_id: str) -> bool:
         """False for a session retired after a cancel (see the module docstring): the
         caller must open a fresh session (with the standing context) for its next turn."""
-        session = self._sessions.get(session_id)
+        session = self.hub.sessions.get(session_id)
         return session is None or session.usable
 
     async def _retire(self, session_id: str) -> None:
         """Never prompt this session again; ``session/close`` it when the agent can."""
-        self._diagnostic("session_retired", session_id, {})
+        self.hub.diagnostic("session_retired", session_id, {})
         info = self._info
         if info is not None and info.session_close and self.alive:
             with contextlib.suppress(RequestError, ConnectionError, OSError, TimeoutError):
@@ -436,39 +336,7 @@ class AgentDriver:
                     CLOSE_SESSION_TIMEOUT,
                 )
 
-    def _usage_key(self, session_id: str) -> str:
-        """The usage tracker's key of a session of the current agent process.
-
-        Agents may reuse session ids across processes (the demo agent numbers them from 1): a
-        restarted agent's session must start from a zero baseline and ``turn_seq`` 1, never
-        continue the dead process's counters.
-        """
-        return f"{self._generation}:{session_id}"
-
-    # -- feeding the state machine --------------------------------------------------------
-
-    def _feed(self, session_id: str, session: Session, fact: Fact) -> list[Action]:
-        """Give ``fact`` to the session, do what can be done at once, return the rest."""
-        now = asyncio.get_running_loop().time()
-        later: list[Action] = []
-        for action in session.receive(fact, now):
-            if isinstance(action, Count):
-                self._count(session_id, action.fact)
-            elif isinstance(action, Progress):
-                callback = self._on_update.get(session_id)
-                if callback is not None:
-                    callback(action.kind)
-            elif isinstance(action, SplitUsage):
-                key = self._usage_key(session_id)
-                if action.close_prompt:
-                    self._split[session_id] = self.usage.end_turn(key)
-                self.usage.begin_turn(key)
-            else:
-                later.append(action)
-        wake = self._wakes.get(session_id)
-        if wake is not None:
-            wake.set()
-        return later
+    # -- what the state machine asks for --------------------------------------------------
 
     async def _perform(self, session_id: str, actions: Sequence[Action]) -> None:
         for action in actions:
@@ -476,30 +344,6 @@ class AgentDriver:
                 await self._notify("session/cancel", {"sessionId": session_id})
             elif isinstance(action, Retire):
                 await self._retire(session_id)
-
-    def _count(self, session_id: str, fact: Any) -> None:
-        key = self._usage_key(session_id)
-        if isinstance(fact, Cost):
-            self.usage.observe_cost(key, fact.usd)
-        elif isinstance(fact, CumulativeUsage):
-            self.usage.observe_cumulative(
-                key,
-                input_tokens=fact.input_tokens,
-                output_tokens=fact.output_tokens,
-                cache_read_tokens=fact.cache_read_tokens,
-                cache_write_tokens=fact.cache_write_tokens,
-                total_tokens=fact.total_tokens,
-                cost_usd=fact.cost_usd,
-            )
-        else:
-            self.usage.observe_turn(
-                key,
-                input_tokens=fact.input_tokens,
-                output_tokens=fact.output_tokens,
-                total_tokens=fact.total_tokens,
-                cached_read_tokens=fact.cached_read_tokens,
-                cached_write_tokens=fact.cached_write_tokens,
-            )
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -520,7 +364,7 @@ class AgentDriver:
         conn = self._conn
         if conn is None:
             raise AgentError("the agent is not started: call start() first")
-        session = self._session(session_id)
+        session = self.hub.session(session_id)
         if session.phase == Phase.RETIRED:
             raise AgentError(
                 f"session {session_id!r} was retired after a cancelled or failed turn: "
@@ -529,17 +373,17 @@ class AgentDriver:
         if session.phase != Phase.IDLE or session.own_phase == "running":
             raise AgentError(f"a prompt is already running in session {session_id!r}")
         started_at = self._clock()
-        self._feed(session_id, session, PromptSent())
+        self.hub.feed(session_id, session, PromptSent())
         record = session.turn
         assert record is not None
-        key = self._usage_key(session_id)
+        key = self.hub.key(session_id)
         self.usage.begin_turn(key)
         workspace = self._legacy_first.pop(session_id, None)
         params = wire.prompt_params(session_id, [*([workspace] if workspace else []), *sections])
         if on_update is not None:
-            self._on_update[session_id] = on_update
+            self.hub.on_update[session_id] = on_update
         prompt = asyncio.ensure_future(conn.send_request("session/prompt", params))
-        self._prompts[session_id] = prompt
+        self.hub.prompts[session_id] = prompt
         prompt.add_done_callback(lambda done: self._answered(session_id, session, done))
         try:
             await self._wait(session_id, session)
@@ -548,9 +392,9 @@ class AgentDriver:
                 prompt.cancel()
             with contextlib.suppress(BaseException):
                 await prompt
-            self._prompts.pop(session_id, None)
-            self._on_update.pop(session_id, None)
-        split = self._split.pop(session_id, ...)
+            self.hub.prompts.pop(session_id, None)
+            self.hub.on_update.pop(session_id, None)
+        split = self.hub.split.pop(session_id, ...)
         usage = self.usage.end_turn(key) if split is ... else split
         turn_seq = usage.turn_seq if usage is not None else self.usage.unknown_turn(key)
         ending, actions = session.settle(usage, asyncio.get_running_loop().time())
@@ -575,22 +419,22 @@ class AgentDriver:
         if exc is None:
             answered, usage = wire.prompt_response(prompt.result())
             if usage is not None:
-                self._feed(session_id, session, usage)
-            self._feed(session_id, session, answered)
+                self.hub.feed(session_id, session, usage)
+            self.hub.feed(session_id, session, answered)
         elif isinstance(exc, ConnectionError | OSError):
-            self._feed(session_id, session, AgentGone(wire.describe(exc)))
+            self.hub.feed(session_id, session, AgentGone(wire.describe(exc)))
         else:
-            self._feed(session_id, session, PromptFailed(wire.describe(exc)))
+            self.hub.feed(session_id, session, PromptFailed(wire.describe(exc)))
 
     async def _wait(self, session_id: str, session: Session) -> None:
         """Until the prompt has ended: its answer, a timeout, or the agent's exit."""
         loop = asyncio.get_running_loop()
-        wake = self._wakes[session_id]
+        wake = self.hub.wakes[session_id]
         while session.phase in (Phase.PROMPTING, Phase.CANCELLING):
             if self._conn is None:
-                self._feed(session_id, session, AgentGone("the agent was closed"))
+                self.hub.feed(session_id, session, AgentGone("the agent was closed"))
                 return
-            await self._perform(session_id, self._feed(session_id, session, Tick()))
+            await self._perform(session_id, self.hub.feed(session_id, session, Tick()))
             at = session.deadline()
             if at is None:
                 return
@@ -601,11 +445,11 @@ class AgentDriver:
     async def cancel(self, session_id: str) -> None:
         """``session/cancel``; the running turn then ends on the agent's answer (or after
         ``cancel_grace`` without one)."""
-        session = self._sessions.get(session_id)
+        session = self.hub.sessions.get(session_id)
         if session is None:
             await self._notify("session/cancel", {"sessionId": session_id})
             return
-        await self._perform(session_id, self._feed(session_id, session, CancelAsked()))
+        await self._perform(session_id, self.hub.feed(session_id, session, CancelAsked()))
 
     # -- steering -------------------------------------------------------------------------
 
@@ -613,7 +457,7 @@ class AgentDriver:
         """(method, run id) of the native steer transport, or None (docs/bot.md, "Steering")."""
         if self._info is None:
             return None
-        session = self._sessions.get(session_id)
+        session = self.hub.sessions.get(session_id)
         run_id = session.run_id if session is not None else None
         if self.profile.run_id_steer is not None and run_id is not None:
             return self.profile.run_id_steer, run_id
@@ -638,12 +482,12 @@ class AgentDriver:
         if route is None or not self.alive:
             return "failed"
         method, run_id = route
-        session = self._session(session_id)
+        session = self.hub.session(session_id)
         if session.steering and session.turn is not None:
             return "released"
         started = self._clock()
         # Sent before the answer: the agent may start writing a turn of its own at once.
-        self._feed(session_id, session, SteerSent())
+        self.hub.feed(session_id, session, SteerSent())
         self._own_started.setdefault(session_id, started)
         outcome: SteerOutcome
         try:
@@ -654,10 +498,10 @@ class AgentDriver:
             outcome = "failed"
         else:
             outcome = wire.steer_answer(raw, any_success=run_id is not None)
-        self._feed(session_id, session, SteerAnswered(outcome))
+        self.hub.feed(session_id, session, SteerAnswered(outcome))
         if session.own is None:
             self._own_started.pop(session_id, None)
-        self._diagnostic("steer_sent", session_id, {"method": method, "result": outcome})
+        self.hub.diagnostic("steer_sent", session_id, {"method": method, "result": outcome})
         return outcome
 
     async def follow_turn(
@@ -670,14 +514,14 @@ class AgentDriver:
         returned; None when no such turn was announced for the session.  Its ``stop_reason``
         is ``unknown`` and its ``terminal_evidence`` ``timeout`` (the harness stopped
         waiting)."""
-        session = self._sessions.get(session_id)
+        session = self.hub.sessions.get(session_id)
         record = session.begin_own() if session is not None else None
         if session is None or record is None:
             return None
         started_at = self._own_started.pop(session_id, None) or self._clock()
-        key = self._usage_key(session_id)
+        key = self.hub.key(session_id)
         self.usage.begin_turn(key)  # a no-op when its first update already began it
-        loop, wake = asyncio.get_running_loop(), self._wakes[session_id]
+        loop, wake = asyncio.get_running_loop(), self.hub.wakes[session_id]
         try:
             while self._conn is not None:
                 limit = quiet if record.heard else min(self.timeouts.idle, silence)
@@ -719,75 +563,3 @@ class AgentDriver:
             return
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
             await conn.send_notification(method, params)
-
-    async def _handle(self, method: str, params: Any, is_notification: bool) -> Any:
-        """Everything the agent sends us: notifications and requests."""
-        if method == "session/update":
-            self._agent_facts(params, wire.session_update_facts(params))
-            return None
-        if method == GOOSE_UPDATE:
-            self._agent_facts(params, wire.goose_update_facts(params))
-            return None
-        if is_notification:
-            return None
-        if method == "session/request_permission":
-            return self._permission_answer(params)
-        raise RequestError.method_not_found(method)
-
-    def _agent_facts(self, params: Any, facts: Sequence[AgentFact]) -> None:
-        session_id = wire.session_of(params)
-        if session_id is None:
-            return
-        session = self._sessions.get(session_id)
-        if session is None:  # not a session of ours: its usage is still counted
-            for fact in facts:
-                if isinstance(fact, Cost | CumulativeUsage):
-                    self._count(session_id, fact)
-            return
-        for fact in facts:
-            self._feed(session_id, session, fact)
-
-    def _permission_answer(self, params: Any) -> dict[str, Any]:
-        """Ask the policy (only while a turn of the session runs), answer, and report."""
-        session_id = wire.session_of(params) or ""
-        session = self._sessions.get(session_id)
-        prompt = self._prompts.get(session_id)
-        # Running: the prompt is unanswered (the agent may ask after its answer, which the
-        # connection has already resolved) and not being cancelled.
-        running = session is not None and session.running and prompt is not None
-        request = wire.permission_request(
-            params, turn_running=running and prompt is not None and not prompt.done()
-        )
-        approve, why = False, {"reason": "no_live_turn"}
-        if request.turn_running:
-            try:
-                verdict = self.permission_policy(request)
-            except Exception as exc:  # a broken policy rejects, it never approves
-                self._diagnostic("permission_policy_failed", session_id, {"error": repr(exc)})
-                why = {"reason": "policy_failed"}
-            else:
-                if isinstance(verdict, PermissionDecision):
-                    approve, why = verdict.approve, verdict.payload()
-                else:
-                    approve, why = verdict is True, {"reason": "policy"}
-        answer, approved = wire.permission_answer(params, approve)
-        if approve and not approved:
-            why = {"reason": "no_allow_option"}
-        self._diagnostic(
-            "permission_decision",
-            session_id or None,
-            {
-                "decision": "approved" if approved else "rejected",
-                "title": request.title,
-                "toolKind": request.kind,
-                "turnRunning": request.turn_running,
-                **why,
-            },
-        )
-        return answer
-
-    def _diagnostic(
-        self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
-    ) -> None:
-        if self._on_diagnostic is not None:
-            self._on_diagnostic(kind, session_id, payload)

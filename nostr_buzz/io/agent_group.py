@@ -14,11 +14,6 @@ at least one of them carries the recorded token (read from ``/proc/<pid>/environ
 is sent SIGTERM, given a bounded wait, then SIGKILL.  A group none of whose processes carries the
 token is never signalled (process ids are reused).  This needs Linux's ``/proc``: where it is
 absent or unreadable nothing is signalled, and the outcome says why.
-
-:func:`spawn_group` starts the agent that way (a new session and process group, a JSON-RPC
-connection on its stdio) and :func:`end_group` ends the whole group: launchers such as
-codex-acp's npm script neither forward SIGTERM nor make their child exit when its stdin closes
-(docs/acp-adapters.md, "Processes").
 """
 
 from __future__ import annotations
@@ -28,15 +23,11 @@ import contextlib
 import os
 import secrets
 import signal
-import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import msgspec
-from acp.connection import Connection
-from acp.transports import default_environment
 
 from nostr_buzz.errors import StateError
 from nostr_buzz.io.filemodes import open_private, read_private
@@ -47,13 +38,10 @@ __all__ = [
     "GroupRecord",
     "Sweep",
     "clear_record",
-    "end_group",
     "end_orphan_group",
     "group_members",
-    "kill_group",
     "new_token",
     "read_record",
-    "spawn_group",
     "wait_group_gone",
     "write_record",
 ]
@@ -63,8 +51,6 @@ TOKEN_ENV: Final = "BUZZ_AGENT_TOKEN"
 #: The record's file name in the state directory (next to the state database).
 RECORD_FILE: Final = "agent-group.json"
 _MAX_RECORD: Final = 4096
-#: Lines from the agent may be large (embedded resources); the package's default is 64 KiB.
-STDIO_LIMIT: Final = 50 * 1024 * 1024
 
 
 class GroupRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -242,83 +228,3 @@ async def end_orphan_group(
             "spared", pgid, len(members), reason=f"not allowed to signal it ({exc.strerror})"
         )
     return Sweep("killed", pgid, len(members), signal=sent, left=len(left))
-
-
-# -- the running agent's group -----------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def spawn_group(
-    handler: Any,
-    command: str,
-    args: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cwd: str | Path | None,
-    stderr: int,
-    shutdown_timeout: float,
-) -> AsyncIterator[tuple[Connection, asyncio.subprocess.Process]]:
-    """The agent in a new session and process group (its pid is the group id), with a
-    JSON-RPC connection on its stdio; on exit the whole group is ended (:func:`end_group`).
-
-    The environment is the package's trimmed base (HOME, LOGNAME, PATH, SHELL, TERM, USER)
-    plus ``env``."""
-    merged = default_environment()
-    merged.update(env)
-    process = await asyncio.create_subprocess_exec(
-        command,
-        *args,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        env=merged,
-        cwd=str(cwd) if cwd is not None else None,
-        limit=STDIO_LIMIT,
-        start_new_session=True,
-    )
-    try:
-        if process.stdin is None or process.stdout is None:  # pragma: no cover - PIPE given
-            raise OSError("the agent's stdio could not be opened")
-        conn = Connection(handler, process.stdin, process.stdout)
-        try:
-            yield conn, process
-        finally:
-            with contextlib.suppress(Exception):
-                await conn.close()
-    finally:
-        await end_group(process, shutdown_timeout)
-
-
-async def _exited(process: asyncio.subprocess.Process, within: float) -> bool:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(process.wait(), within)
-    return process.returncode is not None
-
-
-async def end_group(process: asyncio.subprocess.Process, grace: float) -> None:
-    """Close the agent's stdin (the ACP way to ask it to leave), give it ``grace`` seconds,
-    then SIGTERM its group, ``grace`` more, then SIGKILL; finally SIGKILL whatever is left of
-    the group (children that outlived the leader, or that ignore both EOF and SIGTERM)."""
-    stdin = process.stdin
-    if stdin is not None:
-        with contextlib.suppress(Exception):
-            stdin.close()
-        with contextlib.suppress(Exception):
-            await stdin.wait_closed()
-    if not await _exited(process, grace):
-        _signal_group(process.pid, signal.SIGTERM)
-        if not await _exited(process, grace):
-            _signal_group(process.pid, signal.SIGKILL)
-            await process.wait()
-    kill_group(process.pid)
-    await wait_group_gone(process.pid, grace)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def kill_group(pgid: int) -> None:
-    """SIGKILL every process left in the agent's group (none: nothing happens)."""
-    _signal_group(pgid, signal.SIGKILL)

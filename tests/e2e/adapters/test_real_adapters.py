@@ -148,7 +148,7 @@ async def test_a_hollow_turn_after_a_cancel_is_failed_not_settled(tmp_path: Path
     with ModelServer(usage=USAGE) as server:
         async with _agent(CLAUDE, server, tmp_path) as (driver, _):
             # Pretend the agent survives cancels, to meet the broken session on the wire.
-            driver._info = dataclasses.replace(driver.info, name="some-agent")
+            driver.profile = dataclasses.replace(driver.profile, survives_cancel=True)
             start = await driver.new_session(str(tmp_path / "work"))
             await _held_then_cancelled(driver, server, start.session_id)
             assert driver.usable(start.session_id)

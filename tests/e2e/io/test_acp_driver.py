@@ -64,7 +64,7 @@ async def _driver(tmp_path: Path, *flags: str, **kwargs: Any) -> AsyncIterator[A
         **kwargs,
     )
     await driver.start()
-    process = driver._process
+    process = driver.agent.process
     try:
         yield driver
     finally:
