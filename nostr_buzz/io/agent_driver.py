@@ -60,7 +60,6 @@ from nostr_buzz.acp import wire
 from nostr_buzz.acp.facts import (
     AgentGone,
     CancelAsked,
-    PromptFailed,
     PromptSent,
     SteerAnswered,
     SteerSent,
@@ -383,8 +382,7 @@ class AgentDriver:
         if on_update is not None:
             self.hub.on_update[session_id] = on_update
         prompt = asyncio.ensure_future(conn.send_request("session/prompt", params))
-        self.hub.prompts[session_id] = prompt
-        prompt.add_done_callback(lambda done: self._answered(session_id, session, done))
+        self.hub.watch(session_id, session, prompt)
         try:
             await self._wait(session_id, session)
         finally:
@@ -410,21 +408,6 @@ class AgentDriver:
         if ending.evidence == "agent_exit":
             await self._reap()
         return result
-
-    def _answered(self, session_id: str, session: Session, prompt: asyncio.Future[Any]) -> None:
-        """The prompt's answer, read as soon as it arrives (before any later update)."""
-        if prompt.cancelled():
-            return
-        exc = prompt.exception()
-        if exc is None:
-            answered, usage = wire.prompt_response(prompt.result())
-            if usage is not None:
-                self.hub.feed(session_id, session, usage)
-            self.hub.feed(session_id, session, answered)
-        elif isinstance(exc, ConnectionError | OSError):
-            self.hub.feed(session_id, session, AgentGone(wire.describe(exc)))
-        else:
-            self.hub.feed(session_id, session, PromptFailed(wire.describe(exc)))
 
     async def _wait(self, session_id: str, session: Session) -> None:
         """Until the prompt has ended: its answer, a timeout, or the agent's exit."""

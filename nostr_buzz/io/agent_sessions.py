@@ -17,7 +17,7 @@ from typing import Any
 from acp.exceptions import RequestError
 
 from nostr_buzz.acp import permission, wire
-from nostr_buzz.acp.facts import AgentFact, AgentGone, Cost, CumulativeUsage, Fact
+from nostr_buzz.acp.facts import AgentFact, AgentGone, Cost, CumulativeUsage, Fact, PromptFailed
 from nostr_buzz.acp.permission import PermissionPolicy
 from nostr_buzz.acp.profiles import GENERIC, GOOSE_UPDATE, AdapterProfile
 from nostr_buzz.acp.state import (
@@ -60,6 +60,7 @@ class SessionHub:
         #: The running prompt of a session: its answer decides whether a turn runs.
         self.prompts: dict[str, asyncio.Future[Any]] = {}
         self.on_update: dict[str, Callable[[str], None]] = {}
+        self._unread: dict[str, tuple[asyncio.Future[Any], Session]] = {}
         #: A prompt's usage that its agent's own next turn ended early.
         self.split: dict[str, UsageRecord | None] = {}
 
@@ -85,6 +86,34 @@ class SessionHub:
         for session_id, session in self.sessions.items():
             self.feed(session_id, session, AgentGone(error))
         self.sessions.clear()
+
+    def watch(self, session_id: str, session: Session, prompt: asyncio.Future[Any]) -> None:
+        """``prompt`` is the session's running ``session/prompt``: its answer is read as soon
+        as it is there (:meth:`read_answer`)."""
+        self.prompts[session_id] = prompt
+        self._unread[session_id] = (prompt, session)
+        prompt.add_done_callback(lambda _: self.read_answer(session_id))
+
+    def read_answer(self, session_id: str) -> None:
+        """Feed the prompt's answer once it has arrived, before anything the agent sent after
+        it: the connection may hand on the next frames before the answer's callbacks run."""
+        unread = self._unread.get(session_id)
+        if unread is None or not unread[0].done():
+            return
+        del self._unread[session_id]
+        prompt, session = unread
+        if prompt.cancelled():
+            return
+        exc = prompt.exception()
+        if exc is None:
+            answered, usage = wire.prompt_response(prompt.result())
+            if usage is not None:
+                self.feed(session_id, session, usage)
+            self.feed(session_id, session, answered)
+        elif isinstance(exc, ConnectionError | OSError):
+            self.feed(session_id, session, AgentGone(wire.describe(exc)))
+        else:
+            self.feed(session_id, session, PromptFailed(wire.describe(exc)))
 
     def feed(self, session_id: str, session: Session, fact: Fact) -> list[Action]:
         """Give ``fact`` to the session, do what can be done at once, return the rest."""
@@ -127,6 +156,7 @@ class SessionHub:
         session_id = wire.session_of(params)
         if session_id is None:
             return
+        self.read_answer(session_id)
         session = self.sessions.get(session_id)
         if session is None:  # not a session of ours: its usage is still counted
             for fact in facts:
@@ -139,6 +169,7 @@ class SessionHub:
     def _permission_answer(self, params: Any) -> dict[str, Any]:
         """Ask the policy (only while a turn of the session runs), answer, and report."""
         session_id = wire.session_of(params) or ""
+        self.read_answer(session_id)
         session = self.sessions.get(session_id)
         prompt = self.prompts.get(session_id)
         # Running: the prompt is unanswered (the agent may ask after its answer, which the
