@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from nostr_buzz.errors import AgentError
 from nostr_buzz.acp.types import PermissionRequest, TurnResult
+from nostr_buzz.errors import AgentError
 from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.agent_group import group_members
 from tests.support.model_server import ModelServer, Usage

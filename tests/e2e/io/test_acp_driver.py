@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from nostr_buzz.acp.types import SessionStart, TurnResult
 from nostr_buzz.core.compiler import compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.errors import AgentError
 from nostr_buzz.event import Event
-from nostr_buzz.acp.types import SessionStart, TurnResult
 from nostr_buzz.io.acp_driver import standing_text
 from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.diagnostics import DiagnosticsFeed

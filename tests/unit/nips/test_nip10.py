@@ -257,9 +257,9 @@ def test_destination_is_always_one_spelling_of_an_id(kind: int, tags: list[list[
 def test_one_set_of_kinds_and_literals() -> None:
     from typing import get_args
 
-    from nostr_buzz.core import queue, turn_input
     from nostr_buzz.acp import types
     from nostr_buzz.bot import outputs
+    from nostr_buzz.core import queue, turn_input
     from nostr_buzz.nips import nip10, nip22, nip_am
 
     assert nip10.COMMENT_KIND is nip22.COMMENT_KIND
