@@ -85,7 +85,7 @@ async def _held_then_cancelled(driver: AgentDriver, server: ModelServer, sid: st
 async def test_claude_answers_with_folded_usage_cost_and_context(tmp_path: Path) -> None:
     with ModelServer(usage=USAGE) as server:
         async with _agent(CLAUDE, server, tmp_path) as (driver, _):
-            assert driver.info.is_claude and not driver.info.survives_cancel
+            assert driver.profile.name == "claude" and not driver.profile.survives_cancel
             start = await driver.new_session(str(tmp_path / "work"), "<base>Be brief.</base>")
             assert start.strategy == "claude_meta"
             result = await driver.run_turn(start.session_id, ["Hello ASK:one"])
@@ -226,7 +226,7 @@ async def test_agent_error_text_reaches_the_turn_result(tmp_path: Path, name: st
 async def test_codex_answers_without_usage_but_with_context_figures(tmp_path: Path) -> None:
     with ModelServer(usage=USAGE) as server:
         async with _agent(CODEX, server, tmp_path) as (driver, _):
-            assert driver.info.survives_cancel
+            assert driver.profile.survives_cancel
             start = await driver.new_session(str(tmp_path / "work"), "<base>Be brief.</base>")
             result = await driver.run_turn(start.session_id, ["Hello ASK:one"])
     assert (result.outcome, result.stop_reason) == ("success", "end_turn")
