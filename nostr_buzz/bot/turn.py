@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from nostr_buzz.acp.facts import Ended, PromptSent
 from nostr_buzz.acp.types import PermissionRequest, TurnResult
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
@@ -364,13 +365,15 @@ class TurnRunner:
         driver = self.supervisor.driver
         session_id = turn.session.start.session_id
         turn.session.actors.update(turn.provenance().actors())  # before the agent can ask
-        task = asyncio.create_task(driver.run_turn(session_id, compiled.sections))
-        # run_turn registers the turn before its first await: from here steers may go.
-        await asyncio.sleep(0)
-        turn.advance(Phase.LIVE)
-        if turn.cancel_reason is not None:
-            await driver.cancel(session_id)
-        result = await task
+        result: TurnResult | None = None
+        async for fact in driver.turn(session_id, compiled.sections):
+            if isinstance(fact, PromptSent):  # on the wire: from here steers may go
+                turn.advance(Phase.LIVE)
+                if turn.cancel_reason is not None:
+                    await driver.cancel(session_id)
+            elif isinstance(fact, Ended):
+                result = fact.result
+        assert result is not None  # the stream ends with its result
         turn.advance(Phase.ENDED)
         # A steer the agent answered before its prompt response belongs to this turn's
         # ledger: let it finish (bounded by the driver's request timeout) before the metric

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -60,10 +60,13 @@ from nostr_buzz.acp import wire
 from nostr_buzz.acp.facts import (
     AgentGone,
     CancelAsked,
+    Ended,
+    Fact,
     PromptSent,
     SteerAnswered,
     SteerSent,
     Tick,
+    Update,
 )
 from nostr_buzz.acp.permission import PermissionPolicy
 from nostr_buzz.acp.profiles import (
@@ -352,11 +355,13 @@ class AgentDriver:
         sections: Sequence[str],
         *,
         on_update: Callable[[str], None] | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> TurnResult:
         """Send one prompt (each section its own ``text`` block) and wait for its end.
 
-        ``on_update(kind)`` is called for each ``session/update`` of the turn (its
-        ``sessionUpdate`` kind).  Never raises for what the agent does: crashes, timeouts and
+        ``on_sent()`` is called once the prompt is on the wire (before anything else can
+        happen in the session); ``on_update(kind)`` for each ``session/update`` of the turn
+        (its ``sessionUpdate`` kind).  Never raises for what the agent does: crashes, timeouts and
         protocol errors are in the result.  Raises :class:`AgentError` only when no agent is
         started or a prompt is already running in the session.
         """
@@ -383,6 +388,8 @@ class AgentDriver:
             self.hub.on_update[session_id] = on_update
         prompt = asyncio.ensure_future(conn.send_request("session/prompt", params))
         self.hub.watch(session_id, session, prompt)
+        if on_sent is not None:
+            on_sent()
         try:
             await self._wait(session_id, session)
         finally:
@@ -408,6 +415,31 @@ class AgentDriver:
         if ending.evidence == "agent_exit":
             await self._reap()
         return result
+
+    async def turn(self, session_id: str, sections: Sequence[str]) -> AsyncIterator[Fact]:
+        """One prompt as a stream of facts: ``PromptSent`` once it is on the wire, an
+        ``Update`` for each ``session/update`` of the turn, and ``Ended`` with its result,
+        last.  Raises what :meth:`run_turn` raises; leaving the stream early abandons the
+        prompt."""
+        facts: asyncio.Queue[Fact | None] = asyncio.Queue()
+        running = asyncio.ensure_future(
+            self.run_turn(
+                session_id,
+                sections,
+                on_update=lambda kind: facts.put_nowait(Update(kind)),
+                on_sent=lambda: facts.put_nowait(PromptSent()),
+            )
+        )
+        running.add_done_callback(lambda _: facts.put_nowait(None))
+        try:
+            while (fact := await facts.get()) is not None:
+                yield fact
+            yield Ended(await running)
+        finally:
+            if not running.done():
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
 
     async def _wait(self, session_id: str, session: Session) -> None:
         """Until the prompt has ended: its answer, a timeout, or the agent's exit."""
