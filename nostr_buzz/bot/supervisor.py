@@ -53,6 +53,7 @@ __all__ = [
     "AgentSupervisor",
     "ChannelSession",
     "harness_name",
+    "restart_accounting",
     "restart_delay",
     "secret_values",
 ]
@@ -264,12 +265,18 @@ class AgentSupervisor:
 
     def needs_restart(self, result: TurnResult | None) -> bool:
         """Account a turn's end; True when the agent must be restarted (it is gone)."""
-        if (result is not None and result.terminal_evidence == "agent_exit") or (
-            not self.driver.alive
-        ):
-            self._failures += 1
+        restart, self._failures = restart_accounting(result, self.driver.alive, self._failures)
+        if restart:
             self.sessions.clear()
-            return True
-        if result is not None and result.outcome == "success":
-            self._failures = 0
-        return False
+        return restart
+
+
+def restart_accounting(result: TurnResult | None, alive: bool, failures: int) -> tuple[bool, int]:
+    """After a turn (``result`` None: it failed before the agent answered): whether the agent
+    must be restarted (it exited, or it is gone), and the count of failures in a row that the
+    restart backoff follows (a success resets it)."""
+    if (result is not None and result.terminal_evidence == "agent_exit") or not alive:
+        return True, failures + 1
+    if result is not None and result.outcome == "success":
+        return False, 0
+    return False, failures

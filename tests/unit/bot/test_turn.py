@@ -88,3 +88,20 @@ def test_running_turns_answer_by_adapter_session() -> None:
     assert turns.permission(ask("s2")).reason == "not_owner"
     assert turns.permission(ask("s3")).reason == "no_live_turn"
     assert turns.locate("s1") == mine.ids.as_kwargs() and turns.locate("s3") is None
+
+
+def test_restart_accounting() -> None:
+    from datetime import UTC, datetime
+
+    from nostr_buzz.acp.types import TurnResult
+    from nostr_buzz.bot.supervisor import restart_accounting
+
+    def result(outcome: str, evidence: str) -> TurnResult:
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        return TurnResult("", "", None, "end_turn", outcome, evidence, None, "s", None, at, at)  # type: ignore[arg-type]
+
+    assert restart_accounting(result("failed", "agent_exit"), True, 2) == (True, 3)
+    assert restart_accounting(None, False, 0) == (True, 1)  # the agent is gone
+    assert restart_accounting(None, True, 2) == (False, 2)
+    assert restart_accounting(result("success", "prompt_response"), True, 4) == (False, 0)
+    assert restart_accounting(result("failed", "timeout"), True, 4) == (False, 4)
