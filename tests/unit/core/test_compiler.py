@@ -24,6 +24,7 @@ from nostr_buzz.core.compiler import (
     compile_steer,
     compile_turn,
     slash_command,
+    standing_text,
 )
 from nostr_buzz.core.escape import escape_attribute, escape_text
 from nostr_buzz.core.labels import message_lines
@@ -196,6 +197,89 @@ def test_legacy_first_turn_by_hand() -> None:
     )
     assert layer(manifest, "core_memory").version == content_hash(sections[3])
     assert layer(manifest, "channel_canvas").version == content_hash(sections[4])
+
+
+WORKSPACE_TEXT = (
+    "<workspace>\nYour working directory is /srv/buzz &amp; &lt;co&gt;/work. Keep the files you "
+    "create and the repositories you clone there.\n</workspace>"
+)
+
+
+def test_legacy_workspace_is_the_first_standing_section_and_its_layer_hashes_it() -> None:
+    compiled = compile_case("legacy_first_turn_with_workspace")
+    assert compiled.sections[:3] == [
+        WORKSPACE_TEXT,
+        "<base>\nYou are Buzz.\n</base>",
+        "<buzz-turn>",
+    ]
+    layers = json.loads(compiled.manifest.to_json())["layers"]
+    assert layers[0] == lay(
+        1,
+        "workspace",
+        "session",
+        "agent_workspace",
+        "instructions",
+        "session_start",
+        WORKSPACE_TEXT,
+    )
+    assert layers[1]["layer"] == "platform_contract"
+
+
+def test_the_system_role_text_holds_the_exact_workspace_bytes_the_layer_hashes() -> None:
+    obj = load_input("system_role_with_workspace")
+    turn_input = TurnInput.from_json(json.dumps(obj))
+    text = standing_text(turn_input.standing)
+    workspace, base, system = text.split("\n\n")
+    assert workspace == (
+        "<workspace>\nYour working directory is /srv/buzz. Keep the files you create and the "
+        "repositories you clone there.\n</workspace>"
+    )
+    assert (base, system) == ("<base>\nYou are Buzz.\n</base>", "<system>\nBe brief.\n</system>")
+    compiled = compile_turn(turn_input)
+    assert not any("<workspace>" in section for section in compiled.sections)
+    assert layer(compiled.manifest, "workspace").version == content_hash(workspace)
+    # the session's first turn (standing not yet sent) records the very same layer
+    first = compile_turn(msgspec.structs.replace(turn_input, standing_context_sent=False))
+    assert layer(first.manifest, "workspace") == layer(compiled.manifest, "workspace")
+
+
+def test_legacy_later_turns_keep_the_workspace_layer_without_the_section() -> None:
+    obj = load_input("legacy_first_turn_with_workspace")
+    first = compile_turn(TurnInput.from_json(json.dumps(obj)))
+    later = compile_turn(TurnInput.from_json(json.dumps({**obj, "standingContextSent": True})))
+    assert later.sections[0] == "<buzz-turn>"
+    assert layer(later.manifest, "workspace") == layer(first.manifest, "workspace")
+    assert layer(first.manifest, "workspace").version == content_hash(first.sections[0])
+
+
+@pytest.mark.parametrize("cwd", ["/", "relative/dir", "", "~/work"])
+def test_a_workspace_the_agent_is_not_told_has_no_section_and_no_layer(cwd: str) -> None:
+    ev = sign(MORGAN, "hi", [["h", CH]])
+    bare = {"events": [item(ev)], "standing": {"base": "B"}}
+    sections, manifest = run({**bare, "standing": {"base": "B", "workspace": cwd}})
+    assert (sections, manifest) == run(bare)
+    assert '"workspace"' not in manifest
+    assert standing_text(Standing(workspace=cwd)) == ""
+
+
+def test_a_slash_command_still_leads_a_legacy_first_turn_with_a_workspace() -> None:
+    ev = sign(MORGAN, "/compact", [["h", CH]])
+    sections, _ = run({"events": [item(ev)], "standing": {"workspace": "/w"}})
+    assert sections[0] == "/compact"
+    assert sections[1].startswith("<workspace>\n") and sections[2] == "<buzz-turn>"
+
+
+def test_a_steer_records_no_workspace() -> None:
+    steer = compile_steer(sign(MORGAN, "more", [["h", CH]]), channel_id=CH)
+    assert all(x.layer != "workspace" for x in steer.manifest.layers)
+
+
+def test_a_workspace_with_a_lone_surrogate_is_refused() -> None:
+    with pytest.raises(TurnInputError, match="standing section"):
+        TurnInput(
+            events=(TurnEvent(sign(MORGAN, "hi", [["h", CH]])),),
+            standing=Standing(workspace="/w\ud800"),
+        )
 
 
 def test_interrupted_turns_by_hand() -> None:
