@@ -10,6 +10,7 @@ import hashlib
 import inspect
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -910,6 +911,17 @@ def test_standing_is_decoded_straight_into_its_model() -> None:
     obj["standing"] = {"teamInstructions": "team", "channelCanvas": "canvas"}
     parsed = TurnInput.from_json(json.dumps(obj).encode())
     assert parsed.standing == Standing(team_instructions="team", channel_canvas="canvas")
+
+
+def test_the_layer_table_of_docs_envelope_md_is_the_compilers() -> None:
+    from nostr_buzz.core.compiler import LAYER_TABLE
+
+    doc = (FIXTURES.parent / "docs" / "envelope.md").read_text(encoding="utf-8")
+    row = re.compile(r"^\| (\d) \| `(\w+)` \| `(\w+)` \| `(\w+)` \| `(\w+)` \|$", re.M)
+    documented = {name: (int(o), *rest) for o, name, *rest in row.findall(doc)}
+    assert documented == {
+        name: (k.order, k.source, k.authority, k.freshness) for name, k in LAYER_TABLE.items()
+    }
 
 
 def test_every_manifest_layer_comes_from_the_layer_table() -> None:
@@ -2423,9 +2435,30 @@ def turn_inputs(draw: st.DrawFn) -> TurnInput:
         ),
         context=context,
         profiles=profiles,
-        standing=Standing(base=draw(st.none() | texts), team_instructions=draw(st.none() | texts)),
+        standing=Standing(
+            base=draw(st.none() | texts),
+            team_instructions=draw(st.none() | texts),
+            workspace=draw(st.none() | texts | texts.map(lambda t: "/" + t)),
+        ),
         system_prompt_support=draw(st.booleans()),
     )
+
+
+@SETTINGS
+@given(turn_inputs())
+def test_the_workspace_layer_hashes_the_workspace_text_the_agent_gets(ti: TurnInput) -> None:
+    compiled = compile_turn(ti)
+    if ti.system_prompt_support:
+        text = standing_text(ti.standing)
+        end = text.find("\n</workspace>") + len("\n</workspace>")
+        sent = [text[:end]] if text.startswith("<workspace>\n") else []
+        assert "<workspace>" not in text[len(sent[0]) if sent else 0 :]
+    else:
+        before = compiled.sections[: compiled.sections.index("<buzz-turn>")]
+        sent = [s for s in before if s.startswith("<workspace>")]
+        assert "<workspace>" not in "".join(s for s in before if s not in sent)
+    recorded = [x for x in compiled.manifest.layers if x.layer == "workspace"]
+    assert [x.version for x in recorded] == [content_hash(block) for block in sent]
 
 
 @SETTINGS
