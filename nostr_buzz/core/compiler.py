@@ -232,8 +232,8 @@ def standing_sections(standing: Standing) -> list[tuple[str, str]]:
 
 def standing_text(standing: Standing) -> str:
     """A session's system-role text: its standing sections joined by blank lines, "" when there
-    is nothing to say.  The driver sends it as is; the layers of every turn of the session hash
-    these same section texts (docs/envelope.md)."""
+    is nothing to say.  The driver sends it as is, so the ``workspace``, ``core_memory`` and
+    ``channel_canvas`` layers hash exactly the sections the agent received (docs/envelope.md)."""
     return "\n\n".join(text for _, text in standing_sections(standing))
 
 
