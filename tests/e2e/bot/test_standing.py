@@ -395,3 +395,27 @@ async def test_the_metric_manifest_versions_the_exact_workspace_bytes_the_agent_
         [workspace] = [x for x in metric.context_manifest.layers if x.layer == "workspace"]
         assert workspace.version == content_hash(received)
         assert (workspace.scope, workspace.freshness) == ("session", "session_start")
+
+
+async def test_a_legacy_session_opened_after_a_cancel_gets_its_workspace_again(
+    world: World,
+) -> None:
+    """The first prompt of every new session leads with the compiled ``<workspace>``, and each
+    turn's manifest versions it, whichever session the turn ran in."""
+    rec = Recorder()
+    config = world.config(
+        "--legacy", "--delay", "30", *record_flags(world), agent_cwd=str(world.tmp)
+    )
+    async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+        for n, text in enumerate(("long task", "again"), 1):
+            await plugin.handle_event(world.message(world.owner, text))
+            await rec.kind("prompt_context_delivery", n)
+            assert await plugin.handle_event(owner_cancel(world, n))
+            assert (await rec.kind("turn_completed", n)).payload["outcome"] == "cancelled"
+    sessions = recorded(world)
+    assert len(sessions) == 2  # the cancelled session is never prompted again
+    workspace = sessions[0].prompts[0][0]
+    assert workspace.startswith("<workspace>\n") and str(world.tmp) in workspace
+    assert [s.prompts[0][0] for s in sessions] == [workspace, workspace]
+    for delivery in rec.of("prompt_context_delivery"):
+        assert layers(delivery)["workspace"]["version"] == content_hash(workspace)
