@@ -30,10 +30,10 @@ from typing import Any, Final, Protocol
 
 from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
 from nostr_buzz.core.backoff import backoff_base
+from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
-from nostr_buzz.io.acp_driver import standing_text
 from nostr_buzz.io.agent_driver import AgentDriver, reject_always
 from nostr_buzz.io.agent_group import (
     GroupRecord,
@@ -248,7 +248,7 @@ class AgentSupervisor:
             standing = self.config.standing
             if self._standing_for is not None:
                 standing = await self._standing_for(channel_id)
-            text = standing_text(standing, self.config.agent_cwd)
+            text = standing_text(standing)
             cwd = self.config.agent_cwd or str(Path.cwd())
             start = await self.driver.new_session(cwd, text)
             session = ChannelSession(

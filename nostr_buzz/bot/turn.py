@@ -42,7 +42,7 @@ from typing import Any, Final, Literal
 
 from nostr_buzz.acp.facts import Ended, PromptSent
 from nostr_buzz.acp.types import PermissionRequest, TurnResult
-from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn
+from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, standing_text
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.permission import PermissionDecision, Policy, TurnProvenance, decide
@@ -50,7 +50,6 @@ from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event
-from nostr_buzz.io.acp_driver import standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent
@@ -417,9 +416,7 @@ class TurnRunner:
 
     def _standing_included(self, turn_input: TurnInput) -> bool:
         # Legacy delivery prepends every non-blank standing section to this prompt.
-        return not turn_input.standing_context_sent and bool(
-            standing_text(turn_input.standing, None)
-        )
+        return not turn_input.standing_context_sent and bool(standing_text(turn_input.standing))
 
     async def _prompt(self, turn: Turn, compiled: CompiledTurn) -> TurnResult:
         assert turn.session is not None

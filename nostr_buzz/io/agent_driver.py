@@ -94,7 +94,6 @@ from nostr_buzz.acp.types import (
 )
 from nostr_buzz.core.usage import UsageTracker
 from nostr_buzz.errors import AgentError
-from nostr_buzz.io.acp_driver import workspace_section
 from nostr_buzz.io.agent_group import GroupRecord
 from nostr_buzz.io.agent_process import AgentProcess
 from nostr_buzz.io.agent_sessions import DiagnosticCallback, SessionHub
@@ -196,7 +195,6 @@ class AgentDriver:
         self._clock = clock
         self._info: AgentInfo | None = None
         self._own_started: dict[str, datetime] = {}
-        self._legacy_first: dict[str, str] = {}  # legacy sessions: <workspace> for turn 1
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -266,7 +264,6 @@ class AgentDriver:
         """
         self._info = None
         self.hub.lost("the agent was closed")
-        self._legacy_first.clear()
         report, returncode = await self.agent.close()
         if report:
             self.hub.diagnostic("agent_exited", None, {"returncode": returncode})
@@ -294,10 +291,11 @@ class AgentDriver:
     async def new_session(self, cwd: str, standing: str = "") -> SessionStart:
         """``session/new`` with the standing context, by the first strategy the agent supports
         (:func:`~nostr_buzz.acp.profiles.choose_strategy`); legacy delivery leaves it to the
-        caller, which compiles the standing sections into the first turn (the driver puts
-        ``<workspace>`` before them).
+        caller, which compiles the standing sections, ``<workspace>`` first, into the first
+        turn.
 
-        ``standing`` is the system-role text (see :func:`standing_text`).  Raises
+        ``standing`` is the system-role text the compiler rendered
+        (:func:`nostr_buzz.core.compiler.standing_text`); the driver sends it as given.  Raises
         :class:`AgentError` when the agent refuses the session.
         """
         info = self.info
@@ -313,9 +311,6 @@ class AgentDriver:
                 await self._request(GOOSE_SYSTEM_PROMPT, params)
             except (RequestError, ConnectionError, OSError, TimeoutError):
                 strategy = "legacy"  # −32601 (or any failure): the first turn carries it
-        workspace = workspace_section(self._cwd)
-        if strategy == "legacy" and workspace is not None:
-            self._legacy_first[session_id] = workspace
         self.hub.session(session_id)
         self.usage.session_started(self.hub.key(session_id))  # ours: zero baseline
         self.hub.diagnostic("session_started", session_id, {"standingStrategy": strategy})
@@ -382,8 +377,7 @@ class AgentDriver:
         assert record is not None
         key = self.hub.key(session_id)
         self.usage.begin_turn(key)
-        workspace = self._legacy_first.pop(session_id, None)
-        params = wire.prompt_params(session_id, [*([workspace] if workspace else []), *sections])
+        params = wire.prompt_params(session_id, sections)
         if on_update is not None:
             self.hub.on_update[session_id] = on_update
         prompt = asyncio.ensure_future(conn.send_request("session/prompt", params))

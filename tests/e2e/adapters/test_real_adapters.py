@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from nostr_buzz.acp.types import PermissionRequest, TurnResult
+from nostr_buzz.core.compiler import standing_text
+from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import AgentError
 from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.agent_group import group_members
@@ -228,14 +230,16 @@ async def test_codex_answers_without_usage_but_with_context_figures(tmp_path: Pa
         async with _agent(CODEX, server, tmp_path) as (driver, _):
             assert driver.profile.survives_cancel
             start = await driver.new_session(str(tmp_path / "work"), "<base>Be brief.</base>")
-            result = await driver.run_turn(start.session_id, ["Hello ASK:one"])
+            workspace = standing_text(Standing(workspace=str(tmp_path / "work")))
+            result = await driver.run_turn(start.session_id, [workspace, "Hello ASK:one"])
     assert (result.outcome, result.stop_reason) == ("success", "end_turn")
     assert result.reply.endswith("ANSWER:one")
     assert result.usage is None  # no usage in the prompt response, no cost
     assert result.turn_seq == 1
     assert result.context_used is not None and result.context_used > 0
     assert result.context_size is not None and result.context_size >= result.context_used
-    # legacy delivery: <workspace> travels as the first block of the session's first prompt
+    # legacy delivery: the compiled <workspace>, the first block of the session's first prompt,
+    # reaches the model
     assert start.strategy == "legacy"
     assert "<workspace>" in server.main_requests()[0].user_text
 

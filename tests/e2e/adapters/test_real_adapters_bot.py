@@ -287,8 +287,10 @@ async def test_codex_metrics_with_unknown_counters_steer_and_cancel(tmp_path: Pa
 async def test_shell_tool_follows_the_permissions_setting(
     tmp_path: Path, name: str, mode: str, human: bool, owner: bool
 ) -> None:
-    """Default ``owner``: a non-owner's turn (gate ``allowlist``) whose model asks for a shell
-    command is refused (the command does not run), the owner's is approved."""
+    """Default ``owner``: the owner's turn whose model asks for a shell command is approved, then
+    a non-owner's (gate ``allowlist``) in the same channel is refused (the command does not run).
+    The owner goes first: once someone else spoke in the agent session, the owner rule rejects
+    every later request of that session (docs/bot.md, "Permissions")."""
     work = tmp_path / "work"
     async with _bot(tmp_path) as bot:
         config = {
@@ -297,18 +299,18 @@ async def test_shell_tool_follows_the_permissions_setting(
             "permissions": mode,
         }
         async with _running(bot, name, **config) as plugin:
-            stranger = bot.message("SHELL:touch by-human;; ASK:h", author=bot.human)
-            await plugin.handle_event(stranger)
-            await bot.count("permission_decision", 1)
-            await bot.count("turn_completed", 1)
             owners = bot.message("SHELL:touch by-owner;; ASK:o")
             await plugin.handle_event(owners)
+            await bot.count("permission_decision", 1)
+            await bot.count("turn_completed", 1)
+            stranger = bot.message("SHELL:touch by-human;; ASK:h", author=bot.human)
+            await plugin.handle_event(stranger)
             await bot.count("permission_decision", 2)
             await bot.count("turn_completed", 2)
     decisions = [(r.payload["decision"], r.payload["title"]) for r in bot.of("permission_decision")]
-    expected = ["approved" if ok else "rejected" for ok in (human, owner)]
+    expected = ["approved" if ok else "rejected" for ok in (owner, human)]
     assert [d for d, _ in decisions] == expected
-    assert "touch by-human" in decisions[0][1] and "touch by-owner" in decisions[1][1]
+    assert "touch by-owner" in decisions[0][1] and "touch by-human" in decisions[1][1]
     assert (work / "by-human").exists() is human
     assert (work / "by-owner").exists() is owner
     # each decision names the turn it was made for

@@ -20,7 +20,7 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from tests.support.events import chat
 from tests.support.keys import AGENT, OWNER, STRANGER
-from tests.support.sizes import definitions, oversized
+from tests.support.sizes import MAX_FUNCTION_LINES, spans
 
 FRIEND = SecretKey.from_str("33" * 32)
 
@@ -237,8 +237,10 @@ def test_clock_skew_from_the_file_the_environment_and_the_flag(tmp_path: Path) -
 def test_the_bot_stays_small_where_it_should() -> None:
     import nostr_buzz.bot
 
-    modules = list(Path(nostr_buzz.bot.__file__).parent.glob("*.py"))
-    assert oversized(modules, function_lines=80) == []
-    for _, _, name, size in definitions(modules):
-        if name == "BuzzPlugin":
-            assert size < 300, f"BuzzPlugin has {size} lines: it should only wire the parts"
+    package = Path(nostr_buzz.bot.__file__).parent
+    for module in sorted(package.glob("*.py")):
+        for span in spans(module):
+            if span.kind == "function":
+                assert span.lines <= MAX_FUNCTION_LINES, f"{span}"
+            if span.kind == "class" and span.name == "BuzzPlugin":
+                assert span.lines < 300, f"{span}: it should only wire the parts"
