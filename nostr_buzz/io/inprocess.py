@@ -261,10 +261,7 @@ class InProcessDriver:
             yield Ended(self._result(outcome, session, session_id, started_at))
         finally:
             del self._running[session_id]
-            if not running.task.done():
-                running.task.cancel()
-                with contextlib.suppress(BaseException):
-                    await running.task
+            await _abandon(running.task, self.cancel_grace)
 
     async def _end(self, running: _Running) -> _Outcome:
         """How the prompt ended, and its reply when it answered (see the module)."""
@@ -381,3 +378,22 @@ def _answered(task: asyncio.Future[Any]) -> _Outcome:
         error = f"TypeError: prompt returned {type(reply).__name__}, not an AgentReply"
         return _Outcome(Ending("error", "failed", "error", error=error), None, "TypeError")
     return _Outcome(Ending("end_turn", "success", "prompt_response"), reply)
+
+
+async def _abandon(task: asyncio.Future[Any], grace: float) -> None:
+    """Cancel ``task`` if it still runs and wait for it at most ``grace`` seconds: a prompt that
+    ignores its cancellation is left behind, never waited for."""
+    if task.done():
+        return
+    task.cancel()
+    task.add_done_callback(_retrieve)
+    with contextlib.suppress(BaseException):
+        await asyncio.wait({task}, timeout=grace)
+    if not task.done():
+        log.warning("the in-process agent's prompt ignored its cancellation; left running")
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Take an abandoned prompt's exception, so that asyncio does not report it."""
+    if not task.cancelled():
+        task.exception()

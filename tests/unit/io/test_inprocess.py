@@ -320,3 +320,32 @@ def test_a_bad_spec_says_what_is_wrong(modules: Path, spec: str, message: str) -
     write(modules, "agents_broken", "raise KeyError('at import time')\n")
     with pytest.raises(AgentModuleError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_agent(spec)
+
+
+async def test_a_prompt_that_ignores_its_cancellation_is_left_behind_not_waited_for() -> None:
+    release = asyncio.Event()
+
+    class Stubborn:
+        async def prompt(self, turn: AgentTurn) -> AgentReply:
+            while not release.is_set():
+                try:
+                    await release.wait()
+                except asyncio.CancelledError:
+                    continue  # a hostile or buggy agent: swallows every cancellation
+            return AgentReply("too late")
+
+    driver, session = await started(Stubborn(), cancel_grace=0.05)
+    facts: list[Fact] = []
+
+    async def consume() -> None:
+        async for fact in driver.turn(session, ["x"]):
+            facts.append(fact)
+            if isinstance(fact, PromptSent):
+                await driver.cancel(session)
+
+    await asyncio.wait_for(consume(), 5)  # the turn ends although the prompt never does
+    result = ended(facts)
+    assert (result.outcome, result.terminal_evidence) == ("cancelled", "timeout")
+    assert not any(isinstance(f, Text) for f in facts)
+    release.set()  # let it finish, so the test leaves no task behind
+    await asyncio.sleep(0.05)
