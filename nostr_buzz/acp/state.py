@@ -198,7 +198,6 @@ class TurnRecord:
         ending: Ending,
         usage: UsageRecord | None,
         turn_seq: int,
-        *,
         session_id: str,
         started_at: datetime,
         ended_at: datetime,

@@ -398,14 +398,7 @@ class AgentDriver:
         turn_seq = usage.turn_seq if usage is not None else self.usage.unknown_turn(key)
         ending, actions = session.settle(usage, asyncio.get_running_loop().time())
         await self._perform(session_id, actions)
-        result = record.result(
-            ending,
-            usage,
-            turn_seq,
-            session_id=session_id,
-            started_at=started_at,
-            ended_at=self._clock(),
-        )
+        result = record.result(ending, usage, turn_seq, session_id, started_at, self._clock())
         if ending.evidence == "agent_exit":
             await self._reap()
         return result
@@ -549,14 +542,7 @@ class AgentDriver:
             ending = Ending("unknown", "success", "timeout")
         else:
             ending = Ending("error", "failed", "agent_exit")
-        return record.result(
-            ending,
-            usage,
-            turn_seq,
-            session_id=session_id,
-            started_at=started_at,
-            ended_at=self._clock(),
-        )
+        return record.result(ending, usage, turn_seq, session_id, started_at, self._clock())
 
     # -- the wire -------------------------------------------------------------------------
 
