@@ -294,6 +294,8 @@ class _Turn:
     paragraph_break: bool = False
     context_used: int | None = None
     context_size: int | None = None
+    #: codex-acp 2.6 reported the model call failed (docs/acp-adapters.md, "Errors").
+    system_error: bool = False
 
     def text(self, text: str, message_id: str | None) -> None:
         """One chunk of the agent's message; after a tool call it starts a paragraph."""
@@ -940,6 +942,9 @@ class AgentDriver:
                     cached_write_tokens=parsed.cached_write_tokens,
                 )
         stop = _STOP_REASONS.get(native, "unknown")
+        if turn.system_error and not cancelling:  # the reply is the provider's error body
+            error = "".join(turn.final).strip() or "the agent reported a system error"
+            return _Ending("error", "failed", "error", native=native, error=error)
         if stop == "cancelled":
             evidence: TerminalEvidence = "cancel_response" if cancelling else "prompt_response"
             return _Ending("cancelled", "cancelled", evidence, native=native)
@@ -1184,6 +1189,8 @@ class AgentDriver:
             if turn is not None:
                 turn.context_used, turn.context_size = update.used, update.size
         elif isinstance(update, schema.SessionInfoUpdate):
+            if turn is not None and _codex_system_error(update.field_meta):
+                turn.system_error = True
             run_id = _goose_run_id(update.field_meta)
             if run_id is not None:
                 self._run_ids[session_id] = run_id
@@ -1284,6 +1291,14 @@ class AgentDriver:
     ) -> None:
         if self._on_diagnostic is not None:
             self._on_diagnostic(kind, session_id, payload)
+
+
+def _codex_system_error(meta: Mapping[str, Any] | None) -> bool:
+    """codex-acp's ``_meta.codex.threadStatus.type == "systemError"``: the model call failed
+    and the turn's text is the error, not an answer (docs/acp-adapters.md, "Errors")."""
+    codex = meta.get("codex") if meta else None
+    status = codex.get("threadStatus") if isinstance(codex, dict) else None
+    return isinstance(status, dict) and status.get("type") == "systemError"
 
 
 def _gemini_usage(meta: object) -> dict[str, int] | None:
