@@ -25,6 +25,7 @@ from tests.support.model_server import ModelServer, Usage
 from tests.support.real_adapters import (
     CLAUDE,
     CODEX,
+    GEMINI,
     adapter,
     adapter_args,
     adapter_env,
@@ -318,3 +319,29 @@ async def test_codex_close_ends_the_native_binary_too(tmp_path: Path) -> None:
             await driver.restart()
             assert group_members(pgid) == []
             assert driver.pid is not None and group_members(driver.pid)
+
+
+# -- gemini-cli ----------------------------------------------------------------------------
+
+
+async def test_gemini_error_carries_the_http_status_and_survives_a_cancel(tmp_path: Path) -> None:
+    """gemini-cli fails a prompt whose model call failed with the HTTP status as the JSON-RPC
+    code and the provider's body as the message; a cancelled session answers on."""
+    with ModelServer(usage=USAGE) as server:
+        async with _agent(GEMINI, server, tmp_path) as (driver, _):
+            assert driver.info.survives_cancel and not driver.info.steering_supported
+            start = await driver.new_session(str(tmp_path / "work"))
+            assert start.strategy == "legacy"
+            failed = await driver.run_turn(start.session_id, ["FAIL:the-mock-says-no ASK:x"])
+            start = await driver.new_session(str(tmp_path / "work"))
+            cancelled = await _held_then_cancelled(driver, server, start.session_id)
+            assert driver.usable(start.session_id)
+            after = [await driver.run_turn(start.session_id, [f"ASK:{q}"]) for q in "ab"]
+    assert (failed.outcome, failed.terminal_evidence) == ("failed", "error")
+    assert failed.error is not None and failed.error.startswith("JSON-RPC error 400:")
+    assert "the mock refuses: the-mock-says-no" in failed.error
+    assert cancelled.outcome == "cancelled"
+    assert [(r.outcome, r.reply) for r in after] == [
+        ("success", "ANSWER:a"),
+        ("success", "ANSWER:b"),
+    ]

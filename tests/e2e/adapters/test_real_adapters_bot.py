@@ -32,15 +32,17 @@ from tests.support.adapter_bot import (
     until_reply,
 )
 from tests.support.model_server import ModelServer
-from tests.support.real_adapters import CLAUDE, CODEX, adapter, codex_env
+from tests.support.real_adapters import CLAUDE, CODEX, GEMINI, adapter, codex_env
 
 # -- failed turns ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [CLAUDE, CODEX])
+@pytest.mark.parametrize("name", [CODEX, GEMINI])
 async def test_a_failed_turn_is_reported_and_retried_in_a_fresh_session(
     tmp_path: Path, name: str
 ) -> None:
+    """(Claude Code retries a refused model call on its own: the mock's one refusal never
+    reaches the bot.)"""
     async with bot_world(tmp_path) as bot, running(bot, name) as plugin:
         question = bot.message("FAIL:overloaded ASK:again")
         # the model refuses once: the turn fails with the agent's error, the batch is retried
@@ -48,7 +50,8 @@ async def test_a_failed_turn_is_reported_and_retried_in_a_fresh_session(
         assert await answer(bot, plugin, question) == "ANSWER:again"
         [failed] = bot.of("turn_failed")
         metrics = await bot.metrics(2)
-    assert "-32603" in failed.payload["error"]
+        # the error's text is never posted as a reply
+        assert (await bot.answers())[question.id] == ["ANSWER:again"]
     assert "the mock refuses: overloaded" in failed.payload["error"]
     assert failed.turn_id is not None
     assert [r.payload["outcome"] for r in bot.of("turn_completed")] == ["failed", "success"]
@@ -107,11 +110,11 @@ async def test_a_crashed_codex_is_restarted_and_leaves_nothing_behind(tmp_path: 
         assert first_pid is not None
         crashing = bot.message("ASK:crash HOLD:crash")
         await held(bot, plugin, crashing, "crash")
-        # The native binary dies mid-turn: the launcher exits after it, the turn fails.
-        native = [p for p in group_members(first_pid) if p != first_pid]
-        assert native
-        for pid in native:
-            os.kill(pid, signal.SIGKILL)
+        # The adapter dies mid-turn, leaving codex's app-server (its child) behind: the turn
+        # fails and the whole group is ended.  (Were only the app-server killed, codex-acp 2.6
+        # would start a new one itself.)
+        assert [p for p in group_members(first_pid) if p != first_pid]
+        os.kill(first_pid, signal.SIGKILL)
         await bot.count("agent_restarted", 1)
         bot.server.release("crash")
         assert group_members(first_pid) == []
@@ -125,8 +128,8 @@ async def test_buzz_demo_reports_the_agent_error_and_keeps_its_log(tmp_path: Pat
     with ModelServer(usage=USAGE, refuse="quota-exhausted") as server:
         done = await _demo(codex_env(server, tmp_path / "home"))
     assert done.returncode == 1 and done.stdout == ""
-    # the agent's own error text (−32603, the provider's message in data), at once
-    assert "the turn failed: JSON-RPC error -32603" in done.stderr
+    # the agent's own error text (codex's system error: the provider's body), at once
+    assert "the turn failed: " in done.stderr
     assert "the mock refuses: quota-exhausted" in done.stderr
     kept = re.search(r"the agent log is kept at (\S+);", done.stderr)
     assert kept is not None
