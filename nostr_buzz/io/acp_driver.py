@@ -1308,10 +1308,11 @@ def _gemini_usage(meta: object) -> dict[str, int] | None:
     count = quota.get("token_count") if isinstance(quota, dict) else None
     if not isinstance(count, dict):
         return None
-    tokens = count.get("input_tokens"), count.get("output_tokens")
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in tokens):
+    tokens = [count.get("input_tokens"), count.get("output_tokens")]
+    numbers = [n for n in tokens if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+    if len(numbers) != 2:
         return None
-    return {"inputTokens": tokens[0], "outputTokens": tokens[1], "totalTokens": sum(tokens)}
+    return {"inputTokens": numbers[0], "outputTokens": numbers[1], "totalTokens": sum(numbers)}
 
 
 def _answered(turn: _Turn | None) -> bool:
