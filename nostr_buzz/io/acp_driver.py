@@ -704,9 +704,10 @@ class AgentDriver:
         self.usage.session_started(
             self._usage_key(session_id)
         )  # a session this harness created: zero baseline
-        self._diagnostic(
-            "session_started", session_id, {"standingStrategy": strategy, "permissionMode": mode}
-        )
+        started: dict[str, Any] = {"standingStrategy": strategy}
+        if mode is not None:  # docs/acp-adapters.md, "Permission modes"
+            started["permissionMode"] = mode
+        self._diagnostic("session_started", session_id, started)
         return SessionStart(session_id=session_id, strategy=strategy)
 
     async def _asking_mode(self, session_id: str, raw: object) -> str | None:

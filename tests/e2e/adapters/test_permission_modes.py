@@ -59,4 +59,4 @@ async def test_an_agent_without_modes_is_left_alone(tmp_path: Path) -> None:
     agent, diagnostics = await _session(tmp_path, {})
     assert agent.requests("session/set_mode") == []
     [started] = [p for kind, _, p in diagnostics if kind == "session_started"]
-    assert started["permissionMode"] is None
+    assert "permissionMode" not in started
