@@ -27,19 +27,15 @@ from nostr_buzz.nips.nip_am import MetricPayload, open_metric_event
 from tests.support.model_server import ModelServer, Usage
 from tests.support.real_adapters import BIN, adapter, adapter_args, adapter_env
 from tests.support.relays import RunningRelay, local_relay
+from tests.support.waits import wait_for
 
 WAIT = 30.0
 USAGE = Usage(input_tokens=100, output_tokens=20, cache_read=30, cache_write=40)
 
 
 async def until(predicate: Callable[[], Any], what: str) -> Any:
-    """Poll ``predicate`` until it is truthy (bounded by :data:`WAIT`); return its value."""
-    deadline = time.monotonic() + WAIT
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
+    """:func:`~tests.support.waits.wait_for` bounded by :data:`WAIT`."""
+    return await wait_for(predicate, what, WAIT)
 
 
 @dataclass
@@ -283,3 +279,20 @@ async def check_conversation(bot: Bot, seen: Conversation) -> list[MetricPayload
     assert len(metrics) == len(turns)
     assert {m.outcome for m in metrics} >= {"success", "cancelled"}
     return metrics
+
+
+async def played(
+    tmp_path: Path, name: str, *, env: dict[str, str] | None = None, **changes: Any
+) -> tuple[Bot, list[MetricPayload]]:
+    """:func:`conversation` with adapter ``name`` (gate ``allowlist``: ``bot.human``), checked
+    by :func:`check_conversation`; the bot and its metrics.  ``env`` adds to the adapter's
+    environment, ``changes`` go to the config."""
+    async with bot_world(tmp_path) as bot:
+        gate = {"gate": "allowlist", "allowlist": frozenset({bot.human.public_key.hex})}
+        if env:
+            changes["agent_env"] = {**adapter_env(name, bot.server, tmp_path / "home"), **env}
+        async with running(bot, name, **gate, **changes) as plugin:
+            seen = await conversation(bot, plugin)
+            metrics = await check_conversation(bot, seen)
+    assert adapter_processes() == []
+    return bot, metrics

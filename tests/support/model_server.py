@@ -33,7 +33,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -210,14 +210,30 @@ class ModelServer:
         tool_result = bool(users) and _has_tool_result(users[-1])
         question = next((m for m in reversed(users) if not _has_tool_result(m)), None)
         user_text = "\n".join(_texts(question.get("content"))) if question else ""
+        return self._answer(
+            "messages",
+            main,
+            user_text,
+            tool_result,
+            lambda decision, usage: self._messages_stream(body, decision, usage),
+        )
+
+    def _answer(
+        self,
+        api: str,
+        main: bool,
+        user_text: str,
+        tool_result: bool,
+        stream: Callable[[_Decision, Usage], Iterator[bytes]],
+    ) -> tuple[Seen, Iterator[bytes]]:
+        """The decision on a request and its stream (none for a refusal); side calls get a
+        small usage of their own."""
         decision = self._decide(user_text, tool_result, main)
         usage = self.usage if main else Usage(5, 2)
-        seen = Seen(
-            "messages", main, user_text, tool_result, decision.text, decision.tool_call, usage
-        )
+        seen = Seen(api, main, user_text, tool_result, decision.text, decision.tool_call, usage)
         if decision.fail is not None:
             return seen, iter(())
-        return seen, self._messages_stream(body, decision, usage)
+        return seen, stream(decision, usage)
 
     def _messages_stream(
         self, body: dict[str, Any], decision: _Decision, usage: Usage
@@ -411,14 +427,13 @@ class ModelServer:
             None,
         )
         user_text = "\n".join(_texts(parts(question))) if question else ""
-        decision = self._decide(user_text, tool_result, main)
-        usage = self.usage if main else Usage(5, 2)
-        seen = Seen(
-            "gemini", main, user_text, tool_result, decision.text, decision.tool_call, usage
+        return self._answer(
+            "gemini",
+            main,
+            user_text,
+            tool_result,
+            lambda decision, usage: self._gemini_stream(decision, usage, model),
         )
-        if decision.fail is not None:
-            return seen, iter(())
-        return seen, self._gemini_stream(decision, usage, model)
 
     def _gemini_answer(self, decision: _Decision, usage: Usage, model: str) -> dict[str, Any]:
         """One ``GenerateContentResponse``: the text, then the shell call (gemini-cli's

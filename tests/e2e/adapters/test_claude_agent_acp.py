@@ -10,22 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.adapter_bot import (
-    adapter_processes,
-    bot_world,
-    check_conversation,
-    conversation,
-    running,
-)
+from tests.support.adapter_bot import played
 from tests.support.real_adapters import CLAUDE
 
 
 async def test_claude_answers_meters_steers_cancels_and_asks_the_bot(tmp_path: Path) -> None:
-    async with bot_world(tmp_path) as bot:
-        gate = {"gate": "allowlist", "allowlist": frozenset({bot.human.public_key.hex})}
-        async with running(bot, CLAUDE, **gate) as plugin:
-            seen = await conversation(bot, plugin)
-            metrics = await check_conversation(bot, seen)
+    bot, metrics = await played(tmp_path, CLAUDE)
     assert [r.payload["permissionMode"] for r in bot.of("session_started")] == ["default"] * 2
     # claude steers natively; its session is retired after the cancel, and a fresh one opened
     assert [r.payload["result"] for r in bot.of("steer_sent")] == ["injected"]
@@ -37,4 +27,3 @@ async def test_claude_answers_meters_steers_cancels_and_asks_the_bot(tmp_path: P
     assert (first.turn.cache_read_tokens, first.turn.cache_write_tokens) == (30, 40)
     assert first.turn.cost_usd is not None and first.turn.cost_usd > 0
     assert first.context_window_tokens == 1_000_000 and first.context_used_tokens == 190
-    assert adapter_processes() == []

@@ -10,22 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.adapter_bot import (
-    adapter_processes,
-    bot_world,
-    check_conversation,
-    conversation,
-    running,
-)
+from tests.support.adapter_bot import played
 from tests.support.real_adapters import CODEX
 
 
 async def test_codex_answers_meters_steers_cancels_and_asks_the_bot(tmp_path: Path) -> None:
-    async with bot_world(tmp_path) as bot:
-        gate = {"gate": "allowlist", "allowlist": frozenset({bot.human.public_key.hex})}
-        async with running(bot, CODEX, **gate) as plugin:
-            seen = await conversation(bot, plugin)
-            metrics = await check_conversation(bot, seen)
+    bot, metrics = await played(tmp_path, CODEX)
     assert {r.payload["permissionMode"] for r in bot.of("session_started")} == {"read-only"}
     assert [r.payload["result"] for r in bot.of("steer_sent")] == ["injected"]
     # codex's only refusal of a command aborts its turn
@@ -37,4 +27,3 @@ async def test_codex_answers_meters_steers_cancels_and_asks_the_bot(tmp_path: Pa
     assert (first.turn.cache_read_tokens, first.turn.total_tokens) == (30, 150)
     assert first.turn.cost_usd is None
     assert first.context_window_tokens and first.context_used_tokens
-    assert adapter_processes() == []

@@ -11,28 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.adapter_bot import (
-    adapter_processes,
-    bot_world,
-    check_conversation,
-    conversation,
-    running,
-)
-from tests.support.real_adapters import GEMINI, GEMINI_ARGS, adapter_env
+from tests.support.adapter_bot import played
+from tests.support.real_adapters import GEMINI, GEMINI_ARGS
 
+# The operator trusts the workspace and starts gemini approving every tool on its own (in an
+# untrusted folder gemini-cli falls back to "default" by itself).
 TRUSTED = {"GEMINI_CLI_TRUST_WORKSPACE": "true"}
+YOLO = (*GEMINI_ARGS, "--approval-mode", "yolo")
 
 
 async def test_gemini_answers_meters_cancels_and_asks_the_bot(tmp_path: Path) -> None:
-    async with bot_world(tmp_path) as bot:
-        gate = {"gate": "allowlist", "allowlist": frozenset({bot.human.public_key.hex})}
-        # The operator trusts the workspace and starts gemini approving every tool on its own
-        # (in an untrusted folder gemini-cli falls back to "default" by itself).
-        args = (*GEMINI_ARGS, "--approval-mode", "yolo")
-        env = {**adapter_env(GEMINI, bot.server, tmp_path / "home"), **TRUSTED}
-        async with running(bot, GEMINI, agent_args=args, agent_env=env, **gate) as plugin:
-            seen = await conversation(bot, plugin)
-            metrics = await check_conversation(bot, seen)
+    bot, metrics = await played(tmp_path, GEMINI, env=TRUSTED, agent_args=YOLO)
     assert {r.payload["permissionMode"] for r in bot.of("session_started")} == {"default"}
     # no native steer: the message cancels the turn and is merged into the next one
     assert bot.of("steer_sent") == []
@@ -42,4 +31,3 @@ async def test_gemini_answers_meters_cancels_and_asks_the_bot(tmp_path: Path) ->
     assert (first.turn.input_tokens, first.turn.output_tokens) == (130, 20)
     assert first.turn.total_tokens == 150
     assert first.turn.cost_usd is None and first.turn.cache_read_tokens is None
-    assert adapter_processes() == []
