@@ -4,6 +4,9 @@ Each row times one operation per implementation (best of several repeats, micros
 operation) and prints the ratio to nostr-buzz (> 1 means the peer is slower).  The raw
 coincurve row is the floor: the same cryptography with no parsing or checks around it.
 Nothing here asserts a timing; the numbers are for people to read.
+
+``--quick`` runs every row once with a handful of iterations (the test suite's smoke of this
+script, so it cannot rot); its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from pynostr.key import PrivateKey as PynostrPrivateKey
 from nostr_buzz import Event, SecretKey, sign_event
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "vectors"
+QUICK = "--quick" in sys.argv[1:]
 Row = tuple[str, dict[str, Callable[[], object]]]
 
 
 def per_op_us(fn: Callable[[], object], budget: float = 0.4) -> float:
     """Best-of-5 microseconds per call, with the loop count sized to ``budget`` seconds."""
     timer = timeit.Timer(fn)
+    if QUICK:
+        return timer.timeit(number=3) / 3 * 1e6
     number, _ = timer.autorange()
     number = max(1, int(number * budget / 0.2))
     return min(timer.repeat(repeat=5, number=number)) / number * 1e6
@@ -187,6 +193,7 @@ def core_rows() -> list[Row]:
 
 def _wall_ms(argv: list[str], env: dict[str, str], repeat: int = 9) -> float:
     """Best-of-``repeat`` wall time of one process, in milliseconds."""
+    repeat = 1 if QUICK else repeat
     best = float("inf")
     for _ in range(repeat):
         started = time.perf_counter()
@@ -251,7 +258,7 @@ def main() -> int:
     from bot_bench import bot_lines  # bench/ is on sys.path when run as a script
 
     print("\nthe bot, end to end in one process (real SQLite state, real demo agent):")
-    for line in bot_lines():
+    for line in bot_lines(quick=QUICK):
         print(line)
     return 0
 

@@ -82,8 +82,8 @@ async def _intake(pending: int, measured: int, *, one_by_one: bool) -> float:
 
 
 async def _latency(samples: int) -> list[float]:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from relays import local_relay  # the test suite's loopback LocalRelay
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.support.relays import local_relay  # the test suite's loopback LocalRelay
 
     owner, agent = SecretKey.generate(), SecretKey.generate()
     delivered: dict[str, float] = {}
@@ -144,16 +144,18 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def bot_lines() -> list[str]:
+def bot_lines(*, quick: bool = False) -> list[str]:
+    """The bot's rows; ``quick``: a few events and samples each (a smoke run)."""
+    measured, samples = (20, 3) if quick else (2_000, 60)
     rows = []
-    for pending in (0, 4_000):
-        alone = asyncio.run(_intake(pending, 2_000, one_by_one=True))
-        burst = asyncio.run(_intake(pending, 2_000, one_by_one=False))
+    for pending in (0, 200 if quick else 4_000):
+        alone = asyncio.run(_intake(pending, measured, one_by_one=True))
+        burst = asyncio.run(_intake(pending, measured, one_by_one=False))
         rows.append(
             f"bot intake (gate, route, queue, store), {pending:>5,} pending: "
             f"{alone:>7,.0f} events/s one commit each, {burst:>7,.0f} events/s in one burst"
         )
-    latencies = asyncio.run(_latency(60))
+    latencies = asyncio.run(_latency(samples))
     return [
         *rows,
         f"mention → prompt on loopback, instant agent (n={len(latencies)}): "
@@ -163,4 +165,4 @@ def bot_lines() -> list[str]:
 
 
 if __name__ == "__main__":
-    print("\n".join(bot_lines()))
+    print("\n".join(bot_lines(quick="--quick" in sys.argv[1:])))

@@ -11,8 +11,10 @@ session (after a cancel, an agent restart or a bot restart), never the running o
 
 from __future__ import annotations
 
+import msgspec
+
+from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.turn_input import Standing
-from nostr_buzz.io.acp_driver import standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.standing import fetch_standing
@@ -40,14 +42,16 @@ class SessionStanding:
         """The standing context of a new session for ``channel_id`` (None: a private
         conversation, which gets the configured files only)."""
         cfg = self.config
+        # <workspace> is a standing section: frozen with the others for the session's life.
+        configured = msgspec.structs.replace(cfg.standing, workspace=cfg.agent_cwd)
         if channel_id is None:
-            return cfg.standing
+            return configured
         fetched = await fetch_standing(
             self.pool, cfg.agent_secret, channel=channel_id, trusted=self.trusted()
         )
-        standing = fetched.apply(cfg.standing)
+        standing = fetched.apply(configured)
         payload = fetched.describe()
         if self.diagnostics.include_prompt_text:  # asked for: the text the session starts with
-            payload["standingText"] = standing_text(standing, cfg.agent_cwd)
+            payload["standingText"] = standing_text(standing)
         self.diagnostics.emit("standing_context_frozen", channel_id=channel_id, payload=payload)
         return standing

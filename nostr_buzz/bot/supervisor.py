@@ -249,7 +249,7 @@ class AgentSupervisor:
             standing = self.config.standing
             if self._standing_for is not None:
                 standing = await self._standing_for(channel_id)
-            text = standing_text(standing, self.config.agent_cwd)
+            text = standing_text(standing)
             cwd = self.config.agent_cwd or str(Path.cwd())
             start = await self.driver.new_session(cwd, text)
             session = ChannelSession(

@@ -354,9 +354,7 @@ class TurnRunner:
 
     def _standing_included(self, turn_input: TurnInput) -> bool:
         # Legacy delivery prepends every non-blank standing section to this prompt.
-        return not turn_input.standing_context_sent and bool(
-            standing_text(turn_input.standing, None)
-        )
+        return not turn_input.standing_context_sent and bool(standing_text(turn_input.standing))
 
     async def _prompt(self, turn: Turn, compiled: CompiledTurn) -> TurnResult:
         assert turn.session is not None

@@ -49,6 +49,12 @@ STEER_NOTE: Final = (
     "carry on."
 )
 
+#: The body of ``<workspace>`` (docs/envelope.md); ``{cwd}`` is the directory as configured.
+WORKSPACE_BODY: Final = (
+    "Your working directory is {cwd}. Keep the files you create and the repositories you "
+    "clone there."
+)
+
 DESCRIPTION_LIMIT: Final = 500
 _NEWLINES: Final = re.compile("[" + LINE_BREAKS + "]")
 _HANDLE: Final = re.compile(r"[A-Za-z0-9._-]+")
@@ -119,6 +125,7 @@ class _LayerKind(NamedTuple):
 
 #: Every layer a turn or a steer can record, by name: the manifest's fixed columns.
 LAYER_TABLE: Final[Mapping[str, _LayerKind]] = {
+    "workspace": _LayerKind(1, "session", "agent_workspace", "instructions", "session_start"),
     "platform_contract": _LayerKind(1, "runtime", "base_prompt", "instructions", "configured"),
     "persona_and_team_guidance": _LayerKind(
         2, "agent_community", "agent_configuration", "instructions", "configured"
@@ -183,9 +190,21 @@ def _prerendered_or_section(tag: str, raw: str | None) -> str | None:
     return _section(tag, body)
 
 
+def workspace_section(cwd: str | None) -> str | None:
+    """``<workspace>`` for an absolute working directory other than ``/`` (written exactly as
+    configured), else None."""
+    if cwd is None or not cwd.startswith("/") or cwd == "/":
+        return None
+    return _section("workspace", WORKSPACE_BODY.format(cwd=cwd))
+
+
 def standing_sections(standing: Standing) -> list[tuple[str, str]]:
-    """(tag, rendered section) in the table's order, blank ones omitted."""
+    """(tag, rendered section) in the table's order, ``<workspace>`` first, blank ones
+    omitted."""
     out: list[tuple[str, str]] = []
+    workspace = workspace_section(standing.workspace)
+    if workspace is not None:
+        out.append(("workspace", workspace))
     if standing.base is not None:
         body = standing.base.rstrip(WHITESPACE).lstrip("\n\r")
         if not is_blank(body):
@@ -209,6 +228,13 @@ def standing_sections(standing: Standing) -> list[tuple[str, str]]:
     if canvas is not None:
         out.append(("channel-canvas", canvas))
     return out
+
+
+def standing_text(standing: Standing) -> str:
+    """A session's system-role text: its standing sections joined by blank lines, "" when there
+    is nothing to say.  The driver sends it as is, so the ``workspace``, ``core_memory`` and
+    ``channel_canvas`` layers hash exactly the sections the agent received (docs/envelope.md)."""
+    return "\n\n".join(text for _, text in standing_sections(standing))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,6 +445,8 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     if not turn_input.system_prompt_support and not turn_input.standing_context_sent:
         sections.extend(text for _, text in standing)
     rendered = dict(standing)
+    if "workspace" in rendered:
+        layers.append(_layer("workspace", rendered["workspace"]))
     base = turn_input.standing.base
     if base is not None and not is_blank(base):
         layers.append(_layer("platform_contract", base))

@@ -76,11 +76,12 @@ class ProfileInfo(msgspec.Struct, frozen=True):
 
 
 class Standing(msgspec.Struct, frozen=True, rename="camel"):
-    """Standing context: the six optional sections of docs/turn-input.md.  The turn-input file
+    """Standing context: the seven optional members of docs/turn-input.md.  The turn-input file
     names the fields in camelCase (``teamInstructions``) and is decoded into this type directly.
 
     ``persona`` is the configuration's ``[context] persona``; the turn-input file and the
-    envelope call it ``system`` (the ``<system>`` section)."""
+    envelope call it ``system`` (the ``<system>`` section).  ``workspace`` is the agent's
+    working directory (``[agent] cwd``), from which the compiler writes ``<workspace>``."""
 
     base: str | None = None
     persona: str | None = msgspec.field(default=None, name="system")
@@ -88,6 +89,7 @@ class Standing(msgspec.Struct, frozen=True, rename="camel"):
     core_memory: str | None = None
     huddle_instructions: str | None = None
     channel_canvas: str | None = None
+    workspace: str | None = None
 
 
 def is_public_key_hex(value: str) -> bool:
@@ -173,6 +175,7 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
                 s.core_memory,
                 s.huddle_instructions,
                 s.channel_canvas,
+                s.workspace,
             ),
         )
         resolve_channel_id(self.channel, nip10.channel(self.events[-1].event))

@@ -79,10 +79,8 @@ from acp.connection import Connection
 from acp.transports import default_environment
 from pydantic import ValidationError
 
-from nostr_buzz.core.compiler import standing_sections
-from nostr_buzz.core.escape import escape_text
+from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
-from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.errors import AgentError, BuzzError
 from nostr_buzz.io.agent_group import TOKEN_ENV, GroupRecord, new_token, wait_group_gone
@@ -128,35 +126,11 @@ HOLLOW_WINDOW: Final = 2.0
 ASKING_MODES: Final = ("default", "read-only")
 #: How long ``session/close`` of a retired session may take before it is given up.
 CLOSE_SESSION_TIMEOUT: Final = 5.0
-WORKSPACE_BODY: Final = (
-    "Your working directory is {cwd}. Keep the files you create and the repositories you "
-    "clone there."
-)
 _STOP_REASONS: Final[dict[str, StopReason]] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
     "cancelled": "cancelled",
 }
-
-
-def workspace_section(cwd: str | Path | None) -> str | None:
-    """``<workspace>`` for an absolute working directory other than ``/`` (written exactly as
-    configured), else None."""
-    if cwd is None:
-        return None
-    cwd = str(cwd)
-    if not os.path.isabs(cwd) or cwd == "/":
-        return None
-    return f"<workspace>\n{escape_text(WORKSPACE_BODY.format(cwd=cwd))}\n</workspace>"
-
-
-def standing_text(standing: Standing, cwd: str | None) -> str:
-    """The system-role text: :func:`workspace_section` and the compiler's standing sections,
-    joined by blank lines; "" when there is nothing to say."""
-    workspace = workspace_section(cwd)
-    parts = [workspace] if workspace is not None else []
-    parts.extend(text for _, text in standing_sections(standing))
-    return "\n\n".join(parts)
 
 
 @dataclass(frozen=True)
@@ -496,7 +470,6 @@ class AgentDriver:
         self._run_ids: dict[str, str] = {}
         self._cancelled: set[str] = set()  # sessions whose last turn got session/cancel
         self._retired: set[str] = set()  # sessions never to be prompted again
-        self._legacy_first: dict[str, str] = {}  # legacy sessions: <workspace> for turn 1
         self._lost = False  # the connection ended (agent exit) before close()
         self._generation = 0  # one per agent process: see _usage_key
 
@@ -628,7 +601,6 @@ class AgentDriver:
         self._run_ids.clear()
         self._cancelled.clear()
         self._retired.clear()
-        self._legacy_first.clear()
         for turn in self._turns.values():
             turn.wake.set()
         if stack is not None:
@@ -658,10 +630,11 @@ class AgentDriver:
         goose's ``system-prompt/set``; the standard ``systemPrompt {mode: "append", content}``
         when the agent advertises ``sessionCapabilities.systemPrompt``; claude's
         ``_meta.systemPrompt.append``; a top-level ``systemPrompt`` for protocol ≥ 2; else
-        legacy (the caller compiles the standing sections into the first turn, and the driver
-        puts ``<workspace>`` before them).
+        legacy (the caller compiles the standing sections, ``<workspace>`` first, into the first
+        turn).
 
-        ``standing`` is the system-role text (see :func:`standing_text`).  Raises
+        ``standing`` is the system-role text the compiler rendered (see :func:`standing_text`);
+        the driver sends it as given.  Raises
         :class:`AgentError` when the agent refuses the session.
         """
         info = self.info
@@ -698,9 +671,6 @@ class AgentDriver:
                 )
             except (acp.RequestError, ConnectionError, OSError, TimeoutError):
                 strategy = "legacy"  # −32601 (or any failure): the first turn carries it
-        workspace = workspace_section(self._cwd)
-        if strategy == "legacy" and workspace is not None:
-            self._legacy_first[session_id] = workspace
         self.usage.session_started(
             self._usage_key(session_id)
         )  # a session this harness created: zero baseline
@@ -797,9 +767,6 @@ class AgentDriver:
         self._turns[session_id] = turn
         self.usage.begin_turn(self._usage_key(session_id))
         blocks = [{"type": "text", "text": s} for s in sections]
-        workspace = self._legacy_first.pop(session_id, None)
-        if workspace is not None:
-            blocks.insert(0, {"type": "text", "text": workspace})
         params = {"sessionId": session_id, "prompt": blocks}
         prompt = asyncio.ensure_future(conn.send_request("session/prompt", params))
         turn.prompt = prompt

@@ -45,7 +45,11 @@ FILE_MODE: Final = 0o600
 
 
 def unsafe_path(
-    path: str, foreign_owner: Callable[[int], bool], foreign_group: Callable[[int], bool]
+    path: str,
+    foreign_owner: Callable[[int], bool],
+    foreign_group: Callable[[int], bool],
+    *,
+    below_uid: int | None = None,
 ) -> str | None:
     """``path`` or the first directory above it up to ``/`` that someone other than the
     trusted users could change, or ``None``; ``path`` absolute, absent ones pass.
@@ -53,22 +57,32 @@ def unsafe_path(
     A file or directory is changeable when ``foreign_owner(its uid)``, when others may write
     it, or when its group may and ``foreign_group(its gid)``.  A sticky directory (``/tmp``) is
     safe when neither it nor the entry below it has a foreign owner: nobody else can rename or
-    remove that entry.  Symbolic links are not followed (their own directory is checked)."""
+    remove that entry.  Symbolic links are not followed (their own directory is checked).
+    ``below_uid``: ``path`` is a directory judged as the one holding an entry of that owner
+    (one about to be created, or checked on its own), so a sticky ``path`` passes as ``/tmp``
+    does."""
     try:
-        below = os.lstat(path)
+        st = os.lstat(path)
     except OSError:
         return None  # absent: nothing is read from it or written to it
-    if not stat.S_ISLNK(below.st_mode) and _changeable(below, foreign_owner, foreign_group):
-        return path
-    child, parent = path, os.path.dirname(path)
-    while child != parent:
-        st = os.lstat(parent)
+    if below_uid is None:
+        if not stat.S_ISLNK(st.st_mode) and _changeable(st, foreign_owner, foreign_group):
+            return path
+        below_uid, directory = st.st_uid, os.path.dirname(path)
+        if directory == path:
+            return None
+    else:
+        directory = path
+    while True:
+        st = os.lstat(directory)
         if _changeable(st, foreign_owner, foreign_group):
             sticky = bool(st.st_mode & stat.S_ISVTX)
-            if not sticky or foreign_owner(st.st_uid) or foreign_owner(below.st_uid):
-                return parent
-        below, child, parent = st, parent, os.path.dirname(parent)
-    return None
+            if not sticky or foreign_owner(st.st_uid) or foreign_owner(below_uid):
+                return directory
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        below_uid, directory = st.st_uid, parent
 
 
 def _changeable(
@@ -101,7 +115,9 @@ def _check_parents(directory: Path) -> None:
         parent = os.path.dirname(candidate)
         while not os.path.lexists(parent):  # what is missing will be created below the rest
             parent = os.path.dirname(parent)
-        unsafe = unsafe_path(parent, foreign, lambda _gid: True)
+        # the entry below ``parent`` is the state directory: the bot's own (checked below), or
+        # about to be made by it; so a sticky ``parent`` (a state directory in /tmp) passes
+        unsafe = unsafe_path(parent, foreign, lambda _gid: True, below_uid=me)
         if unsafe is not None:
             st = os.lstat(unsafe)
             raise ConfigError(

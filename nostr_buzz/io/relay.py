@@ -229,6 +229,31 @@ class _Subscription:
             self.bytes -= size
             self.tags -= tags
 
+    def receive(self, raw: object, size: int) -> str | None:
+        """One ``EVENT`` frame of ``size`` bytes for this ``REQ``: charged, then verified and
+        matched against the filters; returns why it was rejected (counted here), or ``None``."""
+        if self.end is not None:
+            return None
+        raw_tags = raw.get("tags") if isinstance(raw, dict) else None
+        tags = len(raw_tags) if isinstance(raw_tags, list) else 0
+        if not self.charge(size, tags):
+            return None
+        if tags > MAX_EVENT_TAGS:  # refused before the costly verification
+            return self._refuse(size, tags, f"more than {MAX_EVENT_TAGS} tags")
+        try:
+            event = Event.from_dict(raw)
+        except InvalidEvent as exc:
+            return self._refuse(size, tags, exc.reason)
+        if not nip01.matches_any(self.filters, event):
+            return self._refuse(size, tags, "does not match filter")
+        self.offer(event, size)
+        return None
+
+    def _refuse(self, size: int, tags: int, reason: str) -> str:
+        self.refund(size, tags)
+        self.reject(reason)
+        return reason
+
     def offer(self, event: Event, size: int = 0) -> None:
         if self.end is not None:
             self.refund(size, len(event.tags))
@@ -257,6 +282,195 @@ class _Subscription:
                 await self.wake.wait()
 
 
+class _AuthRetry:
+    """NIP-42: a ``CLOSED`` with ``auth-required:`` is answered once per query or subscription
+    (AUTH, then the same ``REQ`` again); a second such refusal is the relay's answer."""
+
+    def __init__(self) -> None:
+        self.used = False
+
+    def wanted(self, reason: str) -> bool:
+        prefix, _ = nip01.split_prefix(reason)
+        if prefix != "auth-required:" or self.used:
+            return False
+        self.used = True
+        return True
+
+
+class _Query:
+    """One query's ``REQ`` until ``EOSE`` or ``CLOSED``, perhaps sent twice (see
+    :class:`_AuthRetry`): the result it fills, and the ids that end it early."""
+
+    def __init__(
+        self, relay: str, filters: list[Filter], max_events: int, end_when_ids_served: bool
+    ) -> None:
+        self.filters = filters
+        self.max_events = max_events
+        self.result = QueryResult(relay=relay)
+        self.seen: set[str] = set()  # across both REQs
+        self.auth = _AuthRetry()
+        self.wanted: set[str] | None = None
+        if end_when_ids_served and all(f.ids is not None for f in filters):
+            self.wanted = {i for f in filters for i in f.ids or ()}
+
+    async def until_end(self, sub: _Subscription, deadline: float) -> bool:
+        """Wait for ``sub``'s end (or, with ``wanted``, for every id); True when timed out."""
+        try:
+            async with asyncio.timeout(max(0.0, deadline - _now())):
+                while sub.end is None:
+                    if self.wanted is not None and self.wanted <= sub.seen:
+                        sub.finish("eose")  # all there: the relay's EOSE may come late
+                        break
+                    sub.wake.clear()
+                    await sub.wake.wait()
+        except TimeoutError:
+            return True
+        return False
+
+    def take(self, sub: _Subscription) -> None:
+        """Add ``sub``'s events (once each, at most ``max_events``) and rejections."""
+        result = self.result
+        for ev in sub.events:
+            if ev.id not in self.seen and len(result.events) < self.max_events:
+                self.seen.add(ev.id)
+                result.events.append(ev)
+        result.rejected.extend(sub.rejected[: MAX_REJECTED_KEPT - len(result.rejected)])
+        result.rejected_count += sub.rejected_count
+
+    def ended(self, how: str, detail: str, *, timed_out: bool) -> None:
+        """Record how the ``REQ`` ended: finished at ``EOSE`` or a plain ``CLOSED``, else why."""
+        result = self.result
+        if timed_out:
+            result.error = "timeout"
+        elif how == "eose" or (how == "closed" and not detail):
+            result.finished = True
+        elif how == "closed":
+            result.error = f"closed: {detail}"
+        elif how == "overflow":
+            result.error = f"too many events: {detail}"
+        elif how == "cut off":
+            result.error = f"cut off: the relay sent {detail} for one query"
+        else:
+            result.error = f"connection lost: {detail}"
+
+
+class _Live:
+    """One live subscription across its connections: the ids it yielded (a re-opened ``REQ``
+    serves some again), the newest ``created_at`` (the next ``since``), and the consecutive
+    failures that space out its reconnects."""
+
+    def __init__(
+        self, filters: list[Filter], *, base: float, cap: float, max_failures: int
+    ) -> None:
+        self.filters = filters
+        self.base = base
+        self.cap = cap
+        self.max_failures = max_failures
+        self.seen: OrderedDict[str, None] = OrderedDict()
+        self.last_seen: int | None = None
+        self.opened = False
+        self.opened_at = 0.0
+        self.progressed = False
+        self.failures = 0
+        self.auth = _AuthRetry()
+
+    def next_filters(self, resume_since: Callable[[], int] | None) -> list[Filter]:
+        resume = resume_since() if resume_since is not None and self.opened else self.last_seen
+        return self.filters if resume is None else [f.with_since(resume) for f in self.filters]
+
+    def open(self) -> None:
+        self.opened = True
+        self.opened_at = _now()
+        self.progressed = False
+
+    def fresh(self, event: Event) -> bool:
+        """True the first time ``event`` is seen (remembering it), False for a re-served one."""
+        if event.id in self.seen:
+            return False
+        self.progressed = True
+        self.seen[event.id] = None
+        if len(self.seen) > MAX_SEEN_IDS:
+            self.seen.popitem(last=False)
+        last = self.last_seen
+        self.last_seen = event.created_at if last is None else max(last, event.created_at)
+        return True
+
+    def worked(self) -> bool:
+        # A connection that brought new events or lasted was working: count afresh.  Re-served
+        # duplicates are no progress, so a relay that drops every connection after replaying
+        # old events still runs out of attempts.
+        return self.progressed or _now() - self.opened_at >= _WORKING_CONNECTION
+
+    def give_up(self, *, afresh: bool = False) -> bool:
+        """Count one failed attempt (the first, when ``afresh``); True past ``max_failures``."""
+        self.failures = 1 if afresh else self.failures + 1
+        return self.failures > self.max_failures
+
+    async def back_off(self) -> None:
+        await asyncio.sleep(backoff_base(self.failures, base=self.base, cap=self.cap))
+
+
+class _Nip42:
+    """NIP-42 on one connection: the relay's latest challenge, and whether it acknowledged our
+    ``AUTH``.  A challenge is good on its own connection only, so each one starts afresh."""
+
+    def __init__(self) -> None:
+        self.challenge: str | None = None
+        self.challenge_seen = asyncio.Event()
+        self.authenticated = False
+
+    def challenged(self, challenge: str) -> None:
+        self.challenge = challenge
+        self.challenge_seen.set()
+
+    async def challenge_by(self, deadline: float) -> bool:
+        """True once a challenge is here, waiting a moment (until ``deadline``) for a late one:
+        it usually precedes the refusal that sends us to authenticate."""
+        if self.challenge is not None:
+            return True
+        try:
+            async with asyncio.timeout(max(0.0, min(AUTH_OK_TIMEOUT, deadline - _now()))):
+                await self.challenge_seen.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
+class _OkWaiters:
+    """``EVENT`` and ``AUTH`` frames waiting for their ``OK`` (NIP-01), by event id."""
+
+    def __init__(self) -> None:
+        self._futures: OrderedDict[str, asyncio.Future[_Ok | _Lost]] = OrderedDict()
+
+    def add(self, event_id: str) -> tuple[str, asyncio.Future[_Ok | _Lost]]:
+        """A future for ``event_id``'s ``OK`` and the key to :meth:`remove` it by."""
+        future: asyncio.Future[_Ok | _Lost] = asyncio.get_running_loop().create_future()
+        # A second publish of the same id waits behind the first; keying by id keeps it simple.
+        key = event_id
+        while key in self._futures:
+            key += "+"
+        self._futures[key] = future
+        return key, future
+
+    def remove(self, key: str) -> None:
+        self._futures.pop(key, None)
+
+    def resolve(self, msg: nip01.OkMessage) -> None:
+        answer = _Ok(msg.accepted, msg.message)
+        if msg.event_id:
+            future = self._futures.get(msg.event_id)
+        else:
+            # Some relays refuse with an empty id: it belongs to the oldest pending request.
+            future = next((f for f in self._futures.values() if not f.done()), None)
+        if future is not None and not future.done():
+            future.set_result(answer)
+
+    def fail(self, reason: str) -> None:
+        for future in self._futures.values():
+            if not future.done():
+                future.set_result(_Lost(f"connection lost: {reason}"))
+
+
 def _describe(exc: BaseException) -> str:
     """A short human reason for a connection failure."""
     if isinstance(exc, TimeoutError):
@@ -272,6 +486,38 @@ def _describe(exc: BaseException) -> str:
         return "closed by relay" if rcvd is not None else "connection dropped"
     text = str(exc) or type(exc).__name__
     return text[:200]
+
+
+async def _dial(url: str, timeout: float, max_frame_bytes: int) -> ClientConnection:
+    """Open the WebSocket within ``timeout``: frames bounded, a short incoming queue, pings on."""
+    async with asyncio.timeout(timeout):
+        return await connect(
+            url,
+            open_timeout=timeout,
+            max_size=max_frame_bytes,
+            max_queue=16,
+            close_timeout=CLOSE_TIMEOUT,
+            ping_interval=20,
+            ping_timeout=20,
+            compression=None,
+        )
+
+
+async def _hang_up(ws: ClientConnection, *, polite: bool) -> None:
+    """Close ``ws`` (with the close handshake when ``polite``) and abort its transport."""
+    keepalive = ws.keepalive_task  # websockets cancels it on close but never awaits it
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT * 2 if polite else 0):
+            await ws.close()
+    except (TimeoutError, OSError, websockets.exceptions.WebSocketException):
+        pass
+    finally:
+        ws.transport.abort()
+    if keepalive is not None:
+        keepalive.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await keepalive
 
 
 class RelayClient:
@@ -318,10 +564,8 @@ class RelayClient:
         self._connect_lock = asyncio.Lock()
         self._subs: dict[str, _Subscription] = {}
         self._ended_subs: deque[str] = deque(maxlen=64)
-        self._pending: OrderedDict[str, asyncio.Future[_Ok | _Lost]] = OrderedDict()
-        self._challenge: str | None = None
-        self._challenge_seen = asyncio.Event()
-        self._authenticated = False
+        self._pending = _OkWaiters()
+        self._nip42 = _Nip42()
         self._closed = False
         self._unresponsive = False
 
@@ -346,7 +590,7 @@ class RelayClient:
     @property
     def authenticated(self) -> bool:
         """The relay acknowledged our NIP-42 AUTH on the current connection."""
-        return self._authenticated
+        return self._nip42.authenticated
 
     async def connect(self, timeout: float | None = None) -> str | None:
         """Connect if not connected; returns ``None`` or why it failed (also ``last_error``)."""
@@ -395,66 +639,35 @@ class RelayClient:
         """
         flts = nip01.as_filters(filters)
         deadline = self._deadline(timeout)
-        result = QueryResult(relay=self.url)
+        query = _Query(self.url, flts, self.max_events, end_when_ids_served)
+        result = query.result
         problem = await self._ensure_connected(deadline)
         if problem is not None:
             result.error = f"connect failed: {problem}"
             return result
         malformed_before = self.malformed_frames
-        seen: set[str] = set()
-        retried = False
-        wanted: set[str] | None = None
-        if end_when_ids_served and all(f.ids is not None for f in flts):
-            wanted = {i for f in flts for i in f.ids or ()}
         while True:
             sub = await self._open(
                 flts, live=False, budget=self.query_budget, deadline=deadline, shared=shared
             )
-            timed_out = False
-            try:
-                async with asyncio.timeout(max(0.0, deadline - _now())):
-                    while sub.end is None:
-                        if wanted is not None and wanted <= sub.seen:
-                            sub.finish("eose")
-                            break
-                        sub.wake.clear()
-                        await sub.wake.wait()
-            except TimeoutError:
-                timed_out = True
+            timed_out = await query.until_end(sub, deadline)
+            if timed_out:
                 self._unresponsive = True
             end = sub.end  # read before closing, which marks it ended by the client
             await self._close_sub(sub)
-            for ev in sub.events:
-                if ev.id not in seen and len(result.events) < self.max_events:
-                    seen.add(ev.id)
-                    result.events.append(ev)
-            result.rejected.extend(sub.rejected[: MAX_REJECTED_KEPT - len(result.rejected)])
-            result.rejected_count += sub.rejected_count
+            query.take(sub)
             how, detail = end or ("timeout", "")
-            if timed_out and end is None:
-                result.error = "timeout"
-            elif how == "eose" or (how == "closed" and not detail):
-                result.finished = True
-            elif how == "closed":
-                prefix, _ = nip01.split_prefix(detail)
-                if prefix == "auth-required:" and not retried:
-                    retried = True
-                    auth_problem = await self._authenticate(deadline)
-                    if auth_problem is None:
-                        continue
-                    result.error = f"closed: {detail} ({auth_problem})"
-                else:
-                    result.error = f"closed: {detail}"
-            elif how == "overflow":
-                result.error = f"too many events: {detail}"
-            elif how == "cut off":
-                result.error = f"cut off: the relay sent {detail} for one query"
+            if how == "closed" and query.auth.wanted(detail):
+                auth_problem = await self._authenticate(deadline)
+                if auth_problem is None:
+                    continue
+                detail = f"{detail} ({auth_problem})"
+            query.ended(how, detail, timed_out=timed_out and end is None)
+            if how == "cut off" and result.error is not None:
                 self._report_cut_off(result.error)
                 # It would go on sending: drop the connection rather than read the rest.
                 self._unresponsive = True
                 await self._drop(f"cut off: {detail}")
-            else:
-                result.error = f"connection lost: {detail}"
             break
         result.malformed_frames = self.malformed_frames - malformed_before
         if result.error is not None:
@@ -481,31 +694,25 @@ class RelayClient:
         look for what was missed meanwhile.  Ends (see ``last_error``) after ``max_failures``
         consecutive failed reconnects, or when the relay closes the subscription.
         """
-        flts = nip01.as_filters(filters)
-        seen: OrderedDict[str, None] = OrderedDict()
-        last_seen: int | None = None
-        opened = False
-        failures = 0
-        auth_retried = False
+        live = _Live(
+            nip01.as_filters(filters),
+            base=reconnect_delay,
+            cap=max_reconnect_delay,
+            max_failures=max_failures,
+        )
         while not self._closed:
             problem = await self._ensure_connected(self._deadline(None))
             if problem is not None:
-                failures += 1
-                if failures > max_failures:
+                if live.give_up():
                     self.last_error = f"gave up after {max_failures} reconnects: {problem}"
                     return
-                await asyncio.sleep(
-                    backoff_base(failures, base=reconnect_delay, cap=max_reconnect_delay)
-                )
+                await live.back_off()
                 continue
-            resume = resume_since() if resume_since is not None and opened else last_seen
-            current = flts if resume is None else [f.with_since(resume) for f in flts]
+            current = live.next_filters(resume_since)
             sub = await self._open(current, live=True, budget=self.live_budget, deadline=None)
-            if opened and on_reopen is not None:
+            if live.opened and on_reopen is not None:
                 on_reopen()
-            opened = True
-            opened_at = _now()
-            progressed = False
+            live.open()
             try:
                 while True:
                     try:
@@ -514,58 +721,44 @@ class RelayClient:
                         continue  # the connection's pings detect a dead relay
                     if event is None:
                         break
-                    if event.id in seen:
-                        continue
-                    progressed = True
-                    seen[event.id] = None
-                    if len(seen) > MAX_SEEN_IDS:
-                        seen.popitem(last=False)
-                    last_seen = (
-                        event.created_at if last_seen is None else max(last_seen, event.created_at)
-                    )
-                    yield event
+                    if live.fresh(event):
+                        yield event
             finally:
                 await self._close_sub(sub)
-            how, detail = sub.end or ("lost", "")
-            if how == "closed":
-                prefix, _ = nip01.split_prefix(detail)
-                if prefix == "auth-required:" and not auth_retried:
-                    auth_retried = True
-                    auth_problem = await self._authenticate(self._deadline(None))
-                    if auth_problem is None:
-                        continue
-                    detail = f"{detail} ({auth_problem})"
-                self.last_error = f"closed: {detail}" if detail else None
+            if not await self._reopen(sub, live):
                 return
-            if how == "lost":
-                if self._closed:
-                    return
-                # A connection that brought new events or lasted was working: count afresh.
-                # Re-served duplicates are no progress, so a relay that drops every connection
-                # after replaying old events still runs out of attempts.
-                worked = progressed or _now() - opened_at >= _WORKING_CONNECTION
-                failures = 1 if worked else failures + 1
-                if failures > max_failures:
-                    self.last_error = f"gave up after {max_failures} reconnects: {detail}"
-                    return
-                await asyncio.sleep(
-                    backoff_base(failures, base=reconnect_delay, cap=max_reconnect_delay)
-                )
-            if how == "cut off":
-                # More bytes or tags than the buffer holds: drop the connection rather than
-                # read the rest, and come back later (backing off: a relay that floods every
-                # connection is never progress) from the last event seen.
-                self.last_error = f"cut off: the relay sent {detail} faster than they were used"
-                self._report_cut_off(self.last_error)
-                self._unresponsive = True
-                await self._drop(self.last_error)
-                failures += 1
-                if failures > max_failures:
-                    return
-                await asyncio.sleep(
-                    backoff_base(failures, base=reconnect_delay, cap=max_reconnect_delay)
-                )
-            # "overflow" (too many events buffered): re-open at once from the last event seen
+
+    async def _reopen(self, sub: _Subscription, live: _Live) -> bool:
+        """After a live ``REQ`` ended: True to open it again (after any backoff), else False."""
+        how, detail = sub.end or ("lost", "")
+        if how == "closed":
+            if live.auth.wanted(detail):
+                auth_problem = await self._authenticate(self._deadline(None))
+                if auth_problem is None:
+                    return True
+                detail = f"{detail} ({auth_problem})"
+            self.last_error = f"closed: {detail}" if detail else None
+            return False
+        if how == "lost":
+            if self._closed:
+                return False
+            if live.give_up(afresh=live.worked()):
+                self.last_error = f"gave up after {live.max_failures} reconnects: {detail}"
+                return False
+            await live.back_off()
+        if how == "cut off":
+            # More bytes or tags than the buffer holds: drop the connection rather than read
+            # the rest, and come back later (backing off: a relay that floods every connection
+            # is never progress) from the last event seen.
+            self.last_error = f"cut off: the relay sent {detail} faster than they were used"
+            self._report_cut_off(self.last_error)
+            self._unresponsive = True
+            await self._drop(self.last_error)
+            if live.give_up():
+                return False
+            await live.back_off()
+        # "overflow" (too many events buffered): re-open at once from the last event seen
+        return True
 
     # -- internals -------------------------------------------------------------------------
 
@@ -589,26 +782,14 @@ class RelayClient:
                 self.last_error = "timeout"
                 return "timeout"
             try:
-                async with asyncio.timeout(remaining):
-                    ws = await connect(
-                        self.url,
-                        open_timeout=remaining,
-                        max_size=self.max_frame_bytes,
-                        max_queue=16,
-                        close_timeout=CLOSE_TIMEOUT,
-                        ping_interval=20,
-                        ping_timeout=20,
-                        compression=None,
-                    )
+                ws = await _dial(self.url, remaining, self.max_frame_bytes)
             except (OSError, TimeoutError, websockets.exceptions.WebSocketException) as exc:
                 self.last_error = _describe(exc)
                 return self.last_error
             self._ws = ws
             self._unresponsive = False
             self.connections += 1
-            self._challenge = None
-            self._challenge_seen = asyncio.Event()
-            self._authenticated = False
+            self._nip42 = _Nip42()
             self._reader = asyncio.create_task(self._read(ws), name=f"relay-reader {self.url}")
             return None
 
@@ -671,13 +852,7 @@ class RelayClient:
 
     async def _request_ok(self, event_id: str, frame: str, deadline: float) -> _Ok | _Lost:
         """Send an EVENT or AUTH frame and wait for its ``OK`` until ``deadline``."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[_Ok | _Lost] = loop.create_future()
-        # A second publish of the same id waits behind the first; keying by id keeps it simple.
-        key = event_id
-        while key in self._pending:
-            key += "+"
-        self._pending[key] = future
+        key, future = self._pending.add(event_id)
         try:
             problem = await self._send(frame, deadline)
             if problem is not None:
@@ -689,7 +864,7 @@ class RelayClient:
                 self._unresponsive = True
                 return _Lost("timeout: no OK from relay")
         finally:
-            self._pending.pop(key, None)
+            self._pending.remove(key)
 
     async def _authenticate(self, deadline: float) -> str | None:
         """Answer the relay's NIP-42 challenge; ``None`` on success, else what went wrong."""
@@ -699,14 +874,9 @@ class RelayClient:
             return "no key configured to authenticate"
         if self._ws is None:
             return "not connected"
-        if self._challenge is None:
-            # The challenge usually precedes the refusal; give a late one a moment.
-            try:
-                async with asyncio.timeout(max(0.0, min(AUTH_OK_TIMEOUT, deadline - _now()))):
-                    await self._challenge_seen.wait()
-            except TimeoutError:
-                return "relay sent no AUTH challenge"
-        challenge = self._challenge
+        if not await self._nip42.challenge_by(deadline):
+            return "relay sent no AUTH challenge"
+        challenge = self._nip42.challenge
         assert challenge is not None
         event = nip42.auth_event(
             self.secret, relay_url=self.url, challenge=challenge, created_at=int(time.time())
@@ -717,7 +887,7 @@ class RelayClient:
         if isinstance(answer, _Ok) and not answer.accepted:
             return f"AUTH refused: {answer.message or 'no reason given'}"
         # No OK at all: some relays never acknowledge AUTH; proceed and let the retry tell.
-        self._authenticated = isinstance(answer, _Ok)
+        self._nip42.authenticated = isinstance(answer, _Ok)
         return None
 
     async def _read(self, ws: ClientConnection) -> None:
@@ -741,94 +911,48 @@ class RelayClient:
 
     def _dispatch(self, msg: nip01.RelayMessage, size: int = 0) -> None:
         if isinstance(msg, nip01.EventMessage):
-            sub = self._subs.get(msg.subscription_id)
-            if sub is None:
-                if msg.subscription_id not in self._ended_subs:
-                    self.malformed_frames += 1
-                return
-            if sub.end is not None:
-                return
-            raw_tags = msg.event.get("tags") if isinstance(msg.event, dict) else None
-            tags = len(raw_tags) if isinstance(raw_tags, list) else 0
-            if not sub.charge(size, tags):
-                return
-            if tags > MAX_EVENT_TAGS:
-                sub.refund(size, tags)
-                self._reject(sub, f"more than {MAX_EVENT_TAGS} tags")
-                return
-            try:
-                event = Event.from_dict(msg.event)
-            except InvalidEvent as exc:
-                sub.refund(size, tags)
-                self._reject(sub, exc.reason)
-                return
-            if not nip01.matches_any(sub.filters, event):
-                sub.refund(size, tags)
-                self._reject(sub, "does not match filter")
-                return
-            sub.offer(event, size)
+            sub = self._sub_for(msg.subscription_id)
+            if sub is not None and (reason := sub.receive(msg.event, size)) is not None:
+                self.rejected_count += 1
+                self.recent_rejections.append(reason)
         elif isinstance(msg, nip01.OkMessage):
-            self._resolve_ok(msg)
+            self._pending.resolve(msg)
         elif isinstance(msg, (nip01.EoseMessage, nip01.ClosedMessage)):
-            sub = self._subs.get(msg.subscription_id)
+            sub = self._sub_for(msg.subscription_id)
             if sub is None:
-                if msg.subscription_id not in self._ended_subs:
-                    self.malformed_frames += 1
                 return
             if isinstance(msg, nip01.ClosedMessage):
                 sub.finish("closed", msg.message)
             elif not sub.live:
                 sub.finish("eose")
         elif isinstance(msg, nip01.AuthMessage):
-            self._challenge = msg.challenge
-            self._challenge_seen.set()
+            self._nip42.challenged(msg.challenge)
         elif isinstance(msg, nip01.NoticeMessage):
             self.notices.append(msg.message[:500])
         else:
             self.malformed_frames += 1
 
-    def _reject(self, sub: _Subscription, reason: str) -> None:
-        sub.reject(reason)
-        self.rejected_count += 1
-        self.recent_rejections.append(reason)
-
-    def _resolve_ok(self, msg: nip01.OkMessage) -> None:
-        answer = _Ok(msg.accepted, msg.message)
-        if msg.event_id:
-            future = self._pending.get(msg.event_id)
-        else:
-            # Some relays refuse with an empty id: it belongs to the oldest pending request.
-            future = next((f for f in self._pending.values() if not f.done()), None)
-        if future is not None and not future.done():
-            future.set_result(answer)
+    def _sub_for(self, sub_id: str) -> _Subscription | None:
+        """The open ``REQ`` a frame names; one for a ``REQ`` we never opened is malformed (one we
+        closed may still have frames in flight)."""
+        sub = self._subs.get(sub_id)
+        if sub is None and sub_id not in self._ended_subs:
+            self.malformed_frames += 1
+        return sub
 
     def _fail_all(self, reason: str) -> None:
         for sub in list(self._subs.values()):
             sub.finish("lost", reason)
-        for future in self._pending.values():
-            if not future.done():
-                future.set_result(_Lost(f"connection lost: {reason}"))
+        self._pending.fail(reason)
 
     async def _drop(self, reason: str) -> None:
         ws, reader = self._ws, self._reader
         self._ws = None
         self._reader = None
         if ws is not None:
-            keepalive = ws.keepalive_task  # websockets cancels it on close but never awaits it
-            try:
-                # A relay that already let a request time out gets no polite close handshake:
-                # waiting for its answer would push the caller past its timeout.
-                async with asyncio.timeout(0 if self._unresponsive else CLOSE_TIMEOUT * 2):
-                    await ws.close()
-            except (TimeoutError, OSError, websockets.exceptions.WebSocketException):
-                pass
-            finally:
-                ws.transport.abort()
-            if keepalive is not None:
-                keepalive.cancel()
-                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                    async with asyncio.timeout(CLOSE_TIMEOUT):
-                        await keepalive
+            # A relay that already let a request time out gets no polite close handshake:
+            # waiting for its answer would push the caller past its timeout.
+            await _hang_up(ws, polite=not self._unresponsive)
         if reader is not None:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):

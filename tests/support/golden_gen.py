@@ -326,6 +326,30 @@ def legacy_first_turn() -> dict[str, Any]:
     }
 
 
+def legacy_first_turn_with_workspace() -> dict[str, Any]:
+    """The workspace is the first standing section, escaped like the others."""
+    event = sign(MORGAN, "@Buzz clone the repo", [["h", CHANNEL], ["p", pk(BUZZ)]], T0 + 950)
+    return {
+        "events": [item(event)],
+        "channel": ENGINEERING,
+        "profiles": profiles(),
+        "standing": {"workspace": "/srv/buzz & <co>/work", "base": "You are Buzz."},
+    }
+
+
+def system_role_with_workspace() -> dict[str, Any]:
+    """The workspace travels in the system role: no section, but a layer on every turn."""
+    event = sign(MORGAN, "@Buzz what did you build?", [["h", CHANNEL], ["p", pk(BUZZ)]], T0 + 960)
+    return {
+        "events": [item(event)],
+        "channel": ENGINEERING,
+        "profiles": profiles(),
+        "standing": {"workspace": "/srv/buzz", "base": "You are Buzz.", "system": "Be brief."},
+        "systemPromptSupport": True,
+        "standingContextSent": True,
+    }
+
+
 def long_description() -> dict[str, Any]:
     event = sign(MORGAN, "What is this channel for?", [["h", CHANNEL]], T0 + 1000)
     sentence = "Deploy & incident coordination for <prod> and staging."
@@ -408,6 +432,8 @@ CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "agent_to_agent": agent_to_agent,
     "slash_command": slash_command,
     "legacy_first_turn": legacy_first_turn,
+    "legacy_first_turn_with_workspace": legacy_first_turn_with_workspace,
+    "system_role_with_workspace": system_role_with_workspace,
     "long_description": long_description,
     "injection_attempts": injection_attempts,
     "nip22_comment_and_positional_reply": nip22_comment_and_positional_reply,

@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from nostr_buzz.bot import BuzzPlugin, parse_shard, shard_of
-from nostr_buzz.core.compiler import compile_turn
+from nostr_buzz.core.compiler import compile_turn, standing_text
 from nostr_buzz.core.manifest import manifest_from_layers
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.event import Event, sign_event
-from nostr_buzz.io.acp_driver import standing_text
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
@@ -729,7 +728,8 @@ async def test_legacy_standing_sections_lead_the_first_prompt_only(world: World)
         await rec.kind("turn_completed", 2)
     first, second = (agent.requests("session/prompt")[i]["params"]["prompt"] for i in (0, 1))
     # <workspace> reaches a legacy agent too: the first block of the session's first prompt
-    assert first[0] == {"type": "text", "text": standing_text(Standing(), str(world.tmp))}
+    workspace = standing_text(Standing(workspace=str(world.tmp)))
+    assert first[0] == {"type": "text", "text": workspace}
     assert first[0]["text"].startswith("<workspace>\n")
     assert first[1] == {"type": "text", "text": "<team-instructions>\nT\n</team-instructions>"}
     # every relay answered that the agent has no core memory: the nudge is a standing section

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from nostr_buzz.core.compiler import compile_steer, compile_turn
@@ -71,7 +72,12 @@ async def _driver(tmp_path: Path, *flags: str, **kwargs: Any) -> AsyncIterator[A
 
 
 async def _session(driver: AgentDriver, tmp_path: Path) -> SessionStart:
-    return await driver.new_session(str(tmp_path), standing_text(STANDING, str(tmp_path)))
+    standing = standing_text(_with_workspace(STANDING, str(tmp_path)))
+    return await driver.new_session(str(tmp_path), standing)
+
+
+def _with_workspace(standing: Standing, cwd: str) -> Standing:
+    return msgspec.structs.replace(standing, workspace=cwd)
 
 
 def _started() -> tuple[asyncio.Event, Callable[[str], None]]:
@@ -520,7 +526,8 @@ async def test_protocol_v2_system_prompt_and_the_outcome_table(tmp_path: Path) -
     assert all(r.usage is None for r in results.values())  # the agent reported none
     received = [json.loads(line) for line in frames.read_text().splitlines()]
     new = next(f for f in received if f.get("method") == "session/new")
-    assert new["params"]["systemPrompt"] == standing_text(STANDING, str(tmp_path))
+    standing = standing_text(_with_workspace(STANDING, str(tmp_path)))
+    assert new["params"]["systemPrompt"] == standing
     assert "_meta" not in new["params"]
     answer = next(f for f in received if f.get("id") == 900 and "method" not in f)
     assert answer["result"] == {"outcome": {"outcome": "selected", "optionId": "yes"}}
@@ -601,7 +608,7 @@ async def test_standard_system_prompt_paragraphs_late_permission_and_error_text(
     )
     async with driver:
         assert driver.info.system_prompt_capability and driver.info.session_close
-        standing = standing_text(STANDING, str(tmp_path))
+        standing = standing_text(_with_workspace(STANDING, str(tmp_path)))
         session = await driver.new_session(str(tmp_path), standing)
         assert session.strategy == "system_prompt"
         sid = session.session_id
@@ -693,7 +700,8 @@ async def _new_session(agent: Scripted, cwd: str) -> tuple[str, Any]:
 
     driver = agent.driver(request_timeout=WAIT)
     async with driver:
-        start = await driver.new_session(cwd, standing_text(HARNESS_STANDING, cwd))
+        standing = standing_text(_with_workspace(HARNESS_STANDING, cwd))
+        start = await driver.new_session(cwd, standing)
     return start.strategy, agent
 
 
@@ -769,7 +777,7 @@ async def test_legacy_agent_answering_anything_is_never_probed(tmp_path: Path) -
 def standing_text_of(cwd: str) -> str:
     from nostr_buzz.io.acp_driver import standing_text
 
-    return standing_text(HARNESS_STANDING, cwd)
+    return standing_text(_with_workspace(HARNESS_STANDING, cwd))
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from tests.support.events import chat
 from tests.support.keys import AGENT, OWNER, STRANGER
+from tests.support.sizes import MAX_FUNCTION_LINES, spans
 
 FRIEND = SecretKey.from_str("33" * 32)
 
@@ -234,18 +235,12 @@ def test_clock_skew_from_the_file_the_environment_and_the_flag(tmp_path: Path) -
 
 
 def test_the_bot_stays_small_where_it_should() -> None:
-    import ast
-
     import nostr_buzz.bot
 
     package = Path(nostr_buzz.bot.__file__).parent
     for module in sorted(package.glob("*.py")):
-        tree = ast.parse(module.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                continue
-            size = (node.end_lineno or node.lineno) - node.lineno + 1
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                assert size <= 80, f"{module.name}: {node.name} has {size} lines"
-            if isinstance(node, ast.ClassDef) and node.name == "BuzzPlugin":
-                assert size < 300, f"BuzzPlugin has {size} lines: it should only wire the parts"
+        for span in spans(module):
+            if span.kind == "function":
+                assert span.lines <= MAX_FUNCTION_LINES, f"{span}"
+            if span.kind == "class" and span.name == "BuzzPlugin":
+                assert span.lines < 300, f"{span}: it should only wire the parts"

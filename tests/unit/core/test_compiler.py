@@ -10,6 +10,7 @@ import hashlib
 import inspect
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from nostr_buzz.core.compiler import (
     compile_steer,
     compile_turn,
     slash_command,
+    standing_text,
 )
 from nostr_buzz.core.escape import escape_attribute, escape_text
 from nostr_buzz.core.labels import message_lines
@@ -196,6 +198,89 @@ def test_legacy_first_turn_by_hand() -> None:
     )
     assert layer(manifest, "core_memory").version == content_hash(sections[3])
     assert layer(manifest, "channel_canvas").version == content_hash(sections[4])
+
+
+WORKSPACE_TEXT = (
+    "<workspace>\nYour working directory is /srv/buzz &amp; &lt;co&gt;/work. Keep the files you "
+    "create and the repositories you clone there.\n</workspace>"
+)
+
+
+def test_legacy_workspace_is_the_first_standing_section_and_its_layer_hashes_it() -> None:
+    compiled = compile_case("legacy_first_turn_with_workspace")
+    assert compiled.sections[:3] == [
+        WORKSPACE_TEXT,
+        "<base>\nYou are Buzz.\n</base>",
+        "<buzz-turn>",
+    ]
+    layers = json.loads(compiled.manifest.to_json())["layers"]
+    assert layers[0] == lay(
+        1,
+        "workspace",
+        "session",
+        "agent_workspace",
+        "instructions",
+        "session_start",
+        WORKSPACE_TEXT,
+    )
+    assert layers[1]["layer"] == "platform_contract"
+
+
+def test_the_system_role_text_holds_the_exact_workspace_bytes_the_layer_hashes() -> None:
+    obj = load_input("system_role_with_workspace")
+    turn_input = TurnInput.from_json(json.dumps(obj))
+    text = standing_text(turn_input.standing)
+    workspace, base, system = text.split("\n\n")
+    assert workspace == (
+        "<workspace>\nYour working directory is /srv/buzz. Keep the files you create and the "
+        "repositories you clone there.\n</workspace>"
+    )
+    assert (base, system) == ("<base>\nYou are Buzz.\n</base>", "<system>\nBe brief.\n</system>")
+    compiled = compile_turn(turn_input)
+    assert not any("<workspace>" in section for section in compiled.sections)
+    assert layer(compiled.manifest, "workspace").version == content_hash(workspace)
+    # the session's first turn (standing not yet sent) records the very same layer
+    first = compile_turn(msgspec.structs.replace(turn_input, standing_context_sent=False))
+    assert layer(first.manifest, "workspace") == layer(compiled.manifest, "workspace")
+
+
+def test_legacy_later_turns_keep_the_workspace_layer_without_the_section() -> None:
+    obj = load_input("legacy_first_turn_with_workspace")
+    first = compile_turn(TurnInput.from_json(json.dumps(obj)))
+    later = compile_turn(TurnInput.from_json(json.dumps({**obj, "standingContextSent": True})))
+    assert later.sections[0] == "<buzz-turn>"
+    assert layer(later.manifest, "workspace") == layer(first.manifest, "workspace")
+    assert layer(first.manifest, "workspace").version == content_hash(first.sections[0])
+
+
+@pytest.mark.parametrize("cwd", ["/", "relative/dir", "", "~/work"])
+def test_a_workspace_the_agent_is_not_told_has_no_section_and_no_layer(cwd: str) -> None:
+    ev = sign(MORGAN, "hi", [["h", CH]])
+    bare = {"events": [item(ev)], "standing": {"base": "B"}}
+    sections, manifest = run({**bare, "standing": {"base": "B", "workspace": cwd}})
+    assert (sections, manifest) == run(bare)
+    assert '"workspace"' not in manifest
+    assert standing_text(Standing(workspace=cwd)) == ""
+
+
+def test_a_slash_command_still_leads_a_legacy_first_turn_with_a_workspace() -> None:
+    ev = sign(MORGAN, "/compact", [["h", CH]])
+    sections, _ = run({"events": [item(ev)], "standing": {"workspace": "/w"}})
+    assert sections[0] == "/compact"
+    assert sections[1].startswith("<workspace>\n") and sections[2] == "<buzz-turn>"
+
+
+def test_a_steer_records_no_workspace() -> None:
+    steer = compile_steer(sign(MORGAN, "more", [["h", CH]]), channel_id=CH)
+    assert all(x.layer != "workspace" for x in steer.manifest.layers)
+
+
+def test_a_workspace_with_a_lone_surrogate_is_refused() -> None:
+    with pytest.raises(TurnInputError, match="standing section"):
+        TurnInput(
+            events=(TurnEvent(sign(MORGAN, "hi", [["h", CH]])),),
+            standing=Standing(workspace="/w\ud800"),
+        )
 
 
 def test_interrupted_turns_by_hand() -> None:
@@ -826,6 +911,17 @@ def test_standing_is_decoded_straight_into_its_model() -> None:
     obj["standing"] = {"teamInstructions": "team", "channelCanvas": "canvas"}
     parsed = TurnInput.from_json(json.dumps(obj).encode())
     assert parsed.standing == Standing(team_instructions="team", channel_canvas="canvas")
+
+
+def test_the_layer_table_of_docs_envelope_md_is_the_compilers() -> None:
+    from nostr_buzz.core.compiler import LAYER_TABLE
+
+    doc = (FIXTURES.parent / "docs" / "envelope.md").read_text(encoding="utf-8")
+    row = re.compile(r"^\| (\d) \| `(\w+)` \| `(\w+)` \| `(\w+)` \| `(\w+)` \|$", re.M)
+    documented = {name: (int(o), *rest) for o, name, *rest in row.findall(doc)}
+    assert documented == {
+        name: (k.order, k.source, k.authority, k.freshness) for name, k in LAYER_TABLE.items()
+    }
 
 
 def test_every_manifest_layer_comes_from_the_layer_table() -> None:
@@ -2339,9 +2435,30 @@ def turn_inputs(draw: st.DrawFn) -> TurnInput:
         ),
         context=context,
         profiles=profiles,
-        standing=Standing(base=draw(st.none() | texts), team_instructions=draw(st.none() | texts)),
+        standing=Standing(
+            base=draw(st.none() | texts),
+            team_instructions=draw(st.none() | texts),
+            workspace=draw(st.none() | texts | texts.map(lambda t: "/" + t)),
+        ),
         system_prompt_support=draw(st.booleans()),
     )
+
+
+@SETTINGS
+@given(turn_inputs())
+def test_the_workspace_layer_hashes_the_workspace_text_the_agent_gets(ti: TurnInput) -> None:
+    compiled = compile_turn(ti)
+    if ti.system_prompt_support:
+        text = standing_text(ti.standing)
+        end = text.find("\n</workspace>") + len("\n</workspace>")
+        sent = [text[:end]] if text.startswith("<workspace>\n") else []
+        assert "<workspace>" not in text[len(sent[0]) if sent else 0 :]
+    else:
+        before = compiled.sections[: compiled.sections.index("<buzz-turn>")]
+        sent = [s for s in before if s.startswith("<workspace>")]
+        assert "<workspace>" not in "".join(s for s in before if s not in sent)
+    recorded = [x for x in compiled.manifest.layers if x.layer == "workspace"]
+    assert [x.version for x in recorded] == [content_hash(block) for block in sent]
 
 
 @SETTINGS

@@ -3,6 +3,8 @@ agent subprocesses is in tests/e2e/io/test_acp_driver.py)."""
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.io.acp_driver import standing_text
 
@@ -10,15 +12,15 @@ STANDING = Standing(base="Be brief.", persona="You are the demo agent.")
 
 
 def test_standing_text_composes_workspace_and_sections() -> None:
-    text = standing_text(STANDING, "/srv/a&b")
+    text = standing_text(replace(STANDING, workspace="/srv/a&b"))
     assert text == (
         "<workspace>\nYour working directory is /srv/a&amp;b. Keep the files you create and the "
         "repositories you clone there.\n</workspace>\n\n<base>\nBe brief.\n</base>\n\n"
         "<system>\nYou are the demo agent.\n</system>"
     )
-    assert standing_text(STANDING, "/").startswith("<base>")
-    assert standing_text(STANDING, "relative/dir").startswith("<base>")
-    assert standing_text(Standing(), None) == ""
+    assert standing_text(replace(STANDING, workspace="/")).startswith("<base>")
+    assert standing_text(replace(STANDING, workspace="relative/dir")).startswith("<base>")
+    assert standing_text(Standing()) == ""
 
 
 # =================================================================================================

@@ -59,6 +59,27 @@ def test_a_symlinked_or_shared_state_directory_is_refused(tmp_path: Path) -> Non
     assert private_dir(wide) == wide and wide.stat().st_mode & 0o777 == 0o700
 
 
+def test_a_state_directory_right_in_a_sticky_shared_directory_is_the_bots(tmp_path: Path) -> None:
+    """/tmp/buzz-XXXX (tempfile's own): a sticky shared parent lets no one else rename the
+    state directory away, so it is accepted, made or existing; without the sticky bit it is
+    not."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    assert private_dir(shared / "made") == shared / "made"
+    existing = shared / "existing"
+    existing.mkdir(mode=0o700)
+    assert private_dir(existing) == existing
+    assert unsafe_path(str(shared), _nobody, _nobody, below_uid=os.geteuid()) is None
+    foreign = os.geteuid() + 1
+    assert unsafe_path(str(shared), foreign.__eq__, _nobody, below_uid=foreign) == str(shared)
+    shared.chmod(0o777)
+    with pytest.raises(ConfigError, match=f"{shared} above it"):
+        private_dir(shared / "another")
+    with pytest.raises(ConfigError, match=f"{shared} above it"):
+        private_dir(existing)
+
+
 def test_a_state_file_is_never_opened_through_a_symlink(tmp_path: Path) -> None:
     target = tmp_path / "target"
     target.write_text("someone else's\n")

@@ -16,6 +16,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import RelayClient
 from nostr_buzz.keys import SecretKey
 from tests.support.relay_cli import raw, write_toml
+from tests.support.sizes import MAX_CLASS_LINES, oversized
 
 # --- hostile relay: forged and wrong events are never returned -------------------------------
 
@@ -93,3 +94,18 @@ def test_relay_url_errors_never_repeat_a_secret(url: str) -> None:
             make()
         assert isinstance(info.value, BuzzError)
         assert NSEC not in str(info.value).lower()
+
+
+def test_the_relay_client_stays_within_the_size_guards(tmp_path: Path) -> None:
+    import nostr_buzz.io.relay
+
+    assert oversized(Path(nostr_buzz.io.relay.__file__)) == []
+    # The guard sees what passes it: a class one line too long, and the long method in it.
+    body = "".join(f"        x{i} = {i}\n" for i in range(MAX_CLASS_LINES - 1))
+    long = tmp_path / "long.py"
+    long.write_text(f"class Long:\n    def f(self) -> None:\n{body}", encoding="utf-8")
+    assert oversized(long) == [
+        f"long.py: class Long has {MAX_CLASS_LINES + 1} lines",
+        f"long.py: function f has {MAX_CLASS_LINES} lines",
+    ]
+    assert oversized(long, class_lines=MAX_CLASS_LINES + 1, function_lines=MAX_CLASS_LINES) == []
