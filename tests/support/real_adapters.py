@@ -140,7 +140,7 @@ def gemini_env(server: ModelServer, home: Path) -> dict[str, str]:
     env.update(
         GOOGLE_GEMINI_BASE_URL=server.url,
         GEMINI_API_KEY="gemini-test-not-a-key",
-        GEMINI_CLI_NO_RELAUNCH="true",
+        GEMINI_CLI_NO_RELAUNCH="true",  # no second node process with a bigger heap
     )
     return env
 
