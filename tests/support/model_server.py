@@ -29,6 +29,7 @@ as title generation) get a short text answer.  Every request is recorded in
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -210,13 +211,8 @@ class ModelServer:
         tool_result = bool(users) and _has_tool_result(users[-1])
         question = next((m for m in reversed(users) if not _has_tool_result(m)), None)
         user_text = "\n".join(_texts(question.get("content"))) if question else ""
-        return self._answer(
-            "messages",
-            main,
-            user_text,
-            tool_result,
-            lambda decision, usage: self._messages_stream(body, decision, usage),
-        )
+        stream = functools.partial(self._messages_stream, body)
+        return self._answer("messages", main, user_text, tool_result, stream)
 
     def _answer(
         self,
@@ -427,13 +423,8 @@ class ModelServer:
             None,
         )
         user_text = "\n".join(_texts(parts(question))) if question else ""
-        return self._answer(
-            "gemini",
-            main,
-            user_text,
-            tool_result,
-            lambda decision, usage: self._gemini_stream(decision, usage, model),
-        )
+        stream = functools.partial(self._gemini_stream, model)
+        return self._answer("gemini", main, user_text, tool_result, stream)
 
     def _gemini_answer(self, decision: _Decision, usage: Usage, model: str) -> dict[str, Any]:
         """One ``GenerateContentResponse``: the text, then the shell call (gemini-cli's
@@ -460,7 +451,7 @@ class ModelServer:
             "modelVersion": model,
         }
 
-    def _gemini_stream(self, decision: _Decision, usage: Usage, model: str) -> Iterator[bytes]:
+    def _gemini_stream(self, model: str, decision: _Decision, usage: Usage) -> Iterator[bytes]:
         self._wait(decision)
         yield f"data: {json.dumps(self._gemini_answer(decision, usage, model))}\n\n".encode()
 
