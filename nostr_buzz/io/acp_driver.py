@@ -119,6 +119,11 @@ STDIO_LIMIT: Final = 50 * 1024 * 1024
 #: A turn after a cancel that ends this fast with nothing to show is the agent's broken
 #: session answering at once (claude-agent-acp), not an answer.
 HOLLOW_WINDOW: Final = 2.0
+#: The session modes, by advertised id, in which an adapter asks the client before a tool
+#: runs (docs/acp-adapters.md, "Permission modes"): claude-agent-acp's and gemini-cli's
+#: ``default``, codex-acp's ``read-only``.  Their defaults (``auto``, ``agent``) let the adapter
+#: decide on its own.
+ASKING_MODES: Final = ("default", "read-only")
 #: How long ``session/close`` of a retired session may take before it is given up.
 CLOSE_SESSION_TIMEOUT: Final = 5.0
 _STOP_REASONS: Final[dict[str, StopReason]] = {
@@ -263,6 +268,8 @@ class _Turn:
     paragraph_break: bool = False
     context_used: int | None = None
     context_size: int | None = None
+    #: codex-acp 2.6 reported the model call failed (docs/acp-adapters.md, "Errors").
+    system_error: bool = False
 
     def text(self, text: str, message_id: str | None) -> None:
         """One chunk of the agent's message; after a tool call it starts a paragraph."""
@@ -655,6 +662,7 @@ class AgentDriver:
             session_id = schema.NewSessionResponse.model_validate(raw).session_id
         except (acp.RequestError, ConnectionError, OSError, TimeoutError, ValidationError) as exc:
             raise AgentError(f"the agent refused a new session: {_describe(exc)}") from None
+        mode = await self._asking_mode(session_id, raw)
         if strategy == "goose" and standing:
             try:
                 await self._request(
@@ -666,8 +674,41 @@ class AgentDriver:
         self.usage.session_started(
             self._usage_key(session_id)
         )  # a session this harness created: zero baseline
-        self._diagnostic("session_started", session_id, {"standingStrategy": strategy})
+        started: dict[str, Any] = {"standingStrategy": strategy}
+        if mode is not None:  # docs/acp-adapters.md, "Permission modes"
+            started["permissionMode"] = mode
+        self._diagnostic("session_started", session_id, started)
         return SessionStart(session_id=session_id, strategy=strategy)
+
+    async def _asking_mode(self, session_id: str, raw: object) -> str | None:
+        """Put the session in the advertised mode of :data:`ASKING_MODES`, so that every tool
+        permission is asked of the client (docs/acp-adapters.md, "Permission modes"); the
+        session's mode, None when the agent advertises none.  An agent that advertises modes
+        but no asking one, or refuses it, gets no session: its own defaults decide for it."""
+        modes = raw.get("modes") if isinstance(raw, dict) else None
+        if not isinstance(modes, dict):
+            return None
+        current = modes.get("currentModeId")
+        offered = modes.get("availableModes")
+        ids = (
+            [m.get("id") for m in offered if isinstance(m, dict)]
+            if isinstance(offered, list)
+            else []
+        )
+        wanted = next((m for m in ASKING_MODES if m in ids), None)
+        if wanted is None:
+            raise AgentError(
+                f"the agent offers no mode that asks before running tools (modes {ids}): "
+                "the bot's permission policy could not hold"
+            )
+        if current != wanted:
+            try:
+                await self._request("session/set_mode", {"sessionId": session_id, "modeId": wanted})
+            except (acp.RequestError, ConnectionError, OSError, TimeoutError) as exc:
+                raise AgentError(
+                    f"the agent refused the session mode {wanted!r}: {_describe(exc)}"
+                ) from None
+        return wanted
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -852,6 +893,8 @@ class AgentDriver:
         if not isinstance(native, str):
             return _Ending("error", "failed", "error", error="prompt response without stopReason")
         usage = raw.get("usage")
+        if usage is None:  # gemini-cli (docs/acp-adapters.md, "Usage")
+            usage = _gemini_usage(raw.get("_meta"))
         if usage is not None:
             try:
                 parsed = schema.Usage.model_validate(usage)
@@ -867,6 +910,9 @@ class AgentDriver:
                     cached_write_tokens=parsed.cached_write_tokens,
                 )
         stop = _STOP_REASONS.get(native, "unknown")
+        if turn.system_error and not cancelling:  # the reply is the provider's error body
+            error = "".join(turn.final).strip() or "the agent reported a system error"
+            return _Ending("error", "failed", "error", native=native, error=error)
         if stop == "cancelled":
             evidence: TerminalEvidence = "cancel_response" if cancelling else "prompt_response"
             return _Ending("cancelled", "cancelled", evidence, native=native)
@@ -1111,6 +1157,8 @@ class AgentDriver:
             if turn is not None:
                 turn.context_used, turn.context_size = update.used, update.size
         elif isinstance(update, schema.SessionInfoUpdate):
+            if turn is not None and _codex_system_error(update.field_meta):
+                turn.system_error = True
             run_id = _goose_run_id(update.field_meta)
             if run_id is not None:
                 self._run_ids[session_id] = run_id
@@ -1211,6 +1259,28 @@ class AgentDriver:
     ) -> None:
         if self._on_diagnostic is not None:
             self._on_diagnostic(kind, session_id, payload)
+
+
+def _codex_system_error(meta: Mapping[str, Any] | None) -> bool:
+    """codex-acp's ``_meta.codex.threadStatus.type == "systemError"``: the model call failed
+    and the turn's text is the error, not an answer (docs/acp-adapters.md, "Errors")."""
+    codex = meta.get("codex") if meta else None
+    status = codex.get("threadStatus") if isinstance(codex, dict) else None
+    return isinstance(status, dict) and status.get("type") == "systemError"
+
+
+def _gemini_usage(meta: object) -> dict[str, int] | None:
+    """gemini-cli's ``_meta.quota.token_count`` as ACP ``usage`` (docs/acp-adapters.md,
+    "Usage"): its input is the prompt's whole token count, cache included."""
+    quota = meta.get("quota") if isinstance(meta, dict) else None
+    count = quota.get("token_count") if isinstance(quota, dict) else None
+    if not isinstance(count, dict):
+        return None
+    tokens = [count.get("input_tokens"), count.get("output_tokens")]
+    numbers = [n for n in tokens if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+    if len(numbers) != 2:
+        return None
+    return {"inputTokens": numbers[0], "outputTokens": numbers[1], "totalTokens": sum(numbers)}
 
 
 def _answered(turn: _Turn | None) -> bool:
