@@ -18,6 +18,7 @@ __all__ = [
     "CumulativeUsage",
     "Ended",
     "Fact",
+    "ModelFailed",
     "Occupancy",
     "OwnTurnBegan",
     "PermissionAsked",
@@ -58,6 +59,13 @@ class ToolCall:
     """A ``tool_call`` or ``tool_call_update``."""
 
     tool_call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelFailed:
+    """The agent says the model call failed and the turn's text is the error, not an answer
+    (codex-acp: ``_meta.codex.threadStatus.type == "systemError"``; docs/acp-adapters.md,
+    "Errors")."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,17 @@ class Ended:
 
 
 #: What the agent reports about a running turn.
-AgentFact = Update | Text | ToolCall | Cost | Occupancy | RunId | CumulativeUsage | PromptUsage
+AgentFact = (
+    Update
+    | Text
+    | ToolCall
+    | ModelFailed
+    | Cost
+    | Occupancy
+    | RunId
+    | CumulativeUsage
+    | PromptUsage
+)
 Fact = (
     AgentFact
     | PermissionAsked

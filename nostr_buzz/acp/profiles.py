@@ -14,6 +14,7 @@ from typing import Final, Literal
 from .types import AgentInfo, StandingStrategy
 
 __all__ = [
+    "ASKING_MODES",
     "CLAUDE",
     "CODEX",
     "GENERIC",
@@ -27,6 +28,11 @@ __all__ = [
     "profile_for",
 ]
 
+#: The session modes, by advertised id, in which an adapter asks the client before a tool
+#: runs (docs/acp-adapters.md, "Permission modes"): claude-agent-acp's and gemini-cli's
+#: ``default``, codex-acp's ``read-only``.  Their defaults (``auto``, ``agent``) let the adapter
+#: decide on its own.
+ASKING_MODES: Final = ("default", "read-only")
 GOOSE_SYSTEM_PROMPT: Final = "_goose/unstable/session/system-prompt/set"
 GOOSE_STEER: Final = "_goose/unstable/session/steer"
 GOOSE_UPDATE: Final = "_goose/unstable/session/update"

@@ -37,6 +37,7 @@ from .facts import (
     Cost,
     CumulativeUsage,
     Fact,
+    ModelFailed,
     Occupancy,
     PromptAnswered,
     PromptFailed,
@@ -164,6 +165,8 @@ class TurnRecord:
     context_size: int | None = None
     run_id: str | None = None
     heard: bool = False
+    #: The agent reported the model call failed: its text is the error.
+    model_failed: bool = False
 
     def apply(self, fact: AgentFact, now: float) -> None:
         self.last_activity = now
@@ -176,6 +179,8 @@ class TurnRecord:
             self.context_used, self.context_size = fact.used, fact.size
         elif isinstance(fact, RunId):
             self.run_id = fact.run_id
+        elif isinstance(fact, ModelFailed):
+            self.model_failed = True
 
     def _text(self, text: str, message_id: str | None) -> None:
         if message_id is not None and message_id != self.message_id:
@@ -198,7 +203,6 @@ class TurnRecord:
         ending: Ending,
         usage: UsageRecord | None,
         turn_seq: int,
-        *,
         session_id: str,
         started_at: datetime,
         ended_at: datetime,
@@ -377,6 +381,10 @@ class Session:
                 Ending("error", "failed", "error", error="prompt response without stopReason")
             )
         stop = stop_reason(native)
+        turn = self.turn
+        if turn is not None and turn.model_failed and not cancelling:  # the text is the error
+            error = "".join(turn.final).strip() or "the agent reported a system error"
+            return self._end(Ending("error", "failed", "error", native=native, error=error))
         if stop == "cancelled":
             evidence: TerminalEvidence = "cancel_response" if cancelling else "prompt_response"
             return self._end(Ending("cancelled", "cancelled", evidence, native=native))

@@ -23,6 +23,7 @@ from .facts import (
     AgentFact,
     Cost,
     CumulativeUsage,
+    ModelFailed,
     Occupancy,
     PromptAnswered,
     PromptUsage,
@@ -31,11 +32,13 @@ from .facts import (
     ToolCall,
     Update,
 )
+from .profiles import ASKING_MODES
 from .types import AgentInfo, PermissionRequest, StandingStrategy, SteerOutcome
 
 __all__ = [
     "METHOD_NOT_FOUND",
     "agent_info",
+    "asking_mode",
     "describe",
     "goose_system_prompt_params",
     "goose_update_facts",
@@ -138,6 +141,19 @@ def session_id_of(raw: Any) -> str:
     return schema.NewSessionResponse.model_validate(raw).session_id
 
 
+def asking_mode(raw: Any) -> tuple[str | None, list[Any], bool] | None:
+    """The ``session/new`` result's modes, as (the first of :data:`ASKING_MODES` it offers —
+    None when it offers none —, the ids it offers, whether ``session/set_mode`` must switch to
+    it); None when it advertises no modes (docs/acp-adapters.md, "Permission modes")."""
+    modes = raw.get("modes") if isinstance(raw, dict) else None
+    if not isinstance(modes, dict):
+        return None
+    offered = modes.get("availableModes")
+    ids = [m.get("id") for m in offered if isinstance(m, dict)] if isinstance(offered, list) else []
+    wanted = next((m for m in ASKING_MODES if m in ids), None)
+    return wanted, ids, wanted is not None and modes.get("currentModeId") != wanted
+
+
 def goose_system_prompt_params(session_id: str, standing: str) -> dict[str, Any]:
     return {"sessionId": session_id, "mode": "set", "key": "buzz", "text": standing}
 
@@ -155,6 +171,8 @@ def prompt_response(raw: Any) -> tuple[PromptAnswered, PromptUsage | None]:
     observed: docs/metrics.md, absent)."""
     native = raw.get("stopReason") if isinstance(raw, dict) else None
     usage = raw.get("usage") if isinstance(raw, dict) else None
+    if usage is None and isinstance(raw, dict):  # gemini-cli (docs/acp-adapters.md, "Usage")
+        usage = _gemini_usage(raw.get("_meta"))
     parsed = None
     if usage is not None:
         try:
@@ -170,6 +188,20 @@ def prompt_response(raw: Any) -> tuple[PromptAnswered, PromptUsage | None]:
                 cached_write_tokens=counts.cached_write_tokens,
             )
     return PromptAnswered(native if isinstance(native, str) else None), parsed
+
+
+def _gemini_usage(meta: object) -> dict[str, int] | None:
+    """gemini-cli's ``_meta.quota.token_count`` as ACP ``usage`` (docs/acp-adapters.md,
+    "Usage"): its input is the prompt's whole token count, cache included."""
+    quota = meta.get("quota") if isinstance(meta, dict) else None
+    count = quota.get("token_count") if isinstance(quota, dict) else None
+    if not isinstance(count, dict):
+        return None
+    tokens = [count.get("input_tokens"), count.get("output_tokens")]
+    numbers = [n for n in tokens if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+    if len(numbers) != 2:
+        return None
+    return {"inputTokens": numbers[0], "outputTokens": numbers[1], "totalTokens": sum(numbers)}
 
 
 def steer_params(session_id: str, text: str, run_id: str | None) -> dict[str, Any]:
@@ -201,6 +233,14 @@ def session_of(params: object) -> str | None:
     return session_id if isinstance(session_id, str) else None
 
 
+def _codex_system_error(meta: Mapping[str, Any] | None) -> bool:
+    """codex-acp's ``_meta.codex.threadStatus.type == "systemError"``: the model call failed
+    and the turn's text is the error, not an answer (docs/acp-adapters.md, "Errors")."""
+    codex = meta.get("codex") if meta else None
+    status = codex.get("threadStatus") if isinstance(codex, dict) else None
+    return isinstance(status, dict) and status.get("type") == "systemError"
+
+
 def _goose_run_id(meta: Mapping[str, Any] | None) -> str | None:
     goose = meta.get("goose") if meta else None
     run_id = goose.get("activeRunId") if isinstance(goose, dict) else None
@@ -226,6 +266,8 @@ def session_update_facts(params: Any) -> tuple[AgentFact, ...]:
             facts.append(Cost(cost.amount))
         facts.append(Occupancy(update.used, update.size))
     elif isinstance(update, schema.SessionInfoUpdate):
+        if _codex_system_error(update.field_meta):
+            facts.append(ModelFailed())
         run_id = _goose_run_id(update.field_meta)
         if run_id is not None:
             facts.append(RunId(run_id))

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -130,6 +130,32 @@ def _client_version() -> str:
         return metadata.version("nostr-buzz")
     except metadata.PackageNotFoundError:
         return "0"
+
+
+async def _asking_mode(
+    request: Callable[[str, dict[str, Any]], Awaitable[Any]], session_id: str, raw: object
+) -> str | None:
+    """Put the session in the advertised mode that asks the client before every tool
+    (:data:`~nostr_buzz.acp.profiles.ASKING_MODES`); the session's mode, None when the agent
+    advertises none.  An agent that advertises modes but no asking one, or refuses it, gets no
+    session: its own defaults would decide for it (docs/acp-adapters.md, "Permission modes")."""
+    choice = wire.asking_mode(raw)
+    if choice is None:
+        return None
+    wanted, ids, switch = choice
+    if wanted is None:
+        raise AgentError(
+            f"the agent offers no mode that asks before running tools (modes {ids}): "
+            "the bot's permission policy could not hold"
+        )
+    if switch:
+        try:
+            await request("session/set_mode", {"sessionId": session_id, "modeId": wanted})
+        except (RequestError, ConnectionError, OSError, TimeoutError) as exc:
+            raise AgentError(
+                f"the agent refused the session mode {wanted!r}: {wire.describe(exc)}"
+            ) from None
+    return wanted
 
 
 class AgentDriver:
@@ -302,9 +328,11 @@ class AgentDriver:
         strategy = choose_strategy(self.profile, info)
         try:
             params = wire.new_session_params(cwd, standing, strategy, info)
-            session_id = wire.session_id_of(await self._request("session/new", params))
+            raw = await self._request("session/new", params)
+            session_id = wire.session_id_of(raw)
         except _WIRE_ERRORS as exc:
             raise AgentError(f"the agent refused a new session: {wire.describe(exc)}") from None
+        mode = await _asking_mode(self._request, session_id, raw)
         if strategy == "goose" and standing:
             try:
                 params = wire.goose_system_prompt_params(session_id, standing)
@@ -313,7 +341,10 @@ class AgentDriver:
                 strategy = "legacy"  # −32601 (or any failure): the first turn carries it
         self.hub.session(session_id)
         self.usage.session_started(self.hub.key(session_id))  # ours: zero baseline
-        self.hub.diagnostic("session_started", session_id, {"standingStrategy": strategy})
+        started: dict[str, Any] = {"standingStrategy": strategy}
+        if mode is not None:  # docs/acp-adapters.md, "Permission modes"
+            started["permissionMode"] = mode
+        self.hub.diagnostic("session_started", session_id, started)
         return SessionStart(session_id=session_id, strategy=strategy)
 
     def usable(self, session_id: str) -> bool:
@@ -398,14 +429,7 @@ class AgentDriver:
         turn_seq = usage.turn_seq if usage is not None else self.usage.unknown_turn(key)
         ending, actions = session.settle(usage, asyncio.get_running_loop().time())
         await self._perform(session_id, actions)
-        result = record.result(
-            ending,
-            usage,
-            turn_seq,
-            session_id=session_id,
-            started_at=started_at,
-            ended_at=self._clock(),
-        )
+        result = record.result(ending, usage, turn_seq, session_id, started_at, self._clock())
         if ending.evidence == "agent_exit":
             await self._reap()
         return result
@@ -549,14 +573,7 @@ class AgentDriver:
             ending = Ending("unknown", "success", "timeout")
         else:
             ending = Ending("error", "failed", "agent_exit")
-        return record.result(
-            ending,
-            usage,
-            turn_seq,
-            session_id=session_id,
-            started_at=started_at,
-            ended_at=self._clock(),
-        )
+        return record.result(ending, usage, turn_seq, session_id, started_at, self._clock())
 
     # -- the wire -------------------------------------------------------------------------
 

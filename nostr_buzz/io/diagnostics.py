@@ -39,7 +39,7 @@ __all__ = [
 AgentDiagnosticKind = Literal[
     "agent_started",  # {agentName, protocolVersion, steeringSupported, pid}
     "agent_exited",  # {returncode}
-    "session_started",  # {standingStrategy}
+    "session_started",  # {standingStrategy, permissionMode?}
     "session_retired",  # {}
     "steer_sent",  # {method, result}
     "permission_policy_failed",  # {error}

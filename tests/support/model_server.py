@@ -29,11 +29,12 @@ as title generation) get a short text answer.  Every request is recorded in
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -42,6 +43,11 @@ ASK = re.compile(r"ASK:([A-Za-z0-9_-]+)")
 SHELL = re.compile(r"SHELL:(.+?);;", re.DOTALL)
 HOLD = re.compile(r"HOLD:([A-Za-z0-9_-]+)")
 FAIL = re.compile(r"FAIL:([A-Za-z0-9_-]+)")
+#: What gemini-cli's non-streamed side calls get: the JSON its next-speaker check and its
+#: model router parse.
+GEMINI_SIDE_ANSWER = json.dumps(
+    {"next_speaker": "user", "reasoning": "the mock is done", "model_choice": "flash"}
+)
 
 
 @dataclass
@@ -58,7 +64,7 @@ class Usage:
 class Seen:
     """One request the server answered."""
 
-    api: str  # "messages" | "responses"
+    api: str  # "messages" | "responses" | "gemini"
     main: bool  # a conversation request (it offered tools)
     user_text: str
     tool_result: bool  # the newest input is a tool's result
@@ -111,6 +117,8 @@ class ModelServer:
         self.hold_timeout = hold_timeout
         self.requests: list[Seen] = []
         self.outbound: list[str] = []
+        #: requests for paths this server does not play (404)
+        self.unknown: list[str] = []
         self._failed: set[str] = set()
         self._holds: dict[str, threading.Event] = {}
         self._lock = threading.Condition()
@@ -203,14 +211,25 @@ class ModelServer:
         tool_result = bool(users) and _has_tool_result(users[-1])
         question = next((m for m in reversed(users) if not _has_tool_result(m)), None)
         user_text = "\n".join(_texts(question.get("content"))) if question else ""
+        stream = functools.partial(self._messages_stream, body)
+        return self._answer("messages", main, user_text, tool_result, stream)
+
+    def _answer(
+        self,
+        api: str,
+        main: bool,
+        user_text: str,
+        tool_result: bool,
+        stream: Callable[[_Decision, Usage], Iterator[bytes]],
+    ) -> tuple[Seen, Iterator[bytes]]:
+        """The decision on a request and its stream (none for a refusal); side calls get a
+        small usage of their own."""
         decision = self._decide(user_text, tool_result, main)
         usage = self.usage if main else Usage(5, 2)
-        seen = Seen(
-            "messages", main, user_text, tool_result, decision.text, decision.tool_call, usage
-        )
+        seen = Seen(api, main, user_text, tool_result, decision.text, decision.tool_call, usage)
         if decision.fail is not None:
             return seen, iter(())
-        return seen, self._messages_stream(body, decision, usage)
+        return seen, stream(decision, usage)
 
     def _messages_stream(
         self, body: dict[str, Any], decision: _Decision, usage: Usage
@@ -362,6 +381,9 @@ class ModelServer:
                 name, args = "shell_command", {"command": decision.tool_call}
             else:
                 name, args = "exec_command", {"cmd": decision.tool_call}
+            # What a model does for a command that writes: it asks to leave codex's sandbox
+            # (codex-acp 2.6's read-only mode asks the client then).
+            args.update(sandbox_permissions="require_escalated", justification="Run it")
             call = {
                 "type": "function_call",
                 "id": f"fc_{n}",
@@ -386,6 +408,52 @@ class ModelServer:
                 },
             }
         )
+
+    def _gemini(self, body: dict[str, Any], model: str) -> tuple[Seen, Iterator[bytes]]:
+        contents = [c for c in body.get("contents") or [] if isinstance(c, dict)]
+        main = bool(body.get("tools"))
+
+        def parts(content: dict[str, Any]) -> list[dict[str, Any]]:
+            return [p for p in content.get("parts") or [] if isinstance(p, dict)]
+
+        users = [c for c in contents if c.get("role", "user") == "user"]
+        tool_result = bool(users) and any("functionResponse" in p for p in parts(users[-1]))
+        question = next(
+            (c for c in reversed(users) if not any("functionResponse" in p for p in parts(c))),
+            None,
+        )
+        user_text = "\n".join(_texts(parts(question))) if question else ""
+        stream = functools.partial(self._gemini_stream, model)
+        return self._answer("gemini", main, user_text, tool_result, stream)
+
+    def _gemini_answer(self, decision: _Decision, usage: Usage, model: str) -> dict[str, Any]:
+        """One ``GenerateContentResponse``: the text, then the shell call (gemini-cli's
+        ``run_shell_command``); ``promptTokenCount`` includes the cached part."""
+        parts: list[dict[str, Any]] = [{"text": decision.text}]
+        if decision.tool_call is not None:
+            call = {"name": "run_shell_command", "args": {"command": decision.tool_call}}
+            parts.append({"functionCall": call})
+        prompt = usage.input_tokens + usage.cache_read
+        return {
+            "candidates": [
+                {
+                    "content": {"role": "model", "parts": parts},
+                    "finishReason": "STOP",
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {
+                "promptTokenCount": prompt,
+                "cachedContentTokenCount": usage.cache_read,
+                "candidatesTokenCount": usage.output_tokens,
+                "totalTokenCount": prompt + usage.output_tokens,
+            },
+            "modelVersion": model,
+        }
+
+    def _gemini_stream(self, model: str, decision: _Decision, usage: Usage) -> Iterator[bytes]:
+        self._wait(decision)
+        yield f"data: {json.dumps(self._gemini_answer(decision, usage, model))}\n\n".encode()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -433,6 +501,7 @@ class ModelServer:
                 if path.rstrip("/").endswith("/models"):
                     self._json(200, {"data": [], "models": []})
                 else:
+                    server.unknown.append(f"{self.command} {path}")
                     self._json(404, {"error": {"type": "not_found", "message": path}})
 
             def do_HEAD(self) -> None:
@@ -453,11 +522,24 @@ class ModelServer:
                 if path.endswith("/messages/count_tokens"):
                     self._json(200, {"input_tokens": 10})
                     return
-                if path.endswith("/messages"):
+                model = path.rsplit("/", 1)[-1].split(":", 1)[0]
+                if path.endswith(":countTokens"):
+                    self._json(200, {"totalTokens": 10})
+                    return
+                if path.endswith(":generateContent"):
+                    # gemini-cli's side calls (next speaker, routing) want JSON text back
+                    side = _Decision(GEMINI_SIDE_ANSWER, None, None)
+                    self._json(200, server._gemini_answer(side, Usage(5, 2), model))
+                    return
+                if path.endswith(":streamGenerateContent"):
+                    body["stream"] = True
+                    seen, stream = server._gemini(body, model)
+                elif path.endswith("/messages"):
                     seen, stream = server._messages(body)
                 elif path.endswith("/responses"):
                     seen, stream = server._responses(body)
                 else:
+                    server.unknown.append(f"{self.command} {path}")
                     self._json(404, {"error": {"type": "not_found", "message": path}})
                     return
                 if not body.get("stream"):

@@ -1,4 +1,4 @@
-"""The real ACP adapters (claude-agent-acp, codex-acp) wired to the local model server.
+"""The real ACP adapters (claude-agent-acp, codex-acp, gemini-cli) wired to the local model server.
 
 ``make test`` installs the pinned npm packages into ``tests/agents/node_modules`` (``make
 agents``).  A test that needs an adapter fails, never skips, when it is missing.
@@ -23,6 +23,11 @@ from tests.support.model_server import ModelServer
 BIN = Path(__file__).resolve().parents[1] / "agents" / "node_modules" / ".bin"
 CLAUDE = "claude-agent-acp"
 CODEX = "codex-acp"
+GEMINI = "gemini"
+#: gemini-cli speaks ACP only when asked (older versions: ``--experimental-acp``, which 0.61
+#: still accepts, deprecated).
+GEMINI_ARGS = ("--acp",)
+GEMINI_MODEL = "gemini-2.5-flash"
 
 
 def adapter(name: str) -> str:
@@ -77,22 +82,31 @@ def claude_env(server: ModelServer, home: Path) -> dict[str, str]:
     return env
 
 
-def codex_env(server: ModelServer, home: Path, *, approval: str = "untrusted") -> dict[str, str]:
+def codex_env(server: ModelServer, home: Path) -> dict[str, str]:
     """codex-acp with a ``[model_providers.mock]`` entry in ``$CODEX_HOME/config.toml``.
 
-    ``approval = "untrusted"`` makes codex ask before running a command that is not on its
-    read-only list, so a shell tool call becomes a permission request."""
+    No ``approval_policy``: codex 0.166 refuses ``"untrusted"``, and codex-acp passes each
+    turn the policy of the session's mode, which the driver sets to ``read-only``."""
     env = _common(server, home)
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text(
-        f"""model = "gpt-5.4-mini"
+        f"""model = "gpt-5.5"
 model_provider = "mock"
-approval_policy = "{approval}"
 check_for_update_on_startup = false
 
 [analytics]
 enabled = false
+
+# codex 0.166 fetches plugins and apps from chatgpt.com and GitHub unless told not to.
+[features]
+plugins = false
+remote_plugin = false
+plugin_discovery_prefetch = false
+plugin_sharing = false
+apps = false
+tool_suggest = false
+in_app_updates = false
 
 [model_providers.mock]
 name = "mock"
@@ -105,3 +119,38 @@ stream_max_retries = 0
     )
     env.update(CODEX_HOME=str(codex_home), RUST_LOG="warn")
     return env
+
+
+def gemini_env(server: ModelServer, home: Path) -> dict[str, str]:
+    """gemini-cli (``--acp``) with its Gemini API at the model server.
+
+    ``GOOGLE_GEMINI_BASE_URL`` selects gemini-cli's "gateway" authentication, which sends the
+    ``GEMINI_API_KEY`` as ``x-goog-api-key``; telemetry and update checks are off in
+    ``~/.gemini/settings.json``."""
+    env = _common(server, home)
+    gemini = home / ".gemini"
+    gemini.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "model": {"name": GEMINI_MODEL},
+    }
+    (gemini / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
+    env.update(
+        GOOGLE_GEMINI_BASE_URL=server.url,
+        GEMINI_API_KEY="gemini-test-not-a-key",
+        GEMINI_CLI_NO_RELAUNCH="true",  # no second node process with a bigger heap
+    )
+    return env
+
+
+def adapter_env(name: str, server: ModelServer, home: Path) -> dict[str, str]:
+    """The environment of adapter ``name`` (:data:`CLAUDE`, :data:`CODEX`, :data:`GEMINI`)."""
+    envs = {CLAUDE: claude_env, CODEX: codex_env, GEMINI: gemini_env}
+    return envs[name](server, home)
+
+
+def adapter_args(name: str) -> tuple[str, ...]:
+    """The adapter's arguments: gemini-cli speaks ACP only with ``--acp``."""
+    return GEMINI_ARGS if name == GEMINI else ()

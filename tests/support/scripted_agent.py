@@ -124,7 +124,10 @@ async def handle(msg):
     elif method == "session/new":
         STATE["sessions"] = STATE.get("sessions", 0) + 1
         sid = f"sess-{STATE['sessions']}" if CFG.get("numbered_sessions") else "sess-1"
-        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": sid}})
+        result = {"sessionId": sid}
+        if CFG.get("modes"):  # session modes, as claude-agent-acp / codex-acp advertise them
+            result["modes"] = CFG["modes"]
+        send({"jsonrpc": "2.0", "id": mid, "result": result})
     elif method == "session/prompt":
         asyncio.ensure_future(run_prompt(msg))
     elif method == "session/cancel":

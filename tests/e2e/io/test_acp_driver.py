@@ -918,3 +918,32 @@ async def test_goose_steer_carries_the_active_run_id(tmp_path: Path) -> None:
         "prompt": [{"type": "text", "text": "s"}],
     }
     assert result.outcome == "success"
+
+
+async def test_a_turn_is_a_stream_of_facts_that_starts_on_the_wire_and_ends_with_its_result(
+    tmp_path: Path,
+) -> None:
+    """The bot's turn goes live on ``PromptSent``: by then the prompt is the session's running
+    one (a second prompt is refused and a permission request would be decided); the last fact
+    is the result, and a prompt already running makes the stream raise."""
+    from nostr_buzz.acp.facts import Ended, PromptSent, Update
+
+    async with _driver(tmp_path, "--delay", "0.2") as driver:
+        session = await _session(driver, tmp_path)
+        sections = compile_turn(_turn_input(session, "hello")).sections
+        facts = []
+        async for fact in driver.turn(session.session_id, sections):
+            if isinstance(fact, PromptSent):
+                assert driver.hub.sessions[session.session_id].running
+                with pytest.raises(AgentError, match="already running"):
+                    await driver.run_turn(session.session_id, sections)
+            facts.append(fact)
+        assert isinstance(facts[0], PromptSent) and isinstance(facts[-1], Ended)
+        assert any(isinstance(f, Update) and f.kind == "agent_message_chunk" for f in facts)
+        assert facts[-1].result.outcome == "success" and facts[-1].result.reply
+        running = asyncio.ensure_future(driver.run_turn(session.session_id, sections))
+        await asyncio.sleep(0.05)
+        with pytest.raises(AgentError, match="already running"):
+            async for _ in driver.turn(session.session_id, sections):
+                pass
+        assert (await running).outcome == "success"

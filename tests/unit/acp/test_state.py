@@ -11,6 +11,7 @@ from nostr_buzz.acp.facts import (
     CancelAsked,
     Cost,
     Fact,
+    ModelFailed,
     Occupancy,
     PromptAnswered,
     PromptFailed,
@@ -388,3 +389,18 @@ def test_profiles_choose_the_adapters_behaviour() -> None:
     assert CLAUDE.claude_meta and not CLAUDE.survives_cancel
     assert CODEX.survives_cancel and CODEX.retire_after_failure
     assert not any(p.resumes_sessions for p in (GENERIC, GOOSE, CLAUDE, CODEX))
+
+
+def test_a_reported_model_failure_fails_the_turn_with_its_text_as_the_error() -> None:
+    s = session(PromptSent())
+    s.receive(Text("upstream 500: overloaded"), 0.5)
+    s.receive(ModelFailed(), 0.6)
+    assert s.receive(PromptAnswered("end_turn"), 1.0) == (
+        EndPrompt(
+            Ending("error", "failed", "error", native="end_turn", error="upstream 500: overloaded")
+        ),
+    )
+    cancelled = session(PromptSent(), ModelFailed(), CancelAsked())  # a cancel decides then
+    assert cancelled.receive(PromptAnswered("cancelled"), 1.0)[0] == EndPrompt(
+        Ending("cancelled", "cancelled", "cancel_response", native="cancelled")
+    )

@@ -11,6 +11,7 @@ from nostr_buzz.acp import permission, wire
 from nostr_buzz.acp.facts import (
     Cost,
     CumulativeUsage,
+    ModelFailed,
     Occupancy,
     PromptAnswered,
     PromptUsage,
@@ -212,3 +213,34 @@ def test_a_broken_policy_or_a_missing_option_never_approves() -> None:
         ask(), running=True, policy=lambda r: PermissionDecision(False, "not_owner", "batch", "ab")
     )
     assert decided.payload["reason"] == "not_owner" and decided.payload["decision"] == "rejected"
+
+
+def test_the_asking_mode_and_the_adapters_own_usage_and_error_reports() -> None:
+    modes = {"currentModeId": "auto", "availableModes": [{"id": "auto"}, {"id": "read-only"}]}
+    assert wire.asking_mode({"sessionId": "s", "modes": modes}) == (
+        "read-only",
+        ["auto", "read-only"],
+        True,
+    )
+    modes = {"currentModeId": "default", "availableModes": [{"id": "default"}]}
+    assert wire.asking_mode({"modes": modes}) == ("default", ["default"], False)
+    assert wire.asking_mode({"modes": {"availableModes": [{"id": "yolo"}]}}) == (
+        None,
+        ["yolo"],
+        False,
+    )
+    assert wire.asking_mode({"sessionId": "s"}) is None
+    gemini = {
+        "stopReason": "end_turn",
+        "_meta": {"quota": {"token_count": {"input_tokens": 9, "output_tokens": 3}}},
+    }
+    assert wire.prompt_response(gemini)[1] == PromptUsage(9, 3, 12, None, None)
+    forged = {
+        "stopReason": "end_turn",
+        "_meta": {"quota": {"token_count": {"input_tokens": True, "output_tokens": 3}}},
+    }
+    assert wire.prompt_response(forged)[1] is None
+    codex = update(
+        "session_info_update", _meta={"codex": {"threadStatus": {"type": "systemError"}}}
+    )
+    assert wire.session_update_facts(codex) == (Update("session_info_update"), ModelFailed())
