@@ -22,7 +22,6 @@ one with :func:`nostr_buzz.io.inprocess.load_agent`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -101,29 +100,3 @@ def parse_spec(spec: str) -> tuple[str, str]:
             "(the attribute is the agent object or a factory that takes no argument)"
         )
     return module.strip(), attribute.strip()
-
-
-def checked_counts(usage: TokenCounts) -> TokenCounts:
-    """``usage`` with every value a metric cannot carry (not a count, negative, not finite)
-    made unknown: an agent's mistake costs its counters, never the turn."""
-
-    def count(value: object) -> int | None:
-        return value if type(value) is int and value >= 0 else None
-
-    def cost(value: object) -> float | None:
-        if type(value) not in (int, float):
-            return None
-        try:
-            number = float(value)  # type: ignore[arg-type]
-        except OverflowError:
-            return None
-        return number if math.isfinite(number) and number >= 0 else None
-
-    return TokenCounts(
-        input_tokens=count(usage.input_tokens),
-        output_tokens=count(usage.output_tokens),
-        total_tokens=count(usage.total_tokens),
-        cost_usd=cost(usage.cost_usd),
-        cache_read_tokens=count(usage.cache_read_tokens),
-        cache_write_tokens=count(usage.cache_write_tokens),
-    )

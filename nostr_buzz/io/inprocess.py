@@ -54,10 +54,9 @@ from nostr_buzz.agent import (
     AgentReply,
     AgentTurn,
     InProcessAgent,
-    checked_counts,
     parse_spec,
 )
-from nostr_buzz.core.usage import UsageRecord
+from nostr_buzz.core.usage import UsageRecord, checked_counts
 from nostr_buzz.errors import AgentError
 from nostr_buzz.io.agent_sessions import DiagnosticCallback
 
@@ -177,13 +176,8 @@ class InProcessDriver:
     # -- lifecycle ------------------------------------------------------------------------
 
     @property
-    def info(self) -> AgentInfo:
-        if self._info is None:
-            raise AgentError("the agent is not started: call start() first")
-        return self._info
-
-    @property
     def alive(self) -> bool:
+        """Started, and not closed since."""
         return self._info is not None
 
     async def start(self) -> AgentInfo:

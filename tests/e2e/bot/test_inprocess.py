@@ -2,6 +2,8 @@
 
 * A mention is answered with the object's text, and its metric carries the object's usage and
   model; the object got the compiled sections, the standing text and the queue channel.
+* An agent reporting usage no metric can carry (2^60 tokens, a negative count, a cost of
+  1e300 USD) still gets its answer posted and a valid metric, its counters unknown.
 * A ``prompt`` that raises fails the turn like an ACP agent's error: retried (answered once),
   and a private conversation's ``turn_failed`` shows the exception's class only — an agent
   that puts the private text in its exception message cannot leak it into the diagnostics.
@@ -68,6 +70,26 @@ async def test_a_mention_is_answered_with_the_objects_text_and_metered_with_its_
     assert "You are a careful bot." not in turn.text  # standing travels as system only
     assert metric.adapter_session_id == turn.session_id
     assert [r.payload["agentName"] for r in rec.of("agent_started")] == ["test-answerer"]
+
+
+async def test_absurd_usage_costs_the_counters_never_the_answer_or_its_metric(
+    world: World,
+) -> None:
+    class Boastful:
+        async def prompt(self, turn: AgentTurn) -> AgentReply:
+            absurd = TokenCounts(2**60, -5, 2**60, 1e300, cache_read_tokens=2**60)
+            return AgentReply("still here", usage=absurd)
+
+    rec = Recorder()
+    async with BuzzPlugin(world.config(), on_diagnostic=rec, agent=Boastful()) as plugin:
+        await plugin.handle_event(world.message(world.owner, "how much did that cost?"))
+        await rec.kind("metric_published")
+        await rec.kind("reply_published")
+    [metric] = await world.metrics()  # stored by the relay, opened by the owner
+    assert metric.outcome == "success"
+    assert metric.turn == TokenCounts(None, None, None, None, None, None)
+    [reply] = await world.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
+    assert reply.content == "still here"
 
 
 class Leaky:

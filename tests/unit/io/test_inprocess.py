@@ -72,6 +72,16 @@ async def run(driver: InProcessDriver, session: str, *sections: str) -> list[Fac
     return [fact async for fact in driver.turn(session, sections)]
 
 
+async def cancelled(driver: InProcessDriver, session: str) -> list[Fact]:
+    """A turn's facts, its cancel asked as soon as its prompt runs."""
+    facts: list[Fact] = []
+    async for fact in driver.turn(session, ["x"]):
+        facts.append(fact)
+        if isinstance(fact, PromptSent):
+            await driver.cancel(session)
+    return facts
+
+
 def ended(facts: list[Fact]) -> TurnResult:
     last = facts[-1]
     assert isinstance(last, Ended)
@@ -157,15 +167,7 @@ async def test_a_prompt_returning_something_else_fails_the_turn() -> None:
 async def test_without_cancel_the_task_running_prompt_is_cancelled() -> None:
     agent = Slow()
     driver, session = await started(agent)
-    facts: list[Fact] = []
-
-    async def consume() -> None:
-        async for fact in driver.turn(session, ["x"]):
-            facts.append(fact)
-            if isinstance(fact, PromptSent):
-                await driver.cancel(session)
-
-    await asyncio.wait_for(consume(), 5)
+    facts = await asyncio.wait_for(cancelled(driver, session), 5)
     result = ended(facts)
     assert (result.outcome, result.stop_reason, result.terminal_evidence) == (
         "cancelled",
@@ -178,11 +180,7 @@ async def test_without_cancel_the_task_running_prompt_is_cancelled() -> None:
 async def test_with_cancel_the_agent_is_asked_and_its_late_answer_is_not_used() -> None:
     agent = Stoppable()
     driver, session = await started(agent)
-    facts: list[Fact] = []
-    async for fact in driver.turn(session, ["x"]):
-        facts.append(fact)
-        if isinstance(fact, PromptSent):
-            await driver.cancel(session)
+    facts = await asyncio.wait_for(cancelled(driver, session), 5)
     result = ended(facts)
     assert result.outcome == "cancelled" and result.terminal_evidence == "cancel_response"
     assert agent.cancelled == 0 and [t.session_id for t in agent.cancel_calls] == [session]
@@ -335,15 +333,8 @@ async def test_a_prompt_that_ignores_its_cancellation_is_left_behind_not_waited_
             return AgentReply("too late")
 
     driver, session = await started(Stubborn(), cancel_grace=0.05)
-    facts: list[Fact] = []
-
-    async def consume() -> None:
-        async for fact in driver.turn(session, ["x"]):
-            facts.append(fact)
-            if isinstance(fact, PromptSent):
-                await driver.cancel(session)
-
-    await asyncio.wait_for(consume(), 5)  # the turn ends although the prompt never does
+    # The turn ends although the prompt never does.
+    facts = await asyncio.wait_for(cancelled(driver, session), 5)
     result = ended(facts)
     assert (result.outcome, result.terminal_evidence) == ("cancelled", "timeout")
     assert not any(isinstance(f, Text) for f in facts)
