@@ -119,5 +119,6 @@ async def test_sigkilled_mid_turn_and_restarted_every_mention_is_answered_once(
         assert metric.turn is not None and metric.turn.total_tokens == 7  # the server's 5 + 2
     # Each request a kill cut short was asked again by the restarted bot.
     assert bot.kills == len(KILLS) and len(model.requests) >= len(answered) + MID_TURN
-    said = (tmp_path / "bot.log").read_text() + tail.path.read_text()
-    assert API_KEY not in said
+    said = (tmp_path / "bot.log").read_text()
+    assert f"in-process agent: {SPEC}" in said and "the in-process agent runs inside" in said
+    assert API_KEY not in said + tail.path.read_text()
