@@ -52,8 +52,6 @@ class PluginConfig:
     write_relays: tuple[str, ...]
     agent_command: str
     agent_args: tuple[str, ...] = ()
-    #: ``MODULE:ATTR`` of an in-process agent (``[agent] module``), instead of the command.
-    agent_module: str | None = None
     agent_env: Mapping[str, str] = field(default_factory=dict)
     agent_pass_env: tuple[str, ...] = ()
     agent_cwd: str | None = None
@@ -96,6 +94,8 @@ class PluginConfig:
     #: Channels in which actors other than the owner may hold queued events at once
     #: (docs/queue.md): a stranger's event for one more is refused, ``queue_channels_full``.
     max_stranger_channels: int = MAX_STRANGER_CHANNELS
+    #: ``MODULE:ATTR`` of an in-process agent (``[agent] module``), instead of the command.
+    agent_module: str | None = None
 
     def __repr__(self) -> str:  # never the secret key
         return (
