@@ -1,7 +1,7 @@
 """The ACP edge's I/O: one agent subprocess driven over the Agent Client Protocol (docs/bot.md).
 
 :class:`AgentDriver` spawns the configured agent command in a process group of its own
-(:func:`nostr_buzz.io.agent_group.spawn_group`; JSON-RPC 2.0 through the
+(:class:`nostr_buzz.io.agent_process.AgentProcess`; JSON-RPC 2.0 through the
 ``agent-client-protocol`` package's low-level :class:`acp.connection.Connection`), initializes
 it, opens sessions with the standing context delivered by the first strategy the agent
 supports, runs turns (each compiled section one ``text`` block of ``session/prompt``), cancels
@@ -39,7 +39,7 @@ Choices docs/bot.md leaves open:
 * the agent runs in a process group of its own; closing it ends the whole group.  Each start
   gives the agent a fresh token in ``BUZZ_AGENT_TOKEN`` and hands the group's id and that
   token to ``on_spawn`` before ``initialize``, so a bot killed outright can end the group on
-  its next start (:mod:`nostr_buzz.io.agent_group`).
+  its next start (:mod:`nostr_buzz.io.agent_process`, :mod:`nostr_buzz.io.agent_group`).
 """
 
 from __future__ import annotations
