@@ -39,6 +39,7 @@ from .facts import (
     Fact,
     ModelFailed,
     Occupancy,
+    OwnTurnBegan,
     PromptAnswered,
     PromptFailed,
     PromptSent,
@@ -49,7 +50,6 @@ from .facts import (
     Text,
     Tick,
     ToolCall,
-    Update,
 )
 from .profiles import AdapterProfile
 from .types import Ending, TerminalEvidence, TurnResult
@@ -64,7 +64,7 @@ __all__ = [
     "Count",
     "EndPrompt",
     "Phase",
-    "Progress",
+    "Report",
     "Retire",
     "SendCancel",
     "Session",
@@ -121,10 +121,11 @@ class Count:
 
 
 @dataclass(frozen=True)
-class Progress:
-    """An update of the running prompt (its ``sessionUpdate`` kind, for ``on_update``)."""
+class Report:
+    """A fact of the prompt's turn, for its stream: what the agent said in it, that a steer
+    was answered, that the agent's own turn began."""
 
-    kind: str
+    fact: Fact
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class SplitUsage:
     close_prompt: bool = False
 
 
-Action = SendCancel | EndPrompt | Retire | Count | Progress | SplitUsage
+Action = SendCancel | EndPrompt | Retire | Count | Report | SplitUsage
 
 
 @dataclass(frozen=True)
@@ -440,6 +441,8 @@ class Session:
             close = self.turn is not None and not self.usage_split
             self.usage_split = self.usage_split or close
             actions.append(SplitUsage(close))
+            if close:
+                actions.append(Report(OwnTurnBegan()))
             self.own.heard = True
             record = self.own
         elif self.own_phase == "running":
@@ -448,15 +451,15 @@ class Session:
             self.run_id = fact.run_id
         if record is not None:
             record.apply(fact, now)
-            if record is self.turn and isinstance(fact, Update) and fact.kind is not None:
-                actions.append(Progress(fact.kind))
+            if record is self.turn:
+                actions.append(Report(fact))
         if isinstance(fact, Cost | CumulativeUsage | PromptUsage):
             actions.append(Count(fact))
         return tuple(actions)
 
     def _steer_answered(self, fact: SteerAnswered, now: float) -> tuple[Action, ...]:
         self.steering = False
-        actions: list[Action] = []
+        actions: list[Action] = [Report(fact)] if self.turn is not None else []
         if self.own_phase == "pending":
             if fact.outcome == "started_new_turn":
                 self.own_phase = "active"

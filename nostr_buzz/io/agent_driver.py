@@ -1,7 +1,7 @@
 """The ACP edge's I/O: one agent subprocess driven over the Agent Client Protocol (docs/bot.md).
 
 :class:`AgentDriver` spawns the configured agent command in a process group of its own
-(:func:`nostr_buzz.io.agent_group.spawn_group`; JSON-RPC 2.0 through the
+(:class:`nostr_buzz.io.agent_process.AgentProcess`; JSON-RPC 2.0 through the
 ``agent-client-protocol`` package's low-level :class:`acp.connection.Connection`), initializes
 it, opens sessions with the standing context delivered by the first strategy the agent
 supports, runs turns (each compiled section one ``text`` block of ``session/prompt``), cancels
@@ -39,7 +39,7 @@ Choices docs/bot.md leaves open:
 * the agent runs in a process group of its own; closing it ends the whole group.  Each start
   gives the agent a fresh token in ``BUZZ_AGENT_TOKEN`` and hands the group's id and that
   token to ``on_spawn`` before ``initialize``, so a bot killed outright can end the group on
-  its next start (:mod:`nostr_buzz.io.agent_group`).
+  its next start (:mod:`nostr_buzz.io.agent_process`, :mod:`nostr_buzz.io.agent_group`).
 """
 
 from __future__ import annotations
@@ -156,6 +156,18 @@ async def _asking_mode(
                 f"the agent refused the session mode {wanted!r}: {wire.describe(exc)}"
             ) from None
     return wanted
+
+
+def _reporter(
+    on_update: Callable[[str], None] | None, on_fact: Callable[[Fact], None] | None
+) -> Callable[[Fact], None]:
+    def report(fact: Fact) -> None:
+        if on_update is not None and isinstance(fact, Update) and fact.kind is not None:
+            on_update(fact.kind)
+        if on_fact is not None:
+            on_fact(fact)
+
+    return report
 
 
 class AgentDriver:
@@ -381,15 +393,17 @@ class AgentDriver:
         sections: Sequence[str],
         *,
         on_update: Callable[[str], None] | None = None,
-        on_sent: Callable[[], None] | None = None,
+        on_fact: Callable[[Fact], None] | None = None,
     ) -> TurnResult:
         """Send one prompt (each section its own ``text`` block) and wait for its end.
 
-        ``on_sent()`` is called once the prompt is on the wire (before anything else can
-        happen in the session); ``on_update(kind)`` for each ``session/update`` of the turn
-        (its ``sessionUpdate`` kind).  Never raises for what the agent does: crashes, timeouts and
-        protocol errors are in the result.  Raises :class:`AgentError` only when no agent is
-        started or a prompt is already running in the session.
+        ``on_fact(fact)`` gets the turn's facts: ``PromptSent`` once the prompt is on the wire
+        (before anything else can happen in the session), then what the agent reports in it
+        (:mod:`nostr_buzz.acp.facts`); ``on_update(kind)`` is called for each
+        ``session/update`` of the turn (its ``sessionUpdate`` kind).  Never raises for what the
+        agent does: crashes, timeouts and protocol errors are in the result.  Raises
+        :class:`AgentError` only when no agent is started or a prompt is already running in
+        the session.
         """
         conn = self._conn
         if conn is None:
@@ -409,12 +423,10 @@ class AgentDriver:
         key = self.hub.key(session_id)
         self.usage.begin_turn(key)
         params = wire.prompt_params(session_id, sections)
-        if on_update is not None:
-            self.hub.on_update[session_id] = on_update
+        self.hub.on_fact[session_id] = _reporter(on_update, on_fact)
         prompt = asyncio.ensure_future(conn.send_request("session/prompt", params))
         self.hub.watch(session_id, session, prompt)
-        if on_sent is not None:
-            on_sent()
+        self.hub.report(session_id, PromptSent())
         try:
             await self._wait(session_id, session)
         finally:
@@ -423,7 +435,7 @@ class AgentDriver:
             with contextlib.suppress(BaseException):
                 await prompt
             self.hub.prompts.pop(session_id, None)
-            self.hub.on_update.pop(session_id, None)
+            self.hub.on_fact.pop(session_id, None)
         split = self.hub.split.pop(session_id, ...)
         usage = self.usage.end_turn(key) if split is ... else split
         turn_seq = usage.turn_seq if usage is not None else self.usage.unknown_turn(key)
@@ -435,17 +447,16 @@ class AgentDriver:
         return result
 
     async def turn(self, session_id: str, sections: Sequence[str]) -> AsyncIterator[Fact]:
-        """One prompt as a stream of facts: ``PromptSent`` once it is on the wire, an
-        ``Update`` for each ``session/update`` of the turn, and ``Ended`` with its result,
-        last.  Raises what :meth:`run_turn` raises; leaving the stream early abandons the
-        prompt."""
+        """One prompt as a stream of facts: ``PromptSent`` once it is on the wire, what the
+        agent reports in the turn (updates, text, tool calls, usage, permission asked, steer
+        answered, its own turn begun), and ``Ended`` with its result, last.  Raises what
+        :meth:`run_turn` raises; leaving the stream early abandons the prompt."""
         facts: asyncio.Queue[Fact | None] = asyncio.Queue()
         running = asyncio.ensure_future(
             self.run_turn(
                 session_id,
                 sections,
-                on_update=lambda kind: facts.put_nowait(Update(kind)),
-                on_sent=lambda: facts.put_nowait(PromptSent()),
+                on_fact=facts.put_nowait,
             )
         )
         running.add_done_callback(lambda _: facts.put_nowait(None))

@@ -2,7 +2,7 @@
 
 Each ACP session has its state machine (:class:`nostr_buzz.acp.state.Session`); every frame
 the agent sends becomes facts (:mod:`nostr_buzz.acp.wire`) fed to its session with the loop's
-time.  :meth:`SessionHub.feed` does at once what needs no I/O (usage counting, ``on_update``,
+time.  :meth:`SessionHub.feed` does at once what needs no I/O (usage counting, the prompt's stream,
 the usage split of the agent's own turn) and wakes whoever waits on the session; the actions
 that need the wire (``session/cancel``, retirement) go back to the driver.  Permission
 requests are answered here (:mod:`nostr_buzz.acp.permission`).
@@ -17,13 +17,21 @@ from typing import Any
 from acp.exceptions import RequestError
 
 from nostr_buzz.acp import permission, wire
-from nostr_buzz.acp.facts import AgentFact, AgentGone, Cost, CumulativeUsage, Fact, PromptFailed
+from nostr_buzz.acp.facts import (
+    AgentFact,
+    AgentGone,
+    Cost,
+    CumulativeUsage,
+    Fact,
+    PermissionAsked,
+    PromptFailed,
+)
 from nostr_buzz.acp.permission import PermissionPolicy
 from nostr_buzz.acp.profiles import GENERIC, GOOSE_UPDATE, AdapterProfile
 from nostr_buzz.acp.state import (
     Action,
     Count,
-    Progress,
+    Report,
     Session,
     SplitUsage,
     Timeouts,
@@ -59,7 +67,8 @@ class SessionHub:
         self.wakes: dict[str, asyncio.Event] = {}
         #: The running prompt of a session: its answer decides whether a turn runs.
         self.prompts: dict[str, asyncio.Future[Any]] = {}
-        self.on_update: dict[str, Callable[[str], None]] = {}
+        #: Where the facts of a session's running prompt go (its stream).
+        self.on_fact: dict[str, Callable[[Fact], None]] = {}
         self._unread: dict[str, tuple[asyncio.Future[Any], Session]] = {}
         #: A prompt's usage that its agent's own next turn ended early.
         self.split: dict[str, UsageRecord | None] = {}
@@ -122,10 +131,8 @@ class SessionHub:
         for action in session.receive(fact, now):
             if isinstance(action, Count):
                 count_usage(self.usage, self.key(session_id), action.fact)
-            elif isinstance(action, Progress):
-                callback = self.on_update.get(session_id)
-                if callback is not None:
-                    callback(action.kind)
+            elif isinstance(action, Report):
+                self.report(session_id, action.fact)
             elif isinstance(action, SplitUsage):
                 key = self.key(session_id)
                 if action.close_prompt:
@@ -177,11 +184,20 @@ class SessionHub:
         running = session is not None and session.running
         running = running and prompt is not None and not prompt.done()
         decided = permission.answer(params, running=running, policy=self.policy)
+        if running:
+            approved = decided.payload["decision"] == "approved"
+            self.report(session_id, PermissionAsked(decided.request, approved))
         if decided.policy_error is not None:
             error = {"error": decided.policy_error}
             self.diagnostic("permission_policy_failed", session_id, error)
         self.diagnostic("permission_decision", session_id or None, decided.payload)
         return decided.result
+
+    def report(self, session_id: str, fact: Fact) -> None:
+        """Hand ``fact`` to the stream of the session's running prompt, if any."""
+        callback = self.on_fact.get(session_id)
+        if callback is not None:
+            callback(fact)
 
     def diagnostic(
         self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]

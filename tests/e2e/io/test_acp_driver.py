@@ -926,7 +926,7 @@ async def test_a_turn_is_a_stream_of_facts_that_starts_on_the_wire_and_ends_with
     """The bot's turn goes live on ``PromptSent``: by then the prompt is the session's running
     one (a second prompt is refused and a permission request would be decided); the last fact
     is the result, and a prompt already running makes the stream raise."""
-    from nostr_buzz.acp.facts import Ended, PromptSent, Update
+    from nostr_buzz.acp.facts import Ended, PromptSent, Text, Update
 
     async with _driver(tmp_path, "--delay", "0.2") as driver:
         session = await _session(driver, tmp_path)
@@ -940,10 +940,30 @@ async def test_a_turn_is_a_stream_of_facts_that_starts_on_the_wire_and_ends_with
             facts.append(fact)
         assert isinstance(facts[0], PromptSent) and isinstance(facts[-1], Ended)
         assert any(isinstance(f, Update) and f.kind == "agent_message_chunk" for f in facts)
-        assert facts[-1].result.outcome == "success" and facts[-1].result.reply
+        said = "".join(f.text for f in facts if isinstance(f, Text))
+        assert facts[-1].result.outcome == "success" and facts[-1].result.reply == said != ""
         running = asyncio.ensure_future(driver.run_turn(session.session_id, sections))
         await asyncio.sleep(0.05)
         with pytest.raises(AgentError, match="already running"):
             async for _ in driver.turn(session.session_id, sections):
                 pass
         assert (await running).outcome == "success"
+
+
+async def test_a_turns_stream_reports_the_permission_the_agent_asked_and_the_decision(
+    tmp_path: Path,
+) -> None:
+    """A hostile tool request during the turn is in the turn's stream with what was decided,
+    and the tool ran only as decided."""
+    from nostr_buzz.acp.facts import Ended, PermissionAsked
+
+    agent = Scripted(tmp_path, {"turns": [{"ask": "rm -rf ~"}]})
+    driver = agent.driver(permission=lambda request: request.title != "rm -rf ~")
+    async with driver:
+        start = await driver.new_session(str(tmp_path))
+        facts = [fact async for fact in driver.turn(start.session_id, ["x"])]
+    asked = [f for f in facts if isinstance(f, PermissionAsked)]
+    assert [(a.request.title, a.request.turn_running, a.approved) for a in asked] == [
+        ("rm -rf ~", True, False)
+    ]
+    assert isinstance(facts[-1], Ended) and agent.tools_run() == []

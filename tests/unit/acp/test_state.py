@@ -13,6 +13,7 @@ from nostr_buzz.acp.facts import (
     Fact,
     ModelFailed,
     Occupancy,
+    OwnTurnBegan,
     PromptAnswered,
     PromptFailed,
     PromptSent,
@@ -32,7 +33,7 @@ from nostr_buzz.acp.state import (
     Count,
     EndPrompt,
     Phase,
-    Progress,
+    Report,
     Retire,
     SendCancel,
     Session,
@@ -172,10 +173,24 @@ TRANSITIONS: list[tuple[str, tuple[Fact, ...], Fact, float, Phase, tuple[Action,
         Update("agent_message_chunk"),
         1.0,
         Phase.PROMPTING,
-        (Progress("agent_message_chunk"),),
+        (Report(Update("agent_message_chunk")),),
     ),
-    ("an unknown update is activity only", (PromptSent(),), Update(None), 1.0, Phase.PROMPTING, ()),
-    ("a cost is counted", (PromptSent(),), Cost(0.5), 1.0, Phase.PROMPTING, (Count(Cost(0.5)),)),
+    (
+        "an unknown update is reported as activity",
+        (PromptSent(),),
+        Update(None),
+        1.0,
+        Phase.PROMPTING,
+        (Report(Update(None)),),
+    ),
+    (
+        "a cost is reported and counted",
+        (PromptSent(),),
+        Cost(0.5),
+        1.0,
+        Phase.PROMPTING,
+        (Report(Cost(0.5)), Count(Cost(0.5))),
+    ),
     ("a cost between turns is counted", (), Cost(0.5), 1.0, Phase.IDLE, (Count(Cost(0.5)),)),
 ]
 
@@ -358,7 +373,13 @@ def test_a_steer_that_starts_the_agents_own_turn() -> None:
     assert s.receive(Text("own"), 2.5) == ()  # held: where it belongs is not known yet
     assert s.receive(Cost(0.75), 2.5) == ()
     replay = s.receive(SteerAnswered("started_new_turn"), 3.0)
-    assert replay == (SplitUsage(True), SplitUsage(False), Count(Cost(0.75)))
+    assert replay == (
+        Report(SteerAnswered("started_new_turn")),
+        SplitUsage(True),
+        Report(OwnTurnBegan()),  # to the prompt's stream; the own turn's facts are not
+        SplitUsage(False),
+        Count(Cost(0.75)),
+    )
     assert s.turn is not None and s.turn.reply == "main" and not s.steering
     s.settle(SPENT, 3.0)
     own = s.begin_own()
@@ -375,7 +396,10 @@ def test_a_steer_answered_otherwise_gives_the_held_updates_to_the_prompt() -> No
     s.receive(SteerSent(), 1.0)
     s.receive(PromptAnswered("end_turn"), 2.0)
     s.receive(Text(" late"), 2.5)
-    assert s.receive(SteerAnswered("injected"), 3.0) == ()
+    assert s.receive(SteerAnswered("injected"), 3.0) == (
+        Report(SteerAnswered("injected")),
+        Report(Text(" late")),
+    )
     assert s.turn is not None and s.turn.reply == " late" and s.own is None
     assert s.begin_own() is None
 
