@@ -45,7 +45,7 @@ if TYPE_CHECKING:
         TurnInputError,
     )
     from nostr_buzz.event import Event, sign_event
-    from nostr_buzz.io.acp_driver import AgentDriver
+    from nostr_buzz.io.agent_driver import AgentDriver
     from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
     from nostr_buzz.io.metrics_reader import read_metrics
     from nostr_buzz.io.outbox import Outbox
@@ -100,7 +100,7 @@ _EXPORTS: dict[str, str] = {
         "nostr_buzz.errors",
     ),
     **dict.fromkeys(("Event", "sign_event"), "nostr_buzz.event"),
-    "AgentDriver": "nostr_buzz.io.acp_driver",
+    "AgentDriver": "nostr_buzz.io.agent_driver",
     **dict.fromkeys(("DiagnosticRecord", "DiagnosticsFeed"), "nostr_buzz.io.diagnostics"),
     "read_metrics": "nostr_buzz.io.metrics_reader",
     "Outbox": "nostr_buzz.io.outbox",

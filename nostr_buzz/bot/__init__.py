@@ -12,9 +12,13 @@ The package follows the path a turn takes:
 * :mod:`.standing` — the standing context each new session starts with, frozen for its life
   (configured files, plus a channel's canvas, huddle guidelines and the agent's core memory);
 * :mod:`.turn` — the worker and the running turn (phases preparing → live → ended →
-  settled), steering within the authority boundary, turns the agent starts on its own, and
-  settlement: outcome, reply and metric in one transaction;
-* :mod:`.supervisor` — the agent process, its sessions, restarts with backoff;
+  settled; it goes live when the driver's stream of facts says its prompt is on the wire),
+  steering within the authority boundary, turns the agent starts on its own, the running
+  turns on which the agent's permission requests are decided, and settlement: outcome, reply
+  and metric in one transaction (the decisions are pure functions of the turn);
+* :mod:`.supervisor` — the agent process and its sessions only, restarts with backoff (the
+  agent edge itself is :mod:`nostr_buzz.acp`, without I/O, and
+  :mod:`nostr_buzz.io.agent_driver`);
 * :mod:`.outputs` — pure builders of the reply (in parts when too large), the metric payload,
   the dead-letter notice, secret redaction;
 * :mod:`.delivery` — stores replies and metrics in the outbox, sends and retries them;

@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+from nostr_buzz.acp.types import TurnResult
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, sign_event
-from nostr_buzz.io.acp_driver import TurnResult
-from nostr_buzz.io.diagnostics import rfc3339_ms
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip22
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
+from nostr_buzz.timestamps import rfc3339_ms
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 

@@ -35,7 +35,7 @@ from .replay import Listener, listen_filters
 from .standing import SessionStanding
 from .state import REMEMBERED_COMMANDS, BotStore
 from .supervisor import AgentSupervisor
-from .turn import TurnRunner
+from .turn import RunningTurns, TurnRunner
 
 __all__ = ["DIAGNOSTICS_FILE", "BuzzPlugin"]
 
@@ -86,8 +86,9 @@ class BuzzPlugin:
         self._delivery_stop = asyncio.Event()
         self._wake = asyncio.Event()
         self.standing = SessionStanding(config, self.pool, self.diagnostics)
+        self.turns = RunningTurns(config.permissions, config.owner.hex)  # by queue channel
         self.supervisor = AgentSupervisor(
-            config, self.diagnostics, clock, self._stop, standing_for=self.standing.freeze
+            config, self.diagnostics, clock, self._stop, self.standing.freeze, self.turns
         )
         self.resolver = ContextResolver(
             self.pool,
@@ -143,11 +144,10 @@ class BuzzPlugin:
             clock=self._clock,
             spawn=self._spawn,
             wake=self._wake.set,
+            running=self.turns,
         )
         if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
             self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
-        self.supervisor.permission_policy = self._runner.permission
-        self.supervisor.locate = self._runner.locate
         await self.supervisor.start()
         self._loops = [
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),

@@ -9,10 +9,11 @@ A turn that ends with the agent gone makes the supervisor restart it with expone
 process, so each channel opens a new one (with the standing context) on its next turn.  So
 does a channel whose session the driver retired (an agent that does not survive a cancel).
 
-The agent's permission requests go to :attr:`AgentSupervisor.permission_policy` (set by the
-plugin once turns can be looked up; until then, and for ``permissions = "reject"``, every
-request is rejected).  Each session records the actors whose words entered it
-(:attr:`ChannelSession.actors`); a replaced session starts with none.
+The supervisor holds processes and sessions only: the agent's permission requests go to the
+running turns it is given (:class:`TurnLookup`, :class:`.turn.RunningTurns`: they decide;
+without them every request is rejected), which also locate the driver's diagnostics.  Each
+session records the actors whose words entered it (:attr:`ChannelSession.actors`); a replaced
+session starts with none.
 """
 
 from __future__ import annotations
@@ -25,21 +26,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
 from nostr_buzz.core.backoff import backoff_base
-from nostr_buzz.core.permission import PermissionDecision, decide
+from nostr_buzz.core.compiler import standing_text
+from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
-from nostr_buzz.io.acp_driver import (
-    AgentDriver,
-    PermissionPolicy,
-    PermissionRequest,
-    SessionStart,
-    TurnResult,
-    reject_always,
-    standing_text,
-)
+from nostr_buzz.io.agent_driver import AgentDriver, reject_always
 from nostr_buzz.io.agent_group import (
     GroupRecord,
     clear_record,
@@ -58,6 +53,7 @@ __all__ = [
     "AgentSupervisor",
     "ChannelSession",
     "harness_name",
+    "restart_accounting",
     "restart_delay",
     "secret_values",
 ]
@@ -94,6 +90,14 @@ def restart_delay(failures: int) -> float:
     return backoff_base(failures, base=_RESTART_BASE, cap=_RESTART_CAP)
 
 
+class TurnLookup(Protocol):
+    """The running turns, as the agent's requests and diagnostics need them."""
+
+    def permission(self, request: PermissionRequest) -> PermissionDecision: ...
+
+    def locate(self, adapter_session_id: str) -> dict[str, str | None] | None: ...
+
+
 @dataclass
 class ChannelSession:
     """One live ACP session (one per queue channel) and what it has been given.
@@ -122,6 +126,7 @@ class AgentSupervisor:
         clock: Callable[[], float],
         stopping: asyncio.Event,
         standing_for: Callable[[str | None], Awaitable[Standing]] | None = None,
+        turns: TurnLookup | None = None,
     ) -> None:
         self.config = config
         self._standing_for = standing_for
@@ -138,16 +143,15 @@ class AgentSupervisor:
             idle_timeout=config.idle_timeout,
             hard_timeout=config.hard_timeout,
             on_diagnostic=self._on_driver_diagnostic,
-            permission=self._permission,
+            permission=turns.permission if turns is not None else reject_always,
             on_spawn=self._remember_group,
             # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
             clock=lambda: datetime.fromtimestamp(clock(), UTC),
         )
         self.sessions: dict[str, ChannelSession] = {}  # by queue channel
-        self.permission_policy: PermissionPolicy = reject_always
         #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
-        #: for the driver's diagnostics (set by the plugin).
-        self.locate: Callable[[str], dict[str, str | None] | None] = lambda _: None
+        #: for the driver's diagnostics.
+        self._locate = turns.locate if turns is not None else lambda _: None
         self.harness = harness_name(config.agent_command, config.agent_args, None)
         self._lock = asyncio.Lock()
         self._failures = 0
@@ -157,7 +161,7 @@ class AgentSupervisor:
     def _on_driver_diagnostic(
         self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
     ) -> None:
-        ids = self.locate(session_id) if session_id is not None else None
+        ids = self._locate(session_id) if session_id is not None else None
         if kind in AGENT_TEXT_KINDS and not self.is_public_session(session_id):
             # A private conversation's session, or one the bot never opened.
             payload = private_driver_payload(kind, payload)
@@ -174,11 +178,6 @@ class AgentSupervisor:
         conversation's session has that id): its records may carry the agent's text."""
         channels = [c for c, s in self.sessions.items() if s.start.session_id == session_id]
         return bool(channels) and not any(nip10.is_private_channel(c) for c in channels)
-
-    def _permission(self, request: PermissionRequest) -> bool | PermissionDecision:
-        if self.config.permissions == "reject":
-            return decide("reject", self.config.owner.hex, None, ())
-        return self.permission_policy(request)
 
     def _remember_group(self, record: GroupRecord) -> None:
         write_record(self.config.state_dir, record)
@@ -266,12 +265,18 @@ class AgentSupervisor:
 
     def needs_restart(self, result: TurnResult | None) -> bool:
         """Account a turn's end; True when the agent must be restarted (it is gone)."""
-        if (result is not None and result.terminal_evidence == "agent_exit") or (
-            not self.driver.alive
-        ):
-            self._failures += 1
+        restart, self._failures = restart_accounting(result, self.driver.alive, self._failures)
+        if restart:
             self.sessions.clear()
-            return True
-        if result is not None and result.outcome == "success":
-            self._failures = 0
-        return False
+        return restart
+
+
+def restart_accounting(result: TurnResult | None, alive: bool, failures: int) -> tuple[bool, int]:
+    """After a turn (``result`` None: it failed before the agent answered): whether the agent
+    must be restarted (it exited, or it is gone), and the count of failures in a row that the
+    restart backoff follows (a success resets it)."""
+    if (result is not None and result.terminal_evidence == "agent_exit") or not alive:
+        return True, failures + 1
+    if result is not None and result.outcome == "success":
+        return False, 0
+    return False, failures

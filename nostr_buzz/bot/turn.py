@@ -40,19 +40,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn
+from nostr_buzz.acp.facts import Ended, PromptSent
+from nostr_buzz.acp.types import PermissionRequest, TurnResult
+from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, standing_text
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.permission import PermissionDecision, TurnProvenance, decide
+from nostr_buzz.core.permission import PermissionDecision, Policy, TurnProvenance, decide
 from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event
-from nostr_buzz.io.acp_driver import PermissionRequest, TurnResult, standing_text
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent
-from nostr_buzz.nips.nip_am import MetricPayload
+from nostr_buzz.nips.nip_am import MetricPayload, Outcome
 
 from .config import PluginConfig
 from .context import ContextResolver, direct_channel_type
@@ -63,7 +64,15 @@ from .privacy import result_error_class
 from .state import BotStore
 from .supervisor import AgentSupervisor, ChannelSession, secret_values
 
-__all__ = ["CancelWhy", "Phase", "Turn", "TurnRunner"]
+__all__ = [
+    "CancelWhy",
+    "Phase",
+    "RunningTurns",
+    "Turn",
+    "TurnRunner",
+    "settlement",
+    "turn_permission",
+]
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +189,58 @@ class Turn:
         )
 
 
+Settlement = Literal["complete", "requeue", "drop", "fail"]
+
+
+def settlement(outcome: Outcome, cancel_reason: CancelWhy | None) -> Settlement:
+    """What becomes of a turn's batch: success completes it; a cancel for ``interrupt`` or
+    ``steer`` requeues it as cancelled events for the channel's next turn; the owner's
+    ``!cancel`` (or a cancel by the agent itself) drops it as delivered; anything else fails
+    it (back to the queue with backoff, until it is dead-lettered)."""
+    if outcome == "success":
+        return "complete"
+    if outcome == "cancelled":
+        return "requeue" if cancel_reason in ("interrupt", "steer") else "drop"
+    return "fail"
+
+
+def turn_permission(turn: Turn | None, policy: Policy, owner: str) -> PermissionDecision:
+    """The decision for a permission request of the session ``turn`` runs in (None: no turn
+    runs there): only a live turn with no cancel pending may be approved
+    (:func:`nostr_buzz.core.permission.decide`)."""
+    live = turn if turn is not None and turn.phase == Phase.LIVE else None
+    live = live if live is not None and live.cancel_reason is None else None
+    session = live.session.actors if live is not None and live.session is not None else ()
+    provenance = live.provenance() if live is not None else None
+    return decide(policy, owner, provenance, session)
+
+
+class RunningTurns(dict[str, Turn]):
+    """The running turn of each queue channel, and the lookups the agent's requests need
+    (by adapter session): made before the supervisor and the runner, and given to both."""
+
+    def __init__(self, policy: Policy, owner: str) -> None:
+        super().__init__()
+        self.policy, self.owner = policy, owner
+
+    def in_session(self, adapter_session_id: str) -> Turn | None:
+        for turn in self.values():
+            session = turn.session
+            if session is not None and session.start.session_id == adapter_session_id:
+                return turn
+        return None
+
+    def permission(self, request: PermissionRequest) -> PermissionDecision:
+        """Approve? Only for a live turn of the asking session; under ``owner``, only when
+        the owner alone spoke in that turn and in its session."""
+        return turn_permission(self.in_session(request.session_id), self.policy, self.owner)
+
+    def locate(self, adapter_session_id: str) -> dict[str, str | None] | None:
+        """The ids of the turn running in an adapter session (for diagnostics)."""
+        turn = self.in_session(adapter_session_id)
+        return turn.ids.as_kwargs() if turn is not None else None
+
+
 class TurnRunner:
     """Runs flushed batches as turns and settles them (see the module docstring)."""
 
@@ -196,6 +257,7 @@ class TurnRunner:
         clock: Callable[[], float],
         spawn: Spawn,
         wake: Callable[[], None],
+        running: RunningTurns,
     ) -> None:
         self.config = config
         self.queue = queue
@@ -209,7 +271,7 @@ class TurnRunner:
         self._wake = wake
         self._secrets = secret_values(config)
         #: The running turn of each queue channel.
-        self.running: dict[str, Turn] = {}
+        self.running = running
         #: When intake last queued an event (monotonic): the worker waits for a quiet moment.
         self.last_push = 0.0
 
@@ -361,13 +423,15 @@ class TurnRunner:
         driver = self.supervisor.driver
         session_id = turn.session.start.session_id
         turn.session.actors.update(turn.provenance().actors())  # before the agent can ask
-        task = asyncio.create_task(driver.run_turn(session_id, compiled.sections))
-        # run_turn registers the turn before its first await: from here steers may go.
-        await asyncio.sleep(0)
-        turn.advance(Phase.LIVE)
-        if turn.cancel_reason is not None:
-            await driver.cancel(session_id)
-        result = await task
+        result: TurnResult | None = None
+        async for fact in driver.turn(session_id, compiled.sections):
+            if isinstance(fact, PromptSent):  # on the wire: from here steers may go
+                turn.advance(Phase.LIVE)
+                if turn.cancel_reason is not None:
+                    await driver.cancel(session_id)
+            elif isinstance(fact, Ended):
+                result = fact.result
+        assert result is not None  # the stream ends with its result
         turn.advance(Phase.ENDED)
         # A steer the agent answered before its prompt response belongs to this turn's
         # ledger: let it finish (bounded by the driver's request timeout) before the metric
@@ -460,7 +524,7 @@ class TurnRunner:
     ) -> list[Event]:
         """Record the outcome in the queue; the dead-letter notice to send, if any."""
         batch = turn.batch
-        if result.outcome == "success":
+        if settlement(result.outcome, turn.cancel_reason) == "complete":
             self.queue.complete(batch)
             session.delivered.update(q.event.id for q in batch.events)
             session.delivered.update(q.event.id for q in batch.cancelled_events)
@@ -475,7 +539,8 @@ class TurnRunner:
         if turn.session is not None:
             self.supervisor.forget(turn.batch.channel, turn.session)
         reason = turn.cancel_reason
-        if reason == "interrupt" or reason == "steer":
+        if settlement("cancelled", reason) == "requeue":
+            assert reason == "interrupt" or reason == "steer"
             self.queue.requeue_cancelled(turn.batch, reason)
             self._readmit_steers(turn)
         else:  # the owner's !cancel, or the agent cancelled on its own: dropped, not retried
@@ -503,32 +568,6 @@ class TurnRunner:
         )
         target = dead.events[-1].event
         return self.delivery.store_reply(target, dead_letter_notice(dead.attempts))
-
-    # -- the agent's permission requests -------------------------------------------------
-
-    def _live_in(self, adapter_session_id: str) -> Turn | None:
-        for turn in self.running.values():
-            session = turn.session
-            if session is not None and session.start.session_id == adapter_session_id:
-                return turn if turn.phase == Phase.LIVE else None
-        return None
-
-    def permission(self, request: PermissionRequest) -> PermissionDecision:
-        """Approve? Only for a live turn of the asking session; under ``owner``, only when
-        the owner alone spoke in that turn and in its session (:func:`.permission.decide`)."""
-        turn = self._live_in(request.session_id)
-        live = turn if turn is not None and turn.cancel_reason is None else None
-        session = live.session.actors if live is not None and live.session is not None else ()
-        provenance = live.provenance() if live is not None else None
-        return decide(self.config.permissions, self.config.owner.hex, provenance, session)
-
-    def locate(self, adapter_session_id: str) -> dict[str, str | None] | None:
-        """The ids of the turn running in an adapter session (for diagnostics)."""
-        for turn in self.running.values():
-            session = turn.session
-            if session is not None and session.start.session_id == adapter_session_id:
-                return turn.ids.as_kwargs()
-        return None
 
     # -- cancel and steer -----------------------------------------------------------------
 

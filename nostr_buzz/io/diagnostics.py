@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, Final, Literal
 
@@ -25,6 +25,7 @@ import msgspec
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.errors import SECRET_HINT, looks_secret
 from nostr_buzz.io.filemodes import open_private, read_private
+from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [
     "AgentDiagnosticKind",
@@ -97,14 +98,6 @@ class DiagnosticRecord(msgspec.Struct, frozen=True, rename="camel"):
     session_id: str | None
     turn_id: str | None
     payload: dict[str, Any]
-
-
-def rfc3339_ms(moment: datetime) -> str:
-    """RFC 3339 UTC with milliseconds and ``Z``, as the NIP-AM timestamps."""
-    if moment.tzinfo is None:
-        raise ValueError("diagnostic timestamps need an aware datetime (UTC)")
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
 def _scrub(value: Any) -> Any:

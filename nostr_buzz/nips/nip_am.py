@@ -35,8 +35,10 @@ __all__ = [
     "TERMINAL_EVIDENCE",
     "MetricError",
     "MetricPayload",
+    "Outcome",
     "PricingIdentity",
     "StopReason",
+    "TerminalEvidence",
     "TokenCounts",
     "build_metric_event",
     "created_at_of",
@@ -50,10 +52,15 @@ MAX_PAYLOAD_BYTES: Final = 65535
 #: Why the agent stopped, as the metric names it (ACP's stop reasons, plus "error" and "unknown").
 StopReason = Literal["end_turn", "max_tokens", "cancelled", "error", "unknown"]
 STOP_REASONS: Final = frozenset(get_args(StopReason))
-OUTCOMES: Final = frozenset({"success", "cancelled", "failed", "unknown"})
-TERMINAL_EVIDENCE: Final = frozenset(
-    {"prompt_response", "cancel_response", "agent_exit", "timeout", "error", "unknown"}
-)
+#: How the turn ended ("unknown" only in a metric from a newer or foreign writer).
+Outcome = Literal["success", "cancelled", "failed", "unknown"]
+OUTCOMES: Final = frozenset(get_args(Outcome))
+#: What proved the end: the prompt's answer, the answer to a cancel, the agent's exit, a
+#: timeout of the harness, or an error response.
+TerminalEvidence = Literal[
+    "prompt_response", "cancel_response", "agent_exit", "timeout", "error", "unknown"
+]
+TERMINAL_EVIDENCE: Final = frozenset(get_args(TerminalEvidence))
 _ENUMS: Final = (
     ("stop_reason", STOP_REASONS),
     ("outcome", OUTCOMES),
@@ -132,9 +139,9 @@ class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
     turn: TokenCounts | None = None
     cumulative: TokenCounts | None = None
     delta_reliable: bool = True
-    stop_reason: str | None = None
-    outcome: str | None = None
-    terminal_evidence: str | None = None
+    stop_reason: StopReason | None = None
+    outcome: Outcome | None = None
+    terminal_evidence: TerminalEvidence | None = None
     triggering_event_ids: tuple[str, ...] = ()
     root_event_id: str | None = None
     parent_event_id: str | None = None

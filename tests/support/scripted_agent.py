@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nostr_buzz.io.acp_driver import AgentDriver
+from nostr_buzz.io.agent_driver import AgentDriver
 
 # A raw JSON-RPC 2.0 agent over stdio, driven by a JSON config (argv[1]).  It logs each message
 # it receives to config["log"] (one JSON object per line, written before it answers).

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from nostr_buzz.acp.types import PermissionRequest, TurnResult
 from nostr_buzz.errors import AgentError
-from nostr_buzz.io.acp_driver import AgentDriver, PermissionRequest, TurnResult
+from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.agent_group import group_members
 from tests.support.model_server import ModelServer, Usage
 from tests.support.real_adapters import (
@@ -92,7 +93,7 @@ async def _held_then_cancelled(driver: AgentDriver, server: ModelServer, sid: st
 async def test_claude_answers_with_folded_usage_cost_and_context(tmp_path: Path) -> None:
     with ModelServer(usage=USAGE) as server:
         async with _agent(CLAUDE, server, tmp_path) as (driver, _):
-            assert driver.info.is_claude and not driver.info.survives_cancel
+            assert driver.profile.name == "claude" and not driver.profile.survives_cancel
             assert driver.info.steering_supported and driver.info.system_prompt_capability
             start = await driver.new_session(str(tmp_path / "work"), "<base>Be brief.</base>")
             assert start.strategy == "system_prompt"
@@ -158,7 +159,7 @@ async def test_claude_0101_survives_a_cancel(tmp_path: Path) -> None:
     with ModelServer(usage=USAGE) as server:
         async with _agent(CLAUDE, server, tmp_path) as (driver, _):
             # Pretend the agent survives cancels, to meet its session on the wire again.
-            driver._info = dataclasses.replace(driver.info, name="some-agent")
+            driver.profile = dataclasses.replace(driver.profile, survives_cancel=True)
             start = await driver.new_session(str(tmp_path / "work"))
             await _held_then_cancelled(driver, server, start.session_id)
             assert driver.usable(start.session_id)
@@ -259,7 +260,7 @@ async def test_codex_error_is_a_system_error_not_an_answer(tmp_path: Path) -> No
 async def test_codex_answers_with_usage_and_context_figures(tmp_path: Path) -> None:
     with ModelServer(usage=USAGE) as server:
         async with _agent(CODEX, server, tmp_path) as (driver, _):
-            assert driver.info.survives_cancel and driver.info.steering_supported
+            assert driver.profile.survives_cancel and driver.info.steering_supported
             start = await driver.new_session(str(tmp_path / "work"), "<base>Be brief.</base>")
             result = await driver.run_turn(start.session_id, ["Hello ASK:one"])
     assert (result.outcome, result.stop_reason, result.reply) == (
@@ -330,7 +331,7 @@ async def test_gemini_error_carries_the_http_status_and_survives_a_cancel(tmp_pa
     code and the provider's body as the message; a cancelled session answers on."""
     with ModelServer(usage=USAGE) as server:
         async with _agent(GEMINI, server, tmp_path) as (driver, _):
-            assert driver.info.survives_cancel and not driver.info.steering_supported
+            assert driver.profile.survives_cancel and not driver.info.steering_supported
             start = await driver.new_session(str(tmp_path / "work"))
             assert start.strategy == "legacy"
             failed = await driver.run_turn(start.session_id, ["FAIL:the-mock-says-no ASK:x"])

@@ -15,12 +15,14 @@ from typing import Any
 import msgspec
 import pytest
 
+from nostr_buzz.acp.types import SessionStart, TurnResult
 from nostr_buzz.core.compiler import compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.errors import AgentError
 from nostr_buzz.event import Event
-from nostr_buzz.io.acp_driver import AgentDriver, SessionStart, TurnResult, standing_text
+from nostr_buzz.io.acp_driver import standing_text
+from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.keys import SecretKey
 from tests.support.events import chat
@@ -63,7 +65,7 @@ async def _driver(tmp_path: Path, *flags: str, **kwargs: Any) -> AsyncIterator[A
         **kwargs,
     )
     await driver.start()
-    process = driver._process
+    process = driver.agent.process
     try:
         yield driver
     finally:
@@ -144,7 +146,7 @@ async def test_legacy_agent_gets_the_standing_sections_in_its_first_turn(tmp_pat
 
 async def test_goose_strategy_steer_and_cumulative_counters(tmp_path: Path) -> None:
     async with _driver(tmp_path, "--goose", "--delay", "20") as driver:
-        assert driver.info.is_goose
+        assert driver.profile.name == "goose"
         session = await _session(driver, tmp_path)
         assert session.strategy == "goose"
         seen, on_update = _started()
@@ -916,3 +918,52 @@ async def test_goose_steer_carries_the_active_run_id(tmp_path: Path) -> None:
         "prompt": [{"type": "text", "text": "s"}],
     }
     assert result.outcome == "success"
+
+
+async def test_a_turn_is_a_stream_of_facts_that_starts_on_the_wire_and_ends_with_its_result(
+    tmp_path: Path,
+) -> None:
+    """The bot's turn goes live on ``PromptSent``: by then the prompt is the session's running
+    one (a second prompt is refused and a permission request would be decided); the last fact
+    is the result, and a prompt already running makes the stream raise."""
+    from nostr_buzz.acp.facts import Ended, PromptSent, Text, Update
+
+    async with _driver(tmp_path, "--delay", "0.2") as driver:
+        session = await _session(driver, tmp_path)
+        sections = compile_turn(_turn_input(session, "hello")).sections
+        facts = []
+        async for fact in driver.turn(session.session_id, sections):
+            if isinstance(fact, PromptSent):
+                assert driver.hub.sessions[session.session_id].running
+                with pytest.raises(AgentError, match="already running"):
+                    await driver.run_turn(session.session_id, sections)
+            facts.append(fact)
+        assert isinstance(facts[0], PromptSent) and isinstance(facts[-1], Ended)
+        assert any(isinstance(f, Update) and f.kind == "agent_message_chunk" for f in facts)
+        said = "".join(f.text for f in facts if isinstance(f, Text))
+        assert facts[-1].result.outcome == "success" and facts[-1].result.reply == said != ""
+        running = asyncio.ensure_future(driver.run_turn(session.session_id, sections))
+        await asyncio.sleep(0.05)
+        with pytest.raises(AgentError, match="already running"):
+            async for _ in driver.turn(session.session_id, sections):
+                pass
+        assert (await running).outcome == "success"
+
+
+async def test_a_turns_stream_reports_the_permission_the_agent_asked_and_the_decision(
+    tmp_path: Path,
+) -> None:
+    """A hostile tool request during the turn is in the turn's stream with what was decided,
+    and the tool ran only as decided."""
+    from nostr_buzz.acp.facts import Ended, PermissionAsked
+
+    agent = Scripted(tmp_path, {"turns": [{"ask": "rm -rf ~"}]})
+    driver = agent.driver(permission=lambda request: request.title != "rm -rf ~")
+    async with driver:
+        start = await driver.new_session(str(tmp_path))
+        facts = [fact async for fact in driver.turn(start.session_id, ["x"])]
+    asked = [f for f in facts if isinstance(f, PermissionAsked)]
+    assert [(a.request.title, a.request.turn_running, a.approved) for a in asked] == [
+        ("rm -rf ~", True, False)
+    ]
+    assert isinstance(facts[-1], Ended) and agent.tools_run() == []

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from nostr_buzz.errors import AgentError
-from nostr_buzz.io.acp_driver import AgentDriver
+from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.agent_group import GroupRecord
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.outbox import Outbox
@@ -309,7 +309,7 @@ async def test_code_planted_in_the_agents_directory_never_runs_as_root(
 REFUSAL_PROBE = r"""
 import asyncio, sys
 from nostr_buzz.errors import AgentError
-from nostr_buzz.io.acp_driver import AgentDriver
+from nostr_buzz.io.agent_driver import AgentDriver
 
 async def main(interpreter, user, marker, log):
     command = f"open({marker!r}, 'w').write('spawned')"

@@ -257,15 +257,25 @@ def test_destination_is_always_one_spelling_of_an_id(kind: int, tags: list[list[
 def test_one_set_of_kinds_and_literals() -> None:
     from typing import get_args
 
+    from nostr_buzz.acp import types
+    from nostr_buzz.bot import outputs
     from nostr_buzz.core import queue, turn_input
-    from nostr_buzz.io import acp_driver
     from nostr_buzz.nips import nip10, nip22, nip_am
 
     assert nip10.COMMENT_KIND is nip22.COMMENT_KIND
     assert queue.CancelReason is turn_input.CancelReason
     assert not hasattr(queue, "SteerOutcome")  # the driver's SteerOutcome is the only one
-    assert acp_driver.StopReason is nip_am.StopReason
+    # How a turn ends has one vocabulary: the metric's (the agent edge and the bot use it).
+    assert types.Outcome is nip_am.Outcome and types.TerminalEvidence is nip_am.TerminalEvidence
+    assert types.StopReason is nip_am.StopReason
     assert set(get_args(nip_am.StopReason)) == nip_am.STOP_REASONS
+    assert set(get_args(nip_am.Outcome)) == nip_am.OUTCOMES
+    assert set(get_args(nip_am.TerminalEvidence)) == nip_am.TERMINAL_EVIDENCE
+    fields = nip_am.MetricPayload.__annotations__
+    assert fields["outcome"] == "Outcome | None"
+    assert fields["terminal_evidence"] == "TerminalEvidence | None"
+    assert fields["stop_reason"] == "StopReason | None"
+    assert outputs.TurnResult is types.TurnResult
     assert nip10.direct_channel("ab" * 32) == nip10.DIRECT_CHANNEL_PREFIX + "ab" * 32
 
 

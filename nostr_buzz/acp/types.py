@@ -1,0 +1,115 @@
+"""What the agent edge says to its callers: the agent, a session, a permission request, a
+turn's result (docs/bot.md, "Driving an agent over ACP").  Plain values, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from nostr_buzz.core.usage import UsageRecord
+from nostr_buzz.nips.nip_am import Outcome, StopReason, TerminalEvidence
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+__all__ = [
+    "AgentInfo",
+    "Ending",
+    "Outcome",
+    "PermissionRequest",
+    "SessionStart",
+    "StandingStrategy",
+    "SteerOutcome",
+    "TerminalEvidence",
+    "TurnResult",
+]
+
+StandingStrategy = Literal["goose", "claude_meta", "system_prompt", "legacy"]
+SteerOutcome = Literal["injected", "started_new_turn", "failed", "released"]
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """What ``initialize`` told about the agent."""
+
+    protocol_version: int
+    name: str | None
+    version: str | None
+    capabilities: dict[str, Any]
+    steering_supported: bool
+    system_prompt_append: bool
+    pid: int
+    #: ``sessionCapabilities.systemPrompt``: the standard ``systemPrompt {mode, content}``.
+    system_prompt_capability: bool = False
+    #: ``sessionCapabilities.close``: ``session/close`` releases a session.
+    session_close: bool = False
+
+
+@dataclass(frozen=True)
+class PermissionRequest:
+    """A ``session/request_permission`` of the agent, as a policy sees it."""
+
+    session_id: str
+    title: str
+    kind: str | None
+    tool_call_id: str | None
+    #: A turn of this session is running: its prompt is unanswered and not being cancelled
+    #: (the policy is only asked when it is).
+    turn_running: bool
+
+
+@dataclass(frozen=True)
+class SessionStart:
+    """A new ACP session and how its standing context travels.
+
+    ``system_prompt_support`` and ``standing_context_sent`` go into the session's first
+    :class:`~nostr_buzz.core.turn_input.TurnInput`; legacy delivery means the compiler prepends
+    the standing sections to that first turn.
+    """
+
+    session_id: str
+    strategy: StandingStrategy
+
+    @property
+    def system_prompt_support(self) -> bool:
+        return self.strategy != "legacy"
+
+    @property
+    def standing_context_sent(self) -> bool:
+        return self.strategy != "legacy"
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a turn ended, before its text and usage are attached."""
+
+    stop_reason: StopReason
+    outcome: Outcome
+    evidence: TerminalEvidence
+    native: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """How one ``session/prompt`` ended, in NIP-AM terms (docs/bot.md, "Driving an agent over
+    ACP")."""
+
+    reply: str
+    final_message: str
+    usage: UsageRecord | None
+    stop_reason: StopReason
+    outcome: Outcome
+    terminal_evidence: TerminalEvidence
+    native_stop_reason: str | None
+    adapter_session_id: str
+    run_id: str | None
+    started_at: datetime
+    ended_at: datetime
+    error: str | None = None
+    #: The last ``usage_update`` ``used``/``size`` of the turn: context occupancy (tokens).
+    context_used: int | None = None
+    context_size: int | None = None
+    #: The turn's position in its session (``usage.turn_seq`` when usage was observed; the
+    #: next number of the same sequence when it was not).
+    turn_seq: int | None = None
