@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from nostr_buzz._lazy import lazy_getattr as _lazy_getattr
 
 if TYPE_CHECKING:
+    from nostr_buzz.agent import AgentModuleError, AgentReply, AgentTurn, InProcessAgent
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
     from nostr_buzz.config import BuzzConfig, ConfigSources
     from nostr_buzz.core.compiler import (
@@ -65,6 +66,9 @@ if TYPE_CHECKING:
 
 #: Where each public name lives.  Nothing is imported until a name is asked for.
 _EXPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        ("AgentModuleError", "AgentReply", "AgentTurn", "InProcessAgent"), "nostr_buzz.agent"
+    ),
     **dict.fromkeys(("BuzzPlugin", "PluginConfig"), "nostr_buzz.bot"),
     **dict.fromkeys(("BuzzConfig", "ConfigSources"), "nostr_buzz.config"),
     **dict.fromkeys(
@@ -125,6 +129,9 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "AgentDriver",
     "AgentError",
+    "AgentModuleError",
+    "AgentReply",
+    "AgentTurn",
     "Batch",
     "BuzzConfig",
     "BuzzError",
@@ -138,6 +145,7 @@ __all__ = [
     "DiagnosticsFeed",
     "DispatchQueue",
     "Event",
+    "InProcessAgent",
     "InvalidEvent",
     "InvalidKey",
     "Layer",

@@ -80,6 +80,8 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     """``[agent]``: the ACP agent subprocess (docs/bot.md)."""
 
     command: str | None = None  # executable, e.g. "goose"
+    # instead of command: an in-process agent, MODULE:ATTR (docs/bot.md, "In-process agents")
+    module: str | None = None
     args: tuple[str, ...] = ()  # e.g. ["acp"]
     env: dict[str, str] = {}  # variables set for the agent (values written here)
     pass_env: tuple[str, ...] = ()  # names copied from buzz's own environment (API keys)
@@ -94,7 +96,8 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
         # env values are often API keys: show the names only.
         env = "{" + ", ".join(f"{name!r}: <hidden>" for name in self.env) + "}"
         return (
-            f"AgentSection(command={self.command!r}, args={self.args!r}, env={env}, "
+            f"AgentSection(command={self.command!r}, module={self.module!r}, "
+            f"args={self.args!r}, env={env}, "
             f"pass_env={self.pass_env!r}, cwd={self.cwd!r}, model={self.model!r}, "
             f"user={self.user!r})"
         )

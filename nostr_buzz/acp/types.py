@@ -113,3 +113,8 @@ class TurnResult:
     #: The turn's position in its session (``usage.turn_seq`` when usage was observed; the
     #: next number of the same sequence when it was not).
     turn_seq: int | None = None
+    #: The model that answered, when the agent said (an in-process agent's ``AgentReply``).
+    model: str | None = None
+    #: The failure's class when the agent raised (an in-process agent's exception): all that a
+    #: private conversation's ``turn_failed`` shows of it.
+    error_class: str | None = None

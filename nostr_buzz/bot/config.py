@@ -94,6 +94,8 @@ class PluginConfig:
     #: Channels in which actors other than the owner may hold queued events at once
     #: (docs/queue.md): a stranger's event for one more is refused, ``queue_channels_full``.
     max_stranger_channels: int = MAX_STRANGER_CHANNELS
+    #: ``MODULE:ATTR`` of an in-process agent (``[agent] module``), instead of the command.
+    agent_module: str | None = None
 
     def __repr__(self) -> str:  # never the secret key
         return (
@@ -120,8 +122,7 @@ class PluginConfig:
         owner_key = sources.require_owner(owner)
         read = sources.require_relays(relays, direction="read")
         write = sources.relays(relays, direction="write") or read
-        if file.agent.command is None:
-            raise ConfigError("no agent command configured: set [agent] command in buzz.toml")
+        _check_agent_choice(file.agent.command, file.agent.module, file.agent.user)
         base_dir = sources.path.parent if sources.path is not None else Path.cwd()
 
         def read_text(name: str, value: str | None) -> str | None:
@@ -148,8 +149,9 @@ class PluginConfig:
             owner=owner_key,
             read_relays=read,
             write_relays=write,
-            agent_command=file.agent.command,
+            agent_command=file.agent.command or "",
             agent_args=file.agent.args,
+            agent_module=file.agent.module,
             agent_env=dict(file.agent.env),
             agent_pass_env=sources.pass_env(pass_env),
             permissions=sources.permissions(permissions),
@@ -176,4 +178,23 @@ class PluginConfig:
             clock_skew=file.subscriptions.clock_skew,
             max_recipients=file.private.max_recipients,
             give_up_after=file.outbox.give_up_after,
+        )
+
+
+def _check_agent_choice(command: str | None, module: str | None, user: str | None) -> None:
+    """One agent: an ACP command or an in-process module, never both or neither."""
+    if command is None and module is None:
+        raise ConfigError(
+            "no agent command configured: set [agent] command in buzz.toml (an ACP agent), "
+            "or [agent] module (an in-process agent, MODULE:ATTR)"
+        )
+    if command is not None and module is not None:
+        raise ConfigError(
+            "[agent] command and [agent] module are both set (in buzz.toml, flags or BUZZ_* "
+            "variables): give one, the ACP agent's command or the in-process agent's module"
+        )
+    if module is not None and user is not None:
+        raise ConfigError(
+            "[agent] user cannot apply to an in-process agent ([agent] module): it runs inside "
+            "the bot's own process; use an ACP agent command to run the agent as another user"
         )

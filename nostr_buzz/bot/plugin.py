@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from nostr_buzz.agent import InProcessAgent
 from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
 from nostr_buzz.event import Event
@@ -57,6 +58,7 @@ class BuzzPlugin:
         on_diagnostic: Callable[[DiagnosticRecord], None] | None = None,
         clock: Callable[[], float] = time.time,
         include_prompt_text: bool = False,
+        agent: InProcessAgent | None = None,  # instead of the ACP command (docs/bot.md)
     ) -> None:
         self.config = config
         self._clock = clock
@@ -88,7 +90,7 @@ class BuzzPlugin:
         self.standing = SessionStanding(config, self.pool, self.diagnostics)
         self.turns = RunningTurns(config.permissions, config.owner.hex)  # by queue channel
         self.supervisor = AgentSupervisor(
-            config, self.diagnostics, clock, self._stop, self.standing.freeze, self.turns
+            config, self.diagnostics, clock, self._stop, self.standing.freeze, self.turns, agent
         )
         self.resolver = ContextResolver(
             self.pool,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
+from nostr_buzz.agent import InProcessAgent
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
@@ -43,6 +44,7 @@ from nostr_buzz.io.agent_group import (
     write_record,
 )
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind, DiagnosticsFeed
+from nostr_buzz.io.inprocess import InProcessDriver, load_agent
 from nostr_buzz.nips import nip10
 
 from .config import PluginConfig
@@ -127,12 +129,13 @@ class AgentSupervisor:
         stopping: asyncio.Event,
         standing_for: Callable[[str | None], Awaitable[Standing]] | None = None,
         turns: TurnLookup | None = None,
+        agent: InProcessAgent | None = None,
     ) -> None:
         self.config = config
         self._standing_for = standing_for
         self._diagnostics = diagnostics
         self._stopping = stopping
-        self.driver = AgentDriver(
+        self.driver: AgentDriver | InProcessDriver = AgentDriver(
             config.agent_command,
             config.agent_args,
             env_names=config.agent_pass_env,
@@ -148,6 +151,17 @@ class AgentSupervisor:
             # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
             clock=lambda: datetime.fromtimestamp(clock(), UTC),
         )
+        if agent is None and config.agent_module is not None:
+            agent = load_agent(config.agent_module)
+        if agent is not None:  # a Python object instead of the ACP subprocess
+            self.driver = InProcessDriver(
+                agent,
+                idle_timeout=config.idle_timeout,
+                hard_timeout=config.hard_timeout,
+                on_diagnostic=self._on_driver_diagnostic,
+                clock=lambda: datetime.fromtimestamp(clock(), UTC),
+                channel_of=self._channel_of,
+            )
         self.sessions: dict[str, ChannelSession] = {}  # by queue channel
         #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
         #: for the driver's diagnostics.
@@ -169,6 +183,9 @@ class AgentSupervisor:
                 session_id = None  # the agent's own words, not an id of ours
         payload = {**payload, "adapterSessionId": session_id}
         self._diagnostics.emit(kind, payload=payload, **(ids or {}))
+
+    def _channel_of(self, session_id: str) -> str | None:
+        return next((c for c, s in self.sessions.items() if s.start.session_id == session_id), None)
 
     def is_known_session(self, session_id: str | None) -> bool:
         return any(s.start.session_id == session_id for s in self.sessions.values())

@@ -471,7 +471,8 @@ class TurnRunner:
         turn.session.turns += 1
         self.diagnostics.turn_completed(result.outcome, result.stop_reason, **turn.ids.as_kwargs())
         if result.outcome == "failed":
-            self._report_failure(turn, result.error or "the agent gave no reason", result)
+            error = result.error or "the agent gave no reason"
+            self._report_failure(turn, error, result, result.error_class)
 
     def _output(
         self,
@@ -484,7 +485,7 @@ class TurnRunner:
     ) -> Output:
         payload = metric_payload(
             harness=self.supervisor.harness,
-            model=self.config.model,
+            model=result.model or self.config.model,
             ids=ids,
             result=result,
             triggering=triggering,

@@ -59,6 +59,7 @@ _METAVARS = {
     "owner": "KEY",
     "state_dir": "DIR",
     "agent.command": "CMD",
+    "agent.module": "MODULE:ATTR",
     "agent.args": "ARG",
     "agent.env": "NAME=VALUE",
     "agent.pass_env": "NAME",
@@ -129,13 +130,15 @@ def _is_int(annotation: Any) -> bool:
 
 
 def start_line(settings: PluginConfig, config_file: Path | None) -> str:
-    command = shlex.join([settings.agent_command, *settings.agent_args])
+    command = "agent command: " + shlex.join([settings.agent_command, *settings.agent_args])
+    if settings.agent_module is not None:
+        command = f"in-process agent: {settings.agent_module}"
     relays = ", ".join(dict.fromkeys([*settings.read_relays, *settings.write_relays]))
     gate = settings.gate + (", mentions required" if settings.mentions_required else "")
     where = f"; config {config_file}" if config_file is not None else ""
     return (
         f"buzz: agent {settings.agent_secret.public_key.bech32} on {relays}; "
-        f"agent command: {command}; gate: {gate}; in-flight policy: {settings.in_flight}; "
+        f"{command}; gate: {gate}; in-flight policy: {settings.in_flight}; "
         f"state in {settings.state_dir}{where}"
     )
 
@@ -240,6 +243,7 @@ def _run(
     pass_env: list[str] | None = None,
 ) -> None:
     from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
+    from nostr_buzz.io.inprocess import load_agent
 
     overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
     if agent is not None:
@@ -258,6 +262,8 @@ def _run(
         parsed_shard = parse_shard(shard) if shard is not None else None
         cfg: ConfigSources = sources(config, overrides)
         settings = PluginConfig.from_sources(cfg, shard=parsed_shard, pass_env=pass_env or ())
+        # Imported before anything starts, so a bad spec is a configuration error.
+        agent_object = load_agent(settings.agent_module) if settings.agent_module else None
     except ConfigError as exc:
         raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
     if overrides["secret_key"] is not None and settings.agent_user is not None:
@@ -270,7 +276,12 @@ def _run(
             f"user; give the key as --key-file FILE (mode 0600) or --key-env NAME, or "
             f"key_file / key_env in buzz.toml",
         )
-    if cfg.file.agent.user is None:
+    if settings.agent_module is not None:
+        note(
+            "buzz: warning: the in-process agent runs inside the bot and can read its key and "
+            "state; run an agent you do not fully trust as an ACP command with [agent] user"
+        )
+    elif cfg.file.agent.user is None:
         note(
             "buzz: warning: the agent runs as this same OS user and can read the bot's key and "
             'state; set [agent] user = "NAME" (or --agent-user NAME) to run it as another user'
@@ -278,7 +289,7 @@ def _run(
     reporter = TurnReporter(note, settings.state_dir, time.monotonic)
 
     async def body() -> None:
-        plugin = BuzzPlugin(settings, on_diagnostic=reporter)
+        plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
         reporter.stopping = lambda: plugin.stopping
         reporter.tokens_of = lambda event_id: _token_summary(
             settings, _stored_metric(plugin, event_id)

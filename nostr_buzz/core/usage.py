@@ -28,7 +28,7 @@ from nostr_buzz.nips.nip_am import (
     TokenCounts,
 )
 
-__all__ = ["UsageRecord", "UsageTracker"]
+__all__ = ["UsageRecord", "UsageTracker", "checked_counts"]
 
 _UNRELIABLE_TURN: Final = TokenCounts(None, None, None, None)
 
@@ -74,6 +74,22 @@ def _within_bounds(counts: TokenCounts, max_cost: float) -> TokenCounts:
         cache_read_tokens=_bounded_count(counts.cache_read_tokens),
         cache_write_tokens=_bounded_count(counts.cache_write_tokens),
     )
+
+
+def checked_counts(counts: TokenCounts) -> TokenCounts:
+    """One turn's counts as an agent reported them whole (an in-process agent's
+    ``AgentReply.usage``), with every value a metric cannot carry (not a count, negative, not
+    finite, beyond the metric's bounds) made unknown: an agent's mistake costs its counters,
+    never the turn's metric."""
+    checked = TokenCounts(
+        _tokens(counts.input_tokens),
+        _tokens(counts.output_tokens),
+        _tokens(counts.total_tokens),
+        _cost(counts.cost_usd),
+        cache_read_tokens=_tokens(counts.cache_read_tokens),
+        cache_write_tokens=_tokens(counts.cache_write_tokens),
+    )
+    return _within_bounds(checked, MAX_TURN_COST_USD)
 
 
 def _fold(base: int | None, *parts: int | None) -> int | None:

@@ -384,23 +384,26 @@ def write_config(
     agent_args: Sequence[str] = (),
     state_dir: str = "state",
     agent_argv: Sequence[str] | None = None,
+    agent_module: str | None = None,
 ) -> Path:
     """A buzz.toml in ``directory``: allowlist gate (owner + friend), the demo agent (or
-    ``python AGENT_ARGV…`` when given, e.g. a launcher script that ends in the demo agent)."""
+    ``python AGENT_ARGV…`` when given, e.g. a launcher script that ends in the demo agent; or
+    the in-process agent ``agent_module`` names, MODULE:ATTR)."""
     directory.mkdir(parents=True, exist_ok=True)
     key_file = directory / "agent.key"
     key_file.write_text(cast.agent.hex + "\n", encoding="utf-8")
     key_file.chmod(0o600)  # buzz refuses a key file that others can read
     args = ["-m", "nostr_buzz.demo.agent", *agent_args] if agent_argv is None else [*agent_argv]
+    agent = f"command = {json.dumps(sys.executable)}\nargs = {json.dumps(args)}\n"
+    if agent_module is not None:
+        agent = f"module = {json.dumps(agent_module)}\n"
     config = directory / "buzz.toml"
     config.write_text(
         'key_file = "agent.key"\n'
         f'owner = "{cast.owner.public_key.hex}"\n'
         f"relays = {json.dumps(list(relays))}\n"
         f'state_dir = "{state_dir}"\n'
-        "[agent]\n"
-        f"command = {json.dumps(sys.executable)}\n"
-        f"args = {json.dumps(args)}\n"
+        f"[agent]\n{agent}"
         "[gate]\n"
         'mode = "allowlist"\n'
         f'allowlist = ["{cast.friend.public_key.hex}"]\n'

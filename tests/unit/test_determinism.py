@@ -104,6 +104,7 @@ LAYERS: dict[str, int] = {
     "nostr_buzz.nips": 6,
     "nostr_buzz.core": 7,
     "nostr_buzz.acp": 8,  # the agent edge's decisions, without I/O: below the driver in io
+    "nostr_buzz.agent": 8,  # an in-process agent's values, without I/O: below its driver in io
     "nostr_buzz.timestamps": 8,
     "nostr_buzz.profile": 8,
     "nostr_buzz.io": 8,

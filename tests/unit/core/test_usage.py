@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nostr_buzz.core.usage import UsageRecord, UsageTracker
-from nostr_buzz.nips.nip_am import TokenCounts
+from nostr_buzz.core.usage import UsageRecord, UsageTracker, checked_counts
+from nostr_buzz.nips.nip_am import MAX_TOKENS, TokenCounts
 
 S = "sess-1"
 NULLS = TokenCounts(None, None, None, None)
@@ -836,3 +836,18 @@ def test_api_keyword_names() -> None:
         "total_tokens",
         "cost_usd",
     }
+
+
+def test_counts_reported_whole_keep_only_what_a_metric_can_carry() -> None:
+    bad = TokenCounts(
+        input_tokens=-1,
+        output_tokens=True,  # a bool is not a count
+        total_tokens=MAX_TOKENS + 1,
+        cost_usd=float("nan"),
+        cache_read_tokens="3",  # type: ignore[arg-type]
+        cache_write_tokens=0,
+    )
+    assert checked_counts(bad) == TokenCounts(None, None, None, None, None, 0)
+    assert checked_counts(TokenCounts(1, 1, 2, 10**400)).cost_usd is None  # beyond a float
+    assert checked_counts(TokenCounts(1, 1, 2, 2e6)).cost_usd is None  # beyond one turn's cap
+    assert checked_counts(TokenCounts(1, 2, 3, 0.5)) == TokenCounts(1, 2, 3, 0.5)
