@@ -29,7 +29,7 @@ test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check nostr_buzz tests bench tools
+	$(BIN)/ruff check nostr_buzz tests bench tools examples
 	$(BIN)/mypy nostr_buzz
 
 clean:
