@@ -173,7 +173,7 @@ class BotStore:
         #: Problems met while importing files of an earlier version (for a diagnostic).
         self.import_problems: list[str] = []
         if fresh:
-            self._import_legacy(state_dir)
+            _import_legacy(self, state_dir)
 
     def close(self) -> None:
         with contextlib.suppress(StateError):
@@ -525,42 +525,6 @@ class BotStore:
             ):
                 self._sync(queue, channel)
 
-    # -- an earlier version's files -----------------------------------------------------------
-
-    def _import_legacy(self, state_dir: Path) -> None:
-        queue_file, state_file, outbox_file = (state_dir / name for name in LEGACY_FILES)
-        with self.transaction():
-            if queue_file.exists():
-                try:
-                    queue = DispatchQueue.restore(_read(queue_file))
-                except (OSError, ConfigError, QueueError) as exc:
-                    self._set_aside(queue_file, f"queue.json: {exc}")
-                else:
-                    self._import_queue(queue)
-                    _rename(queue_file, ".imported")
-            if state_file.exists():
-                try:
-                    legacy = msgspec.json.decode(_read(state_file), type=_LegacyState)
-                except (OSError, ConfigError, msgspec.DecodeError) as exc:
-                    self._set_aside(state_file, f"bot-state.json: {exc}")
-                else:
-                    if legacy.position is not None:
-                        self.save_position(legacy.position)
-                    self._remember(legacy.commands, "command", REMEMBERED_COMMANDS)
-                    _rename(state_file, ".imported")
-            if outbox_file.exists():
-                try:
-                    with Outbox(outbox_file) as old:
-                        for entry in old.entries():
-                            self.outbox.add(entry.event, now=entry.added_at)
-                except Exception as exc:  # any trouble with the old file: keep it, report it
-                    self._set_aside(outbox_file, f"outbox.sqlite3: {exc}")
-                else:
-                    for suffix in ("", "-wal", "-shm"):
-                        old_file = state_dir / (LEGACY_FILES[2] + suffix)
-                        if old_file.exists():
-                            _rename(old_file, ".imported")
-
     def _load_event(self, text: str) -> Event:
         event = Event.from_json(text)
         if event.kind != nip59.GIFT_WRAP_KIND:
@@ -569,33 +533,74 @@ class BotStore:
             raise StateError(f"the bot state {self.path} holds a private message: give the key")
         return nip59.open_gift_wrap(self._agent_secret, event).as_event()
 
-    def _import_queue(self, queue: DispatchQueue) -> None:
-        for name in queue.channel_names():
-            state = queue.channel_state(name)
-            assert state is not None
-            for i, stored in enumerate([*state.pending, *state.cancelled]):
-                ord_ = i - len(state.pending) if i >= len(state.pending) else None
-                event = stored.queued.event
-                self._exec(
-                    "INSERT OR REPLACE INTO queued (id, channel, seq, event, prompt_tag, "
-                    "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        event.id,
-                        name,
-                        stored.seq,
-                        event.to_json(),
-                        stored.queued.prompt_tag,
-                        stored.queued.received_at,
-                        ord_,
-                    ),
-                )
-            self.sync_channel(queue, name)
-        self._remember(queue.remembered_ids(), "event", REMEMBERED_IDS)
-        self._set_meta("next_seq", queue.next_seq)
 
-    def _set_aside(self, path: Path, problem: str) -> None:
-        self.import_problems.append(problem)
-        _rename(path, ".corrupt")
+# -- an earlier version's files ----------------------------------------------------------------
+
+
+def _import_legacy(store: BotStore, state_dir: Path) -> None:
+    """Import an earlier version's files once (docs/bot.md); what cannot be read is set aside."""
+    queue_file, state_file, outbox_file = (state_dir / name for name in LEGACY_FILES)
+    with store.transaction():
+        if queue_file.exists():
+            try:
+                queue = DispatchQueue.restore(_read(queue_file))
+            except (OSError, ConfigError, QueueError) as exc:
+                _set_aside(store, queue_file, f"queue.json: {exc}")
+            else:
+                _import_queue(store, queue)
+                _rename(queue_file, ".imported")
+        if state_file.exists():
+            try:
+                legacy = msgspec.json.decode(_read(state_file), type=_LegacyState)
+            except (OSError, ConfigError, msgspec.DecodeError) as exc:
+                _set_aside(store, state_file, f"bot-state.json: {exc}")
+            else:
+                if legacy.position is not None:
+                    store.save_position(legacy.position)
+                store._remember(legacy.commands, "command", REMEMBERED_COMMANDS)
+                _rename(state_file, ".imported")
+        if outbox_file.exists():
+            try:
+                with Outbox(outbox_file) as old:
+                    for entry in old.entries():
+                        store.outbox.add(entry.event, now=entry.added_at)
+            except Exception as exc:  # any trouble with the old file: keep it, report it
+                _set_aside(store, outbox_file, f"outbox.sqlite3: {exc}")
+            else:
+                for suffix in ("", "-wal", "-shm"):
+                    old_file = state_dir / (LEGACY_FILES[2] + suffix)
+                    if old_file.exists():
+                        _rename(old_file, ".imported")
+
+
+def _import_queue(store: BotStore, queue: DispatchQueue) -> None:
+    for name in queue.channel_names():
+        state = queue.channel_state(name)
+        assert state is not None
+        for i, stored in enumerate([*state.pending, *state.cancelled]):
+            ord_ = i - len(state.pending) if i >= len(state.pending) else None
+            event = stored.queued.event
+            store._exec(
+                "INSERT OR REPLACE INTO queued (id, channel, seq, event, prompt_tag, "
+                "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    event.id,
+                    name,
+                    stored.seq,
+                    event.to_json(),
+                    stored.queued.prompt_tag,
+                    stored.queued.received_at,
+                    ord_,
+                ),
+            )
+        store.sync_channel(queue, name)
+    store._remember(queue.remembered_ids(), "event", REMEMBERED_IDS)
+    store._set_meta("next_seq", queue.next_seq)
+
+
+def _set_aside(store: BotStore, path: Path, problem: str) -> None:
+    store.import_problems.append(problem)
+    _rename(path, ".corrupt")
 
 
 class _LegacyState(msgspec.Struct):

@@ -248,6 +248,47 @@ def _public(entries: Iterable[_Entry]) -> list[QueuedEvent]:
     return [e.queued for e in entries]
 
 
+class _Strangers:
+    """Whose events are a stranger's (anyone but the owner), and the channels in which
+    strangers hold live events: a full channel drops a stranger's event first, and strangers
+    open at most ``cap`` channels (docs/queue.md, "Floods")."""
+
+    def __init__(self, owner: str | None, cap: int | None) -> None:
+        if owner is not None and not isinstance(owner, str):
+            raise QueueError("owner must be the owner's public key as a hex string, or None")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise QueueError("max_stranger_channels must be an integer of at least 1, or None")
+        self.owner, self.cap = owner, cap
+        self.channels: set[str] = set()  # channels whose ``strangers`` is above 0
+
+    def of(self, entry: _Entry) -> bool:
+        return entry.key[0] != self.owner
+
+    def refuses(self, name: str, actor: str) -> bool:
+        """Whether a stranger's event for channel ``name`` would open one stranger channel
+        more than the cap.  Refused, not merged into another channel: each channel is its own
+        conversation (and its own agent session)."""
+        if self.cap is None or actor == self.owner or name in self.channels:
+            return False
+        return len(self.channels) >= self.cap
+
+    def victim(self, pending: list[_Entry]) -> int:
+        """The pending event a full channel drops: the earliest received of a stranger's, the
+        owner's earliest only when every pending event is the owner's."""
+        strangers = [i for i, e in enumerate(pending) if self.of(e)]
+        return min(strangers or range(len(pending)), key=lambda i: pending[i].wait)
+
+    def hold(self, ch: _Channel, entries: list[_Entry]) -> None:
+        ch.strangers += sum(map(self.of, entries))
+        if ch.strangers:
+            self.channels.add(ch.name)
+
+    def release(self, ch: _Channel, entries: list[_Entry]) -> None:
+        ch.strangers -= sum(map(self.of, entries))
+        if not ch.strangers:
+            self.channels.discard(ch.name)
+
+
 class DispatchQueue:
     """Per-channel queues of verified events, flushed as batches at the authority boundary."""
 
@@ -262,27 +303,14 @@ class DispatchQueue:
         owner: str | None = None,
         max_stranger_channels: int | None = None,
     ) -> None:
-        for name, value in (
-            ("max_batch", max_batch),
-            ("max_pending", max_pending),
-            ("max_attempts", max_attempts),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise QueueError(f"{name} must be an integer of at least 1")
+        _check_limits(max_batch=max_batch, max_pending=max_pending, max_attempts=max_attempts)
         if not _is_finite_number(deadline) or deadline < 0:
             raise QueueError("deadline must be a finite, non-negative number of seconds")
         self.max_batch = max_batch
         self.max_pending = max_pending
         self.max_attempts = max_attempts
         self.deadline = deadline
-        if owner is not None and not isinstance(owner, str):
-            raise QueueError("owner must be the owner's public key as a hex string, or None")
-        if max_stranger_channels is not None and (
-            isinstance(max_stranger_channels, bool)
-            or not isinstance(max_stranger_channels, int)
-            or max_stranger_channels < 1
-        ):
-            raise QueueError("max_stranger_channels must be an integer of at least 1, or None")
+        self._strangers = _Strangers(owner, max_stranger_channels)
         #: The actor whose events strangers' events never evict nor refuse (None: nobody).
         self.owner = owner
         self.max_stranger_channels = max_stranger_channels
@@ -293,7 +321,6 @@ class DispatchQueue:
         self._rng: Rng = rng if rng is not None else secrets.SystemRandom()
         self._channels: dict[str, _Channel] = {}
         self._live: set[str] = set()  # ids pending, in flight or stored as cancelled
-        self._stranger_channels: set[str] = set()  # channels whose ``strangers`` is above 0
         self._remembered: deque[str] = deque()
         self._remembered_set: set[str] = set()
         self._next_seq = 0
@@ -313,7 +340,7 @@ class DispatchQueue:
         if event.id in self._live or event.id in self._remembered_set:
             return PushResult(accepted=False, duplicate=True, dropped=[])
         name = nip10.queue_channel(event)
-        if self._refuses_channel(name, event.pubkey):
+        if self._strangers.refuses(name, event.pubkey):
             return PushResult(accepted=False, duplicate=False, dropped=[], refused=True)
         ch = self._channels.setdefault(name, _Channel(name))
         entry = _Entry(
@@ -326,45 +353,21 @@ class DispatchQueue:
         self._hold(ch, [entry])
         dropped: list[str] = []
         while len(ch.pending) > self.max_pending:
-            dropped.append(self._remove_pending(ch, self._victim(ch)).id)
+            dropped.append(self._remove_pending(ch, self._strangers.victim(ch.pending)).id)
         accepted = entry.id not in dropped
         return PushResult(accepted=accepted, duplicate=False, dropped=dropped)
 
-    def _is_stranger(self, entry: _Entry) -> bool:
-        return entry.key[0] != self.owner
-
-    def _refuses_channel(self, name: str, actor: str) -> bool:
-        """Whether a stranger's event for channel ``name`` would open one stranger channel
-        more than ``max_stranger_channels``.  Refused, not merged into another channel: each
-        channel is its own conversation (and its own agent session)."""
-        cap = self.max_stranger_channels
-        if cap is None or actor == self.owner or name in self._stranger_channels:
-            return False
-        return len(self._stranger_channels) >= cap
-
-    def _victim(self, ch: _Channel) -> int:
-        """The pending event a full channel drops: the earliest received of a stranger's, the
-        owner's earliest only when every pending event is the owner's."""
-        pending = ch.pending
-        strangers = [i for i, e in enumerate(pending) if self._is_stranger(e)]
-        return min(strangers or range(len(pending)), key=lambda i: pending[i].wait)
-
-    def _hold(self, ch: _Channel, entries: Iterable[_Entry]) -> None:
+    def _hold(self, ch: _Channel, entries: list[_Entry]) -> None:
         """``entries`` became live in ``ch``."""
         for entry in entries:
             self._live.add(entry.id)
-            if self._is_stranger(entry):
-                ch.strangers += 1
-                self._stranger_channels.add(ch.name)
+        self._strangers.hold(ch, entries)
 
-    def _release(self, ch: _Channel, entries: Iterable[_Entry]) -> None:
+    def _release(self, ch: _Channel, entries: list[_Entry]) -> None:
         """``entries`` left ``ch`` (delivered, dead-lettered or dropped)."""
         for entry in entries:
             self._live.discard(entry.id)
-            if self._is_stranger(entry):
-                ch.strangers -= 1
-                if not ch.strangers:
-                    self._stranger_channels.discard(ch.name)
+        self._strangers.release(ch, entries)
 
     # --- flushing -----------------------------------------------------------------------------
 
@@ -661,20 +664,7 @@ class DispatchQueue:
         """
         limits = (max_batch, max_pending, max_attempts, deadline, rng)
         q = cls(*limits, owner=owner, max_stranger_channels=max_stranger_channels)
-        if isinstance(data, str):
-            try:
-                data = data.encode("utf-8")
-            except UnicodeEncodeError:
-                raise QueueError("corrupt queue snapshot: not UTF-8 text") from None
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise QueueError("a queue snapshot is JSON bytes")
-        try:
-            snap = _decode_snapshot(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise QueueError(f"corrupt queue snapshot: {exc}") from None
-        except BuzzError as exc:  # in case an event error escapes msgspec's wrapping
-            raise QueueError(f"corrupt queue snapshot: {exc}") from None
-        q._load(snap)
+        q._load(_read_snapshot(data))
         return q
 
     def _load(self, snap: _WireSnapshot) -> None:
@@ -728,9 +718,7 @@ class DispatchQueue:
             ch.retry_size, ch.retry_count = wc.retry_size, wc.retry_count
             ch.cancel_reason, ch.cancelled_count = wc.cancel_reason, wc.cancelled_count
             ch.backoff_until = wc.backoff_until
-            ch.strangers = sum(self._is_stranger(e) for e in [*ch.pending, *ch.cancelled])
-            if ch.strangers:
-                self._stranger_channels.add(ch.name)
+            self._strangers.hold(ch, [*ch.pending, *ch.cancelled])
             self._channels[ch.name] = ch
         if len(snap.remembered) > REMEMBERED_IDS:
             raise corrupt("too many remembered ids")
@@ -745,6 +733,29 @@ class DispatchQueue:
             self._remembered.append(event_id)
             self._remembered_set.add(event_id)
         self._next_seq = snap.next_seq
+
+
+def _check_limits(**limits: object) -> None:
+    for name, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise QueueError(f"{name} must be an integer of at least 1")
+
+
+def _read_snapshot(data: object) -> _WireSnapshot:
+    """:meth:`DispatchQueue.snapshot` output decoded, or :class:`QueueError` saying why not."""
+    if isinstance(data, str):
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError:
+            raise QueueError("corrupt queue snapshot: not UTF-8 text") from None
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise QueueError("a queue snapshot is JSON bytes")
+    try:
+        return _decode_snapshot(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise QueueError(f"corrupt queue snapshot: {exc}") from None
+    except BuzzError as exc:  # in case an event error escapes msgspec's wrapping
+        raise QueueError(f"corrupt queue snapshot: {exc}") from None
 
 
 def _wire_entry(e: StoredEvent) -> _WireEntry:
