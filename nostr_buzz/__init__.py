@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         open_metric_event,
     )
     from nostr_buzz.profile import Profile
+    from nostr_buzz.signer import EventTemplate, LocalSigner, Signer, SignerError
 
 #: Where each public name lives.  Nothing is imported until a name is asked for.
 _EXPORTS: dict[str, str] = {
@@ -124,6 +125,9 @@ _EXPORTS: dict[str, str] = {
         "nostr_buzz.nips.nip_am",
     ),
     "Profile": "nostr_buzz.profile",
+    **dict.fromkeys(
+        ("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"
+    ),
 }
 
 __all__ = [
@@ -145,10 +149,12 @@ __all__ = [
     "DiagnosticsFeed",
     "DispatchQueue",
     "Event",
+    "EventTemplate",
     "InProcessAgent",
     "InvalidEvent",
     "InvalidKey",
     "Layer",
+    "LocalSigner",
     "Manifest",
     "ManifestError",
     "MetricError",
@@ -171,6 +177,8 @@ __all__ = [
     "RelayError",
     "RelayPool",
     "SecretKey",
+    "Signer",
+    "SignerError",
     "ThreadRef",
     "TokenCounts",
     "TurnInput",

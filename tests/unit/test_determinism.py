@@ -102,6 +102,7 @@ LAYERS: dict[str, int] = {
     "nostr_buzz.keys": 4,
     "nostr_buzz.event": 5,
     "nostr_buzz.nips": 6,
+    "nostr_buzz.signer": 6,  # who signs: the NIP modules that sign or encrypt take a Signer
     "nostr_buzz.core": 7,
     "nostr_buzz.acp": 8,  # the agent edge's decisions, without I/O: below the driver in io
     "nostr_buzz.agent": 8,  # an in-process agent's values, without I/O: below its driver in io
