@@ -392,7 +392,8 @@ class TurnRunner:
         """Session, context, compile; the compiled turn, or None when cancelled meanwhile."""
         batch = turn.batch
         channel_id = nip10.channel(batch.events[-1].event)  # None: no channel's standing
-        session = await self.supervisor.session_for(batch.channel, channel_id)
+        receipts = self.store.receipts
+        session = await self.supervisor.session_for(batch.channel, channel_id, receipts)
         turn.session = session
         turn_input, history_ids = await self.resolver.resolve(batch, session)
         compiled = compile_turn(turn_input)
@@ -423,6 +424,8 @@ class TurnRunner:
         driver = self.supervisor.driver
         session_id = turn.session.start.session_id
         turn.session.actors.update(turn.provenance().actors())  # before the agent can ask
+        if self.supervisor.continues_sessions:  # docs/bot.md, "Sessions that survive a restart"
+            self.store.receipts.begin_turn(turn.batch.channel, turn.session.receipt())
         result: TurnResult | None = None
         async for fact in driver.turn(session_id, compiled.sections):
             if isinstance(fact, PromptSent):  # on the wire: from here steers may go
@@ -531,6 +534,8 @@ class TurnRunner:
             session.delivered.update(q.event.id for q in batch.cancelled_events)
             session.delivered.update(history)
             session.delivered.update(q.event.id for q in turn.steered)
+            if self.supervisor.continues_sessions:
+                self.store.receipts.complete_turn(batch.channel, session.receipt())
             return []
         if result.outcome == "cancelled":
             return self._settle_cancelled(turn)
@@ -538,7 +543,7 @@ class TurnRunner:
 
     def _settle_cancelled(self, turn: Turn) -> list[Event]:
         if turn.session is not None:
-            self.supervisor.forget(turn.batch.channel, turn.session)
+            self.supervisor.forget(turn.batch.channel, turn.session, self.store.receipts)
         reason = turn.cancel_reason
         if settlement("cancelled", reason) == "requeue":
             assert reason == "interrupt" or reason == "steer"
