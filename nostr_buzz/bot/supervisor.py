@@ -358,6 +358,14 @@ class AgentSupervisor:
         session.started_at = receipt.started_at
         return session
 
+    def end_session(self, queue_channel: str, receipts: SessionReceipts | None = None) -> None:
+        """The owner's ``!new``: the channel's session is never prompted or continued again."""
+        session = self.sessions.get(queue_channel)
+        if session is not None:
+            self.forget(queue_channel, session, receipts)
+        elif receipts is not None:
+            receipts.drop(queue_channel)
+
     def forget(
         self,
         queue_channel: str,

@@ -130,7 +130,8 @@ class Turn:
     steer_actors: list[str] = field(default_factory=list)
     #: Steers the agent answered ``startedNewTurn``: each is a turn of its own.
     followups: list[Followup] = field(default_factory=list)
-    steering: bool = False  # a steer is on the wire
+    #: Held while a steer of this turn is on the wire: steers wait their turn here (whether
+    #: one may go is the agent session's rule, ``acp.state.Session.may_steer``).
     steer_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -308,6 +309,15 @@ class TurnRunner:
         elif action == "interrupt":
             await self.cancel(turn, "interrupt")
 
+    async def obey(self, command: Literal["cancel", "new"], channel: str) -> None:
+        """The owner's ``!cancel`` (:meth:`cancel_for_owner`) or ``!new``: the channel's next turn
+        opens a new agent session, with the standing context as it is then (a running turn
+        ends in the session it has)."""
+        if command == "cancel":
+            await self.cancel_for_owner(channel)
+        else:
+            self.supervisor.end_session(channel, self.store.receipts)
+
     async def cancel_for_owner(self, channel: str) -> None:
         """The owner's ``!cancel``: the running turn of its channel, else every running turn."""
         running = self.running
@@ -438,8 +448,10 @@ class TurnRunner:
         turn.advance(Phase.ENDED)
         # A steer the agent answered before its prompt response belongs to this turn's
         # ledger: let it finish (bounded by the driver's request timeout) before the metric
-        # takes the snapshot and the batch settles.
-        await turn.until(lambda t: not t.steering, timeout=driver.request_timeout + 1)
+        # takes the snapshot and the batch settles.  Steers still waiting find the turn ended.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(driver.request_timeout + 1), turn.steer_lock:
+                pass
         return result
 
     def _finish(
@@ -588,16 +600,10 @@ class TurnRunner:
     async def steer(self, turn: Turn, event: Event, prompt_tag: str) -> None:
         """Deliver ``event`` into ``turn`` once its prompt is live; if the turn ends first (or
         is being cancelled), the event stays pending and rides with the channel's next batch."""
+        await turn.until(lambda t: t.phase >= Phase.LIVE)
         async with turn.steer_lock:
-            await turn.until(lambda t: t.phase >= Phase.LIVE)
-            if not turn.may_steer():
-                return
-            turn.steering = True
-            try:
+            if turn.may_steer():
                 await self._deliver_steer(turn, event, prompt_tag)
-            finally:
-                turn.steering = False
-                turn.notify()
 
     async def _deliver_steer(self, turn: Turn, event: Event, prompt_tag: str) -> None:
         assert turn.session is not None

@@ -521,7 +521,7 @@ class AgentDriver:
             return "failed"
         method, run_id = route
         session = self.hub.session(session_id)
-        if session.steering and session.turn is not None:
+        if not session.may_steer():
             return "released"
         started = self._clock()
         # Sent before the answer: the agent may start writing a turn of its own at once.
