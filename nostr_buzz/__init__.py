@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     )
     from nostr_buzz.profile import Profile
     from nostr_buzz.signer import EventTemplate, LocalSigner, Signer, SignerError
+    from nostr_buzz.timestamps import metric_timestamp
 
 #: Where each public name lives.  Nothing is imported until a name is asked for.
 _EXPORTS: dict[str, str] = {
@@ -130,6 +131,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         ("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"
     ),
+    "metric_timestamp": "nostr_buzz.timestamps",
 }
 
 __all__ = [
@@ -197,6 +199,7 @@ __all__ = [
     "escape_text",
     "fetch_event",
     "manifest_from_layers",
+    "metric_timestamp",
     "open_metric_event",
     "read_metrics",
     "sign_event",
