@@ -263,3 +263,36 @@ def sign_event(
         return Event(event_id, pubkey, created_at, kind, tag_tuple, content, sig)
     finally:
         _JUST_SIGNED.reset(token)
+
+
+#: How to make a verified :class:`Event` from what another library or the wire hands over.
+_CONVERSIONS: Final = {
+    "nostr_sdk": "convert it with nostr_buzz.interop.event_from_nostr_sdk(event)",
+    "pynostr": "convert it with nostr_buzz.interop.event_from_pynostr(event), which checks its "
+    "id and signature",
+}
+
+
+def not_an_event(value: object) -> str:
+    """What an error says when ``value`` is used where a verified :class:`Event` is needed:
+    its type and how to make an Event of it (never its contents)."""
+    kind = type(value)
+    hint = _CONVERSIONS.get(kind.__module__.split(".")[0])
+    if hint is None:
+        if isinstance(value, Mapping):
+            hint = "read it with Event.from_dict(value)"
+        elif isinstance(value, (str, bytes, bytearray)):
+            hint = "read it with Event.from_json(text)"
+        else:
+            hint = "make one with Event.from_json, Event.from_dict or sign_event"
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    return f"expected a verified nostr_buzz Event, got {name}: {hint}"
+
+
+def require_event(value: object, what: str = "event") -> Event:
+    """``value`` if it is a verified :class:`Event`, else ``InvalidEvent('malformed')`` saying
+    how to make one: an object of another library that merely looks like an event (``id``,
+    ``kind``, ``tags``) is never read as if it were verified."""
+    if isinstance(value, Event):
+        return value
+    raise InvalidEvent("malformed", f"{what}: {not_an_event(value)}")

@@ -38,7 +38,7 @@ from typing import Final, Protocol
 
 from nostr_buzz.core.backoff import Rng
 from nostr_buzz.errors import InvalidKey, MetricError, OutboxError, RelayError
-from nostr_buzz.event import Event
+from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
 from nostr_buzz.nips.nip_am import KIND, MetricPayload, build_metric_event, build_metric_event_async
 from nostr_buzz.signer import Signer
@@ -227,7 +227,7 @@ class MetricPublisher:
         attempt; the receipt says what happened.  An event that is not a kind-44200 metric
         signed by this publisher's agent raises :class:`MetricError`, nothing stored."""
         if not isinstance(event, Event):
-            raise MetricError("submit takes a verified Event (Event.from_json / from_dict)")
+            raise MetricError(f"submit: {not_an_event(event)}")
         if event.kind != KIND or event.pubkey != self.agent_public.hex:
             raise MetricError(
                 f"submit takes kind-{KIND} metrics signed by the agent "

@@ -27,7 +27,7 @@ from msgspec import UNSET, UnsetType
 from nostr_buzz.core.manifest import SCHEMA_VERSION, Manifest
 from nostr_buzz.core.text import utf8_document
 from nostr_buzz.errors import InvalidEvent, InvalidKey, MetricError, Nip44Error
-from nostr_buzz.event import Event, sign_event
+from nostr_buzz.event import Event, not_an_event, sign_event
 from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
 from nostr_buzz.nips import nip44
 from nostr_buzz.signer import EventTemplate, Signer, check_signed
@@ -596,7 +596,7 @@ def open_metric_event(owner_secret: SecretKey | str, event: Event) -> MetricPayl
     """
     owner = _secret(owner_secret, "owner")
     if not isinstance(event, Event):
-        raise MetricError("expected a verified Event")
+        raise MetricError(not_an_event(event))
     if event.kind != KIND:
         raise MetricError(f"not a metric event: kind {event.kind}, expected {KIND}")
     p_tags = _tags_named(event.tags, "p")
