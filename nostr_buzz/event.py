@@ -18,8 +18,8 @@ from typing import Any, Final
 import msgspec
 
 from nostr_buzz.core.text import is_utf8_encodable, utf8_document
-from nostr_buzz.errors import InvalidEvent, InvalidKey
-from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.errors import InvalidEvent
+from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 _HEX128: Final = re.compile(r"[0-9a-f]{128}")
@@ -233,19 +233,12 @@ def sign_event(
     """Sign a new event.  ``created_at`` is required: the library reads no clock.
 
     ``aux_rand`` pins the BIP-340 auxiliary randomness (tests only); by default it comes from
-    the OS CSPRNG.  Invalid arguments raise ``InvalidEvent('malformed')``.
+    the OS CSPRNG.  A bad key raises :class:`InvalidKey`; other invalid arguments raise
+    ``InvalidEvent('malformed')``.
     """
-    if isinstance(secret, str):
-        # docs/events.md leaves the secret's type open; accept the forms the rest of the library
-        # does (nip44, nip_am): 64-hex or nsec1….  The message never repeats the value.
-        try:
-            secret = SecretKey.from_str(secret)
-        except InvalidKey:
-            raise InvalidEvent(
-                "malformed", "secret must be a SecretKey, 64 hex characters or nsec1…"
-            ) from None
-    if not isinstance(secret, SecretKey):
-        raise InvalidEvent("malformed", "secret must be a SecretKey, 64 hex characters or nsec1…")
+    # docs/events.md leaves the secret's type open; accept the forms the rest of the library
+    # does (nip44, nip_am): 64-hex or nsec1….  The message never repeats the value.
+    secret = as_secret_key(secret, "the signing secret key")
     # Sets and mappings are iterable but unordered or keyed: iterating them would silently
     # reorder tags or drop values, so only ordered sequences of lists/tuples are accepted.
     if isinstance(tags, (str, bytes, bytearray, Mapping, AbstractSet)):

@@ -184,3 +184,33 @@ def _key_bytes(text: str, what: str, expected_hrp: str) -> bytes:
         raise InvalidKey(f"invalid {expected_hrp} (bad characters, checksum or length)") from None
     assert isinstance(value, str)
     return bytes.fromhex(value)
+
+
+def as_secret_key(value: SecretKey | str, what: str = "secret key") -> SecretKey:
+    """``value`` as a :class:`SecretKey`: one already, or its 64-hex / ``nsec1…`` text.
+    Anything else raises :class:`InvalidKey` naming ``what`` (never the value)."""
+    if isinstance(value, SecretKey):
+        return value
+    if isinstance(value, str):
+        try:
+            return SecretKey.from_str(value)
+        except InvalidKey as exc:
+            raise InvalidKey(f"{what}: {exc}") from None
+    raise InvalidKey(
+        f"{what} must be a SecretKey, 64 hex characters or nsec1…, not {type(value).__name__}"
+    )
+
+
+def as_public_key(value: PublicKey | str, what: str = "public key") -> PublicKey:
+    """``value`` as a :class:`PublicKey`: one already, or its 64-hex / ``npub1…`` text.
+    Anything else raises :class:`InvalidKey` naming ``what``."""
+    if isinstance(value, PublicKey):
+        return value
+    if isinstance(value, str):
+        try:
+            return PublicKey.from_str(value)
+        except InvalidKey as exc:
+            raise InvalidKey(f"{what}: {exc}") from None
+    raise InvalidKey(
+        f"{what} must be a PublicKey, 64 hex characters or npub1…, not {type(value).__name__}"
+    )
