@@ -51,7 +51,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 import typer
@@ -114,14 +114,18 @@ def parse_time(text: str, *, option: str, end_of_day: bool = False) -> int:
     )
 
 
-def _resolve_format(value: str | None, json_flag: bool) -> Format:
-    """``--json`` is ``--format json`` (docs/cli.md); with another ``--format`` it is bad usage."""
-    fmt = check_format(value, FORMATS) if value is not None else None
+F = TypeVar("F", bound=str)
+
+
+def pick_format(value: str | None, json_flag: bool, formats: tuple[F, ...]) -> F:
+    """``--format`` among ``formats`` (the first is the default); ``--json`` is ``--format
+    json`` (docs/cli.md), and with another ``--format`` it is bad usage."""
+    fmt = check_format(value, formats) if value is not None else None
     if json_flag:
-        if fmt not in (None, "json"):
+        if fmt is not None and fmt != "json":
             raise CliFailure(ExitCode.BAD_INPUT, f"--json conflicts with --format {fmt}")
-        return "json"
-    return fmt or "table"
+        return check_format("json", formats)
+    return fmt or formats[0]
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -296,7 +300,7 @@ def render_rich_table(report: MetricsReport, turns: bool, *, width: int | None =
 # --- the command ------------------------------------------------------------------------------
 
 
-def _report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
+def report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
     if not fetch.any_finished:
         lines = [f"{url}: {r.error or 'no answer'}" for url, r in fetch.relays.items()]
         raise CliFailure(ExitCode.NETWORK, "no relay answered:\n  " + "\n  ".join(lines))
@@ -373,7 +377,7 @@ def metrics_command(
 ) -> None:
     """The owner's usage report: NIP-AM metrics decrypted with the owner's key, totalled per
     agent, model and UTC day."""
-    fmt = _resolve_format(output_format, json_flag)
+    fmt = pick_format(output_format, json_flag, FORMATS)
     start = parse_time(since, option="--since") if since is not None else None
     end = parse_time(until, option="--until", end_of_day=True) if until is not None else None
     if start is not None and end is not None and start > end:
@@ -394,7 +398,7 @@ def metrics_command(
             agents=agents or None,
         )
     )
-    _report_problems(report, fetch)
+    report_problems(report, fetch)
     if not agents and report.turns:
         note(
             "buzz: counting every key that sends you metrics: name your agents with --agent "
