@@ -256,6 +256,22 @@ def _failures(audits: Sequence[MetricAudit]) -> list[str]:
     return lines
 
 
+def _forgeries(audits: Sequence[MetricAudit]) -> list[str]:
+    """Each relay that answered the query for an event a layer names with an event failing
+    verification (a forged copy, or junk), once per event."""
+    seen: dict[tuple[str, str], str] = {}
+    for audit in audits:
+        for layer in audit.layers:
+            for url, why in layer.forgers.items():
+                seen.setdefault(
+                    (url, layer.version),
+                    f"relay {one_line(url, 200)} answered the query for event {layer.version} "
+                    f"(layer {one_line(layer.layer, 40)}) with what failed verification: "
+                    f"{', '.join(why)}",
+                )
+    return list(seen.values())
+
+
 def _exit_code(audits: Sequence[MetricAudit]) -> ExitCode:
     verdicts = _verdicts(audits)
     if any(a.manifest_valid is False for a in audits) or any(
@@ -346,6 +362,8 @@ def audit_command(
         )
     else:
         text = render_table(audits)
+    for line in _forgeries(audits):
+        note(f"buzz: warning: {line}")
     code = _exit_code(audits)
     if code == ExitCode.OK:
         write_stdout(text)

@@ -8,7 +8,7 @@ such a layer is reported as known only by hash.  The caller fetches each named e
 relays (a :class:`Lookup`); :func:`audit_metric` then judges each layer:
 
 * the event must be on some relay with a valid id and signature (``missing``, ``forged``:
-  only forged copies were served, ``unreachable``: no relay answered);
+  no valid copy, only what failed verification, ``unreachable``: no relay answered);
 * its kind must be one the layer takes (:data:`LAYER_RULES`, ``wrong_kind``);
 * its author must be one the layer trusts: for the current instruction, the event must be one
   the configured gate admits (``wrong_author`` when the gate refuses its author,
@@ -60,7 +60,7 @@ Verdict = Literal[
     "hash_only",  # the version is a hash: no event to check
     "private",  # a private message's rumor id: not on relays
     "missing",  # relays answered, none has the event
-    "forged",  # only copies failing their id or signature check were served
+    "forged",  # no valid copy, and relays served what failed its id or signature check
     "unreachable",  # no relay answered the query for it
     "wrong_kind",
     "wrong_author",  # the gate refuses its author, or the layer does not trust it
@@ -236,7 +236,9 @@ def _judge(layer: Layer, rule: LayerRule, lookup: Lookup, authority: Authority) 
     forged = _forgers_text(lookup.forgers)
     if event is None:
         if lookup.forgers:
-            return verdict("forged", f"no relay served a valid copy; forged copies from {forged}")
+            return verdict(
+                "forged", f"no relay served a valid copy; failing verification: {forged}"
+            )
         if lookup.answered:
             return verdict("missing", "no relay has this event")
         return verdict("unreachable", "no relay answered the query for this event")
@@ -249,7 +251,7 @@ def _judge(layer: Layer, rule: LayerRule, lookup: Lookup, authority: Authority) 
     detail = f"kind {event.kind} by {_who(event.pubkey, authority)}"
     detail += f", on {len(lookup.served_by)} relay(s)"
     if forged:
-        detail += f"; forged copies from {forged}"
+        detail += f"; failing verification: {forged}"
     return verdict("verified", detail, event)
 
 

@@ -82,7 +82,7 @@ def test_a_forged_copy_beside_the_real_one_is_named_but_verifies() -> None:
     event = mention()
     result = audit(event, found(event, "ws://evil"))
     verdict, detail = instruction(result)
-    assert verdict == "verified" and "forged copies from ws://evil (bad_signature)" in detail
+    assert verdict == "verified" and "failing verification: ws://evil (bad_signature)" in detail
     assert result.ok
 
 
