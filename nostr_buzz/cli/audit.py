@@ -55,14 +55,21 @@ from nostr_buzz.cli.common import (
     run,
     sources,
 )
-from nostr_buzz.cli.metrics import parse_time, pick_format, report_problems
+from nostr_buzz.cli.metrics import (
+    AgentOption,
+    JsonFormatOption,
+    SinceOption,
+    UntilOption,
+    parse_window,
+    pick_format,
+    read_window,
+)
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import BuzzConfig
 from nostr_buzz.core.audit import Authority, MetricAudit, audit_metric, event_ids
 from nostr_buzz.core.metrics_report import OpenedMetric, open_metric
 from nostr_buzz.io.audit import look_up_events
 from nostr_buzz.io.fetch import fetch_event
-from nostr_buzz.io.metrics_reader import read_metrics
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip19 import EventRef
@@ -125,43 +132,31 @@ async def _one_metric(
     return [opened]
 
 
-async def _period(
+def _metrics(
+    ref: EventRef | None,
     owner: SecretKey,
     relays: Sequence[str],
     agents: Sequence[str],
-    since: int | None,
-    until: int | None,
+    window: tuple[int | None, int | None],
     timeout: float,
 ) -> list[OpenedMetric]:
-    progress(f"reading metrics for {owner.public_key.hex[:12]}… from {len(relays)} relay(s)")
-    report, fetch = await read_metrics(
-        owner,
-        relays,
-        since=since,
-        until=until,
-        timeout=timeout,
-        progress=progress,
-        agents=agents or None,
-    )
-    report_problems(report, fetch)  # buzz metrics' warnings; no relay answering is exit 2
+    """The metric asked for, or every metric of the owner's agents in ``window``."""
+    if ref is not None:
+        pool = RelayPool(relays, secret=owner, timeout=timeout)
+        return run(_one_metric(ref, pool, owner, agents, timeout))
+    _, fetch = read_window(owner, relays, agents, window, timeout)
     mine = [m for m in fetch.metrics if not agents or m.agent in agents]
     return sorted(mine, key=lambda m: (m.payload.timestamp, m.event_id))
 
 
 async def _audit(
-    ref: EventRef | None,
+    metrics: Sequence[OpenedMetric],
     owner: SecretKey,
     relays: Sequence[str],
-    agents: Sequence[str],
     file: BuzzConfig,
-    window: tuple[int | None, int | None],
     timeout: float,
 ) -> list[MetricAudit]:
     pool = RelayPool(relays, secret=owner, timeout=timeout)
-    if ref is not None:
-        metrics = await _one_metric(ref, pool, owner, agents, timeout)
-    else:
-        metrics = await _period(owner, relays, agents, *window, timeout)
     ids = [i for m in metrics for i in event_ids(m)]
     progress(f"asking {len(pool.urls)} relay(s) for {len(set(ids))} event(s)…")
     lookups = await look_up_events(ids, pool, timeout=timeout)
@@ -295,24 +290,8 @@ def audit_command(
             show_default=False,
         ),
     ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option(
-            "--since",
-            metavar="TIME",
-            help="From this time: unix seconds, a date or an RFC 3339 date-time.",
-            show_default=False,
-        ),
-    ] = None,
-    until: Annotated[
-        str | None,
-        typer.Option(
-            "--until",
-            metavar="TIME",
-            help="Up to this time, inclusive (a bare date means its end).",
-            show_default=False,
-        ),
-    ] = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
     output_format: Annotated[
         str | None,
         typer.Option(
@@ -323,17 +302,8 @@ def audit_command(
             show_default=False,
         ),
     ] = None,
-    json_flag: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
-    agent: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--agent",
-            metavar="KEY",
-            help="Audit only this agent's metrics (public key, repeatable); default: agents "
-            "in buzz.toml, else every agent.",
-            show_default=False,
-        ),
-    ] = None,
+    json_flag: JsonFormatOption = False,
+    agent: AgentOption = None,
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
@@ -345,15 +315,13 @@ def audit_command(
     if metric is not None and (since is not None or until is not None):
         raise CliFailure(ExitCode.BAD_INPUT, "--metric audits one metric: drop --since/--until")
     ref = parse_event_ref(metric, option="--metric") if metric is not None else None
-    start = parse_time(since, option="--since") if since is not None else None
-    end = parse_time(until, option="--until", end_of_day=True) if until is not None else None
-    if start is not None and end is not None and start > end:
-        raise CliFailure(ExitCode.BAD_INPUT, "--since is later than --until")
+    start, end = parse_window(since, until)
     cfg = sources(config)
     owner = cfg.require_secret_key(key)
     relays = cfg.require_relays(relay or (), direction="read")
     agents = cfg.agents(agent or ())
-    audits = run(_audit(ref, owner, relays, agents, cfg.file, (start, end), timeout))
+    metrics = _metrics(ref, owner, relays, agents, (start, end), timeout)
+    audits = run(_audit(metrics, owner, relays, cfg.file, timeout))
     if ref is None and not audits:
         note("buzz: no metrics in this window")
     if fmt == "json":
