@@ -286,7 +286,7 @@ def audit_command(
             "--metric",
             metavar="ID",
             help="Audit this metric (its event id: hex, note1… or nevent1…); default: every "
-            "metric in --since/--until.",
+            "metric of your agents, within --since/--until when given.",
             show_default=False,
         ),
     ] = None,

@@ -16,6 +16,7 @@ import pytest
 
 from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.event import Event
+from tests.e2e.cli.test_startup import heavy_in, imported_by
 from tests.support import cli
 from tests.support.audit_metrics import metric_for
 from tests.support.bot_world import WAIT, Recorder, World
@@ -198,3 +199,11 @@ async def test_a_real_turn_audits_clean(world: World, capsys: pytest.CaptureFixt
     code, out, err = await asyncio.to_thread(cli.buzz, capsys, *argv, "--metric", metric_id)
     assert code == 0, err
     assert f"metric {metric_id}" in out and "1 verified" in out
+
+
+def test_audit_loads_the_gate_but_not_the_agent_protocol() -> None:
+    env = {"BUZZ_PRIVATE_KEY": OWNER.hex}
+    code, modules = imported_by("audit", "--relay", dead_url(), "--timeout", "1", env=env)
+    assert code == 2
+    assert {"nostr_buzz.io.audit", "nostr_buzz.bot.intake"} <= modules
+    assert heavy_in(modules) == [] and "nostr_buzz.bot.plugin" not in modules
