@@ -122,13 +122,15 @@ class Authority:
 @dataclass(frozen=True)
 class Lookup:
     """What the relays said about one event id: the verified ``event`` (None when no relay
-    served a valid copy), the relays that served it, the relays that served forgeries (→ the
-    checks they failed) and whether any relay answered at all."""
+    served a valid copy), whether any relay answered at all, the relays that served it, the
+    relays that served forgeries (→ the checks they failed) and the relays that did not answer
+    (→ why)."""
 
     event: Event | None
     answered: bool
     served_by: tuple[str, ...] = ()
     forgers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    unanswered: Mapping[str, str] = field(default_factory=dict)
 
 
 class LayerAudit(msgspec.Struct, frozen=True, rename="camel"):
@@ -240,7 +242,10 @@ def _judge(layer: Layer, rule: LayerRule, lookup: Lookup, authority: Authority) 
                 "forged", f"no relay served a valid copy; failing verification: {forged}"
             )
         if lookup.answered:
-            return verdict("missing", "no relay has this event")
+            silent = "; ".join(
+                f"{url} did not answer ({why})" for url, why in lookup.unanswered.items()
+            )
+            return verdict("missing", "no relay has this event" + (f"; {silent}" if silent else ""))
         return verdict("unreachable", "no relay answered the query for this event")
     if event.kind not in rule.kinds:
         kinds = ", ".join(map(str, sorted(rule.kinds)))

@@ -38,6 +38,7 @@ async def look_up_events(
             answered=found.any_answered,
             served_by=found.served_by,
             forgers=found.forgers,
+            unanswered=found.unanswered,
         )
         return event_id, lookup
 

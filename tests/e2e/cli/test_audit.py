@@ -173,6 +173,9 @@ def test_bad_input_unknown_metric_and_dead_relays_use_the_usual_exit_codes(
     assert (code, out) == (3, "") and "not found" in err
     code, out, err = audit(capsys, "--metric", hand.good.id, "--relay", hand.one)
     assert (code, out) == (4, "") and "not a metric for you (wrong_kind)" in err
+    stranger = STRANGER.public_key.hex
+    code, out, err = audit(capsys, "--metric", metric, "--relay", hand.one, "--agent", stranger)
+    assert (code, out) == (4, "") and "not one of your agents" in err
     code, out, err = audit(capsys, "--relay", dead_url(), "--timeout", "2")
     assert (code, out) == (2, "") and "no relay answered" in err
 

@@ -76,6 +76,10 @@ def test_missing_forged_and_unreachable_events_fail_the_audit() -> None:
         result = audit(event, lookup)
         assert instruction(result)[0] == verdict and not result.ok
     assert "ws://evil (bad_signature)" in instruction(audit(event, cases["forged"]))[1]
+    # A relay that did not answer may hold it: the detail says so.
+    partly = Lookup(None, answered=True, unanswered={"ws://down": "timeout"})
+    verdict, detail = instruction(audit(event, partly))
+    assert verdict == "missing" and detail.endswith("; ws://down did not answer (timeout)")
 
 
 def test_a_forged_copy_beside_the_real_one_is_named_but_verifies() -> None:
