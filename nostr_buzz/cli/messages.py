@@ -16,7 +16,6 @@ import typer
 
 from nostr_buzz.cli.common import (
     DEFAULT_TIMEOUT,
-    UNREACHABLE_HINT,
     ChannelOption,
     ConfigOption,
     EventRef,
@@ -31,19 +30,18 @@ from nostr_buzz.cli.common import (
     parse_public_key,
     progress,
     refuse_secrets,
-    relay_rejections,
     report_publish,
+    require_fetched,
     run,
     sources,
     text_argument,
-    unreachable_relays,
     warn_list_problems,
 )
 from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
-from nostr_buzz.io.fetch import FetchResult, fetch_event
+from nostr_buzz.io.fetch import fetch_event
 from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
@@ -107,32 +105,6 @@ def _read_setup(
     return relays, usable, cfg.secret_key(key)
 
 
-def _require(result: FetchResult) -> Event:
-    """docs/cli.md's precedence for a fetch by id: found (0), verification (4), not found (3), 2."""
-    forgers = relay_rejections(result.query)
-    if result.event is not None:
-        for url, what in forgers.items():
-            note(f"buzz: warning: relay {url} returned something else: {what}")
-        return result.event
-    if forgers:
-        lines = [f"relay {url}: {what}" for url, what in forgers.items()]
-        raise CliFailure(
-            ExitCode.VERIFICATION,
-            f"event {result.id}: no relay returned a valid copy; misbehaving relays:\n  "
-            + "\n  ".join(lines),
-        )
-    if result.any_answered:
-        for line in unreachable_relays(result.query):
-            note(f"buzz: warning: relay {line}")
-        raise CliFailure(ExitCode.NOT_FOUND, f"event {result.id} not found")
-    raise CliFailure(
-        ExitCode.NETWORK,
-        "no relay answered:\n  "
-        + "\n  ".join(unreachable_relays(result.query) or ["no relay to ask"])
-        + f"\n{UNREACHABLE_HINT}",
-    )
-
-
 def _asked(relays: Sequence[str], hints: Sequence[str]) -> int:
     """How many relays a query asks: the listed ones, plus the hints the pool follows."""
     followed = [h for h in dict.fromkeys(hints) if h not in set(relays)]
@@ -155,7 +127,7 @@ async def _fetch(
     result = await fetch_event(
         ref._replace(relays=tuple(hints)), pool=pool, timeout=timeout, wait_all=wait_all
     )
-    return _require(result), result.query
+    return require_fetched(result), result.query
 
 
 def _render(events: Sequence[Event], fmt: Format) -> str:

@@ -51,7 +51,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 import typer
@@ -114,14 +114,18 @@ def parse_time(text: str, *, option: str, end_of_day: bool = False) -> int:
     )
 
 
-def _resolve_format(value: str | None, json_flag: bool) -> Format:
-    """``--json`` is ``--format json`` (docs/cli.md); with another ``--format`` it is bad usage."""
-    fmt = check_format(value, FORMATS) if value is not None else None
+F = TypeVar("F", bound=str)
+
+
+def pick_format(value: str | None, json_flag: bool, formats: tuple[F, ...]) -> F:
+    """``--format`` among ``formats`` (the first is the default); ``--json`` is ``--format
+    json`` (docs/cli.md), and with another ``--format`` it is bad usage."""
+    fmt = check_format(value, formats) if value is not None else None
     if json_flag:
-        if fmt not in (None, "json"):
+        if fmt is not None and fmt != "json":
             raise CliFailure(ExitCode.BAD_INPUT, f"--json conflicts with --format {fmt}")
-        return "json"
-    return fmt or "table"
+        return check_format("json", formats)
+    return fmt or formats[0]
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -295,8 +299,73 @@ def render_rich_table(report: MetricsReport, turns: bool, *, width: int | None =
 
 # --- the command ------------------------------------------------------------------------------
 
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        metavar="TIME",
+        help="From this time: unix seconds, a date or an RFC 3339 date-time.",
+        show_default=False,
+    ),
+]
+UntilOption = Annotated[
+    str | None,
+    typer.Option(
+        "--until",
+        metavar="TIME",
+        help="Up to this time, inclusive (a bare date means its end).",
+        show_default=False,
+    ),
+]
+JsonFormatOption = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+AgentOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--agent",
+        metavar="KEY",
+        help="Only this agent's metrics (public key, repeatable); default: agents in "
+        "buzz.toml, else every agent.",
+        show_default=False,
+    ),
+]
 
-def _report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
+
+def parse_window(since: str | None, until: str | None) -> tuple[int | None, int | None]:
+    """``--since`` and ``--until`` as unix seconds (None when not given); since after until
+    is bad input."""
+    start = parse_time(since, option="--since") if since is not None else None
+    end = parse_time(until, option="--until", end_of_day=True) if until is not None else None
+    if start is not None and end is not None and start > end:
+        raise CliFailure(ExitCode.BAD_INPUT, "--since is later than --until")
+    return start, end
+
+
+def read_window(
+    owner: SecretKey,
+    relays: Sequence[str],
+    agents: Sequence[str],
+    window: tuple[int | None, int | None],
+    timeout: float,
+) -> tuple[MetricsReport, MetricsFetch]:
+    """The owner's metrics in ``window`` from ``relays``, with their problems noted on stderr
+    (:func:`report_problems`; no relay answering is exit 2)."""
+    progress(f"reading metrics for {owner.public_key.hex[:12]}… from {len(relays)} relay(s)")
+    report, fetch = run(
+        read_metrics(
+            owner,
+            relays,
+            since=window[0],
+            until=window[1],
+            timeout=timeout,
+            progress=progress,
+            agents=agents or None,
+        )
+    )
+    report_problems(report, fetch)
+    return report, fetch
+
+
+def report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
     if not fetch.any_finished:
         lines = [f"{url}: {r.error or 'no answer'}" for url, r in fetch.relays.items()]
         raise CliFailure(ExitCode.NETWORK, "no relay answered:\n  " + "\n  ".join(lines))
@@ -324,24 +393,8 @@ def _report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
 
 
 def metrics_command(
-    since: Annotated[
-        str | None,
-        typer.Option(
-            "--since",
-            metavar="TIME",
-            help="From this time: unix seconds, a date or an RFC 3339 date-time.",
-            show_default=False,
-        ),
-    ] = None,
-    until: Annotated[
-        str | None,
-        typer.Option(
-            "--until",
-            metavar="TIME",
-            help="Up to this time, inclusive (a bare date means its end).",
-            show_default=False,
-        ),
-    ] = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
     output_format: Annotated[
         str | None,
         typer.Option(
@@ -352,20 +405,11 @@ def metrics_command(
             show_default=False,
         ),
     ] = None,
-    json_flag: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    json_flag: JsonFormatOption = False,
     turns: Annotated[
         bool, typer.Option("--turns", help="table/csv: one row per turn instead of totals.")
     ] = False,
-    agent: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--agent",
-            metavar="KEY",
-            help="Count only this agent's metrics (public key, repeatable); default: agents "
-            "in buzz.toml, else every agent.",
-            show_default=False,
-        ),
-    ] = None,
+    agent: AgentOption = None,
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
@@ -373,28 +417,13 @@ def metrics_command(
 ) -> None:
     """The owner's usage report: NIP-AM metrics decrypted with the owner's key, totalled per
     agent, model and UTC day."""
-    fmt = _resolve_format(output_format, json_flag)
-    start = parse_time(since, option="--since") if since is not None else None
-    end = parse_time(until, option="--until", end_of_day=True) if until is not None else None
-    if start is not None and end is not None and start > end:
-        raise CliFailure(ExitCode.BAD_INPUT, "--since is later than --until")
+    fmt = pick_format(output_format, json_flag, FORMATS)
+    start, end = parse_window(since, until)
     cfg = sources(config)
     owner: SecretKey = cfg.require_secret_key(key)
     relays = cfg.require_relays(relay or (), direction="read")
     agents = cfg.agents(agent or ())
-    progress(f"reading metrics for {owner.public_key.hex[:12]}… from {len(relays)} relay(s)")
-    report, fetch = run(
-        read_metrics(
-            owner,
-            relays,
-            since=start,
-            until=end,
-            timeout=timeout,
-            progress=progress,
-            agents=agents or None,
-        )
-    )
-    _report_problems(report, fetch)
+    report, fetch = read_window(owner, relays, agents, (start, end), timeout)
     if not agents and report.turns:
         note(
             "buzz: counting every key that sends you metrics: name your agents with --agent "
