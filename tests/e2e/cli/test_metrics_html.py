@@ -11,14 +11,13 @@ runs, nothing loads, the page stays whole.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +34,14 @@ from tests.support.relays import start_relay
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
+#: Load a page (and keep its screenshot): what the page says about itself, console errors, and
+#: the console's other messages.
+Render = Callable[..., tuple[Any, list[str], list[str]]]
+
 #: What the page says about itself: each chart's declared and drawn marks, and what it holds.
 PAGE_FACTS = """(() => {
   const charts = {};
+  const chart = document.querySelector("svg.chart"), table = document.querySelector("table");
   for (const svg of document.querySelectorAll("svg.chart")) {
     charts[svg.dataset.chart] = {
       declared: Number(svg.dataset.points),
@@ -53,8 +57,8 @@ PAGE_FACTS = """(() => {
       .length,
     styles: document.querySelectorAll("style").length,
     tables: document.querySelectorAll("table").length,
-    chartsBeforeTables: !!(document.querySelector("svg.chart").compareDocumentPosition(
-      document.querySelector("table")) & Node.DOCUMENT_POSITION_FOLLOWING),
+    chartsBeforeTables: !!(chart && table &&
+      chart.compareDocumentPosition(table) & Node.DOCUMENT_POSITION_FOLLOWING),
     bodyShown: getComputedStyle(document.body).display !== "none",
     text: document.body.textContent,
   };
@@ -115,12 +119,23 @@ def expected_points(doc: dict[str, Any]) -> dict[str, int]:
     }
 
 
-async def render(page: Path, shot: Path, profile: Path) -> tuple[Any, list[str], list[str]]:
-    async with chromium(profile) as browser:
-        load = await browser.open(page)
-        facts = await browser.evaluate(PAGE_FACTS)
-        await browser.screenshot(shot)
-    return facts, load.errors, load.messages
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Render]:
+    """One headless Chromium for the module, on a loop of its own."""
+    bg = BackgroundLoop()
+    try:
+        running = bg.enter(chromium(tmp_path_factory.mktemp("chromium-profile")))
+
+        def render(page: Path, shot: Path | None = None) -> tuple[Any, list[str], list[str]]:
+            load = bg.call(running.open(page))
+            facts = bg.call(running.evaluate(PAGE_FACTS))
+            if shot is not None:
+                bg.call(running.screenshot(shot))
+            return facts, load.errors, load.messages
+
+        yield render
+    finally:
+        bg.close()
 
 
 def keep(shot: Path) -> Path:
@@ -131,8 +146,28 @@ def keep(shot: Path) -> Path:
     return kept
 
 
+def test_the_console_check_sees_what_a_page_logs(browser: Render, tmp_path: Path) -> None:
+    """The check below can fail: a console error, an exception and a load the page's policy
+    blocks all reach it."""
+    page = tmp_path / "noisy.html"
+    page.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title></head><body>'
+        "<script>console.error('logged'); throw new Error('thrown');</script></body></html>"
+    )
+    _, errors, _ = browser(page)
+    assert any("logged" in e for e in errors) and any("thrown" in e for e in errors), errors
+    blocked = tmp_path / "blocked.html"
+    blocked.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv='
+        '"Content-Security-Policy" content="default-src \'none\'"><title>t</title></head>'
+        '<body><img src="x.png"></body></html>'
+    )
+    _, errors, _ = browser(blocked)
+    assert any("Content Security Policy" in e for e in errors), errors
+
+
 def test_two_hundred_metrics_over_ten_days_render_in_chromium(
-    relays: tuple[str, str], tmp_path: Path
+    relays: tuple[str, str], browser: Render, tmp_path: Path
 ) -> None:
     url = relays[0]
     json_run = buzz_metrics(tmp_path, "--relay", url, "--json")
@@ -148,7 +183,7 @@ def test_two_hundred_metrics_over_ten_days_render_in_chromium(
     assert f"report written to {page}" in html_run.stderr
 
     shot = tmp_path / "metrics-report.png"
-    facts, errors, messages = asyncio.run(render(page, shot, tmp_path / "profile"))
+    facts, errors, messages = browser(page, shot)
     kept = keep(shot)
     assert errors == [], errors
     assert set(facts["charts"]) == set(CHART_NAMES)
@@ -165,7 +200,7 @@ def test_two_hundred_metrics_over_ten_days_render_in_chromium(
 
 
 def test_an_agents_markup_is_shown_as_text_and_never_runs(
-    relays: tuple[str, str], tmp_path: Path
+    relays: tuple[str, str], browser: Render, tmp_path: Path
 ) -> None:
     run = buzz_metrics(tmp_path, "--relay", relays[1], "--format", "html")
     assert run.returncode == 0, run.stderr
@@ -173,7 +208,7 @@ def test_an_agents_markup_is_shown_as_text_and_never_runs(
     page.write_text(run.stdout, encoding="utf-8")
     assert "<script" not in run.stdout and "<img" not in run.stdout
 
-    facts, errors, _ = asyncio.run(render(page, tmp_path / "hostile.png", tmp_path / "profile"))
+    facts, errors, _ = browser(page, tmp_path / "hostile.png")
     keep(tmp_path / "hostile.png")
     assert errors == [], errors  # a blocked script or load would be a console error
     assert facts["title"] == "buzz metrics"  # no script changed it
