@@ -4,7 +4,8 @@
 self-contained page: no script, no stylesheet or font to fetch, charts drawn as inline SVG,
 and a Content-Security-Policy that forbids loading anything.  The charts come first — spend and
 tokens per UTC day for each agent and model, turns per channel, turn duration percentiles per
-day, the cache share of the input, turns with unknown usage — and the tables after them.
+day, the cache share of the input, turns with unknown usage (their numbers are
+:mod:`nostr_buzz.core.metrics_charts`) — and the tables after them.
 
 Every string of a metric is the sending agent's words (a model name, a channel id): each one is
 HTML-escaped, and its hidden characters (controls, bidirectional and zero-width characters) are
@@ -20,20 +21,29 @@ from __future__ import annotations
 import html
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final, Literal
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
 
+from nostr_buzz.core.metrics_charts import (
+    PERCENTILES,
+    Chart,
+    Series,
+    Unit,
+    agent_label,
+    cache_shares,
+    channel_label,
+    charts,
+    durations_by_day,
+    known_sum,
+    model_label,
+    percentile,
+    report_days,
+    usage_by_day,
+)
 from nostr_buzz.core.metrics_report import MetricsReport, TotalRow, TurnRow
 from nostr_buzz.core.text import backslash_escape, escape_hidden
 
-__all__ = ["CHART_NAMES", "Chart", "Series", "charts", "percentile", "render_html"]
-
-Unit = Literal["usd", "tokens", "seconds", "percent", "turns"]
-Kind = Literal["line", "stacked", "bars"]
-
-#: The charts of the page, in order (``data-chart`` of each ``<svg>``).
-CHART_NAMES: Final = ("spend", "tokens", "channels", "durations", "cache", "unknown")
+__all__ = ["render_html"]
 
 #: Colours that stay apart for colour-blind readers (Okabe and Ito), cycled over series.
 _PALETTE: Final = (
@@ -46,33 +56,6 @@ _PALETTE: Final = (
     "#666666",
     "#b8a100",
 )
-#: The channels chart shows this many channels; the others are one bar.
-MAX_CHANNEL_BARS: Final = 20
-_PERCENTILES: Final = (50, 90, 99)
-
-
-@dataclass(frozen=True)
-class Series:
-    """One line (or one layer of bars): ``(x index, value)`` points, in x order."""
-
-    name: str
-    points: tuple[tuple[int, float], ...]
-
-
-@dataclass(frozen=True)
-class Chart:
-    name: str
-    title: str
-    kind: Kind
-    unit: Unit
-    x_labels: tuple[str, ...]
-    series: tuple[Series, ...]
-
-    @property
-    def points(self) -> int:
-        return sum(len(s.points) for s in self.series)
-
-
 # --- text -------------------------------------------------------------------------------------
 
 
@@ -84,18 +67,6 @@ def _text(value: str) -> str:
 
 def _cut(value: str, width: int) -> str:
     return value if len(value) <= width else value[: width - 1] + "…"
-
-
-def _agent(agent: str) -> str:
-    return agent[:12] + "…"
-
-
-def _model(model: str | None) -> str:
-    return "(unknown model)" if model is None else model
-
-
-def _channel(channel: str | None) -> str:
-    return "(no channel)" if channel is None else channel
 
 
 def _compact(value: float) -> str:
@@ -136,150 +107,6 @@ def _value(unit: Unit, value: float) -> str:
     if unit == "seconds":
         return f"{value:,.3f} s"
     return f"{value:,.0f}"
-
-
-# --- the charts' data -------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    """The nearest-rank ``p``-th percentile of ``values`` (not empty)."""
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
-
-
-def _days(report: MetricsReport) -> tuple[str, ...]:
-    return tuple(sorted({row.day for row in report.turns}))
-
-
-def _known_sum(*values: int | None) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def _per_model(
-    totals: Iterable[TotalRow], index: dict[str, int], value: Callable[[TotalRow], float | None]
-) -> tuple[Series, ...]:
-    groups: dict[tuple[str, bool, str], list[tuple[int, float]]] = defaultdict(list)
-    for row in totals:
-        v = value(row)
-        key = (row.agent, row.model is not None, row.model or "")
-        groups.setdefault(key, [])
-        if v is not None:
-            groups[key].append((index[row.day], float(v)))
-    return tuple(
-        Series(f"{_agent(agent)} {_model(model if known else None)}", tuple(sorted(points)))
-        for (agent, known, model), points in sorted(groups.items())
-    )
-
-
-def _channel_counts(turns: Iterable[TurnRow]) -> list[tuple[str, int]]:
-    counts = Counter(_channel(row.channel_id) for row in turns)
-    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    if len(ordered) > MAX_CHANNEL_BARS:
-        rest = ordered[MAX_CHANNEL_BARS - 1 :]
-        ordered = ordered[: MAX_CHANNEL_BARS - 1]
-        ordered.append((f"({len(rest)} other channels)", sum(n for _, n in rest)))
-    return ordered
-
-
-def _durations(turns: Iterable[TurnRow]) -> dict[str, list[float]]:
-    by_day: dict[str, list[float]] = defaultdict(list)
-    for row in turns:
-        if row.duration_seconds is not None:
-            by_day[row.day].append(row.duration_seconds)
-    return by_day
-
-
-def _cache_shares(turns: Iterable[TurnRow]) -> dict[tuple[str, str], float]:
-    """Per ``("read" | "write", day)``: that cache figure's share of the input, in percent, over
-    the turns that reported both (at most 100: an agent may report more)."""
-    sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for row in turns:
-        if row.input_tokens is None:
-            continue
-        for part, value in (("read", row.cache_read_tokens), ("write", row.cache_write_tokens)):
-            if value is not None:
-                sums[(part, row.day)][0] += value
-                sums[(part, row.day)][1] += row.input_tokens
-    return {key: min(100.0, 100 * part / whole) for key, (part, whole) in sums.items() if whole}
-
-
-def _unknown(totals: Iterable[TotalRow]) -> dict[str, tuple[int, int]]:
-    """Per day: turns whose usage is known, turns with an unknown counter."""
-    by_day: dict[str, tuple[int, int]] = {}
-    for row in totals:
-        known, unknown = by_day.get(row.day, (0, 0))
-        by_day[row.day] = (known + row.turns - row.unknown_turns, unknown + row.unknown_turns)
-    return by_day
-
-
-def charts(report: MetricsReport) -> tuple[Chart, ...]:
-    """The page's charts, in :data:`CHART_NAMES` order."""
-    days = _days(report)
-    index = {day: i for i, day in enumerate(days)}
-    durations = _durations(report.turns)
-    cache = _cache_shares(report.turns)
-    unknown = _unknown(report.totals)
-    channels = _channel_counts(report.turns)
-
-    def by_day(values: Mapping[str, float]) -> tuple[tuple[int, float], ...]:
-        return tuple((index[d], values[d]) for d in days if d in values)
-
-    def spend(row: TotalRow) -> float | None:
-        return row.cost_usd
-
-    def tokens(row: TotalRow) -> float | None:
-        return _known_sum(row.input_tokens, row.output_tokens)
-
-    percentiles = (
-        Series(f"p{p}", by_day({d: percentile(v, p) for d, v in durations.items()}))
-        for p in _PERCENTILES
-    )
-    shares = (
-        Series(f"cache {part}", by_day({d: v for (kind, d), v in cache.items() if kind == part}))
-        for part in ("read", "write")
-    )
-    known = by_day({d: float(k) for d, (k, _) in unknown.items() if k})
-    not_known = by_day({d: float(u) for d, (_, u) in unknown.items() if u})
-    bars = Series("turns", tuple((i, float(n)) for i, (_, n) in enumerate(channels)))
-    return (
-        Chart(
-            "spend",
-            "Spend per day (USD)",
-            "line",
-            "usd",
-            days,
-            _per_model(report.totals, index, spend),
-        ),
-        Chart(
-            "tokens",
-            "Tokens per day (input + output)",
-            "line",
-            "tokens",
-            days,
-            _per_model(report.totals, index, tokens),
-        ),
-        Chart(
-            "channels", "Turns per channel", "bars", "turns", tuple(n for n, _ in channels), (bars,)
-        ),
-        Chart(
-            "durations",
-            "Turn duration per day (percentiles)",
-            "line",
-            "seconds",
-            days,
-            tuple(percentiles),
-        ),
-        Chart("cache", "Cache share of the input per day", "line", "percent", days, tuple(shares)),
-        Chart(
-            "unknown",
-            "Turns per day: usage known and unknown",
-            "stacked",
-            "turns",
-            days,
-            (Series("usage known", known), Series("usage unknown", not_known)),
-        ),
-    )
 
 
 # --- drawing ----------------------------------------------------------------------------------
@@ -517,7 +344,19 @@ def _pct(v: float | None) -> str:
 
 
 def _who(agent: str) -> str:
-    return f'<span title="{_text(agent)}">{_text(_agent(agent))}</span>'
+    return f'<span title="{_text(agent)}">{_text(agent_label(agent))}</span>'
+
+
+def _usage(r: TurnRow | TotalRow) -> tuple[str, ...]:
+    """Input, cache read, cache write, output, total and cost cells."""
+    return (
+        _int(r.input_tokens),
+        _int(r.cache_read_tokens),
+        _int(r.cache_write_tokens),
+        _int(r.output_tokens),
+        _int(r.total_tokens),
+        _usd(r.cost_usd),
+    )
 
 
 def _table(
@@ -545,14 +384,9 @@ def _totals_table(report: MetricsReport) -> str:
         (
             r.day,
             _who(r.agent),
-            _text(_model(r.model)),
+            _text(model_label(r.model)),
             _int(r.turns),
-            _int(r.input_tokens),
-            _int(r.cache_read_tokens),
-            _int(r.cache_write_tokens),
-            _int(r.output_tokens),
-            _int(r.total_tokens),
-            _usd(r.cost_usd),
+            *_usage(r),
             _int(r.unknown_turns),
         )
         for r in report.totals
@@ -562,7 +396,7 @@ def _totals_table(report: MetricsReport) -> str:
 
 
 def _channels_table(report: MetricsReport) -> str:
-    counts = Counter(_channel(row.channel_id) for row in report.turns)
+    counts = Counter(channel_label(row.channel_id) for row in report.turns)
     total = len(report.turns)
     rows = (
         (_text(name), _int(n), _pct(100 * n / total))
@@ -572,13 +406,13 @@ def _channels_table(report: MetricsReport) -> str:
 
 
 def _durations_table(report: MetricsReport) -> str:
-    by_day = _durations(report.turns)
+    by_day = durations_by_day(report.turns)
     every = [v for day in sorted(by_day) for v in by_day[day]]
     rows = [
         (
             day,
             _int(len(values)),
-            *(_secs(percentile(values, p)) for p in _PERCENTILES),
+            *(_secs(percentile(values, p)) for p in PERCENTILES),
             _secs(max(values)),
         )
         for day, values in sorted(by_day.items())
@@ -588,25 +422,25 @@ def _durations_table(report: MetricsReport) -> str:
             (
                 "all days",
                 _int(len(every)),
-                *(_secs(percentile(every, p)) for p in _PERCENTILES),
+                *(_secs(percentile(every, p)) for p in PERCENTILES),
                 _secs(max(every)),
             )
         )
-    header = ("day", "timed turns", *(f"p{p} (s)" for p in _PERCENTILES), "longest (s)")
+    header = ("day", "timed turns", *(f"p{p} (s)" for p in PERCENTILES), "longest (s)")
     return _table("Turn duration", header, rows, range(1, 6))
 
 
 def _cache_table(report: MetricsReport) -> str:
-    shares = _cache_shares(report.turns)
+    shares = cache_shares(report.turns)
     rows = (
         (day, _pct(shares.get(("read", day))), _pct(shares.get(("write", day))))
-        for day in _days(report)
+        for day in report_days(report)
     )
     return _table("Cache share of the input", ("day", "cache read", "cache write"), rows, (1, 2))
 
 
 def _unknown_table(report: MetricsReport) -> str:
-    by_day = _unknown(report.totals)
+    by_day = usage_by_day(report.totals)
     rows = (
         (day, _int(known + unknown), _int(unknown))
         for day, (known, unknown) in sorted(by_day.items())
@@ -656,16 +490,11 @@ def _turns_table(report: MetricsReport) -> str:
         (
             _text(r.timestamp.replace("T", " ").rstrip("Z")),
             _who(r.agent),
-            _text(_model(r.model)),
-            _text(_channel(r.channel_id)),
+            _text(model_label(r.model)),
+            _text(channel_label(r.channel_id)),
             _text(r.session_id or ""),
             _int(r.turn_seq) if r.turn_seq is not None else "",
-            _int(r.input_tokens),
-            _int(r.cache_read_tokens),
-            _int(r.cache_write_tokens),
-            _int(r.output_tokens),
-            _int(r.total_tokens),
-            _usd(r.cost_usd),
+            *_usage(r),
             _secs(r.duration_seconds),
             r.delta_source,
             _text(r.outcome or ""),
@@ -711,10 +540,10 @@ _POLICY: Final = (
 
 def _summary(report: MetricsReport) -> str:
     spend = [r.cost_usd for r in report.totals if r.cost_usd is not None]
-    tokens = [_known_sum(r.input_tokens, r.output_tokens) for r in report.totals]
+    tokens = [known_sum(r.input_tokens, r.output_tokens) for r in report.totals]
     facts = (
         ("turns", _int(len(report.turns))),
-        ("days", _int(len(_days(report)))),
+        ("days", _int(len(report_days(report)))),
         ("spend (USD)", f"{sum(spend):,.2f}" if spend else _UNKNOWN),
         ("tokens", _compact(sum(t for t in tokens if t is not None)) if any(tokens) else _UNKNOWN),
         ("usage unknown", _int(sum(r.unknown_turns for r in report.totals))),

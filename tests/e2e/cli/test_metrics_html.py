@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from nostr_buzz.core.metrics_html import CHART_NAMES, MAX_CHANNEL_BARS
+from nostr_buzz.core.metrics_charts import CHART_NAMES, MAX_CHANNEL_BARS
 from tests.support.chromium import chromium
 from tests.support.cli import BackgroundLoop, stop_relay
 from tests.support.hostile_metrics import HTML_INJECTIONS, html_injection_metrics

@@ -11,7 +11,8 @@ from html.parser import HTMLParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nostr_buzz.core.metrics_html import CHART_NAMES, charts, percentile, render_html
+from nostr_buzz.core.metrics_charts import CHART_NAMES, charts, percentile
+from nostr_buzz.core.metrics_html import render_html
 from nostr_buzz.core.metrics_report import MetricsReport, OpenedMetric, build_report, open_metric
 from nostr_buzz.event import Event
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
