@@ -16,7 +16,13 @@ from nostr_buzz.core.metrics_html import render_html
 from nostr_buzz.core.metrics_report import MetricsReport, OpenedMetric, build_report, open_metric
 from nostr_buzz.event import Event
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
-from tests.support.hostile_metrics import BIDI, HTML_INJECTIONS, html_injection_metrics
+from tests.support.hostile_metrics import (
+    BIDI,
+    HTML_INJECTIONS,
+    MINE,
+    hostile_metrics,
+    html_injection_metrics,
+)
 from tests.support.metric_scenario import AGENT_A, OWNER, metric, scenario
 
 OWNER_HEX = OWNER.public_key.hex
@@ -176,3 +182,48 @@ def test_no_model_or_channel_name_adds_an_element(model: str, channel: str) -> N
     elements = Elements(page)
     assert set(elements.tags) <= PAGE_TAGS and elements.handlers == []
     assert elements.tags.count("style") == 1 and elements.tags.count("table") == 6
+
+
+def test_the_largest_valid_numbers_give_finite_coordinates() -> None:
+    """2^53 tokens and 10^6 USD in one turn (tests/support/hostile_metrics.py), a cumulative
+    jump, and a turn of cost 0: every coordinate is a number, every point drawn."""
+    opened = (open_metric(OWNER, e) for e in hostile_metrics())
+    report = build_report(
+        [m for m in opened if not isinstance(m, str)], agents=[MINE.public_key.hex]
+    )
+    page = render_html(report, owner=OWNER_HEX)
+    coordinates = re.findall(r' (?:cx|cy|x|y|width|height|points)="([^"]*)"', page)
+    assert coordinates and not any(re.search(r"nan|inf|e", c) for c in coordinates)
+    assert all(declared == marks > 0 for declared, marks in points(page).values() if declared)
+    assert "<dd>18P</dd>" in page and ">20P</text>" in page  # 2^54 tokens, compact
+
+
+def test_a_long_window_draws_every_day_and_labels_some() -> None:
+    def turn(day: int) -> OpenedMetric:
+        moment = 1_767_225_600 + day * 86_400  # 2026-01-01T00:00:00Z onwards
+        payload = MetricPayload(
+            harness="goose",
+            timestamp=day_stamp(day),
+            model="m",
+            turn=TokenCounts(day, 1, day + 1, day / 100),
+        )
+        return OpenedMetric(f"{day:064x}", AGENT_A.public_key.hex, moment, payload)
+
+    report = build_report([turn(d) for d in range(400)])
+    page = render_html(report, owner=OWNER_HEX)
+    assert points(page)["spend"] == (400, 400)
+    spend = page.split('data-chart="spend"')[1].split("</svg>")[0]
+    labels = re.findall(r'text-anchor="middle">(\d\d-\d\d)</text>', spend)
+    assert 5 <= len(labels) <= 14  # thinned to fit, first day first
+    assert labels[0] == "01-01"
+
+
+def day_stamp(day: int) -> str:
+    """The payload timestamp of midday on the ``day``-th day after 2026-01-01."""
+    months = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    year, rest = 2026 + day // 365, day % 365  # 2026 and 2027 are not leap years
+    month = 0
+    while rest >= months[month]:
+        rest -= months[month]
+        month += 1
+    return f"{year}-{month + 1:02d}-{rest + 1:02d}T12:00:00.000Z"
