@@ -463,6 +463,8 @@ def metrics_command(
         text = render_html(
             report, owner=owner_hex, since=since_text, until=until_text, relays=list(fetch.relays)
         )
+        if not report.turns:
+            note("buzz: no metrics in this window (the page's charts are empty)")
     elif not (report.turns if turns else report.totals):
         note("buzz: no metrics in this window")
         return

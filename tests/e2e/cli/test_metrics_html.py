@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from nostr_buzz.core.metrics_charts import CHART_NAMES, MAX_CHANNEL_BARS
+from tests.support import cli
 from tests.support.chromium import chromium
 from tests.support.cli import BackgroundLoop, stop_relay
 from tests.support.hostile_metrics import HTML_INJECTIONS, html_injection_metrics
@@ -220,3 +221,15 @@ def test_an_agents_markup_is_shown_as_text_and_never_runs(
     assert HTML_INJECTIONS["session_id"] in text
     assert HTML_INJECTIONS["channel_id"] in text
     assert "\\u202e" in text and "\u202e" not in text  # bidirectional controls shown, not obeyed
+
+
+@pytest.mark.usefixtures("no_ambient_config")
+def test_an_empty_window_is_a_page_with_empty_charts(
+    relays: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ("--relay", relays[0], "--key", OWNER.hex, "--format", "html", "--since", "2030-01-01")
+    code, out, err = cli.buzz(capsys, "metrics", *argv)
+    assert code == 0, err
+    assert "no metrics in this window" in err
+    assert out.count('data-points="0"') == len(CHART_NAMES) and out.count("no data") == 6
+    assert "from 2030-01-01 00:00:00 UTC to the last" in out
