@@ -56,6 +56,8 @@ _PALETTE: Final = (
     "#666666",
     "#b8a100",
 )
+
+
 # --- text -------------------------------------------------------------------------------------
 
 
@@ -126,8 +128,9 @@ def _colour(i: int) -> str:
 
 
 def _n(x: float) -> str:
-    """A coordinate: one decimal, no ``-0``."""
-    return f"{x + 0.0:.1f}".removesuffix(".0")
+    """A coordinate: one decimal, none when it is 0, and no ``-0``."""
+    text = f"{x:.1f}".removesuffix(".0")
+    return "0" if text == "-0" else text
 
 
 def _nice(x: float) -> float:
