@@ -133,6 +133,22 @@ def test_json_report_has_totals_turns_ignored_counts_and_flags(
     assert "ignored 4 metric event(s)" in err and "manifestValid: false" in err
 
 
+def test_output_writes_the_report_to_a_file_whole(
+    capsys: pytest.CaptureFixture[str], relays: tuple[str, str], tmp_path: Path
+) -> None:
+    code, printed, _ = buzz(capsys, "--format", "csv", *as_owner(relays))
+    assert code == 0
+    report = tmp_path / "usage.csv"
+    report.write_text("an older, longer report\n" * 100)
+    code, out, err = buzz(capsys, "--format", "csv", "-o", str(report), *as_owner(relays))
+    assert (code, out) == (0, "")
+    assert report.read_text() == printed  # replaced whole
+    assert f"report written to {report}" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["usage.csv"]  # no partial file left
+    code, out, err = buzz(capsys, "--output", str(tmp_path), *as_owner(relays))
+    assert (code, out) == (1, "")  # a directory is not a file to write
+
+
 def test_csv_totals_and_turns_have_a_header_line(
     capsys: pytest.CaptureFixture[str], relays: tuple[str, str]
 ) -> None:
@@ -296,6 +312,8 @@ def test_no_relay_reachable_exits_2_with_empty_stdout(capsys: pytest.CaptureFixt
         (["--until", "2026-02-30"], "--until"),
         (["--since", "2026-12-03", "--until", "2026-12-02"], "later than --until"),
         (["--format", "xml"], "--format"),
+        (["--format", "html", "--json"], "--json conflicts with --format html"),
+        (["-o", "/no/such/dir/report.html", "--relay", "ws://127.0.0.1:9"], "not a directory"),
         (["--relay", "http://127.0.0.1:1"], "ws://"),
         (["--no-such-option"], "No such option"),
     ],
