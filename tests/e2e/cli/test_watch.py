@@ -11,6 +11,7 @@ import asyncio
 import fcntl
 import json
 import os
+import re
 import select
 import signal
 import struct
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nostr_buzz.bot.state import BotStore
 from tests.support.fault_harness import (
     BotProcess,
     Cast,
@@ -155,3 +157,19 @@ async def test_watch_shows_the_running_turn_and_the_queue_while_a_slow_agent_run
             ("eng", 3, 0)
         ]
         assert not (state / "bot.sqlite3-wal").exists()  # the watcher left nothing behind
+
+
+def test_watch_once_needs_no_key_nor_the_agent_protocol_nor_rich(tmp_path: Path) -> None:
+    store = BotStore(tmp_path / "state")
+    store.close()
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "nostr_buzz", "watch", "--once", "--state-dir",
+         str(tmp_path / "state")],
+        capture_output=True, env=_env(), timeout=WAIT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout)["queue"] == []
+    modules = set(re.findall(r"import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)", done.stderr.decode()))
+    assert "nostr_buzz.io.watch" in modules  # the measurement sees our own imports
+    heavy = {"acp", "pydantic", "rich", "websockets", "nostr_buzz.bot"}
+    assert not [m for m in modules if m in heavy or m.split(".")[0] in heavy]

@@ -107,6 +107,10 @@ def test_what_is_not_a_bots_state_directory_is_refused_with_its_reason(tmp_path:
     db.mkdir(mode=0o700)
     (db / STATE_DB).symlink_to(shared / STATE_DB)
     assert reason(db) == "unsafe"
+    # A feed that is a link to another file (say the agent's user planted one) is not read.
+    (tmp_path / "secret.txt").write_text('{"seq":1,"timestamp":"x","kind":"agent_started"}\n')
+    (shared / DIAGNOSTICS_FILE).symlink_to(tmp_path / "secret.txt")
+    assert reason(shared) == "unsafe"
 
 
 def test_the_feed_is_followed_as_it_grows_and_through_a_rotation(tmp_path: Path) -> None:
