@@ -22,7 +22,7 @@ from nostr_buzz.nips import nip10
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from nostr_buzz.core.watch import ToolView, TurnView, WatchView
+    from nostr_buzz.core.watch import ChannelView, ToolView, TurnView, WatchView
     from nostr_buzz.io.watch import Watcher
 
 __all__ = ["render", "watch_command"]
@@ -63,65 +63,75 @@ def _tool(tool: ToolView | None) -> str:
     return f"{what}: {tool.decision or '?'}"
 
 
-def _turn_row(turn: TurnView) -> tuple[str, str, str, str]:
+def _turn_row(turn: TurnView) -> tuple[str, ...]:
     who = ", ".join(_short_key(a) for a in turn.actors) or "?"
     where = _channel(turn.queue_channel or turn.channel)
     return where, who, _duration(turn.duration_seconds), _tool(turn.last_tool)
+
+
+def _table(title: str, rows: list[tuple[str, ...]], *columns: str) -> RenderableType:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(title), title_justify="left", expand=False)
+    for column in columns:
+        table.add_column(Text(column))
+    for row in rows:
+        table.add_row(*map(Text, row))
+    return table
+
+
+def _queue_row(c: ChannelView) -> tuple[str, ...]:
+    retry = "-" if not c.attempts else f"{c.attempts} failed"
+    if c.backoff_seconds is not None:
+        retry += f", next in {_duration(c.backoff_seconds)}"
+    counts = (str(c.pending), str(c.in_flight), str(c.cancelled))
+    return (_channel(c.channel), *counts, _duration(c.oldest_age_seconds), retry)
+
+
+def _lines(view: WatchView) -> tuple[str, str, str]:
+    """The header, the outbox line and the spend line."""
+    head = f"buzz watch: {one_line(view.state_dir, 200)}"
+    if view.agent is not None:
+        name = one_line(view.agent.name or "agent", _CELL)
+        since = view.agent.started_at[11:19]  # HH:MM:SS of an RFC 3339 UTC timestamp
+        head += f" | {name}, {'exited' if view.agent.exited else f'up since {since} UTC'}"
+    outbox = view.outbox
+    waiting = "outbox: empty"
+    if outbox.pending:
+        kinds = ", ".join(f"{k.pending} {k.name}" for k in outbox.kinds)
+        oldest = _duration(outbox.oldest_age_seconds or 0.0)
+        waiting = f"outbox: {outbox.pending} waiting ({kinds}), oldest {oldest}"
+    spend = view.spend
+    unknown = f", {spend.turns_without_cost} without a cost" if spend.turns_without_cost else ""
+    plural = "" if spend.turns == 1 else "s"
+    spent = (
+        f"today (UTC {spend.day}): ${spend.cost_usd:.4f} over {spend.turns} turn{plural}"
+        f"{unknown}; no budget configured"
+    )
+    return head, waiting, spent
 
 
 def render(view: WatchView) -> RenderableType:
     """The view as a terminal screen.  Every text is a :class:`rich.text.Text` (never markup)
     and others' text is flattened and escaped (:func:`~nostr_buzz.cli.common.one_line`)."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    def table(title: str, *columns: str) -> Table:
-        t = Table(title=Text(title), title_justify="left", expand=False)
-        for column in columns:
-            t.add_column(Text(column))
-        return t
-
-    agent = view.agent
-    head = f"buzz watch: {one_line(view.state_dir, 200)}"
-    if agent is not None:
-        name = one_line(agent.name or "agent", _CELL)
-        head += f" | {name} {'exited' if agent.exited else 'since ' + agent.started_at}"
-    parts: list[RenderableType] = [Text(head)]
-    if view.running_turns:
-        turns = table("running turns", "channel", "who", "for", "last tool call")
-        for turn in view.running_turns:
-            turns.add_row(*map(Text, _turn_row(turn)))
-        parts.append(turns)
-    else:
-        parts.append(Text("no turn running"))
-    if view.queue:
-        queue = table("queue", "channel", "pending", "in flight", "cancelled", "oldest", "retry")
-        for c in view.queue:
-            retry = "-" if not c.attempts else f"{c.attempts} failed"
-            if c.backoff_seconds is not None:
-                retry += f", next in {_duration(c.backoff_seconds)}"
-            cells = (_channel(c.channel), str(c.pending), str(c.in_flight), str(c.cancelled))
-            queue.add_row(*map(Text, (*cells, _duration(c.oldest_age_seconds), retry)))
-        parts.append(queue)
-    else:
-        parts.append(Text("queue empty"))
-    outbox = view.outbox
-    if outbox.pending:
-        kinds = ", ".join(f"{k.pending} {k.name}" for k in outbox.kinds)
-        oldest = _duration(outbox.oldest_age_seconds or 0.0)
-        parts.append(Text(f"outbox: {outbox.pending} waiting ({kinds}), oldest {oldest}"))
-    else:
-        parts.append(Text("outbox: empty"))
-    spend = view.spend
-    unknown = f", {spend.turns_without_cost} without a cost" if spend.turns_without_cost else ""
-    parts.append(
-        Text(
-            f"today (UTC {spend.day}): ${spend.cost_usd:.4f} over {spend.turns} turn"
-            f"{'' if spend.turns == 1 else 's'}{unknown}; no budget configured"
-        )
+    head, waiting, spent = _lines(view)
+    turns = [_turn_row(turn) for turn in view.running_turns]
+    queue = [_queue_row(c) for c in view.queue]
+    return Group(
+        Text(head),
+        _table("running turns", turns, "channel", "who", "for", "last tool call")
+        if turns
+        else Text("no turn running"),
+        _table("queue", queue, "channel", "pending", "in flight", "cancelled", "oldest", "retry")
+        if queue
+        else Text("queue empty"),
+        Text(waiting),
+        Text(spent),
     )
-    return Group(*parts)
 
 
 def _frame(watcher: Watcher) -> RenderableType:
@@ -130,7 +140,7 @@ def _frame(watcher: Watcher) -> RenderableType:
     try:
         return render(watcher.view())
     except StateError as exc:  # the bot may be mid-way through something: try again
-        return Text(f"buzz watch: cannot read the state: {exc}")
+        return Text(f"buzz watch: cannot read the state: {one_line(str(exc), 300)}")
 
 
 def _open(config: Path | None, state_dir: Path | None) -> Watcher:

@@ -41,6 +41,10 @@ def screen(summary: FeedSummary, snapshot: StateSnapshot) -> str:
 
 def test_the_screen_shows_turns_queue_outbox_and_spend() -> None:
     summary = FeedSummary()
+    started = FeedRecord(
+        0, "2027-01-15T08:00:00.000Z", "agent_started", payload={"agentName": "demo"}
+    )
+    summary.add(started, T0)
     for kind, payload in (
         ("turn_started", {"triggeringEventIds": [EVENT]}),
         ("permission_decision", {"title": "Read notes.md", "decision": "approved"}),
@@ -59,6 +63,7 @@ def test_the_screen_shows_turns_queue_outbox_and_spend() -> None:
     npub = ALICE.public_key.bech32
     assert f"{npub[:12]}…{npub[-4:]}" in text and "1 min 15 s" in text
     assert "Read notes.md: approved" in text
+    assert "buzz watch: /s | demo, up since 08:00:00 UTC" in text
     assert "outbox: 1 waiting (1 metric), oldest 15.0 s" in text
     assert "today (UTC 2027-01-15): $0.0125 over 1 turn; no budget configured" in text
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines()]
