@@ -4,6 +4,7 @@ spend; the state snapshot into queue depth and outbox; the ``--once`` JSON schem
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from nostr_buzz.core.watch import (
@@ -206,3 +207,28 @@ def test_malformed_payload_values_are_ignored_not_fatal() -> None:
     assert first.event_ids == [] and first.actors == []
     assert first.last_tool is not None and first.last_tool.title is None
     assert second.event_ids == [E1] and second.actors == ["not a key"]  # shown as it is
+
+
+def _shape(doc: object) -> object:
+    """The members of a JSON document, at every depth (a list by its first element)."""
+    if isinstance(doc, dict):
+        return {key: _shape(value) for key, value in doc.items()}
+    if isinstance(doc, list):
+        return [_shape(doc[0])] if doc else []
+    return None
+
+
+def test_the_schema_in_docs_cli_md_is_the_one_printed() -> None:
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = docs[docs.index("## `buzz watch`") :]
+    example = json.loads(section[section.index("```json") + 7 : section.index("```\n", 10)])
+    summary = fold(
+        rec("agent_started", T0 - 5, payload={"agentName": "demo"}),
+        started("t1", T0, [E1]),
+        rec("permission_decision", T0 + 1, turn_id="t1",
+            payload={"title": "Read", "toolKind": "read", "decision": "approved"}),
+    )  # fmt: skip
+    snapshot = StateSnapshot(
+        queued=(row(E1, ALICE.public_key.hex),), outbox=(OutboxRow(44200, T0, 0),)
+    )
+    assert _shape(json.loads(view(summary, snapshot).to_json())) == _shape(example)
