@@ -8,6 +8,8 @@ the outbox and today's spend, refreshed in place every second until Ctrl-C (exit
 
 from __future__ import annotations
 
+import io
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
@@ -194,6 +196,9 @@ def _live(watcher: Watcher, first: WatchView, interval: float) -> None:
     from rich.console import Console
     from rich.live import Live
 
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # A terminal whose locale cannot show a character gets an escape, not a crash.
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         with Live(render(first), console=Console(), auto_refresh=False) as live:
             while True:

@@ -38,7 +38,7 @@ WAIT = 20.0
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
+    return {k: v for k, v in os.environ.items() if not k.startswith(("BUZZ_", "PYTHONIO"))}
 
 
 async def watch_once(state: Path) -> dict[str, Any]:
@@ -81,12 +81,12 @@ def _read_screen(fd: int, fragments: tuple[str, ...], timeout: float) -> str:
     raise AssertionError(f"the live view never showed {fragments}: {seen[-2000:]!r}")
 
 
-async def live_screen(state: Path, fragments: tuple[str, ...]) -> str:
-    """``buzz watch`` on a terminal (a pty of 120 columns) until it shows ``fragments``; then
-    Ctrl-C, which must end it with exit 0."""
+async def live_screen(state: Path, fragments: tuple[str, ...], **locale: str) -> str:
+    """``buzz watch`` on a terminal (a pty of 120 columns; ``locale``: its variables) until it
+    shows ``fragments``; then Ctrl-C, which must end it with exit 0."""
     leader, follower = os.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**_env(), "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+    env = {**_env(), "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40", **locale}
     proc = subprocess.Popen(
         [*BUZZ, "watch", "--state-dir", str(state)],
         stdin=follower, stdout=follower, stderr=follower, env=env, start_new_session=True,
@@ -148,6 +148,9 @@ async def test_watch_shows_the_running_turn_and_the_queue_while_a_slow_agent_run
             npub = cast.owner.public_key.bech32
             screen = await live_screen(state, ("running turns", f"{npub[:12]}…", "queue"))
             assert "no budget configured" in screen
+            # A terminal that cannot show "…" (the C locale: ASCII) gets an escape, not a crash.
+            ascii_only = {"LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+            await live_screen(state, ("running turns", f"{npub[:12]}\\u2026"), **ascii_only)
         finally:
             await bot.stop()
         # Stopped: the abandoned turn ended (turn_ended), its mention waits for the next run.
