@@ -81,6 +81,18 @@ def _read_screen(fd: int, fragments: tuple[str, ...], timeout: float) -> str:
     raise AssertionError(f"the live view never showed {fragments}: {seen[-2000:]!r}")
 
 
+def _drain(fd: int, timeout: float) -> None:
+    """Read the terminal until the process has closed it (bounded)."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        try:
+            if ready and not os.read(fd, 65536):
+                return
+        except OSError:  # EIO: every process on the terminal has closed it
+            return
+
+
 async def live_screen(state: Path, fragments: tuple[str, ...], **locale: str) -> str:
     """``buzz watch`` on a terminal (a pty of 120 columns; ``locale``: its variables) until it
     shows ``fragments``; then Ctrl-C, which must end it with exit 0."""
@@ -95,6 +107,7 @@ async def live_screen(state: Path, fragments: tuple[str, ...], **locale: str) ->
     try:
         screen = await asyncio.to_thread(_read_screen, leader, fragments, WAIT)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        await asyncio.to_thread(_drain, leader, WAIT)  # so that its last writes never block
         assert await asyncio.to_thread(proc.wait, WAIT) == 0
         return screen
     finally:
