@@ -359,6 +359,8 @@ class TurnRunner:
             turn.advance(Phase.SETTLED)
             if self.running.get(batch.channel) is turn:
                 del self.running[batch.channel]
+            # Whatever the way out (a cancel before the prompt, a stop): no longer running.
+            self.diagnostics.emit("turn_ended", **turn.ids.as_kwargs(), payload={})
             self._wake()
 
     def _commit(

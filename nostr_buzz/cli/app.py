@@ -106,6 +106,11 @@ COMMANDS: Final[dict[str, LazySpec]] = {
         "demo_command",
         "The whole pipeline on an embedded relay, in one command.",
     ),
+    "watch": (
+        "watch",
+        "watch_command",
+        "A live view of a running bot from its state directory (--once: JSON).",
+    ),
 }
 
 
