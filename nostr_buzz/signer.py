@@ -26,6 +26,7 @@ __all__ = [
     "LocalSigner",
     "Signer",
     "SignerError",
+    "as_signer",
     "check_signed",
     "signed",
     "signer_of",
@@ -92,6 +93,11 @@ async def signed(signer: Signer, unsigned: EventTemplate) -> Event:
     """``unsigned`` signed by ``signer``, checked (:func:`check_signed`): what every place that
     signs through a signer it was given calls."""
     return check_signed(await signer.sign_event(unsigned), unsigned, signer.public_key)
+
+
+def as_signer(key: SecretKey | Signer) -> Signer:
+    """``key`` as a signer: a secret key in a :class:`LocalSigner`, a signer as it is."""
+    return LocalSigner(key) if isinstance(key, SecretKey) else key
 
 
 def signer_of(secret: SecretKey | None, signer: Signer | None) -> Signer | None:
