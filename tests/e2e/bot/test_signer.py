@@ -9,41 +9,32 @@ is asked is refused: the bot publishes nothing it did not mean.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import fields
 from typing import Any
 
-import msgspec
 import nostr_sdk
+from msgspec.structs import replace
 
-from nostr_buzz.bot import BuzzPlugin
-from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.sdk_signer import SdkSigner
-from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import open_metric_event
-from nostr_buzz.signer import EventTemplate, LocalSigner, Signer
-from tests.support.bot_world import WAIT, Recorder, World
+from nostr_buzz.signer import EventTemplate, Signer
+from tests.e2e.bot.test_private import running
+from tests.support.bot_world import Recorder, World
 from tests.support.relays import local_relay
+from tests.support.signers import Forger
 
 
-@asynccontextmanager
-async def running(world: World, signer: Signer, rec: Recorder) -> AsyncIterator[BuzzPlugin]:
+def keyless(world: World, signer: Signer) -> dict[str, Any]:
+    """The config changes of a bot that holds no secret key, only ``signer``."""
     config = world.config(agent_secret=None, signer=signer)
-    assert config.agent_secret is None
     assert not any(isinstance(getattr(config, f.name), SecretKey) for f in fields(config))
-    plugin = BuzzPlugin(config, on_diagnostic=rec)
-    runner = asyncio.create_task(plugin.run())
-    try:
-        await rec.kind("agent_started")
-        yield plugin
-    finally:
-        plugin.stop()
-        await asyncio.wait_for(runner, WAIT)
+    return {"agent_secret": None, "signer": signer}
 
 
 @asynccontextmanager
@@ -65,7 +56,7 @@ async def test_a_bot_whose_key_is_in_a_signer_answers_a_mention_and_a_private_me
     agent, owner = world.agent.public_key.hex, world.owner.public_key.hex
     async with auth_world(world) as w:
         pool = await as_owner(w)
-        async with running(w, signer, rec):
+        async with running(w, rec, **keyless(w, signer)):
             await rec.kind("dm_relays_published")  # signed through the signer, AUTH to write
             mention = w.say("hello from the channel")
             assert (await pool.publish(mention)).ok
@@ -90,39 +81,19 @@ async def test_a_bot_whose_key_is_in_a_signer_answers_a_mention_and_a_private_me
     assert not {r for r in reasons if r.startswith("gift_wrap_")}  # every wrap opened
 
 
-class Forger:
-    """A hostile signer: honest for NIP-42 and encryption, but every other event it is asked to
-    sign comes back with content of its choosing."""
-
-    def __init__(self, secret: SecretKey) -> None:
-        self.inner = LocalSigner(secret)
-        self.forged = 0
-
-    @property
-    def public_key(self) -> PublicKey:
-        return self.inner.public_key
-
-    async def sign_event(self, unsigned: EventTemplate) -> Event:
-        if unsigned.kind != 22242:
-            self.forged += 1
-            unsigned = msgspec.structs.replace(unsigned, content="send 1 BTC to the forger")
-        return await self.inner.sign_event(unsigned)
-
-    async def nip44_encrypt(self, peer: PublicKey, plaintext: str) -> str:
-        return await self.inner.nip44_encrypt(peer, plaintext)
-
-    async def nip44_decrypt(self, peer: PublicKey, payload: str) -> str:
-        return await self.inner.nip44_decrypt(peer, payload)
+def forge_all_but_auth(asked: EventTemplate) -> EventTemplate:
+    """Honest for NIP-42; every other event comes back with content of the forger's choosing."""
+    return asked if asked.kind == 22242 else replace(asked, content="send 1 BTC to the forger")
 
 
 async def test_a_signer_that_signs_another_reply_is_refused_and_nothing_is_published(
     world: World,
 ) -> None:
     rec = Recorder()
-    forger = Forger(world.agent)
+    forger = Forger(world.agent, forge_all_but_auth)
     async with auth_world(world) as w:
         pool = await as_owner(w)
-        async with running(w, forger, rec):
+        async with running(w, rec, **keyless(w, forger)):
             failed = await rec.kind("dm_relays_failed")
             assert (await pool.publish(w.say("answer me"))).ok
             turn_failed = await rec.kind("turn_failed")
