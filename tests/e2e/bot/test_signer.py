@@ -44,7 +44,7 @@ async def auth_world(world: World) -> AsyncIterator[World]:
         yield World(relay, world.owner, world.agent, world.human, world.tmp)
 
 
-async def as_owner(world: World) -> RelayPool:
+def as_owner(world: World) -> RelayPool:
     return RelayPool([world.relay.url], secret=world.owner, timeout=3.0)
 
 
@@ -55,7 +55,7 @@ async def test_a_bot_whose_key_is_in_a_signer_answers_a_mention_and_a_private_me
     signer = await SdkSigner.connect(nostr_sdk.Keys.parse(world.agent.hex))
     agent, owner = world.agent.public_key.hex, world.owner.public_key.hex
     async with auth_world(world) as w:
-        pool = await as_owner(w)
+        pool = as_owner(w)
         async with running(w, rec, **keyless(w, signer)):
             await rec.kind("dm_relays_published")  # signed through the signer, AUTH to write
             mention = w.say("hello from the channel")
@@ -92,7 +92,7 @@ async def test_a_signer_that_signs_another_reply_is_refused_and_nothing_is_publi
     rec = Recorder()
     forger = Forger(world.agent, forge_all_but_auth)
     async with auth_world(world) as w:
-        pool = await as_owner(w)
+        pool = as_owner(w)
         async with running(w, rec, **keyless(w, forger)):
             failed = await rec.kind("dm_relays_failed")
             assert (await pool.publish(w.say("answer me"))).ok
