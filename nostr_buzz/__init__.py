@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from nostr_buzz.event import Event, sign_event
     from nostr_buzz.io.agent_driver import AgentDriver
     from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
+    from nostr_buzz.io.fetch import FetchResult, fetch_event
     from nostr_buzz.io.metrics_reader import read_metrics
     from nostr_buzz.io.outbox import Outbox
     from nostr_buzz.io.pool import RelayPool
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     )
     from nostr_buzz.profile import Profile
     from nostr_buzz.signer import EventTemplate, LocalSigner, Signer, SignerError
+    from nostr_buzz.timestamps import metric_timestamp
 
 #: Where each public name lives.  Nothing is imported until a name is asked for.
 _EXPORTS: dict[str, str] = {
@@ -108,6 +110,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("Event", "sign_event"), "nostr_buzz.event"),
     "AgentDriver": "nostr_buzz.io.agent_driver",
     **dict.fromkeys(("DiagnosticRecord", "DiagnosticsFeed"), "nostr_buzz.io.diagnostics"),
+    **dict.fromkeys(("FetchResult", "fetch_event"), "nostr_buzz.io.fetch"),
     "read_metrics": "nostr_buzz.io.metrics_reader",
     "Outbox": "nostr_buzz.io.outbox",
     "RelayPool": "nostr_buzz.io.pool",
@@ -130,6 +133,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         ("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"
     ),
+    "metric_timestamp": "nostr_buzz.timestamps",
 }
 
 __all__ = [
@@ -152,6 +156,7 @@ __all__ = [
     "DispatchQueue",
     "Event",
     "EventTemplate",
+    "FetchResult",
     "InProcessAgent",
     "InvalidEvent",
     "InvalidKey",
@@ -195,7 +200,9 @@ __all__ = [
     "compile_turn",
     "escape_attribute",
     "escape_text",
+    "fetch_event",
     "manifest_from_layers",
+    "metric_timestamp",
     "open_metric_event",
     "read_metrics",
     "sign_event",

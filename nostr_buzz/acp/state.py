@@ -261,8 +261,8 @@ def count_usage(
             input_tokens=fact.input_tokens,
             output_tokens=fact.output_tokens,
             total_tokens=fact.total_tokens,
-            cached_read_tokens=fact.cached_read_tokens,
-            cached_write_tokens=fact.cached_write_tokens,
+            cache_read_tokens=fact.cache_read_tokens,
+            cache_write_tokens=fact.cache_write_tokens,
         )
 
 
@@ -336,6 +336,11 @@ class Session:
         if isinstance(fact, AgentFact):
             return self._agent_fact(fact, now)
         return ()
+
+    def may_steer(self) -> bool:
+        """Whether a steer may go on the wire now: one steer at a time per running prompt (the
+        rule's only place; a caller that holds several steers queues them)."""
+        return not (self.steering and self.turn is not None)
 
     def _record(self, now: float) -> TurnRecord:
         return TurnRecord(now, now, now + self.timeouts.hard)

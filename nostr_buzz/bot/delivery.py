@@ -43,12 +43,11 @@ from nostr_buzz.io.diagnostics import DiagnosticKind, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import dm_relays_of
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
-from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip10, nip17, nip44, nip59
+from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
-from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
-from nostr_buzz.signer import EventTemplate, signed, template
+from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event_async
+from nostr_buzz.signer import EventTemplate, signed
 
 from .config import PluginConfig
 from .outputs import (
@@ -78,6 +77,8 @@ class Signed:
     #: Wrap id → (answer id, message answered, addressee) for a private answer's reports.
     wraps: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
     metric: bool = False
+    #: The metric's turn cost (USD), for its ``metric_queued`` diagnostic.
+    cost_usd: float | None = None
 
 
 class Delivery:
@@ -102,16 +103,12 @@ class Delivery:
         self.write_pool = RelayPool(
             config.write_relays, signer=self.signer, timeout=config.relay_timeout
         )
-        # MetricPublisher sends every stored event; its pools authenticate through the signer.
-        # It still wants a secret key (its own metric building, and NIP-42 on a wrap's DM
-        # relays): the agent's when it is local, else a stand-in until it takes a signer.
+        # MetricPublisher keeps and sends every stored event, answering NIP-42 through the signer.
         self.publisher = MetricPublisher(
-            config.agent_secret or SecretKey.generate(),
+            self.signer,
             config.owner,
             store.outbox,
-            lambda: RelayPool(
-                config.write_relays, signer=self.signer, timeout=config.relay_timeout
-            ),
+            list(config.write_relays),
             timeout=config.relay_timeout,
             clock=clock,
             on_report=self._on_report,
@@ -138,11 +135,12 @@ class Delivery:
         """The turn's metric, signed; None when the payload is invalid or the signer failed
         (reported as ``metric_invalid``)."""
         try:
-            event = await _metric_event(self.config, payload)
+            event = await build_metric_event_async(self.signer, self.config.owner, payload)
         except BuzzError as exc:
             self._diagnostics.emit("metric_invalid", **ids.as_kwargs(), payload={"error": str(exc)})
             return None
-        return Signed([event], ids, metric=True)
+        cost = payload.turn.cost_usd if payload.turn is not None else None
+        return Signed([event], ids, metric=True, cost_usd=cost)
 
     async def sign_reply(
         self,
@@ -186,7 +184,9 @@ class Delivery:
             if event.id in signed_events.wraps:
                 self._wraps[event.id] = signed_events.wraps[event.id]
             if signed_events.metric:
-                self._diagnostics.metric_queued(event.id, **(ids.as_kwargs() if ids else {}))
+                cost = signed_events.cost_usd
+                kwargs = ids.as_kwargs() if ids else {}
+                self._diagnostics.metric_queued(event.id, cost_usd=cost, **kwargs)
         return list(signed_events.events)
 
     async def _sign_private(
@@ -388,20 +388,3 @@ class Delivery:
             "dm_relays_published" if result.ok else "dm_relays_failed",
             payload={"eventId": event.id, "relays": result.accepted},
         )
-
-
-async def _metric_event(config: PluginConfig, payload: MetricPayload) -> Event:
-    """The turn's kind 44200 metric, built by :func:`build_metric_event` with the agent's key
-    when it is local; through a signer, the same payload (validated, encoded and encrypted by
-    ``build_metric_event`` to a stand-in key, read back) is encrypted and signed by the signer.
-    Replaced by ``build_metric_event`` over a signer once NIP-AM takes one."""
-    if config.agent_secret is not None:
-        return build_metric_event(config.agent_secret, config.owner, payload)
-    stand_in = SecretKey.generate()
-    draft = build_metric_event(stand_in, config.owner, payload)
-    plaintext = nip44.decrypt(draft.content, nip44.conversation_key(stand_in, config.owner))
-    signer = config.signer
-    content = await signer.nip44_encrypt(config.owner, plaintext)
-    tags = (("p", config.owner.hex), ("agent", signer.public_key.hex))
-    kind, when = draft.kind, draft.created_at
-    return await signed(signer, template(kind=kind, content=content, tags=tags, created_at=when))

@@ -5,7 +5,8 @@ reported as an ``event_rejected`` diagnostic), served by another shard (silently
 to the queue.  The rules:
 
 * **Owner commands.** A kind 9 from the owner that mentions the agent and whose content, after
-  leading ``nostr:npub…``/``@name`` tokens, starts with ``!cancel`` or ``!shutdown``.  Commands
+  leading ``nostr:npub…``/``@name`` tokens, starts with ``!cancel``, ``!new`` (the channel's next
+  turn opens a new agent session) or ``!shutdown``.  Commands
   are never queued and bypass the shard filter.
 * **Gate.** The agent's own events never start a turn (no loops).  Other agents (``gate.agents``
   or a NIP-24 ``bot`` profile seen earlier) start one only when they mention this agent, even
@@ -63,7 +64,7 @@ __all__ = [
 
 _LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@\S+)")
 
-CommandName = Literal["cancel", "shutdown"]
+CommandName = Literal["cancel", "new", "shutdown"]
 
 
 @dataclass(frozen=True)
@@ -120,16 +121,13 @@ Decision = Admit | Refuse | Command
 
 
 def owner_command(content: str) -> CommandName | None:
-    """``cancel`` or ``shutdown`` when the content is an owner command, else None."""
+    """``cancel``, ``new`` or ``shutdown`` when the content is an owner command, else None."""
     rest = content
     while (match := _LEADING_MENTION.match(rest)) is not None:
         rest = rest[match.end() :]
     word = rest.strip().split(maxsplit=1)
-    if word and word[0] == "!cancel":
-        return "cancel"
-    if word and word[0] == "!shutdown":
-        return "shutdown"
-    return None
+    commands: dict[str, CommandName] = {"!cancel": "cancel", "!new": "new", "!shutdown": "shutdown"}
+    return commands.get(word[0]) if word else None
 
 
 def refusal(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -> str | None:

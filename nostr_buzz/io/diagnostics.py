@@ -39,7 +39,7 @@ __all__ = [
 AgentDiagnosticKind = Literal[
     "agent_started",  # {agentName, protocolVersion, steeringSupported, pid}
     "agent_exited",  # {returncode}
-    "session_started",  # {standingStrategy, permissionMode?}
+    "session_started",  # {standingStrategy, permissionMode?, reopened?}
     "session_retired",  # {}
     "steer_sent",  # {method, result}
     "permission_policy_failed",  # {error}
@@ -56,6 +56,7 @@ DiagnosticKind = (
         "prompt_context_steer",
         "turn_completed",
         "turn_failed",
+        "turn_ended",  # {}: the turn left the running turns (settled, cancelled, abandoned)
         "event_dead_lettered",
         # what reached the bot
         "event_rejected",
@@ -68,13 +69,14 @@ DiagnosticKind = (
         "agent_restarted",
         "agent_restart_failed",
         "session_replaced",
+        "session_not_resumed",  # {adapterSessionId, reason, error?}: a new session instead
         "agent_group_ended",  # {pgid, processes, signal, left}: a killed run's leftover group
         "agent_group_spared",  # {pgid, processes, reason}: a recorded group left alone
         # what the bot sends
         "reply_published",
         "reply_failed",
         "reply_split",
-        "metric_queued",
+        "metric_queued",  # {eventId, costUsd}: the turn's cost, null when not reported
         "metric_published",
         "metric_invalid",
         "outbox_nudged",
@@ -324,16 +326,19 @@ class DiagnosticsFeed:
         self,
         event_id: str,
         *,
+        cost_usd: float | None = None,
         channel_id: str | None = None,
         session_id: str | None = None,
         turn_id: str | None = None,
     ) -> DiagnosticRecord:
+        """A metric stored in the outbox, with the turn's cost in USD (what ``buzz watch``
+        sums as the day's spend; None when the agent reported none)."""
         return self.emit(
             "metric_queued",
             channel_id=channel_id,
             session_id=session_id,
             turn_id=turn_id,
-            payload={"eventId": event_id},
+            payload={"eventId": event_id, "costUsd": cost_usd},
         )
 
     def metric_published(
