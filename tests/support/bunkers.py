@@ -71,9 +71,14 @@ async def ndk_bunker(
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "BUNKER_KEY": key.hex}
     env["BUNKER_SECRET"] = secret
     process = await asyncio.create_subprocess_exec(
-        "node", str(SCRIPT), *relays, cwd=AGENTS, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        "node",
+        str(SCRIPT),
+        *relays,
+        cwd=AGENTS,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     bunker = NdkBunker(bunker_uri(key.public_key, relays, secret), secret, process)
 
     async def read() -> None:
