@@ -54,6 +54,7 @@ async def serve(plugin: BuzzPlugin) -> None:
 
 _METAVARS = {
     "secret_key": "KEY",
+    "signer.bunker": "URI",
     "key_file": "FILE",
     "key_env": "NAME",
     "owner": "KEY",
@@ -75,6 +76,14 @@ _METAVARS = {
 }
 
 
+#: What a setting's help adds to the rule (flag, variable, file).
+_NOTES = {
+    "signer.bunker": "The agent's key in a NIP-46 bunker (bunker://…): it holds a secret, so "
+    "prefer $BUZZ_BUNKER or buzz.toml, since a command line is readable by every user "
+    "(/proc/PID/cmdline).",
+}
+
+
 def _param_name(setting: Setting) -> str:
     return "setting__" + setting.name.replace(".", "__")
 
@@ -84,6 +93,8 @@ def _option(setting: Setting) -> inspect.Parameter:
     base = setting.base
     origin = get_origin(base)
     help_text = f"buzz.toml: {setting.name}; else ${setting.env}."
+    if setting.name in _NOTES:
+        help_text = f"{_NOTES[setting.name]} {help_text}"
     metavar = _METAVARS.get(setting.name)
     kind: Any
     flags = [setting.flag]

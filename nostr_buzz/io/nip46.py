@@ -17,25 +17,30 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Final, TypeVar
 
 from nostr_buzz.core.text import LINE_BREAKS
-from nostr_buzz.errors import Nip46Error
+from nostr_buzz.errors import ConfigError, InvalidKey, Nip46Error
 from nostr_buzz.event import Event
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip46
 from nostr_buzz.nips.nip46 import BunkerUri, Request, Response
 from nostr_buzz.signer import EventTemplate, SignerError, check_signed
 
+from .filemodes import open_private, read_private
 from .relay import RelayClient
 
-__all__ = ["DEFAULT_TIMEOUT", "Nip46Signer"]
+__all__ = ["CLIENT_KEY_FILE", "DEFAULT_TIMEOUT", "Nip46Signer", "client_key_in"]
 
 T = TypeVar("T")
 
 #: Seconds one call may take (a person approving a request in their bunker needs a while).
 DEFAULT_TIMEOUT: Final = 30.0
+#: The client key a bot keeps in its state directory (``0600``), so that its bunker, which
+#: remembers the client, serves it again after a restart.
+CLIENT_KEY_FILE: Final = "nip46-client.key"
 #: Characters of a bunker's error text repeated in a :class:`SignerError`.
 _ERROR_SHOWN: Final = 200
 
@@ -56,6 +61,31 @@ def _flat(text: str) -> str:
     """A bunker's text on one line, cut short: it is a stranger's text."""
     flat = "".join(" " if c in LINE_BREAKS or not c.isprintable() else c for c in text)
     return flat if len(flat) <= _ERROR_SHOWN else flat[: _ERROR_SHOWN - 1] + "…"
+
+
+def client_key_in(state_dir: str | Path) -> SecretKey:
+    """The NIP-46 client key kept in ``state_dir`` (:data:`CLIENT_KEY_FILE`), made on first use.
+
+    It is not the agent's key, but whoever holds it may ask the bunker to sign for as long as
+    the bunker serves this client: it is a private file of the private state directory."""
+    path = Path(state_dir) / CLIENT_KEY_FILE
+    try:
+        with read_private(path) as file:
+            text = file.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        key = SecretKey.generate()
+        with open_private(path, append=False) as file:
+            file.write(key.hex.encode() + b"\n")
+        return key
+    except OSError as exc:
+        raise ConfigError(f"cannot read the NIP-46 client key {path}: {exc.strerror}") from None
+    try:
+        return SecretKey.from_str(text.strip())
+    except InvalidKey:
+        raise ConfigError(
+            f"{path} does not hold a NIP-46 client key: remove it (a new one is made, and the "
+            "bunker must accept it as a new client)"
+        ) from None
 
 
 class Nip46Signer:
