@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final, cast
 
 from nostr_buzz.config import AuthorGate, ConfigSources, InFlightPolicy, Permissions, ReplyMode
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
@@ -16,8 +17,12 @@ from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
+from nostr_buzz.signer import LocalSigner, Signer
 
 __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
+
+#: PluginConfig's ``signer`` until ``__post_init__`` makes one from ``agent_secret``.
+_NO_SIGNER: Final = cast(Signer, None)
 
 
 @dataclass(frozen=True)
@@ -42,11 +47,20 @@ def shard_of(destination: str, count: int) -> int:
     return int.from_bytes(hashlib.sha256(destination.encode("utf-8")).digest(), "big") % count
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PluginConfig:
-    """Everything the plugin needs, already resolved (keys parsed, files read)."""
+    """Everything the plugin needs, already resolved (keys parsed, files read).
 
-    agent_secret: SecretKey
+    The agent's key is ``agent_secret`` (held in this process) or ``signer`` (any
+    :class:`~nostr_buzz.signer.Signer`: a NIP-46 bunker, another library's signer), exactly one.
+    The bot signs, encrypts, decrypts and authenticates only through :attr:`signer`, which is a
+    :class:`~nostr_buzz.signer.LocalSigner` of ``agent_secret`` when that was given.
+    """
+
+    #: The agent's secret key, when it lives in this process.
+    agent_secret: SecretKey | None = None
+    #: Who signs for the agent (ready: its public key known); set from ``agent_secret`` if absent.
+    signer: Signer = _NO_SIGNER
     owner: PublicKey
     read_relays: tuple[str, ...]
     write_relays: tuple[str, ...]
@@ -97,9 +111,21 @@ class PluginConfig:
     #: ``MODULE:ATTR`` of an in-process agent (``[agent] module``), instead of the command.
     agent_module: str | None = None
 
+    def __post_init__(self) -> None:
+        secret, signer = self.agent_secret, cast(Signer | None, self.signer)
+        if signer is None:
+            if secret is None:
+                raise ConfigError("PluginConfig needs the agent's key: agent_secret or signer")
+            object.__setattr__(self, "signer", LocalSigner(secret))
+        elif not isinstance(signer, Signer):
+            raise ConfigError(f"PluginConfig signer: {type(signer).__name__} is not a Signer")
+        elif secret is not None and not _signs_as(signer, secret):
+            # (dataclasses.replace passes both back: the LocalSigner made from the same key)
+            raise ConfigError("PluginConfig takes agent_secret or signer, not both")
+
     def __repr__(self) -> str:  # never the secret key
         return (
-            f"PluginConfig(agent={self.agent_secret.public_key.hex}, owner={self.owner.hex}, "
+            f"PluginConfig(agent={self.signer.public_key.hex}, owner={self.owner.hex}, "
             f"command={self.agent_command!r}, state_dir={str(self.state_dir)!r}, …)"
         )
 
@@ -179,6 +205,10 @@ class PluginConfig:
             max_recipients=file.private.max_recipients,
             give_up_after=file.outbox.give_up_after,
         )
+
+
+def _signs_as(signer: Signer, secret: SecretKey) -> bool:
+    return isinstance(signer, LocalSigner) and signer.public_key == secret.public_key
 
 
 def _check_agent_choice(command: str | None, module: str | None, user: str | None) -> None:

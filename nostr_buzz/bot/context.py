@@ -34,12 +34,12 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import conversation
 from nostr_buzz.io.relay_info import relay_pubkeys
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND, IgnoredMetadata, newest_group_metadata
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.profile import METADATA_KIND, Profile
+from nostr_buzz.signer import Signer
 
 from .supervisor import ChannelSession
 
@@ -191,7 +191,7 @@ class ContextResolver:
         limit: int,
         timeout: float,
         known_agents: set[str],
-        secret: SecretKey | None = None,
+        signer: Signer | None = None,
         owner: str | None = None,
         trusted_authors: Callable[[], Collection[str]] | None = None,
         on_untrusted: Callable[[Event, str], None] | None = None,
@@ -208,8 +208,8 @@ class ContextResolver:
         self._relay_keys: dict[str, str] | None = None
         self._relay_keys_lock = asyncio.Lock()
         self.agent = agent
-        #: The agent's key opens the gift wraps of a private conversation's history.
-        self.secret = secret
+        #: The agent's signer opens the gift wraps of a private conversation's history.
+        self.signer = signer
         # Private messages are never fetched as plaintext events.
         self.kinds = tuple(k for k in kinds if k != nip17.PRIVATE_MESSAGE_KIND)
         self.limit = limit
@@ -244,10 +244,10 @@ class ContextResolver:
 
     async def private_history(self, newest: PrivateEvent) -> History:
         """The newest ``limit`` messages of the private conversation with the sender."""
-        if self.secret is None:
+        if self.signer is None:
             return NO_HISTORY
         messages, truncated = await conversation(
-            self.secret, self.pool.urls, newest.pubkey, limit=self.limit, timeout=self.timeout
+            self.signer, self.pool.urls, newest.pubkey, limit=self.limit, timeout=self.timeout
         )
         kept: list[Event] = list(messages)
         return History("dm", kept, len(kept) + (1 if truncated else 0), truncated)

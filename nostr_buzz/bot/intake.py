@@ -83,7 +83,7 @@ class Gate:
     @classmethod
     def of(cls, config: PluginConfig) -> Gate:
         return cls(
-            agent=config.agent_secret.public_key.hex,
+            agent=config.signer.public_key.hex,
             owner=config.owner.hex,
             kinds=frozenset(config.kinds),
             channels=frozenset(config.channels),

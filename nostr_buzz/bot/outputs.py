@@ -17,7 +17,7 @@ from shows it:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -25,12 +25,12 @@ from typing import Final
 from nostr_buzz.acp.types import TurnResult
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.errors import BuzzError
-from nostr_buzz.event import Event, sign_event
-from nostr_buzz.keys import SecretKey
+from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10, nip17, nip22
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
+from nostr_buzz.signer import EventTemplate, template
 from nostr_buzz.timestamps import rfc3339_ms
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
@@ -38,7 +38,6 @@ _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 __all__ = [
     "TurnIds",
     "build_private_reply",
-    "build_reply",
     "dead_letter_notice",
     "metric_payload",
     "private_audience",
@@ -46,6 +45,7 @@ __all__ = [
     "reply_form",
     "reply_parts",
     "reply_tags",
+    "reply_template",
     "reply_text",
     "split_text",
     "tagged_parts",
@@ -114,10 +114,10 @@ def reply_form(agent: str, target: Event) -> tuple[int, list[list[str]]]:
     return CHAT_KIND, reply_tags(target, agent)
 
 
-def build_reply(secret: SecretKey, target: Event, text: str, created_at: int) -> Event:
-    """The signed public reply to ``target``, in its kind."""
-    kind, tags = reply_form(secret.public_key.hex, target)
-    return sign_event(secret, kind=kind, content=text, tags=tags, created_at=created_at)
+def reply_template(agent: str, target: Event, text: str, created_at: int) -> EventTemplate:
+    """The unsigned public reply of ``agent`` (hex) to ``target``, in its kind."""
+    kind, tags = reply_form(agent, target)
+    return template(kind=kind, content=text, tags=tags, created_at=created_at)
 
 
 def _note_reply_tags(target: Event, agent: str) -> list[list[str]]:
@@ -198,31 +198,25 @@ def split_text(text: str, max_bytes: int) -> list[str]:
 
 
 def reply_parts(
-    secret: SecretKey, target: Event, text: str, created_at: int, max_bytes: int
-) -> list[Event]:
-    """The public reply to ``target`` as ordered parts that each fit ``max_bytes`` of content
-    (one event when it fits)."""
-    kind, tags = reply_form(secret.public_key.hex, target)
-    return tagged_parts(secret, kind, tags, text, created_at, max_bytes)
+    agent: str, target: Event, text: str, created_at: int, max_bytes: int
+) -> list[EventTemplate]:
+    """The public reply of ``agent`` (hex) to ``target`` as ordered unsigned parts that each
+    fit ``max_bytes`` of content (one event when it fits)."""
+    kind, tags = reply_form(agent, target)
+    return tagged_parts(kind, tags, text, created_at, max_bytes)
 
 
 def tagged_parts(
-    secret: SecretKey,
-    kind: int,
-    tags: list[list[str]],
-    text: str,
-    created_at: int,
-    max_bytes: int,
-) -> list[Event]:
-    """Events of ``kind`` with ``tags`` carrying ``text`` in order: ``[k/n]`` leads each part,
-    and part k is dated ``created_at + k - 1`` so that readers keep the order."""
+    kind: int, tags: Sequence[Sequence[str]], text: str, created_at: int, max_bytes: int
+) -> list[EventTemplate]:
+    """Unsigned events of ``kind`` with ``tags`` carrying ``text`` in order: ``[k/n]`` leads
+    each part, and part k is dated ``created_at + k - 1`` so that readers keep the order."""
     chunks = split_text(text, max_bytes - 16) if len(text.encode("utf-8")) > max_bytes else [text]
     total = len(chunks)
 
-    def part(k: int, chunk: str) -> Event:
+    def part(k: int, chunk: str) -> EventTemplate:
         content = chunk if total == 1 else f"[{k}/{total}]\n{chunk}"
-        when = created_at + k - 1
-        return sign_event(secret, kind=kind, content=content, tags=tags, created_at=when)
+        return template(kind=kind, content=content, tags=tags, created_at=created_at + k - 1)
 
     return [part(k, chunk) for k, chunk in enumerate(chunks, start=1)]
 

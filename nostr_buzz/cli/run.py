@@ -148,7 +148,7 @@ def start_line(settings: PluginConfig, config_file: Path | None) -> str:
     gate = settings.gate + (", mentions required" if settings.mentions_required else "")
     where = f"; config {config_file}" if config_file is not None else ""
     return (
-        f"buzz: agent {settings.agent_secret.public_key.bech32} on {relays}; "
+        f"buzz: agent {settings.signer.public_key.bech32} on {relays}; "
         f"{command}; gate: {gate}; in-flight policy: {settings.in_flight}; "
         f"state in {settings.state_dir}{where}"
     )
@@ -218,7 +218,7 @@ def _token_summary(settings: PluginConfig, event: Event | None) -> str:
     (NIP-44 is symmetric: the agent's key opens what it encrypted)."""
     from nostr_buzz.nips import nip44
 
-    if event is None:
+    if event is None or settings.agent_secret is None:
         return "tokens unknown"
     try:
         key = nip44.conversation_key(settings.agent_secret, settings.owner)
