@@ -26,15 +26,20 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 import typer
 
-from nostr_buzz.cli.common import ConfigOption, run, sources
+from nostr_buzz.cli.common import ConfigOption, one_line, run, sources
 from nostr_buzz.cli.output import CliFailure, ExitCode, note
-from nostr_buzz.config import SETTINGS, ConfigSources, Setting
+from nostr_buzz.config import SETTINGS, SETTINGS_BY_NAME, ConfigSources, Setting
 from nostr_buzz.errors import AgentError, ConfigError, RelayError
+from nostr_buzz.signer import SignerError
 
 if TYPE_CHECKING:
+    from nostr_buzz.agent import InProcessAgent
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
     from nostr_buzz.event import Event
     from nostr_buzz.io.diagnostics import DiagnosticRecord
+    from nostr_buzz.io.nip46 import Nip46Signer
+    from nostr_buzz.nips.nip46 import BunkerUri
+    from nostr_buzz.signer import Signer
 
 
 async def serve(plugin: BuzzPlugin) -> None:
@@ -254,6 +259,7 @@ def _run(
     pass_env: list[str] | None = None,
 ) -> None:
     from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
+    from nostr_buzz.bot.config import state_directory
     from nostr_buzz.io.inprocess import load_agent
 
     overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
@@ -272,41 +278,42 @@ def _run(
     try:
         parsed_shard = parse_shard(shard) if shard is not None else None
         cfg: ConfigSources = sources(config, overrides)
-        settings = PluginConfig.from_sources(cfg, shard=parsed_shard, pass_env=pass_env or ())
-        # Imported before anything starts, so a bad spec is a configuration error.
-        agent_object = load_agent(settings.agent_module) if settings.agent_module else None
+        bunker = cfg.bunker()
+        state = state_directory(cfg)
     except ConfigError as exc:
         raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
-    if overrides["secret_key"] is not None and settings.agent_user is not None:
-        # The command line of a process is world-readable (/proc/PID/cmdline): the agent's
-        # user would read the key that running it as another user keeps from it.
-        raise CliFailure(
-            ExitCode.BAD_INPUT,
-            f"--key puts the bot's secret key in its command line, which the agent's user "
-            f"{settings.agent_user!r} can read (/proc/PID/cmdline): refusing it with [agent] "
-            f"user; give the key as --key-file FILE (mode 0600) or --key-env NAME, or "
-            f"key_file / key_env in buzz.toml",
-        )
-    if settings.agent_module is not None:
-        note(
-            "buzz: warning: the in-process agent runs inside the bot and can read its key and "
-            "state; run an agent you do not fully trust as an ACP command with [agent] user"
-        )
-    elif cfg.file.agent.user is None:
-        note(
-            "buzz: warning: the agent runs as this same OS user and can read the bot's key and "
-            'state; set [agent] user = "NAME" (or --agent-user NAME) to run it as another user'
-        )
-    reporter = TurnReporter(note, settings.state_dir, time.monotonic)
+
+    def resolve(signer: Signer | None) -> tuple[PluginConfig, InProcessAgent | None]:
+        try:
+            settings = PluginConfig.from_sources(
+                cfg, shard=parsed_shard, pass_env=pass_env or (), signer=signer
+            )
+            # Imported before anything starts, so a bad spec is a configuration error.
+            agent_object = load_agent(settings.agent_module) if settings.agent_module else None
+        except ConfigError as exc:
+            raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
+        _check_command_line(settings, overrides)
+        _warn_about_the_agent(settings, bunker is not None)
+        return settings, agent_object
+
+    # With a bunker the configuration is resolved once it has told the agent's key.
+    resolved = resolve(None) if bunker is None else None
+    reporter = TurnReporter(note, state, time.monotonic)
 
     async def body() -> None:
-        plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
-        reporter.stopping = lambda: plugin.stopping
-        reporter.tokens_of = lambda event_id: _token_summary(
-            settings, _stored_metric(plugin, event_id)
-        )
-        note(start_line(settings, cfg.path))
-        await serve(plugin)
+        signer = None if bunker is None else await connect_bunker(bunker, state, cfg)
+        try:
+            settings, agent_object = resolved or resolve(signer)
+            plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
+            reporter.stopping = lambda: plugin.stopping
+            reporter.tokens_of = lambda event_id: _token_summary(
+                settings, _stored_metric(plugin, event_id)
+            )
+            note(start_line(settings, cfg.path))
+            await serve(plugin)
+        finally:
+            if signer is not None:
+                await signer.close()
 
     try:
         run(body())
@@ -314,11 +321,62 @@ def _run(
         raise CliFailure(
             ExitCode.BAD_INPUT,
             f"the agent could not be started: {exc}; check --agent (or [agent] command in "
-            f"buzz.toml) and {settings.state_dir / 'agent.log'}",
+            f"buzz.toml) and {state / 'agent.log'}",
         ) from None
-    except RelayError as exc:
+    except (RelayError, SignerError) as exc:
         raise CliFailure(ExitCode.NETWORK, str(exc)) from None
     note("buzz: stopped")
+
+
+async def connect_bunker(bunker: BunkerUri, state: Path, cfg: ConfigSources) -> Nip46Signer:
+    """The agent's signer in its NIP-46 bunker, connected with the client key kept in the state
+    directory (a bunker that remembers it serves the bot again after a restart)."""
+    from nostr_buzz.io.filemodes import private_dir
+    from nostr_buzz.io.nip46 import Nip46Signer, client_key_in
+
+    try:
+        client = client_key_in(private_dir(state))
+    except (ConfigError, OSError) as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"state directory {state}: {exc}") from None
+    note(f"buzz: asking the NIP-46 bunker on {', '.join(bunker.relays)} for the agent's key")
+    return await Nip46Signer.connect(
+        bunker,
+        client_secret=client,
+        timeout=cfg.file.signer.timeout,
+        on_auth_url=lambda url: note(f"buzz: the bunker asks for approval at {one_line(url, 300)}"),
+    )
+
+
+def _check_command_line(settings: PluginConfig, overrides: dict[str, Any]) -> None:
+    """The command line of a process is world-readable (/proc/PID/cmdline): with [agent] user,
+    the agent's user would read there what running it as another user keeps from it."""
+    if settings.agent_user is None:
+        return
+    for name, what in (("secret_key", "secret key"), ("signer.bunker", "bunker's secret")):
+        setting = SETTINGS_BY_NAME[name]
+        if overrides[name] is not None:
+            raise CliFailure(
+                ExitCode.BAD_INPUT,
+                f"{setting.flag} puts the bot's {what} in its command line, which the agent's "
+                f"user {settings.agent_user!r} can read (/proc/PID/cmdline): refusing it with "
+                f"[agent] user; give it in buzz.toml (mode 0600) or ${setting.env}"
+                + (", or as --key-file FILE / --key-env NAME" if name == "secret_key" else ""),
+            )
+
+
+def _warn_about_the_agent(settings: PluginConfig, bunker: bool) -> None:
+    what = "its NIP-46 client key (so ask the bunker to sign)" if bunker else "its key"
+    if settings.agent_module is not None:
+        note(
+            f"buzz: warning: the in-process agent runs inside the bot and can read {what} and "
+            "state; run an agent you do not fully trust as an ACP command with [agent] user"
+        )
+    elif settings.agent_user is None:
+        note(
+            f"buzz: warning: the agent runs as this same OS user and can read the bot's "
+            f"{'NIP-46 client key (so ask the bunker to sign)' if bunker else 'key'} and state; "
+            'set [agent] user = "NAME" (or --agent-user NAME) to run it as another user'
+        )
 
 
 def run_command(
