@@ -125,9 +125,7 @@ _EXPORTS: dict[str, str] = {
         "nostr_buzz.nips.nip_am",
     ),
     "Profile": "nostr_buzz.profile",
-    **dict.fromkeys(
-        ("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"
-    ),
+    **dict.fromkeys(("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"),
 }
 
 __all__ = [

@@ -55,6 +55,7 @@ __all__ = [
     "parse_bunker",
     "parse_env_names",
     "parse_relay_list",
+    "state_directory",
     "validate_relay_url",
 ]
 
@@ -808,3 +809,11 @@ class ConfigSources:
         if owner is None:
             raise ConfigError(f"no owner configured: give {self.OWNER_SOURCES}")
         return owner
+
+
+def state_directory(sources: ConfigSources, state_dir: str | None = None) -> Path:
+    """The bot's state directory: ``state_dir`` or the effective ``state_dir`` setting,
+    relative to the config file's directory (without one: the working directory), made
+    absolute now so that no later change of directory moves the bot's state."""
+    base_dir = sources.path.parent if sources.path is not None else Path.cwd()
+    return (base_dir / Path(state_dir or sources.file.state_dir).expanduser()).absolute()

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, cast
 
-from nostr_buzz.config import AuthorGate, ConfigSources, InFlightPolicy, Permissions, ReplyMode
+from nostr_buzz.config import (
+    AuthorGate,
+    ConfigSources,
+    InFlightPolicy,
+    Permissions,
+    ReplyMode,
+    state_directory,
+)
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import ConfigError
@@ -19,7 +26,7 @@ from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.signer import LocalSigner, Signer
 
-__all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of", "state_directory"]
+__all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
 
 #: PluginConfig's ``signer`` until ``__post_init__`` makes one from ``agent_secret``.
 _NO_SIGNER: Final = cast(Signer, None)
@@ -221,14 +228,6 @@ def _agent_secret(
             f"the agent's key is held by a signer: give no secret key ({sources.KEY_SOURCES})"
         )
     return None
-
-
-def state_directory(sources: ConfigSources, state_dir: str | None = None) -> Path:
-    """The bot's state directory: ``state_dir`` or the effective ``state_dir`` setting,
-    relative to the config file's directory (without one: the working directory), made
-    absolute now so that no later change of directory moves the bot's state."""
-    base_dir = sources.path.parent if sources.path is not None else Path.cwd()
-    return (base_dir / Path(state_dir or sources.file.state_dir).expanduser()).absolute()
 
 
 def _signs_as(signer: Signer, secret: SecretKey) -> bool:

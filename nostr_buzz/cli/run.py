@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 import typer
 
-from nostr_buzz.cli.common import ConfigOption, one_line, run, sources
+from nostr_buzz.cli.common import ConfigOption, run, sources
 from nostr_buzz.cli.output import CliFailure, ExitCode, note
-from nostr_buzz.config import SETTINGS, SETTINGS_BY_NAME, ConfigSources, Setting
+from nostr_buzz.config import SETTINGS, SETTINGS_BY_NAME, ConfigSources, Setting, state_directory
 from nostr_buzz.errors import AgentError, ConfigError, RelayError
 from nostr_buzz.signer import SignerError
 
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
     from nostr_buzz.event import Event
     from nostr_buzz.io.diagnostics import DiagnosticRecord
-    from nostr_buzz.io.nip46 import Nip46Signer
-    from nostr_buzz.nips.nip46 import BunkerUri
     from nostr_buzz.signer import Signer
 
 
@@ -259,7 +257,7 @@ def _run(
     pass_env: list[str] | None = None,
 ) -> None:
     from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
-    from nostr_buzz.bot.config import state_directory
+    from nostr_buzz.cli.signing import connect_bunker
     from nostr_buzz.io.inprocess import load_agent
 
     overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
@@ -301,7 +299,7 @@ def _run(
     reporter = TurnReporter(note, state, time.monotonic)
 
     async def body() -> None:
-        signer = None if bunker is None else await connect_bunker(bunker, state, cfg)
+        signer = None if bunker is None else await connect_bunker(bunker, cfg)
         try:
             settings, agent_object = resolved or resolve(signer)
             plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
@@ -326,25 +324,6 @@ def _run(
     except (RelayError, SignerError) as exc:
         raise CliFailure(ExitCode.NETWORK, str(exc)) from None
     note("buzz: stopped")
-
-
-async def connect_bunker(bunker: BunkerUri, state: Path, cfg: ConfigSources) -> Nip46Signer:
-    """The agent's signer in its NIP-46 bunker, connected with the client key kept in the state
-    directory (a bunker that remembers it serves the bot again after a restart)."""
-    from nostr_buzz.io.filemodes import private_dir
-    from nostr_buzz.io.nip46 import Nip46Signer, client_key_in
-
-    try:
-        client = client_key_in(private_dir(state))
-    except (ConfigError, OSError) as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, f"state directory {state}: {exc}") from None
-    note(f"buzz: asking the NIP-46 bunker on {', '.join(bunker.relays)} for the agent's key")
-    return await Nip46Signer.connect(
-        bunker,
-        client_secret=client,
-        timeout=cfg.file.signer.timeout,
-        on_auth_url=lambda url: note(f"buzz: the bunker asks for approval at {one_line(url, 300)}"),
-    )
 
 
 def _check_command_line(settings: PluginConfig, overrides: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""``buzz run --bunker``: the whole bot with the agent's key in a NIP-46 bunker that is not
+"""``buzz run --bunker`` and the commands that sign, with the key in a NIP-46 bunker that is not
 nostr-buzz's code (NDK's NDKNip46Backend, tests/agents/nip46_bunker.mjs).
 
 The bot, a real subprocess with the bundled demo agent, answers a kind 9 mention, a NIP-17
@@ -6,6 +6,10 @@ private message and a kind 1 note on a relay that requires NIP-42 AUTH for readi
 writing, publishes one metric per turn that the owner opens, and at no point holds the key:
 neither its environment, its command line, its configuration, its state directory nor its logs
 (its stderr, the agent's log) contain the key, as hex or nsec.
+
+``buzz event``, ``buzz mem set`` and ``buzz mem get`` sign, encrypt and decrypt through the
+same bunker, one process after another: the client key kept in the state directory lets the
+bunker serve each of them although the URI's secret is good for one connection.
 """
 
 from __future__ import annotations
@@ -166,3 +170,39 @@ def _line(lines: list[str], fragment: str) -> Any:
         return next((line for line in lines if fragment in line), None)
 
     return probe
+
+
+async def buzz_async(*argv: str, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *BUZZ,
+        *argv,
+        cwd=cwd,
+        env=clean_env(env),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), WAIT)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_commands_sign_encrypt_and_decrypt_through_the_bunker(tmp_path: Path) -> None:
+    key = SecretKey.generate()
+    async with local_relay() as relay, ndk_bunker([relay.url], key) as bunker:
+        env = {"BUZZ_BUNKER": bunker.uri, "BUZZ_RELAYS": relay.url}
+        code, out, err = await buzz_async(
+            "event", "-k", "1", "-c", "from afar", env=env, cwd=tmp_path
+        )
+        assert code == 0, err
+        event = Event.from_json(out)
+        assert (event.pubkey, event.content) == (key.public_key.hex, "from afar")
+        code, out, err = await buzz_async(
+            "mem", "set", "core", "remember this", env=env, cwd=tmp_path
+        )
+        assert code == 0, err
+        code, out, err = await buzz_async("mem", "get", "core", env=env, cwd=tmp_path)
+        assert (code, out) == (0, "remember this\n"), err
+        assert bunker.answered("connect") == 3 and bunker.answered("nip44_decrypt") == 1
+        assert (tmp_path / ".buzz" / "nip46-client.key").is_file()
+        assert bunker.secret not in out + err
