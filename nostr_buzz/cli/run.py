@@ -172,6 +172,8 @@ class TurnReporter:
         self._pending: dict[str, str] = {}  # turn id → its line, until its metric is known
         #: True once the bot is shutting down: the agent's exit is then expected, not news.
         self.stopping: Callable[[], bool] = lambda: False
+        #: Seconds a turn's line waits for its metric (a signer in a bunker signs it later).
+        self.metric_wait = 0.0
 
     def __call__(self, record: DiagnosticRecord) -> None:
         kind, payload, turn = record.kind, record.payload, record.turn_id or ""
@@ -186,8 +188,9 @@ class TurnReporter:
                 f"{payload.get('outcome', '?')}, {{tokens}}, {self._clock() - began:.1f} s"
             )
             # The metric (with the token counts) follows within the same step, if the agent
-            # reported usage: print once the loop gets back here.
-            asyncio.get_running_loop().call_soon(self._flush, turn)
+            # reported usage (a remote signer's round trips later: ``metric_wait``): print
+            # once it is here, or then.
+            asyncio.get_running_loop().call_later(self.metric_wait, self._flush, turn)
         elif kind == "metric_queued":
             line = self._pending.pop(turn, None)
             if line is not None:
@@ -221,6 +224,8 @@ def _token_summary(settings: PluginConfig, event: Event | None) -> str:
     (NIP-44 is symmetric: the agent's key opens what it encrypted)."""
     from nostr_buzz.nips import nip44
 
+    if event is not None and settings.agent_secret is None:
+        return "tokens in the metric"  # sealed by a signer elsewhere: buzz metrics reads them
     if event is None or settings.agent_secret is None:
         return "tokens unknown"
     try:
@@ -297,6 +302,8 @@ def _run(
     # With a bunker the configuration is resolved once it has told the agent's key.
     resolved = resolve(None) if bunker is None else None
     reporter = TurnReporter(note, state, time.monotonic)
+    if bunker is not None:
+        reporter.metric_wait = cfg.file.signer.timeout
 
     async def body() -> None:
         signer = None if bunker is None else await connect_bunker(bunker, cfg)

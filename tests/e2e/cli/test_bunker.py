@@ -128,6 +128,8 @@ async def test_buzz_run_with_its_key_in_an_ndk_bunker_answers_and_accounts(tmp_p
                 return got if {9, 1} <= kinds else None
 
             replies = await until("a kind 9 and a kind 1 reply", answers)
+            turn = await until("a turn's line", _line(lines, "buzz: turn in eng"))
+            assert turn.endswith(" s") and ": success, tokens in the metric, " in turn
             answered = {value for e in replies for value in e.tag_values("e")}
             assert {mention.id, note.id} <= answered
 
