@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from nostr_buzz.io.pool import RelayPool
     from nostr_buzz.io.publisher import MetricPublisher, PublishReport
     from nostr_buzz.io.relay import RelayClient
+    from nostr_buzz.io.sdk_signer import SdkSigner
     from nostr_buzz.keys import PublicKey, SecretKey
     from nostr_buzz.nips.nip10 import ThreadRef
     from nostr_buzz.nips.nip_am import (
@@ -127,7 +128,10 @@ _EXPORTS: dict[str, str] = {
         "nostr_buzz.nips.nip_am",
     ),
     "Profile": "nostr_buzz.profile",
-    **dict.fromkeys(("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"),
+    "SdkSigner": "nostr_buzz.io.sdk_signer",
+    **dict.fromkeys(
+        ("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"
+    ),
 }
 
 __all__ = [
@@ -177,6 +181,7 @@ __all__ = [
     "RelayClient",
     "RelayError",
     "RelayPool",
+    "SdkSigner",
     "SecretKey",
     "Signer",
     "SignerError",

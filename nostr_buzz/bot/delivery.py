@@ -33,9 +33,9 @@ the retry loop never sends an event whose first send is still on the wire.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
@@ -64,6 +64,7 @@ from .state import BotStore
 __all__ = ["Delivery"]
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,20 @@ class Delivery:
             return await self._sign_private(target, text, created_at, ids, dm_relays or {})
         parts = reply_parts(self.agent, target, text, created_at, 1 << 30)
         return Signed(await self._sign_all(parts), ids)
+
+    async def sign_or_report(
+        self, signing: Awaitable[T], target: Event, payload: dict[str, Any]
+    ) -> T | None:
+        """What ``signing`` gives; None when the signer failed, reported as ``reply_failed``
+        in ``target``'s channel (with ``payload``)."""
+        try:
+            return await signing
+        except BuzzError as exc:
+            payload = {**payload, "error": f"cannot sign: {exc}"}
+            self._diagnostics.emit(
+                "reply_failed", channel_id=nip10.channel(target), payload=payload
+            )
+            return None
 
     async def _sign_all(self, templates: Iterable[EventTemplate]) -> list[Event]:
         return [await signed(self.signer, unsigned) for unsigned in templates]
@@ -339,14 +354,8 @@ class Delivery:
             return
         content, created_at = event.content, event.created_at
         unsigned = tagged_parts(event.kind, event.tags, content, created_at, max_bytes)
-        try:
-            parts = await self._sign_all(unsigned)
-        except BuzzError as exc:  # the whole reply stays in the outbox
-            self._diagnostics.emit(
-                "reply_failed",
-                channel_id=nip10.channel(event),
-                payload={"eventId": event.id, "error": f"cannot sign its parts: {exc}"},
-            )
+        parts = await self.sign_or_report(self._sign_all(unsigned), event, {"eventId": event.id})
+        if parts is None:  # the whole reply stays in the outbox
             return
         with self.store.transaction(durable=True):
             self.store.outbox.remove(event.id)

@@ -48,7 +48,7 @@ from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.permission import PermissionDecision, Policy, TurnProvenance, decide
 from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
-from nostr_buzz.errors import BuzzError, QueueError
+from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips import nip10
@@ -390,14 +390,9 @@ class TurnRunner:
     async def _notify(self, target: Event, text: str) -> None:
         """Sign, store and send a notice in ``target``'s thread (a signer that fails is
         reported; the notice is then not sent)."""
-        try:
-            notice = await self.delivery.sign_reply(target, text)
-        except BuzzError as exc:
-            self.diagnostics.emit(
-                "reply_failed",
-                channel_id=nip10.channel(target),
-                payload={"inReplyTo": target.id, "error": f"cannot sign the notice: {exc}"},
-            )
+        signing = self.delivery.sign_reply(target, text)
+        notice = await self.delivery.sign_or_report(signing, target, {"inReplyTo": target.id})
+        if notice is None:
             return
         with self.store.transaction(durable=True):
             self.delivery.send(self.delivery.store_signed(notice))

@@ -6,17 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import msgspec
 import nostr_sdk
+from msgspec.structs import replace
 
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import RelayClient
 from nostr_buzz.io.sdk_signer import SdkSigner
-from nostr_buzz.keys import PublicKey, SecretKey
-from nostr_buzz.signer import EventTemplate, LocalSigner
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.signer import LocalSigner
 from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import local_relay
+from tests.support.signers import Forger
 
 OTHER = SecretKey.generate()
 NOW = 1_790_000_000
@@ -142,29 +143,6 @@ async def test_read_mode_live_subscription_authenticates_and_delivers() -> None:
 # --- through a signer: the pool holds no secret key -------------------------------------------
 
 
-class ForgingSigner:
-    """A hostile signer: asked to sign the AUTH event, it signs another one with its key."""
-
-    def __init__(self, secret: SecretKey) -> None:
-        self.inner = LocalSigner(secret)
-        self.asked = 0
-
-    @property
-    def public_key(self) -> PublicKey:
-        return self.inner.public_key
-
-    async def sign_event(self, unsigned: EventTemplate) -> Event:
-        self.asked += 1
-        forged = msgspec.structs.replace(unsigned, tags=(("challenge", "chosen-by-the-signer"),))
-        return await self.inner.sign_event(forged)
-
-    async def nip44_encrypt(self, peer: PublicKey, plaintext: str) -> str:
-        return await self.inner.nip44_encrypt(peer, plaintext)
-
-    async def nip44_decrypt(self, peer: PublicKey, payload: str) -> str:
-        return await self.inner.nip44_decrypt(peer, payload)
-
-
 async def test_a_nostr_sdk_signer_authenticates_a_pool_that_holds_no_secret_key() -> None:
     ev = note()
     signer = await SdkSigner.connect(nostr_sdk.Keys.parse(SECRET.hex))
@@ -180,14 +158,14 @@ async def test_a_nostr_sdk_signer_authenticates_a_pool_that_holds_no_secret_key(
 
 
 async def test_a_signer_that_signs_another_auth_event_is_refused_and_nothing_is_sent() -> None:
-    forger = ForgingSigner(SECRET)
+    forger = Forger(SECRET, lambda t: replace(t, tags=(("challenge", "chosen-by-the-signer"),)))
     async with local_relay(auth="both") as relay:
         async with RelayClient(relay.url, signer=forger, timeout=2) as c:
             verdict = await c.publish(note())
             assert not c.authenticated
         async with RelayClient(relay.url, secret=SECRET, timeout=2) as honest:
             stored = await honest.query({"authors": [SECRET.public_key.hex]})
-    assert forger.asked == 1
+    assert forger.forged == 1
     assert not verdict.accepted and verdict.prefix == "auth-required:"
     assert "the signer signed a different event (tags differ)" in verdict.message
     assert stored.finished and stored.events == []

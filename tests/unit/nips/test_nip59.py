@@ -11,14 +11,16 @@ import nostr_sdk
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from nostr_buzz.errors import BuzzError, InvalidEvent, Nip17Error, Nip59Error
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.sdk_signer import SdkSigner
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip44, nip59
-from nostr_buzz.signer import EventTemplate, LocalSigner, SignerError
+from nostr_buzz.signer import LocalSigner, SignerError
 from tests.support.data import FIXTURES
+from tests.support.signers import Forger
 
 ALICE = SecretKey.from_str("5c0c523f52a5b6fad39ed2403092df8cebc36318b39383bca6c00808626fab3a")
 BOB = SecretKey.from_str("4b22aa260e4acb7021e32f38a6cdf4b673c6a277755bfce287e370c924dc936d")
@@ -393,19 +395,12 @@ def test_wraps_sealed_through_a_nostr_sdk_signer_open_for_everyone_in_the_room()
     assert theirs.rumor().content() == "sealed elsewhere"
 
 
-class _SwappingSigner(LocalSigner):
-    """A hostile signer that seals what it wants, not the rumor it was given."""
-
-    async def sign_event(self, unsigned: EventTemplate) -> Event:
-        planted = await self.nip44_encrypt(BOB.public_key, _rumor(ALICE, "planted").to_json())
-        return await super().sign_event(EventTemplate(13, planted, (), unsigned.created_at))
-
-
 def test_a_signer_that_seals_something_else_is_refused() -> None:
+    key = nip44.conversation_key(ALICE, BOB.public_key)
+    planted = nip44.encrypt(_rumor(ALICE, "planted").to_json(), key)
+    swapper = Forger(ALICE, lambda asked: replace(asked, content=planted))
     with pytest.raises(SignerError, match="content differ"):
-        asyncio.run(
-            nip59.gift_wrap_with(_SwappingSigner(ALICE), BOB.public_key, _rumor(ALICE), now=NOW)
-        )
+        asyncio.run(nip59.gift_wrap_with(swapper, BOB.public_key, _rumor(ALICE), now=NOW))
 
 
 def test_a_seal_through_a_signer_still_carries_only_its_own_rumors() -> None:
