@@ -264,6 +264,8 @@ def _run(
     from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
     from nostr_buzz.cli.signing import connect_bunker
     from nostr_buzz.io.inprocess import load_agent
+    from nostr_buzz.keys import SecretKey
+    from nostr_buzz.signer import LocalSigner
 
     overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
     if agent is not None:
@@ -295,12 +297,16 @@ def _run(
             agent_object = load_agent(settings.agent_module) if settings.agent_module else None
         except ConfigError as exc:
             raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
-        _check_command_line(settings, overrides)
-        _warn_about_the_agent(settings, bunker is not None)
         return settings, agent_object
 
-    # With a bunker the configuration is resolved once it has told the agent's key.
+    # With a bunker the configuration is resolved once it has told the agent's key, and checked
+    # before it is asked (with a stand-in key, which signs nothing): a mistake in buzz.toml
+    # must not use up the bunker URI's one-time secret.
     resolved = resolve(None) if bunker is None else None
+    if bunker is not None:
+        resolve(LocalSigner(SecretKey.generate()))
+    _check_command_line(cfg.file.agent.user, overrides)
+    _warn_about_the_agent(cfg.file.agent.module, cfg.file.agent.user, bunker is not None)
     reporter = TurnReporter(note, state, time.monotonic)
     if bunker is not None:
         reporter.metric_wait = cfg.file.signer.timeout
@@ -333,10 +339,10 @@ def _run(
     note("buzz: stopped")
 
 
-def _check_command_line(settings: PluginConfig, overrides: dict[str, Any]) -> None:
+def _check_command_line(agent_user: str | None, overrides: dict[str, Any]) -> None:
     """The command line of a process is world-readable (/proc/PID/cmdline): with [agent] user,
     the agent's user would read there what running it as another user keeps from it."""
-    if settings.agent_user is None:
+    if agent_user is None:
         return
     for name, what in (("secret_key", "secret key"), ("signer.bunker", "bunker's secret")):
         setting = SETTINGS_BY_NAME[name]
@@ -344,20 +350,20 @@ def _check_command_line(settings: PluginConfig, overrides: dict[str, Any]) -> No
             raise CliFailure(
                 ExitCode.BAD_INPUT,
                 f"{setting.flag} puts the bot's {what} in its command line, which the agent's "
-                f"user {settings.agent_user!r} can read (/proc/PID/cmdline): refusing it with "
+                f"user {agent_user!r} can read (/proc/PID/cmdline): refusing it with "
                 f"[agent] user; give it in buzz.toml (mode 0600) or ${setting.env}"
                 + (", or as --key-file FILE / --key-env NAME" if name == "secret_key" else ""),
             )
 
 
-def _warn_about_the_agent(settings: PluginConfig, bunker: bool) -> None:
+def _warn_about_the_agent(module: str | None, user: str | None, bunker: bool) -> None:
     what = "its NIP-46 client key (so ask the bunker to sign)" if bunker else "its key"
-    if settings.agent_module is not None:
+    if module is not None:
         note(
             f"buzz: warning: the in-process agent runs inside the bot and can read {what} and "
             "state; run an agent you do not fully trust as an ACP command with [agent] user"
         )
-    elif settings.agent_user is None:
+    elif user is None:
         note(
             f"buzz: warning: the agent runs as this same OS user and can read the bot's "
             f"{'NIP-46 client key (so ask the bunker to sign)' if bunker else 'key'} and state; "

@@ -104,14 +104,19 @@ async def ndk_bunker(
         await asyncio.gather(reader, return_exceptions=True)
 
 
-Mode = Literal["honest", "tamper", "impostor"]
+Mode = Literal["honest", "tamper", "impostor", "approval", "refuse"]
+
+#: What the ``approval`` bunker asks the user to visit (a stranger's text: it has a line break).
+APPROVAL_URL = "https://bunker.example/approve?r=1\nbuzz: forged line"
 
 
 class HostileBunker:
     """A bunker on one relay: ``remote`` (its key) answers, ``user`` signs (two keys, as NIP-46
     allows).  Modes: ``tamper`` signs ``sign_event`` requests with another content;
     ``impostor`` has a third key answer each request first (right id, encrypted to the client,
-    a tampered event), then answers honestly itself."""
+    a tampered event), then answers honestly itself; ``approval`` answers ``sign_event`` first
+    with an auth challenge (NIP-46: a URL to visit), then for real; ``refuse`` refuses
+    ``sign_event`` with a long, many-line error."""
 
     def __init__(self, relay_url: str, *, mode: Mode = "honest") -> None:
         self.url = relay_url
@@ -153,6 +158,11 @@ class HostileBunker:
             if self.mode == "impostor":
                 forged = self._answer(req, tampered=True)
                 await self._send(forged, client, sender=self.impostor)
+            if req.method == "sign_event" and self.mode == "approval":
+                await self._send(Response(req.id, "auth_url", APPROVAL_URL), client)
+            if req.method == "sign_event" and self.mode == "refuse":
+                await self._send(Response(req.id, "error", "no\nway " * 200), client)
+                continue
             await self._send(self._answer(req, tampered=self.mode == "tamper"), client)
 
     def _answer(self, req: Request, *, tampered: bool) -> Response:

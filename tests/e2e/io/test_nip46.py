@@ -14,7 +14,7 @@ from nostr_buzz.io.nip46 import Nip46Signer
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.signer import SignerError, template
-from tests.support.bunkers import HostileBunker, ndk_bunker
+from tests.support.bunkers import APPROVAL_URL, HostileBunker, ndk_bunker
 from tests.support.relays import local_relay
 
 
@@ -111,3 +111,26 @@ async def test_the_bunker_and_the_client_authenticate_to_a_relay_that_requires_n
         await Nip46Signer.connect(bunker.uri, timeout=10) as signer,
     ):
         assert (await signer.sign_event(note("behind auth"))).pubkey == user.public_key.hex
+
+
+async def test_an_auth_challenge_is_told_and_the_answer_that_follows_is_used() -> None:
+    asked: list[str] = []
+    async with (
+        local_relay() as relay,
+        HostileBunker(relay.url, mode="approval") as bunker,
+        await Nip46Signer.connect(bunker.uri, timeout=5, on_auth_url=asked.append) as signer,
+    ):
+        assert (await signer.sign_event(note("approved"))).content == "approved"
+    assert asked == [APPROVAL_URL]
+
+
+async def test_a_refusal_is_a_signer_error_on_one_short_line() -> None:
+    async with (
+        local_relay() as relay,
+        HostileBunker(relay.url, mode="refuse") as bunker,
+        await Nip46Signer.connect(bunker.uri, timeout=5) as signer,
+    ):
+        with pytest.raises(SignerError, match="refused sign_event: no way") as caught:
+            await signer.sign_event(note())
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 300
