@@ -95,9 +95,9 @@ class Nip46Signer:
     ``client_secret``: the client key to use, so that a bunker that remembers it serves it
     again after a restart although the URI's secret is single-use (a refused ``connect`` is
     then followed by a ``ping``, which such a bunker answers); by default a fresh key, kept in
-    memory only.  ``timeout``: seconds per call, connecting
-    included.  ``on_auth_url(url)`` is told when the bunker asks for approval at a URL (the
-    call then goes on waiting for the answer, within its timeout).
+    memory only.  It also answers the bunker relays' NIP-42 challenges.  ``timeout``: seconds
+    per call, connecting included.  ``on_auth_url(url)`` is told when the bunker asks for
+    approval at a URL (the call then goes on waiting for the answer, within its timeout).
     """
 
     def __init__(
