@@ -126,6 +126,8 @@ class HostileBunker:
         self.impostor = SecretKey.generate()
         self.secret = secrets.token_hex(8)
         self.requests: list[str] = []
+        #: Forged answers (``impostor``) that the relay took, so that ignoring them is tested.
+        self.forged_sent = 0
         self._client = RelayClient(relay_url, timeout=5)
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -157,7 +159,7 @@ class HostileBunker:
             client = PublicKey(bytes.fromhex(event.pubkey))
             if self.mode == "impostor":
                 forged = self._answer(req, tampered=True)
-                await self._send(forged, client, sender=self.impostor)
+                self.forged_sent += await self._send(forged, client, sender=self.impostor)
             if req.method == "sign_event" and self.mode == "approval":
                 await self._send(Response(req.id, "auth_url", APPROVAL_URL), client)
             if req.method == "sign_event" and self.mode == "refuse":
@@ -196,8 +198,8 @@ class HostileBunker:
 
     async def _send(
         self, response: Response, client: PublicKey, *, sender: SecretKey | None = None
-    ) -> None:
+    ) -> bool:
         event = nip46.seal(
             response, sender=sender or self.remote, recipient=client, created_at=int(time.time())
         )
-        await self._client.publish(event)
+        return (await self._client.publish(event)).ok

@@ -91,6 +91,7 @@ async def test_answers_from_a_third_key_are_ignored() -> None:
         event = await signer.sign_event(unsigned)
         assert event.content == unsigned.content and event.pubkey == bunker.user.public_key.hex
     assert bunker.requests.count("sign_event") == 1
+    assert bunker.forged_sent == len(bunker.requests)  # each request had a forged answer first
 
 
 async def test_no_reachable_relay_is_a_signer_error_naming_it() -> None:
