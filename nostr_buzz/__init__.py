@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
     from nostr_buzz.io.fetch import FetchResult, fetch_event
     from nostr_buzz.io.metrics_reader import read_metrics
+    from nostr_buzz.io.nip46 import Nip46Signer
     from nostr_buzz.io.outbox import Outbox
     from nostr_buzz.io.pool import RelayPool
     from nostr_buzz.io.publisher import MetricPublisher, PublishReport
@@ -114,6 +115,7 @@ _EXPORTS: dict[str, str] = {
     "read_metrics": "nostr_buzz.io.metrics_reader",
     "Outbox": "nostr_buzz.io.outbox",
     "RelayPool": "nostr_buzz.io.pool",
+    "Nip46Signer": "nostr_buzz.io.nip46",
     **dict.fromkeys(("MetricPublisher", "PublishReport"), "nostr_buzz.io.publisher"),
     "RelayClient": "nostr_buzz.io.relay",
     **dict.fromkeys(("PublicKey", "SecretKey"), "nostr_buzz.keys"),
@@ -170,6 +172,7 @@ __all__ = [
     "MetricsReport",
     "Nip19Error",
     "Nip44Error",
+    "Nip46Signer",
     "Outbox",
     "OutboxError",
     "PluginConfig",

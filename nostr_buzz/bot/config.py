@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, cast
 
-from nostr_buzz.config import AuthorGate, ConfigSources, InFlightPolicy, Permissions, ReplyMode
+from nostr_buzz.config import (
+    AuthorGate,
+    ConfigSources,
+    InFlightPolicy,
+    Permissions,
+    ReplyMode,
+    state_directory,
+)
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import ConfigError
@@ -141,10 +148,15 @@ class PluginConfig:
         state_dir: str | None = None,
         pass_env: Sequence[str] = (),
         permissions: str | None = None,
+        signer: Signer | None = None,
     ) -> PluginConfig:
-        """Resolve flags › environment › ``buzz.toml``; every problem is a ConfigError."""
+        """Resolve flags › environment › ``buzz.toml``; every problem is a ConfigError.
+
+        ``signer``: the agent's key is held there (ready: a started
+        :class:`~nostr_buzz.io.nip46.Nip46Signer`, say), and the sources must name no secret
+        key; else they must name one."""
         file = sources.file
-        secret = sources.require_secret_key(key)
+        secret = _agent_secret(sources, key, signer)
         owner_key = sources.require_owner(owner)
         read = sources.require_relays(relays, direction="read")
         write = sources.relays(relays, direction="write") or read
@@ -167,10 +179,9 @@ class PluginConfig:
             persona=read_text("persona", file.context.persona),
             team_instructions=read_text("team_instructions", file.context.team_instructions),
         )
-        # Made absolute now so that no later change of directory moves the bot's state.
-        state = sources.state_dir(state_dir)
         return cls(
             agent_secret=secret,
+            signer=signer if signer is not None else _NO_SIGNER,
             owner=owner_key,
             read_relays=read,
             write_relays=write,
@@ -182,7 +193,7 @@ class PluginConfig:
             permissions=sources.permissions(permissions),
             agent_cwd=file.agent.cwd,
             agent_user=file.agent.user,
-            state_dir=state,
+            state_dir=state_directory(sources, state_dir),
             channels=file.subscriptions.channels,
             kinds=file.subscriptions.kinds,
             mentions_required=file.subscriptions.mentions_required,
@@ -204,6 +215,19 @@ class PluginConfig:
             max_recipients=file.private.max_recipients,
             give_up_after=file.outbox.give_up_after,
         )
+
+
+def _agent_secret(
+    sources: ConfigSources, key: str | None, signer: Signer | None
+) -> SecretKey | None:
+    """The agent's secret key from the sources; none, and none named, when a signer holds it."""
+    if signer is None:
+        return sources.require_secret_key(key)
+    if key is not None or sources.secret_key() is not None:
+        raise ConfigError(
+            f"the agent's key is held by a signer: give no secret key ({sources.KEY_SOURCES})"
+        )
+    return None
 
 
 def _signs_as(signer: Signer, secret: SecretKey) -> bool:

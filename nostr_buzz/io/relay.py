@@ -195,6 +195,8 @@ class _Subscription:
         self.rejected_count = 0
         self.end: tuple[str, str] | None = None  # (eose|closed|lost|overflow, detail)
         self.wake = asyncio.Event()
+        #: A live subscription's caller, told when the relay has sent its stored events.
+        self.on_eose: Callable[[], None] | None = None
 
     def finish(self, how: str, detail: str = "") -> None:
         if self.end is None:
@@ -686,6 +688,7 @@ class RelayClient:
         max_failures: int = 100,
         resume_since: Callable[[], int] | None = None,
         on_reopen: Callable[[], None] | None = None,
+        on_eose: Callable[[], None] | None = None,
     ) -> AsyncIterator[Event]:
         """Live events matching ``filters``, surviving disconnects.
 
@@ -694,7 +697,10 @@ class RelayClient:
         given (a caller that knows better: the last seen date may lie in the future); events
         are de-duplicated by id, so each is yielded once.  ``on_reopen()`` is called each time
         the subscription is opened again (after a drop or an overflow), so that a caller can
-        look for what was missed meanwhile.  Ends (see ``last_error``) after ``max_failures``
+        look for what was missed meanwhile.  ``on_eose()`` is called each time the relay has
+        sent the stored events of the (re)opened ``REQ``: from then on, new events reach it
+        (after a NIP-42 refusal, only once the ``REQ`` sent after AUTH is live).
+        Ends (see ``last_error``) after ``max_failures``
         consecutive failed reconnects, or when the relay closes the subscription.
         """
         live = _Live(
@@ -712,7 +718,9 @@ class RelayClient:
                 await live.back_off()
                 continue
             current = live.next_filters(resume_since)
-            sub = await self._open(current, live=True, budget=self.live_budget, deadline=None)
+            sub = await self._open(
+                current, live=True, budget=self.live_budget, deadline=None, on_eose=on_eose
+            )
             if live.opened and on_reopen is not None:
                 on_reopen()
             live.open()
@@ -817,9 +825,11 @@ class RelayClient:
         budget: Budget,
         deadline: float | None,
         shared: SharedBudget | None = None,
+        on_eose: Callable[[], None] | None = None,
     ) -> _Subscription:
         sub_id = f"buzz{next(_counter)}"
         sub = _Subscription(sub_id, filters, live=live, budget=budget, shared=shared)
+        sub.on_eose = on_eose  # before the REQ goes: its EOSE may come back at once
         self._subs[sub_id] = sub
         problem = await self._send(nip01.encode_req(sub_id, filters), deadline)
         if problem is not None:
@@ -928,6 +938,8 @@ class RelayClient:
                 sub.finish("closed", msg.message)
             elif not sub.live:
                 sub.finish("eose")
+            elif sub.on_eose is not None:
+                sub.on_eose()
         elif isinstance(msg, nip01.AuthMessage):
             self._nip42.challenged(msg.challenge)
         elif isinstance(msg, nip01.NoticeMessage):

@@ -31,7 +31,7 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip44
 from nostr_buzz.nips.nip01 import Filter
-from nostr_buzz.signer import Signer, signed, template
+from nostr_buzz.signer import EventTemplate, Signer, signed, template
 
 __all__ = [
     "CANVAS_KIND",
@@ -46,6 +46,7 @@ __all__ = [
     "build_huddle_guidelines_event",
     "canvas_body",
     "canvas_filter",
+    "canvas_template",
     "core_memory_filter",
     "core_memory_section",
     "core_memory_with",
@@ -114,9 +115,19 @@ def _sign(
 def _channel_event(
     secret: SecretKey | str, kind: int, channel: str, content: str, at: int, aux: bytes | None
 ) -> Event:
+    unsigned = _channel_template(kind, channel, content, at)
+    return _sign(_secret(secret), kind, content, [list(t) for t in unsigned.tags], at, aux)
+
+
+def _channel_template(kind: int, channel: str, content: str, at: int) -> EventTemplate:
     if is_blank(content):
         raise StandingError(f"the text of a kind {kind} event must not be blank")
-    return _sign(_secret(secret), kind, content, [["h", _channel(channel)]], at, aux)
+    return template(kind=kind, content=content, tags=[["h", _channel(channel)]], created_at=at)
+
+
+def canvas_template(channel: str, content: str, *, created_at: int) -> EventTemplate:
+    """What :func:`build_canvas_event` signs, for a signer to sign."""
+    return _channel_template(CANVAS_KIND, channel, content, created_at)
 
 
 def build_canvas_event(
