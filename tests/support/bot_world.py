@@ -94,6 +94,7 @@ class World:
             state_dir=self.tmp / "state",
             relay_timeout=3.0,
             coalesce_window=0.1,
+            ask_timeout=0.0,  # what the owner rule cannot approve is rejected, not asked
         )
         return replace(base, **changes)
 
