@@ -13,7 +13,9 @@ A code is 6 characters from an alphabet without look-alikes, drawn with :mod:`se
 bound to one request of one turn of one agent session, works once and dies with its question.
 Only the owner's answer counts: anyone else's is refused (``approval_refused``), as is an
 unknown, expired or spent code.  No code reaches the diagnostics: ``permission_asked`` names
-the tool and the turn, ``approval_refused`` the reason and the answering event.
+the tool (for a private conversation's turn its ACP kind only, :mod:`.privacy`) and the turn,
+``approval_refused`` the reason and the answering event.  The question itself names the tool's
+title even then: the owner cannot decide without it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from nostr_buzz.nips import nip17, nip19
 
 from .config import PluginConfig
 from .outputs import TurnIds
+from .privacy import tool_kind
 
 __all__ = ["CODE_ALPHABET", "CODE_LENGTH", "Approvals", "Verdict", "new_code", "question_text"]
 
@@ -114,8 +117,10 @@ class Approvals:
         decision: PermissionDecision,
         ids: TurnIds,
         triggers: Iterable[str],
+        private: bool = False,
     ) -> PermissionDecision:
-        """Ask the owner, wait (at most ``ask_timeout``) and give the final decision."""
+        """Ask the owner, wait (at most ``ask_timeout``) and give the final decision
+        (``private``: a private conversation's turn, whose diagnostic names no title)."""
         code = new_code(self._open.keys() | set(self._spent))
         future: asyncio.Future[OwnerAnswer] = asyncio.get_running_loop().create_future()
         assert ids.turn_id is not None
@@ -123,7 +128,8 @@ class Approvals:
         text = question_text(request, ids.channel_id, triggers, code, self.timeout)
         try:
             sent = await self._send(text)
-            asked = {"title": request.title, "toolKind": request.kind, "sent": sent}
+            asked: dict[str, object] = {"toolKind": tool_kind(request.kind), "sent": sent}
+            asked |= {} if private else {"title": request.title, "toolKind": request.kind}
             self._diagnostics.emit("permission_asked", **ids.as_kwargs(), payload=asked)
             if not sent:
                 return answered(decision, "unsent")

@@ -275,7 +275,8 @@ class RunningTurns(dict[str, Turn]):
             return _counted(turn, decision)
         if not decision.asks_owner:
             return _counted(turn, decision)
-        asked = approvals.ask(request, decision, turn.ids, turn.provenance().actors())
+        private = nip10.is_private_channel(turn.batch.channel)
+        asked = approvals.ask(request, decision, turn.ids, turn.provenance().actors(), private)
         return _counted_later(turn, asked)
 
     def answer(self, event: Event, verdict: Literal["allow", "deny"], code: str) -> None:

@@ -31,8 +31,11 @@ def sdk_keys(secret: SecretKey) -> Any:
 
 
 @asynccontextmanager
-async def running(world: World, rec: Recorder, agent: Scripted) -> AsyncIterator[BuzzPlugin]:
-    config = world.config(agent_args=agent.args, permissions="ask", ask_timeout=ASK_TIMEOUT)
+async def running(
+    world: World, rec: Recorder, agent: Scripted, **changes: Any
+) -> AsyncIterator[BuzzPlugin]:
+    changes = {"permissions": "ask", **changes}
+    config = world.config(agent_args=agent.args, ask_timeout=ASK_TIMEOUT, **changes)
     plugin = BuzzPlugin(config, on_diagnostic=rec)
     runner = asyncio.create_task(plugin.run())
     try:
@@ -135,3 +138,34 @@ async def test_the_owner_allows_one_tool_denies_another_and_silence_rejects_the_
     # No code reaches the diagnostics.
     every = repr([r.payload for r in rec.records])
     assert first not in every and second not in every
+
+
+async def test_under_owner_a_strangers_turn_asks_the_owner_who_answers_in_the_channel(
+    world: World,
+) -> None:
+    agent = Scripted(world.tmp, {"turns": [{"ask": "make deploy", "usage": USAGE}]})
+    rec = Recorder()
+    human = world.human.public_key.hex
+    allowlist = frozenset({human})
+    async with running(
+        world, rec, agent, permissions="owner", gate="allowlist", allowlist=allowlist
+    ):
+        await world.publish(world.say("deploy it please", author=world.human))
+        text, code = await code_of(world, rec, 1)
+        assert world.human.public_key.bech32 in text  # the stranger triggered it
+        # The stranger answers in the channel, mentioning the agent: refused, never queued.
+        await world.publish(world.say(f"!allow {code}", author=world.human))
+        await rec.wait(lambda r: refusals(r), WAIT, "the stranger's !allow refused")
+        await world.publish(world.say(f"!allow {code}"))  # the owner, in the channel
+        await rec.kind("turn_completed", 1)
+    [decision] = rec.of("permission_decision")
+    said = decision.payload
+    assert (said["decision"], said["reason"], said["part"], said["actor"]) == (
+        "approved",
+        "owner_allowed",
+        "batch",
+        human,
+    )
+    assert refusals(rec) == [("not_owner", "allow")]
+    assert agent.tools_run() == ["make deploy"]
+    assert len(rec.of("turn_started")) == 1  # no answer became a turn
