@@ -8,10 +8,8 @@ message the owner's client opens, and the answers go back as private messages bu
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import nostr_sdk
@@ -19,7 +17,7 @@ import nostr_sdk
 from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
-from tests.support.bot_world import WAIT, Recorder, World
+from tests.support.bot_world import WAIT, Recorder, World, serving
 from tests.support.scripted_agent import USAGE, Scripted
 
 ASK_TIMEOUT = 4.0
@@ -30,20 +28,13 @@ def sdk_keys(secret: SecretKey) -> Any:
     return nostr_sdk.Keys.parse(secret.hex)
 
 
-@asynccontextmanager
-async def running(
+def running(
     world: World, rec: Recorder, agent: Scripted, **changes: Any
-) -> AsyncIterator[BuzzPlugin]:
-    changes = {"permissions": "ask", **changes}
-    config = world.config(agent_args=agent.args, ask_timeout=ASK_TIMEOUT, **changes)
-    plugin = BuzzPlugin(config, on_diagnostic=rec)
-    runner = asyncio.create_task(plugin.run())
-    try:
-        await rec.kind("agent_started")
-        yield plugin
-    finally:
-        plugin.stop()
-        await asyncio.wait_for(runner, WAIT)
+) -> AbstractAsyncContextManager[BuzzPlugin]:
+    """The bot under ``permissions = "ask"`` (unless ``changes`` say otherwise) with the
+    scripted agent and a short ``ask_timeout``."""
+    changes = {"permissions": "ask", "ask_timeout": ASK_TIMEOUT, **changes}
+    return serving(world, rec, agent_args=agent.args, **changes)
 
 
 async def send_dm(world: World, sender: SecretKey, text: str) -> None:

@@ -5,10 +5,8 @@ replaced; tests/e2e/bot/test_approvals.py sends it for real)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
@@ -17,7 +15,6 @@ from nostr_buzz.acp.facts import PromptSent
 from nostr_buzz.acp.profiles import GENERIC
 from nostr_buzz.acp.state import Session, Timeouts
 from nostr_buzz.acp.types import PermissionRequest
-from nostr_buzz.bot import PluginConfig
 from nostr_buzz.bot.approvals import CODE_ALPHABET, CODE_LENGTH, Approvals, new_code
 from nostr_buzz.bot.intake import Command, Gate, decide
 from nostr_buzz.bot.outputs import TurnIds
@@ -28,27 +25,15 @@ from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.nips import nip17, nip59
 from nostr_buzz.nips.nip_am import MetricPayload
 from tests.support.events import chat
-from tests.support.keys import AGENT, OWNER, STRANGER
+from tests.support.keys import AGENT, OWNER, STRANGER, offline_config
 
 ASKING = PermissionDecision(False, "not_owner", "batch", STRANGER.public_key.hex)
 REQUEST = PermissionRequest("sess-1", "touch x", "execute", "call-1", True)
 IDS = TurnIds("eng", "metric-session", "turn-1")
 
 
-def config(**changes: Any) -> PluginConfig:
-    base = PluginConfig(
-        agent_secret=AGENT,
-        owner=OWNER.public_key,
-        read_relays=("ws://127.0.0.1:1",),
-        write_relays=("ws://127.0.0.1:1",),
-        agent_command="agent",
-        state_dir=Path("unused"),
-    )
-    return dataclasses.replace(base, **changes)
-
-
 def test_allow_and_deny_need_exactly_one_code_and_anyones_is_a_command_never_queued() -> None:
-    gate = Gate.of(config())
+    gate = Gate.of(offline_config())
     said = {
         "!allow K7M2QX": Command("allow", "K7M2QX"),
         "nostr:npub1abc  !deny k7m2qx": Command("deny", "k7m2qx"),
@@ -75,7 +60,7 @@ def test_the_owner_commands_by_private_message_too() -> None:
             AGENT, nip59.gift_wrap(OWNER, AGENT.public_key, rumor, now=9)
         ).as_event()
 
-    gate = Gate.of(config())
+    gate = Gate.of(offline_config())
     assert decide(private("!allow K7M2QX"), gate, set()) == Command("allow", "K7M2QX")
     assert decide(private("!cancel"), gate, set()) == Command("cancel")
 
@@ -122,7 +107,7 @@ def approvals(tmp_path: Path, timeout: float = 5.0) -> tuple[Quiet, list[Diagnos
     feed = DiagnosticsFeed(
         tmp_path / "d.jsonl", clock=lambda: datetime.now(UTC), callback=records.append
     )
-    quiet = Quiet(config(ask_timeout=timeout), feed, lambda: 1000.0)
+    quiet = Quiet(offline_config(ask_timeout=timeout), feed, lambda: 1000.0)
     quiet.sent = []
     return quiet, records
 
