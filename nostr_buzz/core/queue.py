@@ -228,6 +228,12 @@ def _is_finite_number(x: object) -> TypeGuard[float]:
         return False
 
 
+def _check_settle(settle: float) -> float:
+    if not _is_finite_number(settle) or settle < 0:
+        raise QueueError("settle must be a finite, non-negative number of seconds")
+    return float(settle)
+
+
 def _check_now(now: object) -> float:
     if not _is_finite_number(now):
         raise QueueError("now must be a finite number of seconds")
@@ -371,9 +377,15 @@ class DispatchQueue:
 
     # --- flushing -----------------------------------------------------------------------------
 
-    def flush_next(self, now: float) -> Batch | None:
-        """Expire overdue batches, then start the batch of the channel waiting longest."""
+    def flush_next(self, now: float, *, settle: float = 0.0) -> Batch | None:
+        """Expire overdue batches, then start the batch of the channel waiting longest.
+
+        ``settle``: seconds a batch that may still grow must have been quiet before it
+        flushes — its newest event received at least that long before ``now`` — so that a
+        burst of messages sent together becomes one turn (docs/queue.md, "Settling").
+        :meth:`next_settle` says when to ask again."""
         now = _check_now(now)
+        settle = _check_settle(settle)
         for ch in self._channels.values():
             fl = ch.flight
             if fl is not None and now - fl.flushed_at > self.deadline:
@@ -386,11 +398,41 @@ class DispatchQueue:
                 continue
             if ch.backoff_until is not None and now < ch.backoff_until:
                 continue
+            if self._unsettled_for(ch, now, settle) > 0:
+                continue
             if best is None or ch.wait() < best.wait():
                 best = ch
         if best is None:
             return None
         return self._start(best, now)
+
+    def next_settle(self, now: float, *, settle: float) -> float | None:
+        """Seconds until the first channel :meth:`flush_next` holds back for ``settle`` may
+        flush (at most ``settle``); None when no channel is held back."""
+        now, settle = _check_now(now), _check_settle(settle)
+        waits = [
+            wait
+            for ch in self._channels.values()
+            if ch.flight is None and (wait := self._unsettled_for(ch, now, settle)) > 0
+        ]
+        return min(waits) if waits else None
+
+    def _unsettled_for(self, ch: _Channel, now: float, settle: float) -> float:
+        """How long ``ch``'s next batch must still stay quiet (0: it may flush).  Only a batch
+        that can still grow waits: new events of one actor in one thread at the end of the
+        channel, fewer than ``max_batch``; a retried set, a full batch or one another actor's
+        event already closed does not.  A ``now`` before the newest event (a clock stepped
+        back) does not hold the channel."""
+        if settle <= 0 or not ch.pending or ch.retry_size:
+            return 0.0
+        head = ch.pending[0].key
+        run = 1
+        while run < len(ch.pending) and ch.pending[run].key == head:
+            run += 1
+        if run < len(ch.pending) or run >= self.max_batch:
+            return 0.0
+        quiet = now - max(e.queued.received_at for e in ch.pending)
+        return settle - quiet if 0 <= quiet < settle else 0.0
 
     def _start(self, ch: _Channel, now: float) -> Batch:
         ch.backoff_until = None

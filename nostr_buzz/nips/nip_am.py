@@ -30,6 +30,7 @@ from nostr_buzz.nips import nip44
 __all__ = [
     "KIND",
     "MAX_PAYLOAD_BYTES",
+    "METRIC_KIND",
     "OUTCOMES",
     "STOP_REASONS",
     "TERMINAL_EVIDENCE",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 KIND: Final = 44200
+#: The metric event's kind, by the name the package exports (``nostr_buzz.METRIC_KIND``).
+METRIC_KIND: Final = KIND
 #: Application cap on the UTF-8 JSON plaintext (the NIP-44 codec itself allows far more).
 MAX_PAYLOAD_BYTES: Final = 65535
 
