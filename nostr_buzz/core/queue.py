@@ -63,6 +63,9 @@ _BACKOFF_CAP: Final = 300.0
 
 @dataclass(frozen=True)
 class QueuedEvent:
+    """A verified event in the queue: the prompt tag it arrived under (``@mention``, …) and
+    when it was received (the caller's ``now`` at :meth:`DispatchQueue.push`)."""
+
     event: Event
     prompt_tag: str
     received_at: float
@@ -70,6 +73,10 @@ class QueuedEvent:
 
 @dataclass(frozen=True)
 class PushResult:
+    """What :meth:`DispatchQueue.push` did: queued it (``accepted``), or not because it was a
+    ``duplicate`` (pending, in flight, delivered or dead-lettered already) or ``refused``;
+    ``dropped``: ids of pending events the channel's cap evicted to make room."""
+
     accepted: bool
     duplicate: bool
     dropped: list[str]
@@ -95,6 +102,9 @@ class Batch:
 
 @dataclass(frozen=True)
 class DeadLetter:
+    """A batch given up after ``attempts`` failures (:meth:`DispatchQueue.fail`): its channel,
+    events and the cancelled events it carried; the bot posts a short notice to its thread."""
+
     channel: str
     events: list[QueuedEvent]
     cancelled_events: list[QueuedEvent]
