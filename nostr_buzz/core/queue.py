@@ -56,6 +56,8 @@ _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
 REMEMBERED_IDS: Final = 10_000
 #: The bot's bound on the channels strangers (any actor but the owner) hold events in at once.
 MAX_STRANGER_CHANNELS: Final = 64
+#: A channel held back for quiet flushes anyway once its oldest event waited this many windows.
+SETTLE_LIMIT: Final = 8
 _SNAPSHOT_VERSION: Final = 1
 _BACKOFF_BASE: Final = 5.0
 _BACKOFF_CAP: Final = 300.0
@@ -390,10 +392,10 @@ class DispatchQueue:
     def flush_next(self, now: float, *, settle: float = 0.0) -> Batch | None:
         """Expire overdue batches, then start the batch of the channel waiting longest.
 
-        ``settle``: seconds a batch that may still grow must have been quiet before it
-        flushes — its newest event received at least that long before ``now`` — so that a
-        burst of messages sent together becomes one turn (docs/queue.md, "Settling").
-        :meth:`next_settle` says when to ask again."""
+        ``settle``: seconds a channel must have been quiet before it flushes — its newest
+        event received at least that long before ``now`` — so that a burst of messages sent
+        together becomes one turn (docs/queue.md, "Settling").  :meth:`next_settle` says when
+        to ask again."""
         now = _check_now(now)
         settle = _check_settle(settle)
         for ch in self._channels.values():
@@ -428,21 +430,24 @@ class DispatchQueue:
         return min(waits) if waits else None
 
     def _unsettled_for(self, ch: _Channel, now: float, settle: float) -> float:
-        """How long ``ch``'s next batch must still stay quiet (0: it may flush).  Only a batch
-        that can still grow waits: new events of one actor in one thread at the end of the
-        channel, fewer than ``max_batch``; a retried set, a full batch or one another actor's
-        event already closed does not.  A ``now`` before the newest event (a clock stepped
-        back) does not hold the channel."""
+        """How long ``ch`` must still wait for quiet (0: it may flush).  A channel waits until
+        its newest event was received ``settle`` seconds ago, but its oldest waiting event
+        never waits more than ``SETTLE_LIMIT`` windows (a flood cannot hold it).  A retried
+        set or a full batch does not wait; a ``now`` before the events (a clock stepped back)
+        holds nothing."""
         if settle <= 0 or not ch.pending or ch.retry_size:
             return 0.0
         head = ch.pending[0].key
         run = 1
-        while run < len(ch.pending) and ch.pending[run].key == head:
+        while run < len(ch.pending) and run < self.max_batch and ch.pending[run].key == head:
             run += 1
-        if run < len(ch.pending) or run >= self.max_batch:
+        if run >= self.max_batch:
             return 0.0
-        quiet = now - max(e.queued.received_at for e in ch.pending)
-        return settle - quiet if 0 <= quiet < settle else 0.0
+        received = [e.queued.received_at for e in ch.pending]
+        quiet, held, limit = now - max(received), now - min(received), SETTLE_LIMIT * settle
+        if not 0 <= quiet < settle or not 0 <= held < limit:
+            return 0.0
+        return min(settle - quiet, limit - held)
 
     def _start(self, ch: _Channel, now: float) -> Batch:
         ch.backoff_until = None

@@ -90,12 +90,12 @@ class Retrieval(msgspec.Struct, frozen=True):
     retrieve: …`` line of docs/envelope.md.  ``thread`` is the command or tool call for the
     rest of a thread, ``channel`` the one for a channel's or a conversation's recent messages;
     ``{channel}`` becomes the turn's channel id and ``{event}`` the newest event's id.  None
-    leaves the hint out (the line then says only what the history is).  The default names
-    buzz's own commands; :data:`NO_RETRIEVAL` turns the hint off; :meth:`tool` names a bot's
-    own tool."""
+    (the default of each) leaves the hint out: the line then says only what the history is.
+    :data:`BUZZ_RETRIEVAL` names buzz's own commands (the compiler's default),
+    :data:`NO_RETRIEVAL` none, :meth:`tool` a bot's own tool."""
 
-    thread: str | None = "buzz messages thread --channel {channel} --event {event}"
-    channel: str | None = "buzz messages get --channel {channel}"
+    thread: str | None = None
+    channel: str | None = None
 
     @classmethod
     def tool(cls, name: str) -> Retrieval:
@@ -116,9 +116,12 @@ class Retrieval(msgspec.Struct, frozen=True):
 
 
 #: buzz's own commands (the default: the reference goldens and hash vectors use it).
-BUZZ_RETRIEVAL = Retrieval()
+BUZZ_RETRIEVAL = Retrieval(
+    thread="buzz messages thread --channel {channel} --event {event}",
+    channel="buzz messages get --channel {channel}",
+)
 #: No retrieval hint at all.
-NO_RETRIEVAL = Retrieval(thread=None, channel=None)
+NO_RETRIEVAL = Retrieval()
 
 
 class Standing(msgspec.Struct, frozen=True, rename="camel"):

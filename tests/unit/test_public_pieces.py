@@ -58,21 +58,24 @@ def test_a_batch_that_may_still_grow_waits_until_it_has_been_quiet() -> None:
     assert q.next_settle(10.8, settle=0.5) is None
 
 
-def test_a_closed_or_full_batch_and_other_channels_do_not_wait() -> None:
-    q = queue(max_batch=2)
-    mine, theirs = chat(OWNER, 1), chat(OTHER, 2)
-    q.push(mine, now=10.0)
-    q.push(theirs, now=10.0)  # another actor: the owner's batch can no longer grow
-    batch = q.flush_next(10.0, settle=5.0)
-    assert batch is not None and [e.event for e in batch.events] == [mine]
+def test_a_full_batch_and_other_channels_do_not_wait_and_a_flood_cannot_hold_a_channel() -> None:
     full = queue(max_batch=2)
     for t in (1, 2):
         full.push(chat(OWNER, t, channel="full", thread=ROOT), now=10.0)
     full.push(chat(OTHER, 3, channel="busy"), now=10.0)
     flushed = full.flush_next(10.0, settle=5.0)
     assert flushed is not None and flushed.channel == "full" and len(flushed.events) == 2
-    assert full.flush_next(10.0, settle=5.0) is None  # "busy" may still grow
+    assert full.flush_next(10.0, settle=5.0) is None  # "busy" waits for quiet
     assert full.next_settle(10.0, settle=5.0) == pytest.approx(5.0)
+    flooded = queue()
+    mine = chat(OWNER, 1)
+    flooded.push(mine, now=0.0)
+    for i in range(40):  # a stranger's message every 0.1 s, settle 0.5: never quiet
+        flooded.push(chat(OTHER, 2 + i), now=0.1 * i)
+        assert flooded.flush_next(0.1 * i, settle=0.5) is None
+    assert flooded.next_settle(0.1 * 39, settle=0.5) == pytest.approx(0.1)
+    batch = flooded.flush_next(4.0, settle=0.5)  # 8 windows after the owner's message
+    assert batch is not None and [e.event for e in batch.events] == [mine]
 
 
 def test_a_clock_stepped_back_does_not_hold_a_channel_and_bad_windows_are_refused() -> None:

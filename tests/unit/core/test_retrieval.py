@@ -19,6 +19,13 @@ TURNS = FIXTURES / "turns"
 DEFAULT_CASES = [n for n in sorted(golden_gen.CASES) if "retrieval" not in golden_gen.CASES[n]()]
 
 
+#: buzz's commands, written out as a bot would name them.
+BUZZ_HINTS = {
+    "thread": "buzz messages thread --channel {channel} --event {event}",
+    "channel": "buzz messages get --channel {channel}",
+}
+
+
 def _from(name: str) -> TurnInput:
     return TurnInput.from_json((TURNS / f"{name}.input.json").read_bytes())
 
@@ -27,7 +34,7 @@ def _from(name: str) -> TurnInput:
 def test_naming_the_default_explicitly_keeps_every_golden_byte(name: str) -> None:
     read = _from(name)
     assert read.retrieval == BUZZ_RETRIEVAL
-    explicit = compile_turn(msgspec.structs.replace(read, retrieval=Retrieval()))
+    explicit = compile_turn(msgspec.structs.replace(read, retrieval=Retrieval(**BUZZ_HINTS)))
     assert compile_turn(read) == explicit
     manifest = (TURNS / f"{name}.manifest.json").read_text(encoding="utf-8")
     assert explicit.manifest.to_json() + "\n" == manifest
