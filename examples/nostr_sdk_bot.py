@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import time
 from typing import Any
 
 import nostr_sdk
 
-from examples.pure_bot import PureBot
-from nostr_buzz import PublicKey, SecretKey
+from examples.pure_bot import PureBot, run
 
 
 async def serve(relays: list[str], bot: PureBot, stop: asyncio.Event) -> None:
@@ -61,16 +58,5 @@ async def serve(relays: list[str], bot: PureBot, stop: asyncio.Event) -> None:
         await client.shutdown()
 
 
-async def main() -> None:
-    bot = PureBot(
-        SecretKey.from_str(os.environ["BUZZ_PRIVATE_KEY"]),
-        PublicKey.from_str(os.environ["BUZZ_OWNER"]),
-    )
-    stop = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    await serve(os.environ["BUZZ_RELAYS"].split(","), bot, stop)
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(run(serve))

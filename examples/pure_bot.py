@@ -12,9 +12,12 @@ no socket: the transport passes ``now`` in and publishes what comes out.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import random
+import signal
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from nostr_buzz import (
@@ -117,3 +120,20 @@ class PureBot:
         metric = build_metric_event(self.agent, self.owner, payload)
         self.queue.complete(batch)
         return [reply, metric]
+
+
+#: A transport: serve ``bot`` on ``relays`` until ``stop`` is set.
+Serve = Callable[[list[str], PureBot, asyncio.Event], Awaitable[None]]
+
+
+async def run(serve: Serve) -> None:
+    """Serve the bot of ``BUZZ_PRIVATE_KEY`` (the agent's key: only ever from the environment)
+    for ``BUZZ_OWNER`` on ``BUZZ_RELAYS`` (comma-separated) until SIGINT or SIGTERM."""
+    bot = PureBot(
+        SecretKey.from_str(os.environ["BUZZ_PRIVATE_KEY"]),
+        PublicKey.from_str(os.environ["BUZZ_OWNER"]),
+    )
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    await serve(os.environ["BUZZ_RELAYS"].split(","), bot, stop)

@@ -13,21 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 import time
 
 from websockets.asyncio.client import connect
 
-from examples.pure_bot import PureBot
-from nostr_buzz import PublicKey, SecretKey
+from examples.pure_bot import PureBot, run
 
 SUBSCRIPTION = "mentions"
 
 
-async def serve(relay: str, bot: PureBot, stop: asyncio.Event) -> None:
-    """Subscribe to mentions of the bot from now on and answer them until ``stop``."""
-    async with connect(relay) as ws:
+async def serve(relays: list[str], bot: PureBot, stop: asyncio.Event) -> None:
+    """Subscribe to mentions of the bot on the first relay from now on and answer them until
+    ``stop``."""
+    async with connect(relays[0]) as ws:
         wanted = {"kinds": [9, 1], "#p": [bot.agent.public_key.hex], "since": int(time.time())}
         await ws.send(json.dumps(["REQ", SUBSCRIPTION, wanted]))
         while not stop.is_set():
@@ -46,16 +44,5 @@ async def serve(relay: str, bot: PureBot, stop: asyncio.Event) -> None:
                 await ws.send(f'["EVENT",{event.to_json()}]')  # the relay's OK is not awaited
 
 
-async def main() -> None:
-    bot = PureBot(
-        SecretKey.from_str(os.environ["BUZZ_PRIVATE_KEY"]),
-        PublicKey.from_str(os.environ["BUZZ_OWNER"]),
-    )
-    stop = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    await serve(os.environ["BUZZ_RELAYS"].split(",")[0], bot, stop)
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(run(serve))

@@ -22,6 +22,7 @@ from nostr_buzz.core.turn_input import ChannelInfo, ContextMessage, TurnContext
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip29 import IgnoredMetadata, newest_group_metadata
+from nostr_buzz.nips.standing import rfc3339_seconds
 
 __all__ = [
     "NO_HISTORY",
@@ -72,21 +73,8 @@ def utc_timestamp(seconds: int) -> str:
     """``YYYY-MM-DDTHH:MM:SS+00:00`` of a Unix time (as ``datetime.isoformat`` writes it),
     without reading any clock; "unknown" outside the years 1970-9999 (a sender chooses its
     ``created_at``)."""
-    days, rest = divmod(seconds, 86_400)
-    if not 0 <= days <= 2_932_896:  # 9999-12-31
-        return "unknown"
-    # Civil date from days since 1970-01-01 (proleptic Gregorian, eras of 400 years).
-    z = days + 719_468
-    era, doe = divmod(z, 146_097)
-    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
-    year = yoe + era * 400 + (1 if month <= 2 else 0)
-    hour, rest = divmod(rest, 3600)
-    minute, second = divmod(rest, 60)
-    return f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}+00:00"
+    stamp = rfc3339_seconds(seconds)
+    return "unknown" if stamp is None else stamp.removesuffix("Z") + "+00:00"
 
 
 def turn_context(
