@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
-from .types import AgentInfo, StandingStrategy
+from .types import AgentInfo, ReopenMethod, StandingStrategy
 
 __all__ = [
     "ASKING_MODES",
@@ -26,6 +26,7 @@ __all__ = [
     "AdapterProfile",
     "choose_strategy",
     "profile_for",
+    "reopen_method",
 ]
 
 #: The session modes, by advertised id, in which an adapter asks the client before a tool
@@ -67,9 +68,11 @@ class AdapterProfile:
     #: no usage is the broken session answering at once (claude-agent-acp), not an answer.
     hollow_window: float = 2.0
     usage: UsageMeaning = "per_prompt"
-    #: The driver may ``session/load`` or resume a session: never (each session is opened
-    #: fresh, with the standing context; a restarted agent's sessions are gone).
-    resumes_sessions: bool = False
+    #: A session of an earlier agent process may be continued (``session/resume`` where the
+    #: agent advertises it, else ``session/load``): off for an adapter whose continued
+    #: sessions are known not to hold their history (docs/acp-adapters.md, "Sessions that
+    #: survive a restart").
+    resumes_sessions: bool = True
 
 
 GENERIC: Final = AdapterProfile("generic")
@@ -110,3 +113,16 @@ def choose_strategy(profile: AdapterProfile, info: AgentInfo) -> StandingStrateg
     if profile.claude_meta or info.system_prompt_append:
         return "claude_meta"
     return "legacy"
+
+
+def reopen_method(profile: AdapterProfile, info: AgentInfo) -> ReopenMethod | None:
+    """How a session of an earlier agent process is continued: ``session/resume`` where
+    advertised (no history replayed), else ``session/load`` (the history is replayed first and
+    kept out of replies and usage), else None (a new session, with the standing context)."""
+    if not profile.resumes_sessions:
+        return None
+    if info.session_resume:
+        return "resume"
+    if info.load_session:
+        return "load"
+    return None

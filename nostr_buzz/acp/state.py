@@ -337,6 +337,11 @@ class Session:
             return self._agent_fact(fact, now)
         return ()
 
+    def may_steer(self) -> bool:
+        """Whether a steer may go on the wire now: one steer at a time per running prompt (the
+        rule's only place; a caller that holds several steers queues them)."""
+        return not (self.steering and self.turn is not None)
+
     def _record(self, now: float) -> TurnRecord:
         return TurnRecord(now, now, now + self.timeouts.hard)
 

@@ -17,6 +17,7 @@ __all__ = [
     "Ending",
     "Outcome",
     "PermissionRequest",
+    "ReopenMethod",
     "SessionStart",
     "StandingStrategy",
     "SteerOutcome",
@@ -25,6 +26,8 @@ __all__ = [
 ]
 
 StandingStrategy = Literal["goose", "claude_meta", "system_prompt", "legacy"]
+#: How an earlier session is continued (docs/acp-adapters.md, "Sessions that survive a restart").
+ReopenMethod = Literal["resume", "load"]
 SteerOutcome = Literal["injected", "started_new_turn", "failed", "released"]
 
 
@@ -43,6 +46,10 @@ class AgentInfo:
     system_prompt_capability: bool = False
     #: ``sessionCapabilities.close``: ``session/close`` releases a session.
     session_close: bool = False
+    #: ``sessionCapabilities.resume``: ``session/resume`` continues a session without replay.
+    session_resume: bool = False
+    #: ``loadSession``: ``session/load`` continues a session, replaying its history first.
+    load_session: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,8 @@ class SessionStart:
 
     session_id: str
     strategy: StandingStrategy
+    #: How the session was continued from an earlier run (None: opened new).
+    reopened: ReopenMethod | None = None
 
     @property
     def system_prompt_support(self) -> bool:
@@ -76,7 +85,8 @@ class SessionStart:
 
     @property
     def standing_context_sent(self) -> bool:
-        return self.strategy != "legacy"
+        """Delivered beside the prompt, or already in the history of a continued session."""
+        return self.strategy != "legacy" or self.reopened is not None
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,8 @@ def agent_info(raw: Any, pid: int) -> AgentInfo:
         pid=pid,
         system_prompt_capability=isinstance(session_caps.get("systemPrompt"), dict),
         session_close=isinstance(session_caps.get("close"), dict),
+        session_resume=isinstance(session_caps.get("resume"), dict),
+        load_session=bool(caps.load_session) if caps else False,
     )
 
 
@@ -134,6 +136,15 @@ def new_session_params(
     elif strategy == "claude_meta":
         params["_meta"] = {"systemPrompt": {"append": standing}}
     return params
+
+
+def reopen_params(
+    session_id: str, cwd: str, standing: str, strategy: StandingStrategy, info: AgentInfo
+) -> dict[str, Any]:
+    """``session/resume`` or ``session/load`` of ``session_id``: the same fields as
+    ``session/new`` (the standing context again where it travels beside the history: an
+    adapter keeps it in the process, not in the session it stores)."""
+    return {**new_session_params(cwd, standing, strategy, info), "sessionId": session_id}
 
 
 def session_id_of(raw: Any) -> str:

@@ -322,7 +322,7 @@ class BuzzPlugin:
         if command == "shutdown":
             self.stop()
             return
-        await self._runner.cancel_for_owner(nip10.queue_channel(event))
+        await self._runner.obey(command, nip10.queue_channel(event))
 
     # -- the worker ---------------------------------------------------------------------
 

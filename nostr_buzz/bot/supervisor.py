@@ -28,13 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from nostr_buzz.acp.profiles import reopen_method
 from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
 from nostr_buzz.agent import InProcessAgent
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.turn_input import Standing
-from nostr_buzz.errors import BuzzError
+from nostr_buzz.errors import AgentError, BuzzError
 from nostr_buzz.io.agent_driver import AgentDriver, reject_always
 from nostr_buzz.io.agent_group import (
     GroupRecord,
@@ -49,6 +50,7 @@ from nostr_buzz.nips import nip10
 
 from .config import PluginConfig
 from .privacy import AGENT_TEXT_KINDS, private_driver_payload
+from .receipts import SessionReceipt, SessionReceipts, resume_refusal
 
 __all__ = [
     "AGENT_LOG",
@@ -109,13 +111,32 @@ class ChannelSession:
     """
 
     start: SessionStart
-    metric_session_id: str  # made here, so a restart starts a new one
+    #: Made here, so a restart starts a new one (nips/NIP-AM.md: a publisher that loses its
+    #: turn counter starts a new ``sessionId``), even for a continued agent session.
+    metric_session_id: str
     standing: Standing = field(default_factory=Standing)  # frozen when the session opened
     delivered: set[str] = field(default_factory=set)
     turns: int = 0
     #: Every actor (hex pubkey) whose words entered this session (batches, cancelled events,
-    #: steers): ``permissions = "owner"`` approves only while it holds the owner alone.
+    #: steers): ``permissions = "owner"`` approves only while it holds the owner alone.  A
+    #: continued session keeps its earlier actors (:mod:`.receipts`).
     actors: set[str] = field(default_factory=set)
+    #: The agent that opened it, and when (a Unix time): what its receipt records.
+    agent: tuple[str | None, str | None] = (None, None)
+    started_at: float = 0.0
+
+    def receipt(self) -> SessionReceipt:
+        """What the state database keeps of this session (:mod:`.receipts`)."""
+        return SessionReceipt(
+            session_id=self.start.session_id,
+            agent=self.agent[0],
+            agent_version=self.agent[1],
+            strategy=self.start.strategy,
+            standing=self.standing,
+            started_at=self.started_at,
+            actors=tuple(sorted(self.actors)),
+            delivered=tuple(self.delivered),
+        )
 
 
 class AgentSupervisor:
@@ -132,6 +153,7 @@ class AgentSupervisor:
         agent: InProcessAgent | None = None,
     ) -> None:
         self.config = config
+        self._clock = clock
         self._standing_for = standing_for
         self._diagnostics = diagnostics
         self._stopping = stopping
@@ -247,11 +269,15 @@ class AgentSupervisor:
                 self._diagnostics.emit("agent_restarted", payload={"pid": info.pid})
 
     async def session_for(
-        self, queue_channel: str, channel_id: str | None = None
+        self,
+        queue_channel: str,
+        channel_id: str | None = None,
+        receipts: SessionReceipts | None = None,
     ) -> ChannelSession:
-        """The queue channel's live session, opened when it has none, with the standing context
-        of channel ``channel_id`` frozen for it (None: no channel — a private conversation or
-        an author's direct channel, which get the configured files only)."""
+        """The queue channel's live session, else the session its receipt names continued
+        (docs/bot.md, "Sessions that survive a restart"), else a new one with the standing
+        context of channel ``channel_id`` frozen for it (None: no channel — a private
+        conversation or an author's direct channel, which get the configured files only)."""
         if not self.driver.alive:
             await self.ensure_agent()
         session = self.sessions.get(queue_channel)
@@ -260,25 +286,99 @@ class AgentSupervisor:
             self._diagnostics.emit(
                 "session_replaced", payload={"adapterSessionId": session.start.session_id}
             )
+            self.forget(queue_channel, session, receipts)
             session = None
+        if session is None and receipts is not None:
+            session = await self._continued(queue_channel, receipts)
         if session is None:
             standing = self.config.standing
             if self._standing_for is not None:
                 standing = await self._standing_for(channel_id)
-            text = standing_text(standing)
-            cwd = self.config.agent_cwd or str(Path.cwd())
-            start = await self.driver.new_session(cwd, text)
-            session = ChannelSession(
-                start=start, metric_session_id=uuid.uuid4().hex, standing=standing
-            )
-            self.sessions[queue_channel] = session
+            start = await self.driver.new_session(self._cwd, standing_text(standing))
+            session = self._session(start, standing)
+        self.sessions[queue_channel] = session
         return session
 
-    def forget(self, queue_channel: str, session: ChannelSession) -> None:
+    @property
+    def continues_sessions(self) -> bool:
+        """Whether the running agent can continue a session after a restart: then each
+        channel's session has a receipt in the state database (:mod:`.receipts`)."""
+        driver = self.driver
+        if not isinstance(driver, AgentDriver) or not driver.alive:
+            return False
+        return reopen_method(driver.profile, driver.info) is not None
+
+    @property
+    def _cwd(self) -> str:
+        return self.config.agent_cwd or str(Path.cwd())
+
+    def _session(self, start: SessionStart, standing: Standing) -> ChannelSession:
+        driver = self.driver
+        info = driver.info if isinstance(driver, AgentDriver) else None
+        return ChannelSession(
+            start=start,
+            metric_session_id=uuid.uuid4().hex,
+            standing=standing,
+            agent=(info.name, info.version) if info is not None else (None, None),
+            started_at=self._clock(),
+        )
+
+    async def _continued(
+        self, queue_channel: str, receipts: SessionReceipts
+    ) -> ChannelSession | None:
+        """The session of the channel's receipt, continued by the running agent; None (with a
+        ``session_not_resumed`` diagnostic, and the receipt dropped) when it may not or could
+        not be: the channel then opens a new session, never silently."""
+        found = receipts.get(queue_channel)
+        driver = self.driver
+        if found is None or not isinstance(driver, AgentDriver):
+            return None
+        receipt, in_turn = found
+        info = driver.info
+        method = reopen_method(driver.profile, info)
+        why = resume_refusal(receipt, in_turn, info.name, info.version, method)
+        error: str | None = None
+        if why is None:
+            try:
+                start = await driver.reopen_session(
+                    receipt.session_id, receipt.strategy, self._cwd, standing_text(receipt.standing)
+                )
+            except AgentError as exc:
+                why, error = "refused", str(exc)
+        if why is not None:
+            receipts.drop(queue_channel)
+            payload = {"adapterSessionId": receipt.session_id, "reason": why}
+            self._diagnostics.emit(
+                "session_not_resumed", payload={**payload, **({"error": error} if error else {})}
+            )
+            return None
+        session = self._session(start, receipt.standing)
+        session.actors.update(receipt.actors)
+        session.delivered.update(receipt.delivered)
+        session.started_at = receipt.started_at
+        return session
+
+    def end_session(self, queue_channel: str, receipts: SessionReceipts | None = None) -> None:
+        """The owner's ``!new``: the channel's session is never prompted or continued again."""
+        session = self.sessions.get(queue_channel)
+        if session is not None:
+            self.forget(queue_channel, session, receipts)
+        elif receipts is not None:
+            receipts.drop(queue_channel)
+
+    def forget(
+        self,
+        queue_channel: str,
+        session: ChannelSession,
+        receipts: SessionReceipts | None = None,
+    ) -> None:
         """Never prompt ``session`` again (it was cancelled: some agents cannot take another
-        prompt after a cancel); the channel's next turn opens a new one."""
+        prompt after a cancel, or retired); the channel's next turn opens a new one, and its
+        receipt goes (inside the caller's transaction)."""
         if self.sessions.get(queue_channel) is session:
             del self.sessions[queue_channel]
+            if receipts is not None:
+                receipts.drop(queue_channel)
 
     def needs_restart(self, result: TurnResult | None) -> bool:
         """Account a turn's end; True when the agent must be restarted (it is gone)."""

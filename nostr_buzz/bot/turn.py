@@ -130,7 +130,8 @@ class Turn:
     steer_actors: list[str] = field(default_factory=list)
     #: Steers the agent answered ``startedNewTurn``: each is a turn of its own.
     followups: list[Followup] = field(default_factory=list)
-    steering: bool = False  # a steer is on the wire
+    #: Held while a steer of this turn is on the wire: steers wait their turn here (whether
+    #: one may go is the agent session's rule, ``acp.state.Session.may_steer``).
     steer_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -305,6 +306,15 @@ class TurnRunner:
         elif action == "interrupt":
             await self.cancel(turn, "interrupt")
 
+    async def obey(self, command: Literal["cancel", "new"], channel: str) -> None:
+        """The owner's ``!cancel`` (:meth:`cancel_for_owner`) or ``!new``: the channel's next turn
+        opens a new agent session, with the standing context as it is then (a running turn
+        ends in the session it has)."""
+        if command == "cancel":
+            await self.cancel_for_owner(channel)
+        else:
+            self.supervisor.end_session(channel, self.store.receipts)
+
     async def cancel_for_owner(self, channel: str) -> None:
         """The owner's ``!cancel``: the running turn of its channel, else every running turn."""
         running = self.running
@@ -389,7 +399,8 @@ class TurnRunner:
         """Session, context, compile; the compiled turn, or None when cancelled meanwhile."""
         batch = turn.batch
         channel_id = nip10.channel(batch.events[-1].event)  # None: no channel's standing
-        session = await self.supervisor.session_for(batch.channel, channel_id)
+        receipts = self.store.receipts
+        session = await self.supervisor.session_for(batch.channel, channel_id, receipts)
         turn.session = session
         turn_input, history_ids = await self.resolver.resolve(batch, session)
         compiled = compile_turn(turn_input)
@@ -420,6 +431,8 @@ class TurnRunner:
         driver = self.supervisor.driver
         session_id = turn.session.start.session_id
         turn.session.actors.update(turn.provenance().actors())  # before the agent can ask
+        if self.supervisor.continues_sessions:  # docs/bot.md, "Sessions that survive a restart"
+            self.store.receipts.begin_turn(turn.batch.channel, turn.session.receipt())
         result: TurnResult | None = None
         async for fact in driver.turn(session_id, compiled.sections):
             if isinstance(fact, PromptSent):  # on the wire: from here steers may go
@@ -432,8 +445,10 @@ class TurnRunner:
         turn.advance(Phase.ENDED)
         # A steer the agent answered before its prompt response belongs to this turn's
         # ledger: let it finish (bounded by the driver's request timeout) before the metric
-        # takes the snapshot and the batch settles.
-        await turn.until(lambda t: not t.steering, timeout=driver.request_timeout + 1)
+        # takes the snapshot and the batch settles.  Steers still waiting find the turn ended.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(driver.request_timeout + 1), turn.steer_lock:
+                pass
         return result
 
     def _finish(
@@ -528,6 +543,8 @@ class TurnRunner:
             session.delivered.update(q.event.id for q in batch.cancelled_events)
             session.delivered.update(history)
             session.delivered.update(q.event.id for q in turn.steered)
+            if self.supervisor.continues_sessions:
+                self.store.receipts.complete_turn(batch.channel, session.receipt())
             return []
         if result.outcome == "cancelled":
             return self._settle_cancelled(turn)
@@ -535,7 +552,7 @@ class TurnRunner:
 
     def _settle_cancelled(self, turn: Turn) -> list[Event]:
         if turn.session is not None:
-            self.supervisor.forget(turn.batch.channel, turn.session)
+            self.supervisor.forget(turn.batch.channel, turn.session, self.store.receipts)
         reason = turn.cancel_reason
         if settlement("cancelled", reason) == "requeue":
             assert reason == "interrupt" or reason == "steer"
@@ -580,16 +597,10 @@ class TurnRunner:
     async def steer(self, turn: Turn, event: Event, prompt_tag: str) -> None:
         """Deliver ``event`` into ``turn`` once its prompt is live; if the turn ends first (or
         is being cancelled), the event stays pending and rides with the channel's next batch."""
+        await turn.until(lambda t: t.phase >= Phase.LIVE)
         async with turn.steer_lock:
-            await turn.until(lambda t: t.phase >= Phase.LIVE)
-            if not turn.may_steer():
-                return
-            turn.steering = True
-            try:
+            if turn.may_steer():
                 await self._deliver_steer(turn, event, prompt_tag)
-            finally:
-                turn.steering = False
-                turn.notify()
 
     async def _deliver_steer(self, turn: Turn, event: Event, prompt_tag: str) -> None:
         assert turn.session is not None

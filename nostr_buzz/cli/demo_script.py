@@ -8,7 +8,8 @@ for a turn of its own).  The script prints the first turn's envelope, every mani
 table the owner reads back from the metrics, and one message fetched with
 ``buzz messages raw``.  The owner's channel canvas and the agent's core memory (set with
 ``buzz canvas set`` and ``buzz mem set core``) reach the agent's system role; a new canvas
-revision reaches the next session only, which a bot restart opens, and changes its manifest.
+revision reaches the next session only, which the owner's ``!new`` opens (a restarted bot
+continues its sessions where the agent can), and changes its manifest.
 
 Every wait is bounded; any failure raises :class:`DemoFailure` with what went wrong.
 """
@@ -522,7 +523,13 @@ class _Demo:
 
     async def _next_session(self) -> None:
         write = self.write
-        _heading(write, 10, "the bot restarts: the next session sees the new revision")
+        _heading(write, 10, "the owner starts a new session (!new): it sees the new revision")
+        await self.publish(self.sign(self.owner, "!new"))
+        await self.feed.wait_for("owner_command", 1, self.step_timeout, "the owner's !new")
+        write(
+            "(the bot restarted first: its session continued where the agent can — !new is how\n"
+            " the owner opens a new one)\n"
+        )
         await self.publish(self.sign(self.human, "And now?"))
         turn = len(self.feed.of("turn_started")) + 1
         await self.turn(turn, "the first turn of the next session")

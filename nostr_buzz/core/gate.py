@@ -5,8 +5,9 @@ bot reports), served by another shard (silently), or admitted to the queue, in w
 The rules:
 
 * **Owner commands.** A kind 9 from the owner that mentions the agent and whose content, after
-  leading ``nostr:npub…``/``@name`` tokens, starts with ``!cancel`` or ``!shutdown``.  Commands
-  are never queued and bypass the shard filter.
+  leading ``nostr:npub…``/``@name`` tokens, starts with ``!cancel``, ``!new`` (the channel's next
+  turn opens a new agent session) or ``!shutdown``.  Commands are never queued and bypass the
+  shard filter.
 * **Gate.** The agent's own events never start a turn (no loops).  Other agents (``known_agents``:
   configured, or seen with a NIP-24 ``bot`` profile) start one only when they mention this
   agent, even with ``mentions_required = False``.  ``owner-only`` admits the owner,
@@ -64,7 +65,7 @@ _LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@
 InFlightPolicy = Literal["queue", "steer", "interrupt"]
 #: Whose events start a turn: the owner's only, the owner's and an allowlist's, anyone's.
 AuthorGate = Literal["owner-only", "allowlist", "anyone"]
-CommandName = Literal["cancel", "shutdown"]
+CommandName = Literal["cancel", "new", "shutdown"]
 
 
 @dataclass(frozen=True)
@@ -124,16 +125,13 @@ Decision = Admit | Refuse | Command
 
 
 def owner_command(content: str) -> CommandName | None:
-    """``cancel`` or ``shutdown`` when the content is an owner command, else None."""
+    """``cancel``, ``new`` or ``shutdown`` when the content is an owner command, else None."""
     rest = content
     while (match := _LEADING_MENTION.match(rest)) is not None:
         rest = rest[match.end() :]
     word = rest.strip().split(maxsplit=1)
-    if word and word[0] == "!cancel":
-        return "cancel"
-    if word and word[0] == "!shutdown":
-        return "shutdown"
-    return None
+    commands: dict[str, CommandName] = {"!cancel": "cancel", "!new": "new", "!shutdown": "shutdown"}
+    return commands.get(word[0]) if word else None
 
 
 def refusal(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -> str | None:

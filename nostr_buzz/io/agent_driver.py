@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -70,11 +70,11 @@ from nostr_buzz.acp.facts import (
 )
 from nostr_buzz.acp.permission import PermissionPolicy
 from nostr_buzz.acp.profiles import (
-    GOOSE_SYSTEM_PROMPT,
     SESSION_STEERING,
     AdapterProfile,
     choose_strategy,
     profile_for,
+    reopen_method,
 )
 from nostr_buzz.acp.state import (
     Action,
@@ -88,12 +88,15 @@ from nostr_buzz.acp.types import (
     AgentInfo,
     Ending,
     PermissionRequest,
+    ReopenMethod,
     SessionStart,
+    StandingStrategy,
     SteerOutcome,
     TurnResult,
 )
 from nostr_buzz.core.usage import UsageTracker
 from nostr_buzz.errors import AgentError
+from nostr_buzz.io import agent_open
 from nostr_buzz.io.agent_group import GroupRecord
 from nostr_buzz.io.agent_process import AgentProcess
 from nostr_buzz.io.agent_sessions import DiagnosticCallback, SessionHub
@@ -130,32 +133,6 @@ def _client_version() -> str:
         return metadata.version("nostr-buzz")
     except metadata.PackageNotFoundError:
         return "0"
-
-
-async def _asking_mode(
-    request: Callable[[str, dict[str, Any]], Awaitable[Any]], session_id: str, raw: object
-) -> str | None:
-    """Put the session in the advertised mode that asks the client before every tool
-    (:data:`~nostr_buzz.acp.profiles.ASKING_MODES`); the session's mode, None when the agent
-    advertises none.  An agent that advertises modes but no asking one, or refuses it, gets no
-    session: its own defaults would decide for it (docs/acp-adapters.md, "Permission modes")."""
-    choice = wire.asking_mode(raw)
-    if choice is None:
-        return None
-    wanted, ids, switch = choice
-    if wanted is None:
-        raise AgentError(
-            f"the agent offers no mode that asks before running tools (modes {ids}): "
-            "the bot's permission policy could not hold"
-        )
-    if switch:
-        try:
-            await request("session/set_mode", {"sessionId": session_id, "modeId": wanted})
-        except (RequestError, ConnectionError, OSError, TimeoutError) as exc:
-            raise AgentError(
-                f"the agent refused the session mode {wanted!r}: {wire.describe(exc)}"
-            ) from None
-    return wanted
 
 
 def _reporter(
@@ -336,28 +313,44 @@ class AgentDriver:
         (:func:`nostr_buzz.core.compiler.standing_text`); the driver sends it as given.  Raises
         :class:`AgentError` when the agent refuses the session.
         """
-        info = self.info
-        strategy = choose_strategy(self.profile, info)
+        strategy = choose_strategy(self.profile, self.info)
+        opened = await agent_open.open_new(self._request, self.info, strategy, cwd, standing)
+        self.usage.session_started(self.hub.key(opened[0]))  # ours: zero baseline
+        return self._opened(opened, None)
+
+    async def reopen_session(
+        self, session_id: str, strategy: StandingStrategy, cwd: str, standing: str = ""
+    ) -> SessionStart:
+        """Continue ``session_id``, opened by an earlier agent process with ``strategy`` and
+        ``standing`` (the same text again), by :func:`~nostr_buzz.acp.profiles.reopen_method`:
+        what ``session/load`` replays is dropped, never a turn's text or usage.  Its usage
+        baselines are unknown until the agent reports again.  Raises :class:`AgentError` when
+        the agent refuses it or cannot continue sessions."""
+        method = reopen_method(self.profile, self.info)
+        if method is None:
+            raise AgentError("the agent continues no session of an earlier process")
+        # Until its first prompt, what the agent sends for the session is history it replays
+        # (a replayed update may still be on its way when the answer to the load is read).
+        self.hub.replaying.add(session_id)
         try:
-            params = wire.new_session_params(cwd, standing, strategy, info)
-            raw = await self._request("session/new", params)
-            session_id = wire.session_id_of(raw)
-        except _WIRE_ERRORS as exc:
-            raise AgentError(f"the agent refused a new session: {wire.describe(exc)}") from None
-        mode = await _asking_mode(self._request, session_id, raw)
-        if strategy == "goose" and standing:
-            try:
-                params = wire.goose_system_prompt_params(session_id, standing)
-                await self._request(GOOSE_SYSTEM_PROMPT, params)
-            except (RequestError, ConnectionError, OSError, TimeoutError):
-                strategy = "legacy"  # −32601 (or any failure): the first turn carries it
+            opened = await agent_open.reopen(
+                self._request, self.info, method, session_id, strategy, cwd, standing
+            )
+        except BaseException:
+            self.hub.replaying.discard(session_id)
+            raise
+        return self._opened(opened, method)
+
+    def _opened(self, opened: agent_open.Opened, reopened: ReopenMethod | None) -> SessionStart:
+        session_id, strategy, mode = opened
         self.hub.session(session_id)
-        self.usage.session_started(self.hub.key(session_id))  # ours: zero baseline
         started: dict[str, Any] = {"standingStrategy": strategy}
         if mode is not None:  # docs/acp-adapters.md, "Permission modes"
             started["permissionMode"] = mode
+        if reopened is not None:
+            started["reopened"] = reopened
         self.hub.diagnostic("session_started", session_id, started)
-        return SessionStart(session_id=session_id, strategy=strategy)
+        return SessionStart(session_id=session_id, strategy=strategy, reopened=reopened)
 
     def usable(self, session_id: str) -> bool:
         """False for a session retired after a cancel (see the module docstring): the
@@ -417,6 +410,7 @@ class AgentDriver:
         if session.phase != Phase.IDLE or session.own_phase == "running":
             raise AgentError(f"a prompt is already running in session {session_id!r}")
         started_at = self._clock()
+        self.hub.replaying.discard(session_id)  # what follows is this turn's
         self.hub.feed(session_id, session, PromptSent())
         record = session.turn
         assert record is not None
@@ -527,7 +521,7 @@ class AgentDriver:
             return "failed"
         method, run_id = route
         session = self.hub.session(session_id)
-        if session.steering and session.turn is not None:
+        if not session.may_steer():
             return "released"
         started = self._clock()
         # Sent before the answer: the agent may start writing a turn of its own at once.

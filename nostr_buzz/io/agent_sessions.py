@@ -72,6 +72,8 @@ class SessionHub:
         self._unread: dict[str, tuple[asyncio.Future[Any], Session]] = {}
         #: A prompt's usage that its agent's own next turn ended early.
         self.split: dict[str, UsageRecord | None] = {}
+        #: Sessions being loaded: what the agent replays of their history is no turn's.
+        self.replaying: set[str] = set()
 
     def session(self, session_id: str) -> Session:
         """The session's state machine (a new one for an id not seen yet)."""
@@ -161,7 +163,7 @@ class SessionHub:
 
     def _agent_facts(self, params: Any, facts: Sequence[AgentFact]) -> None:
         session_id = wire.session_of(params)
-        if session_id is None:
+        if session_id is None or session_id in self.replaying:
             return
         self.read_answer(session_id)
         session = self.sessions.get(session_id)

@@ -39,7 +39,7 @@ __all__ = [
 AgentDiagnosticKind = Literal[
     "agent_started",  # {agentName, protocolVersion, steeringSupported, pid}
     "agent_exited",  # {returncode}
-    "session_started",  # {standingStrategy, permissionMode?}
+    "session_started",  # {standingStrategy, permissionMode?, reopened?}
     "session_retired",  # {}
     "steer_sent",  # {method, result}
     "permission_policy_failed",  # {error}
@@ -68,6 +68,7 @@ DiagnosticKind = (
         "agent_restarted",
         "agent_restart_failed",
         "session_replaced",
+        "session_not_resumed",  # {adapterSessionId, reason, error?}: a new session instead
         "agent_group_ended",  # {pgid, processes, signal, left}: a killed run's leftover group
         "agent_group_spared",  # {pgid, processes, reason}: a recorded group left alone
         # what the bot sends

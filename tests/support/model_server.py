@@ -71,6 +71,8 @@ class Seen:
     answer: str
     tool_call: str | None
     usage: Usage | None
+    #: What the conversation says the model answered before (its assistant/model turns).
+    earlier_answers: str = ""
 
 
 @dataclass
@@ -90,6 +92,18 @@ def _texts(content: Any) -> Iterator[str]:
                 text = block.get("text")
                 if isinstance(text, str):
                     yield text
+
+
+def _role_texts(messages: Any, role: str, content: Callable[[dict[str, Any]], Any]) -> str:
+    """The texts of the conversation's messages of ``role`` (what the model said earlier)."""
+    listed = messages if isinstance(messages, list) else []
+    said = [
+        text
+        for m in listed
+        if isinstance(m, dict) and m.get("role") == role
+        for text in _texts(content(m))
+    ]
+    return "\n".join(said)
 
 
 def _has_tool_result(message: dict[str, Any]) -> bool:
@@ -212,7 +226,8 @@ class ModelServer:
         question = next((m for m in reversed(users) if not _has_tool_result(m)), None)
         user_text = "\n".join(_texts(question.get("content"))) if question else ""
         stream = functools.partial(self._messages_stream, body)
-        return self._answer("messages", main, user_text, tool_result, stream)
+        earlier = _role_texts(messages, "assistant", lambda m: m.get("content"))
+        return self._answer("messages", main, user_text, tool_result, stream, earlier)
 
     def _answer(
         self,
@@ -221,12 +236,15 @@ class ModelServer:
         user_text: str,
         tool_result: bool,
         stream: Callable[[_Decision, Usage], Iterator[bytes]],
+        earlier: str = "",
     ) -> tuple[Seen, Iterator[bytes]]:
         """The decision on a request and its stream (none for a refusal); side calls get a
         small usage of their own."""
         decision = self._decide(user_text, tool_result, main)
         usage = self.usage if main else Usage(5, 2)
-        seen = Seen(api, main, user_text, tool_result, decision.text, decision.tool_call, usage)
+        seen = Seen(
+            api, main, user_text, tool_result, decision.text, decision.tool_call, usage, earlier
+        )
         if decision.fail is not None:
             return seen, iter(())
         return seen, stream(decision, usage)
@@ -335,8 +353,16 @@ class ModelServer:
                 user_text = "\n".join(_texts(item.get("content")))
                 break
         decision = self._decide(user_text, tool_result, main)
+        earlier = _role_texts(items, "assistant", lambda m: m.get("content"))
         seen = Seen(
-            "responses", main, user_text, tool_result, decision.text, decision.tool_call, self.usage
+            "responses",
+            main,
+            user_text,
+            tool_result,
+            decision.text,
+            decision.tool_call,
+            self.usage,
+            earlier,
         )
         if decision.fail is not None:
             return seen, iter(())
@@ -424,7 +450,8 @@ class ModelServer:
         )
         user_text = "\n".join(_texts(parts(question))) if question else ""
         stream = functools.partial(self._gemini_stream, model)
-        return self._answer("gemini", main, user_text, tool_result, stream)
+        earlier = _role_texts(contents, "model", parts)
+        return self._answer("gemini", main, user_text, tool_result, stream, earlier)
 
     def _gemini_answer(self, decision: _Decision, usage: Usage, model: str) -> dict[str, Any]:
         """One ``GenerateContentResponse``: the text, then the shell call (gemini-cli's

@@ -412,7 +412,8 @@ def test_profiles_choose_the_adapters_behaviour() -> None:
     )
     assert CLAUDE.claude_meta and not CLAUDE.survives_cancel
     assert CODEX.survives_cancel and CODEX.retire_after_failure
-    assert not any(p.resumes_sessions for p in (GENERIC, GOOSE, CLAUDE, CODEX))
+    # Each continues sessions as it advertises (docs/acp-adapters.md).
+    assert all(p.resumes_sessions for p in (GENERIC, GOOSE, CLAUDE, CODEX))
 
 
 def test_a_reported_model_failure_fails_the_turn_with_its_text_as_the_error() -> None:

@@ -73,6 +73,8 @@ def test_owner_commands_follow_leading_mentions_only() -> None:
     assert owner_command("nostr:npub1abc @bot  !shutdown now") == "shutdown"
     assert owner_command("please !cancel") is None
     assert owner_command("!cancelled") is None
+    assert owner_command("@bot !new") == "new"
+    assert owner_command("!newer") is None and owner_command("") is None
 
 
 def test_decide_commands_refusals_shards_and_admission() -> None:

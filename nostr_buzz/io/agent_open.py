@@ -1,0 +1,108 @@
+"""Opening an ACP session: a new one (``session/new``), or one of an earlier agent process
+continued (``session/resume``, ``session/load``) — docs/acp-adapters.md, "Sessions that survive
+a restart".
+
+Both put the session in the mode that asks the client before a tool runs
+(docs/acp-adapters.md, "Permission modes") and deliver the standing context by the strategy
+given.  A continued session gets its standing context again where it travels beside the
+history (an adapter keeps a ``_meta`` or ``systemPrompt`` text in its process, not in the
+session it stores); legacy delivery put it in the first prompt, which the history holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from acp.exceptions import RequestError
+from pydantic import ValidationError
+
+from nostr_buzz.acp import wire
+from nostr_buzz.acp.profiles import GOOSE_SYSTEM_PROMPT
+from nostr_buzz.acp.types import AgentInfo, ReopenMethod, StandingStrategy
+from nostr_buzz.errors import AgentError
+
+__all__ = ["Opened", "Request", "open_new", "reopen"]
+
+#: ``request(method, params)``: one JSON-RPC request to the agent, bounded in time.
+Request = Callable[[str, dict[str, Any]], Awaitable[Any]]
+_TRANSPORT: Final = (RequestError, ConnectionError, OSError, TimeoutError)
+_WIRE_ERRORS: Final = (*_TRANSPORT, ValidationError)
+
+#: (the session's id, how its standing context travelled, the permission mode it is in).
+Opened = tuple[str, StandingStrategy, str | None]
+
+
+async def _asking_mode(request: Request, session_id: str, raw: object) -> str | None:
+    """Put the session in the advertised mode that asks the client before every tool
+    (:data:`~nostr_buzz.acp.profiles.ASKING_MODES`); the session's mode, None when the agent
+    advertises none.  An agent that advertises modes but no asking one, or refuses it, gets no
+    session: its own defaults would decide for it (docs/acp-adapters.md, "Permission modes")."""
+    choice = wire.asking_mode(raw)
+    if choice is None:
+        return None
+    wanted, ids, switch = choice
+    if wanted is None:
+        raise AgentError(
+            f"the agent offers no mode that asks before running tools (modes {ids}): "
+            "the bot's permission policy could not hold"
+        )
+    if switch:
+        try:
+            await request("session/set_mode", {"sessionId": session_id, "modeId": wanted})
+        except _TRANSPORT as exc:
+            raise AgentError(
+                f"the agent refused the session mode {wanted!r}: {wire.describe(exc)}"
+            ) from None
+    return wanted
+
+
+async def _goose_standing(
+    request: Request, session_id: str, standing: str, strategy: StandingStrategy
+) -> StandingStrategy:
+    """goose's ``system-prompt/set``; any failure of it (−32601 or other) falls back to legacy
+    delivery, so the standing context is never lost."""
+    if strategy != "goose" or not standing:
+        return strategy
+    try:
+        await request(GOOSE_SYSTEM_PROMPT, wire.goose_system_prompt_params(session_id, standing))
+    except _TRANSPORT:
+        return "legacy"
+    return strategy
+
+
+async def open_new(
+    request: Request, info: AgentInfo, strategy: StandingStrategy, cwd: str, standing: str
+) -> Opened:
+    """``session/new`` with the standing context; :class:`AgentError` when refused."""
+    try:
+        params = wire.new_session_params(cwd, standing, strategy, info)
+        raw = await request("session/new", params)
+        session_id = wire.session_id_of(raw)
+    except _WIRE_ERRORS as exc:
+        raise AgentError(f"the agent refused a new session: {wire.describe(exc)}") from None
+    mode = await _asking_mode(request, session_id, raw)
+    return session_id, await _goose_standing(request, session_id, standing, strategy), mode
+
+
+async def reopen(
+    request: Request,
+    info: AgentInfo,
+    method: ReopenMethod,
+    session_id: str,
+    strategy: StandingStrategy,
+    cwd: str,
+    standing: str,
+) -> Opened:
+    """``session/resume`` or ``session/load`` of ``session_id``, whose standing context first
+    travelled by ``strategy``; :class:`AgentError` when the agent refuses it.  The caller
+    keeps what ``session/load`` replays out of the session's turns."""
+    params = wire.reopen_params(session_id, cwd, standing, strategy, info)
+    try:
+        raw = await request(f"session/{method}", params)
+    except _WIRE_ERRORS as exc:
+        raise AgentError(
+            f"the agent could not {method} session {session_id!r}: {wire.describe(exc)}"
+        ) from None
+    mode = await _asking_mode(request, session_id, raw if isinstance(raw, dict) else {})
+    return session_id, await _goose_standing(request, session_id, standing, strategy), mode
