@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 AGENTS := tests/agents
 AGENTS_STAMP := $(AGENTS)/node_modules/.installed
 
-.PHONY: test test-unit lint bench demo clean agents
+.PHONY: test test-unit lint bench demo clean agents browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,13 @@ $(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
 
 agents: $(AGENTS_STAMP)
 
-test: $(STAMP) $(AGENTS_STAMP)
+# The browser the HTML report's test renders it in: Debian's chromium (apt-get, as root),
+# installed once (nothing to do when chromium is already on PATH).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+
+test: $(STAMP) $(AGENTS_STAMP) browser
 	$(BIN)/python -m pytest -q
 
 # The fast loop: tests/unit starts no process and opens no socket (about 30 s).

@@ -18,7 +18,6 @@ import random
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 
 from nostr_buzz import (
     NO_RETRIEVAL,
@@ -39,6 +38,7 @@ from nostr_buzz import (
     channel_info_of,
     compile_turn,
     decide,
+    metric_timestamp,
 )
 
 #: Seconds a batch that may still grow waits for more of the same burst.
@@ -104,15 +104,14 @@ class PureBot:
         turn = compile_turn(turn_input)
         reply = build_reply(self.agent, newest, self.answer(turn), int(now))
         self.turns += 1
-        moment = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
         payload = MetricPayload(
             harness="example-bot",
-            timestamp=moment.replace("+00:00", "Z"),
+            timestamp=metric_timestamp(now),
             channel_id=turn_input.channel_id,
             session_id=self.session,
             turn_id=uuid.uuid4().hex,
             turn_seq=self.turns,
-            turn=TokenCounts(None, None, None, None),  # the stand-in agent counts no tokens
+            turn=TokenCounts(),  # unknown: the stand-in agent counts no tokens
             outcome="success",
             triggering_event_ids=tuple(q.event.id for q in batch.events),
             context_manifest=turn.manifest,

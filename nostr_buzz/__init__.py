@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from nostr_buzz.io.agent_driver import AgentDriver
     from nostr_buzz.io.context import fetch_history, fetch_turn_context
     from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
+    from nostr_buzz.io.fetch import FetchResult, fetch_event
     from nostr_buzz.io.metrics_reader import read_metrics
     from nostr_buzz.io.outbox import Outbox
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     )
     from nostr_buzz.profile import Profile
     from nostr_buzz.signer import EventTemplate, LocalSigner, Signer, SignerError
+    from nostr_buzz.timestamps import metric_timestamp
 
 #: Where each public name lives.  Nothing is imported until a name is asked for.
 _EXPORTS: dict[str, str] = {
@@ -143,6 +145,7 @@ _EXPORTS: dict[str, str] = {
     "AgentDriver": "nostr_buzz.io.agent_driver",
     **dict.fromkeys(("fetch_history", "fetch_turn_context"), "nostr_buzz.io.context"),
     **dict.fromkeys(("DiagnosticRecord", "DiagnosticsFeed"), "nostr_buzz.io.diagnostics"),
+    **dict.fromkeys(("FetchResult", "fetch_event"), "nostr_buzz.io.fetch"),
     "read_metrics": "nostr_buzz.io.metrics_reader",
     "Outbox": "nostr_buzz.io.outbox",
     **dict.fromkeys(("PoolQueryResult", "PublishResult", "RelayPool"), "nostr_buzz.io.pool"),
@@ -167,6 +170,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         ("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"
     ),
+    "metric_timestamp": "nostr_buzz.timestamps",
 }
 
 __all__ = [
@@ -196,6 +200,7 @@ __all__ = [
     "DispatchQueue",
     "Event",
     "EventTemplate",
+    "FetchResult",
     "Filter",
     "Gate",
     "History",
@@ -255,9 +260,11 @@ __all__ = [
     "decide",
     "escape_attribute",
     "escape_text",
+    "fetch_event",
     "fetch_history",
     "fetch_turn_context",
     "manifest_from_layers",
+    "metric_timestamp",
     "open_metric_event",
     "read_metrics",
     "reply_template",

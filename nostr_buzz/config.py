@@ -745,6 +745,13 @@ class ConfigSources:
             )
         return self.file.agent.permissions
 
+    def state_dir(self, flag: str | None = None) -> Path:
+        """The bot's state directory, absolute: ``flag``, else the effective ``state_dir``
+        (``--state-dir``, ``$BUZZ_STATE_DIR``, the file, ``.buzz``), relative to the config
+        file's directory (without one: the working directory)."""
+        base = self.path.parent if self.path is not None else Path.cwd()
+        return (base / Path(flag or self.file.state_dir).expanduser()).absolute()
+
     def require_owner(self, flag: str | None = None) -> PublicKey:
         owner = self.owner(flag)
         if owner is None:

@@ -141,3 +141,12 @@ def redact(text: str) -> str:
 class StandingError(BuzzError):
     """A standing-context event (channel canvas, core memory, huddle guidelines) could not be
     built or opened."""
+
+
+StateDirReason = Literal["missing", "unsafe", "not_a_bot"]
+
+
+class StateDirError(ReasonError[StateDirReason], StateError):
+    """A directory read as a bot's state directory (``buzz watch``) is not one: ``missing``
+    (no such directory, or no bot database in it), ``unsafe`` (a symbolic link, another user's,
+    writable by group or others) or ``not_a_bot`` (a database that is not the bot's)."""

@@ -18,8 +18,8 @@ from typing import Any, Final
 import msgspec
 
 from nostr_buzz.core.text import is_utf8_encodable, utf8_document
-from nostr_buzz.errors import InvalidEvent, InvalidKey
-from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.errors import InvalidEvent
+from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 _HEX128: Final = re.compile(r"[0-9a-f]{128}")
@@ -233,19 +233,12 @@ def sign_event(
     """Sign a new event.  ``created_at`` is required: the library reads no clock.
 
     ``aux_rand`` pins the BIP-340 auxiliary randomness (tests only); by default it comes from
-    the OS CSPRNG.  Invalid arguments raise ``InvalidEvent('malformed')``.
+    the OS CSPRNG.  A bad key raises :class:`InvalidKey`; other invalid arguments raise
+    ``InvalidEvent('malformed')``.
     """
-    if isinstance(secret, str):
-        # docs/events.md leaves the secret's type open; accept the forms the rest of the library
-        # does (nip44, nip_am): 64-hex or nsec1….  The message never repeats the value.
-        try:
-            secret = SecretKey.from_str(secret)
-        except InvalidKey:
-            raise InvalidEvent(
-                "malformed", "secret must be a SecretKey, 64 hex characters or nsec1…"
-            ) from None
-    if not isinstance(secret, SecretKey):
-        raise InvalidEvent("malformed", "secret must be a SecretKey, 64 hex characters or nsec1…")
+    # docs/events.md leaves the secret's type open; accept the forms the rest of the library
+    # does (nip44, nip_am): 64-hex or nsec1….  The message never repeats the value.
+    secret = as_secret_key(secret, "the signing secret key")
     # Sets and mappings are iterable but unordered or keyed: iterating them would silently
     # reorder tags or drop values, so only ordered sequences of lists/tuples are accepted.
     if isinstance(tags, (str, bytes, bytearray, Mapping, AbstractSet)):
@@ -270,3 +263,36 @@ def sign_event(
         return Event(event_id, pubkey, created_at, kind, tag_tuple, content, sig)
     finally:
         _JUST_SIGNED.reset(token)
+
+
+#: How to make a verified :class:`Event` from what another library or the wire hands over.
+_CONVERSIONS: Final = {
+    "nostr_sdk": "convert it with nostr_buzz.interop.event_from_nostr_sdk(event)",
+    "pynostr": "convert it with nostr_buzz.interop.event_from_pynostr(event), which checks its "
+    "id and signature",
+}
+
+
+def not_an_event(value: object) -> str:
+    """What an error says when ``value`` is used where a verified :class:`Event` is needed:
+    its type and how to make an Event of it (never its contents)."""
+    kind = type(value)
+    hint = _CONVERSIONS.get(kind.__module__.split(".")[0])
+    if hint is None:
+        if isinstance(value, Mapping):
+            hint = "read it with Event.from_dict(value)"
+        elif isinstance(value, (str, bytes, bytearray)):
+            hint = "read it with Event.from_json(text)"
+        else:
+            hint = "make one with Event.from_json, Event.from_dict or sign_event"
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    return f"expected a verified nostr_buzz Event, got {name}: {hint}"
+
+
+def require_event(value: object, what: str = "event") -> Event:
+    """``value`` if it is a verified :class:`Event`, else ``InvalidEvent('malformed')`` saying
+    how to make one: an object of another library that merely looks like an event (``id``,
+    ``kind``, ``tags``) is never read as if it were verified."""
+    if isinstance(value, Event):
+        return value
+    raise InvalidEvent("malformed", f"{what}: {not_an_event(value)}")

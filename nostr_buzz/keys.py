@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 import re
-from typing import Final
+from typing import Final, TypeVar
 
 from coincurve import PrivateKey, PublicKeyXOnly
 
@@ -184,3 +184,29 @@ def _key_bytes(text: str, what: str, expected_hrp: str) -> bytes:
         raise InvalidKey(f"invalid {expected_hrp} (bad characters, checksum or length)") from None
     assert isinstance(value, str)
     return bytes.fromhex(value)
+
+
+_Key = TypeVar("_Key", "SecretKey", "PublicKey")
+
+
+def _as_key(value: object, cls: type[_Key], what: str, forms: str) -> _Key:
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        try:
+            return cls.from_str(value)
+        except InvalidKey as exc:
+            raise InvalidKey(f"{what}: {exc}") from None
+    raise InvalidKey(f"{what} must be a {cls.__name__}, {forms}, not {type(value).__name__}")
+
+
+def as_secret_key(value: SecretKey | str, what: str = "secret key") -> SecretKey:
+    """``value`` as a :class:`SecretKey`: one already, or its 64-hex / ``nsec1…`` text.
+    Anything else raises :class:`InvalidKey` naming ``what`` (never the value)."""
+    return _as_key(value, SecretKey, what, "64 hex characters or nsec1…")
+
+
+def as_public_key(value: PublicKey | str, what: str = "public key") -> PublicKey:
+    """``value`` as a :class:`PublicKey`: one already, or its 64-hex / ``npub1…`` text.
+    Anything else raises :class:`InvalidKey` naming ``what``."""
+    return _as_key(value, PublicKey, what, "64 hex characters or npub1…")

@@ -12,7 +12,7 @@ import msgspec
 
 from nostr_buzz.core.text import sanitize_label
 from nostr_buzz.errors import BuzzError
-from nostr_buzz.event import Event
+from nostr_buzz.event import Event, not_an_event
 
 __all__ = ["METADATA_KIND", "Profile", "label_from_metadata"]
 
@@ -52,7 +52,7 @@ class Profile(msgspec.Struct, frozen=True):
     def from_event(cls, event: Event) -> Profile:
         """Read a verified kind 0 event.  Raises :class:`BuzzError` for any other kind."""
         if not isinstance(event, Event):
-            raise BuzzError("a profile is read from a verified Event")
+            raise BuzzError(f"a profile is read from a verified Event: {not_an_event(event)}")
         if event.kind != METADATA_KIND:
             # Not InvalidEvent: the event is valid, it is just not metadata.
             raise BuzzError(f"a profile comes from a kind 0 event, got kind {event.kind}")

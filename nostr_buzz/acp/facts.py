@@ -110,8 +110,8 @@ class PromptUsage:
     input_tokens: int | None
     output_tokens: int | None
     total_tokens: int | None
-    cached_read_tokens: int | None
-    cached_write_tokens: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
 
 
 @dataclass(frozen=True)

@@ -261,8 +261,8 @@ def count_usage(
             input_tokens=fact.input_tokens,
             output_tokens=fact.output_tokens,
             total_tokens=fact.total_tokens,
-            cached_read_tokens=fact.cached_read_tokens,
-            cached_write_tokens=fact.cached_write_tokens,
+            cache_read_tokens=fact.cache_read_tokens,
+            cache_write_tokens=fact.cache_write_tokens,
         )
 
 

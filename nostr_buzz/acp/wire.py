@@ -195,8 +195,8 @@ def prompt_response(raw: Any) -> tuple[PromptAnswered, PromptUsage | None]:
                 input_tokens=counts.input_tokens,
                 output_tokens=counts.output_tokens,
                 total_tokens=counts.total_tokens,
-                cached_read_tokens=counts.cached_read_tokens,
-                cached_write_tokens=counts.cached_write_tokens,
+                cache_read_tokens=counts.cached_read_tokens,
+                cache_write_tokens=counts.cached_write_tokens,
             )
     return PromptAnswered(native if isinstance(native, str) else None), parsed
 

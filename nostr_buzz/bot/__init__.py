@@ -27,7 +27,19 @@ The package follows the path a turn takes:
 * :mod:`.plugin` — :class:`BuzzPlugin`, which wires them.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nostr_buzz._lazy import lazy_getattr as _lazy_getattr
+
 from .config import PluginConfig, Shard, parse_shard, shard_of
-from .plugin import BuzzPlugin
+
+if TYPE_CHECKING:
+    from .plugin import BuzzPlugin
 
 __all__ = ["BuzzPlugin", "PluginConfig", "Shard", "parse_shard", "shard_of"]
+
+# The plugin (and with it the agent protocol's schema) loads on first use: a command that needs
+# only the gate's pure decisions (``buzz audit`` imports :mod:`.intake`) stays light.
+__getattr__ = _lazy_getattr(__name__, {"BuzzPlugin": "nostr_buzz.bot.plugin"}, globals())

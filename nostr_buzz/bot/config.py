@@ -133,9 +133,8 @@ class PluginConfig:
             persona=read_text("persona", file.context.persona),
             team_instructions=read_text("team_instructions", file.context.team_instructions),
         )
-        # Relative to the config file's directory (without one: the working directory), made
-        # absolute now so that no later change of directory moves the bot's state.
-        state = (base_dir / Path(state_dir or file.state_dir).expanduser()).absolute()
+        # Made absolute now so that no later change of directory moves the bot's state.
+        state = sources.state_dir(state_dir)
         return cls(
             agent_secret=secret,
             owner=owner_key,

@@ -118,7 +118,8 @@ class Delivery:
             return None
         self._add(event)
         self._ids[event.id] = ids
-        self._diagnostics.metric_queued(event.id, **ids.as_kwargs())
+        cost = payload.turn.cost_usd if payload.turn is not None else None
+        self._diagnostics.metric_queued(event.id, cost_usd=cost, **ids.as_kwargs())
         return event
 
     def store_reply(

@@ -22,7 +22,7 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
-from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
+from nostr_buzz.nips.nip_am import MAX_TOKENS, MetricPayload, TokenCounts
 from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [
@@ -193,6 +193,12 @@ def dead_letter_notice(attempts: int) -> str:
     )
 
 
+def _occupancy(tokens: int | None) -> int | None:
+    """The agent's context occupancy as NIP-AM takes it: an integer from 0 to 2^53, else
+    unknown (an agent's out-of-range figure must not cost the turn its metric)."""
+    return tokens if type(tokens) is int and 0 <= tokens <= MAX_TOKENS else None
+
+
 def metric_payload(
     *,
     harness: str,
@@ -228,6 +234,6 @@ def metric_payload(
         adapter_session_id=result.adapter_session_id,
         native_stop_reason=result.native_stop_reason,
         context_manifest=manifest,
-        context_used_tokens=result.context_used,
-        context_window_tokens=result.context_size,
+        context_used_tokens=_occupancy(result.context_used),
+        context_window_tokens=_occupancy(result.context_size),
     )

@@ -22,7 +22,7 @@ from typing import Any, Final
 from nostr_buzz.agent import InProcessAgent
 from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
-from nostr_buzz.event import Event
+from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip10, nip17, nip59
@@ -267,7 +267,7 @@ class BuzzPlugin:
         command).  A gift wrap (kind 1059) addressed to the agent is opened and checked first;
         its private message then goes the way of any event.  Starts the plugin on first use."""
         if not isinstance(event, Event):
-            raise BuzzError("handle_event expects a verified Event")
+            raise BuzzError(f"handle_event: {not_an_event(event)}")
         if self._closed:
             return False
         await self.start()

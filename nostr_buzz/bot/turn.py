@@ -48,7 +48,7 @@ from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.permission import PermissionDecision, Policy, TurnProvenance, decide
 from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
-from nostr_buzz.errors import QueueError
+from nostr_buzz.errors import MetricError, QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips import nip10
@@ -356,6 +356,8 @@ class TurnRunner:
             turn.advance(Phase.SETTLED)
             if self.running.get(batch.channel) is turn:
                 del self.running[batch.channel]
+            # Whatever the way out (a cancel before the prompt, a stop): no longer running.
+            self.diagnostics.emit("turn_ended", **turn.ids.as_kwargs(), payload={})
             self._wake()
 
     def _commit(
@@ -495,15 +497,19 @@ class TurnRunner:
         ids: TurnIds,
         started_at: datetime,
     ) -> Output:
-        payload = metric_payload(
-            harness=self.supervisor.harness,
-            model=result.model or self.config.model,
-            ids=ids,
-            result=result,
-            triggering=triggering,
-            manifest=manifest,
-            started_at=started_at,
-        )
+        payload: MetricPayload | None = None
+        try:
+            payload = metric_payload(
+                harness=self.supervisor.harness,
+                model=result.model or self.config.model,
+                ids=ids,
+                result=result,
+                triggering=triggering,
+                manifest=manifest,
+                started_at=started_at,
+            )
+        except MetricError as exc:  # a payload is checked when made; the reply still goes
+            self.diagnostics.emit("metric_invalid", **ids.as_kwargs(), payload={"error": str(exc)})
         reply = reply_text(result) if self.config.reply_mode == "auto" else None
         return Output(target, reply, payload, ids)
 

@@ -77,6 +77,11 @@ COMMANDS: Final[dict[str, LazySpec]] = {
         "metrics_command",
         "The owner's usage report, decrypted with the owner's key.",
     ),
+    "audit": (
+        "audit",
+        "audit_command",
+        "Check metrics' context layers against the signed events they name.",
+    ),
     "canvas": (
         "standing",
         "canvas_app",
@@ -101,6 +106,11 @@ COMMANDS: Final[dict[str, LazySpec]] = {
         "demo",
         "demo_command",
         "The whole pipeline on an embedded relay, in one command.",
+    ),
+    "watch": (
+        "watch",
+        "watch_command",
+        "A live view of a running bot from its state directory (--once: JSON).",
     ),
 }
 
@@ -175,7 +185,7 @@ def _redact(message: str, args: Sequence[str]) -> str:
 _HEX_RUN = re.compile(r"[0-9a-fA-F]{64}")
 _NSEC_INSIDE = re.compile(r"nsec1[02-9ac-hj-np-z]{58}", re.IGNORECASE)
 #: Options whose values are event ids, public keys or channel ids, echoed back where useful.
-_ID_OPTIONS = ("--event", "--reply-to", "--owner", "--agent", "--channel", "--to")
+_ID_OPTIONS = ("--event", "--reply-to", "--owner", "--agent", "--channel", "--to", "--metric")
 
 
 def _option_values(args: Sequence[str]) -> list[tuple[str | None, str]]:

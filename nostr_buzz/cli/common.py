@@ -21,6 +21,7 @@ from nostr_buzz.nips.nip19 import EventRef as EventRef  # re-exported
 
 if TYPE_CHECKING:
     from nostr_buzz.event import Event
+    from nostr_buzz.io.fetch import FetchResult
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult
     from nostr_buzz.keys import SecretKey
 
@@ -363,3 +364,30 @@ UNREACHABLE_HINT: Final = (
     "check that each relay URL is right and the relay is running (buzz relay starts a local "
     "one), or allow more time with --timeout"
 )
+
+
+def require_fetched(result: FetchResult) -> Event:
+    """The event a fetch by id found, else docs/cli.md's precedence for failing: verification
+    (4), not found (3), no relay answered (2).  Relays that served forgeries are named."""
+    forgers = relay_rejections(result.query)
+    if result.event is not None:
+        for url, what in forgers.items():
+            note(f"buzz: warning: relay {url} returned something else: {what}")
+        return result.event
+    if forgers:
+        lines = [f"relay {url}: {what}" for url, what in forgers.items()]
+        raise CliFailure(
+            ExitCode.VERIFICATION,
+            f"event {result.id}: no relay returned a valid copy; misbehaving relays:\n  "
+            + "\n  ".join(lines),
+        )
+    if result.any_answered:
+        for line in unreachable_relays(result.query):
+            note(f"buzz: warning: relay {line}")
+        raise CliFailure(ExitCode.NOT_FOUND, f"event {result.id} not found")
+    raise CliFailure(
+        ExitCode.NETWORK,
+        "no relay answered:\n  "
+        + "\n  ".join(unreachable_relays(result.query) or ["no relay to ask"])
+        + f"\n{UNREACHABLE_HINT}",
+    )

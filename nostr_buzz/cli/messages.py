@@ -16,7 +16,6 @@ import typer
 
 from nostr_buzz.cli.common import (
     DEFAULT_TIMEOUT,
-    UNREACHABLE_HINT,
     ChannelOption,
     ConfigOption,
     EventRef,
@@ -31,20 +30,19 @@ from nostr_buzz.cli.common import (
     parse_public_key,
     progress,
     refuse_secrets,
-    relay_rejections,
     report_publish,
+    require_fetched,
     run,
     sources,
     text_argument,
-    unreachable_relays,
     warn_list_problems,
 )
 from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.fetch import fetch_event
 from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
-from nostr_buzz.io.relay import QueryResult
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip01 import Filter
@@ -107,40 +105,13 @@ def _read_setup(
     return relays, usable, cfg.secret_key(key)
 
 
-def _pick_event(event_id: str, result: PoolQueryResult) -> Event:
-    """docs/cli.md's precedence for a fetch by id: found (0), verification (4), not found (3), 2."""
-    found = next((e for e in result.events if e.id == event_id), None)
-    rejections = relay_rejections(result)
-    if found is not None:
-        for url, what in rejections.items():
-            note(f"buzz: warning: relay {url} returned something else: {what}")
-        return found
-    if rejections:
-        lines = [f"relay {url}: {what}" for url, what in rejections.items()]
-        raise CliFailure(
-            ExitCode.VERIFICATION,
-            f"event {event_id}: no relay returned a valid copy; misbehaving relays:\n  "
-            + "\n  ".join(lines),
-        )
-    if result.any_finished:
-        for line in unreachable_relays(result):
-            note(f"buzz: warning: relay {line}")
-        raise CliFailure(ExitCode.NOT_FOUND, f"event {event_id} not found")
-    raise CliFailure(
-        ExitCode.NETWORK,
-        "no relay answered:\n  "
-        + "\n  ".join(unreachable_relays(result) or ["no relay to ask"])
-        + f"\n{UNREACHABLE_HINT}",
-    )
-
-
 def _asked(relays: Sequence[str], hints: Sequence[str]) -> int:
     """How many relays a query asks: the listed ones, plus the hints the pool follows."""
     followed = [h for h in dict.fromkeys(hints) if h not in set(relays)]
     return len(relays) + min(len(followed), MAX_HINT_RELAYS)
 
 
-async def _fetch_event(
+async def _fetch(
     ref: EventRef,
     relays: Sequence[str],
     hints: Sequence[str],
@@ -149,19 +120,14 @@ async def _fetch_event(
     *,
     wait_all: bool = False,
 ) -> tuple[Event, PoolQueryResult]:
-    """Ask every relay for one event; unless ``wait_all``, the first relay that returns a valid
-    copy ends the wait (a dead relay listed first costs nothing once another answered)."""
-    # Only the id goes into the filter: an nevent's author and kind are hints (docs/cli.md).
-    pool = RelayPool(relays, secret=secret, timeout=timeout)
+    """:func:`~nostr_buzz.io.fetch.fetch_event` with the command line's progress line, warnings
+    and exit codes; the key authenticates (NIP-42) to the configured relays only."""
     progress(f"asking {_asked(relays, hints)} relay(s) for {ref.id}…")
-
-    def found(one: QueryResult) -> bool:
-        return any(e.id == ref.id for e in one.events)
-
-    result = await pool.query(
-        Filter(ids=(ref.id,)), extra_urls=hints, timeout=timeout, enough=None if wait_all else found
+    pool = RelayPool(relays, secret=secret, timeout=timeout)
+    result = await fetch_event(
+        ref._replace(relays=tuple(hints)), pool=pool, timeout=timeout, wait_all=wait_all
     )
-    return _pick_event(ref.id, result), result
+    return require_fetched(result), result.query
 
 
 def _render(events: Sequence[Event], fmt: Format) -> str:
@@ -198,7 +164,7 @@ def raw(
     """Fetch one signed event by id and print its canonical JSON (one line) after checking it."""
     ref = parse_event_ref(event)
     relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
-    found, _ = run(_fetch_event(ref, relays, hints, secret, timeout, wait_all=wait_all))
+    found, _ = run(_fetch(ref, relays, hints, secret, timeout, wait_all=wait_all))
     write_stdout(found.to_json() + "\n")
 
 
@@ -257,7 +223,7 @@ def thread(
     relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
 
     async def body() -> list[Event]:
-        start, _ = await _fetch_event(ref, relays, hints, secret, timeout)
+        start, _ = await _fetch(ref, relays, hints, secret, timeout)
         root_id = nip10.thread_ref(start).root or start.id
         pool = RelayPool(relays, secret=secret, timeout=timeout)
         progress(f"asking {_asked(relays, hints)} relay(s) for thread {root_id}…")
@@ -336,7 +302,7 @@ def send(
         tags: list[list[str]] = [["h", channel]]
         if ref is not None:
             hints = _usable_hints(ref.relays)
-            parent, found = await _fetch_event(ref, read_relays, hints, secret, timeout)
+            parent, found = await _fetch(ref, read_relays, hints, secret, timeout)
             parent_channel = nip10.channel(parent)
             if parent_channel is not None and parent_channel != channel:
                 raise CliFailure(

@@ -3,8 +3,8 @@
 The owner reads with their own secret key (``--key``, else ``BUZZ_PRIVATE_KEY``, else
 ``buzz.toml``): it decrypts the metrics and answers NIP-42 challenges on the listed relays.
 
-Output (stdout; notes about ignored events, manifest mismatches and unreachable relays go to
-stderr):
+Output (stdout, or ``--output FILE``, replaced whole or left as it was; notes about ignored
+events, manifest mismatches and unreachable relays go to stderr):
 
 - ``--format table`` (default): totals per UTC day, agent and model, with the cache read and
   write parts of the input (``--turns``: one row per turn, without the cache and context
@@ -22,12 +22,17 @@ stderr):
                   "turnSeq", "turnId", "channelId", "inputTokens", "outputTokens",
                   "totalTokens", "costUsd", "deltaSource", "deltaReliable", "stopReason",
                   "outcome", "manifestHash", "manifestValid", "cacheReadTokens",
-                  "cacheWriteTokens", "contextUsedTokens", "contextWindowTokens"}],
+                  "cacheWriteTokens", "contextUsedTokens", "contextWindowTokens",
+                  "durationSeconds"}],
        "ignored": {"total": n, "byReason": {reason: n}},
        "manifestMismatches": n,
        "unknownAgents": [{"agent", "metrics", "firstTimestamp", "lastTimestamp"}]}
 
   Unknown counters are ``null`` and a total is ``null`` when no turn reported that counter.
+- ``--format html``: one self-contained page (core/metrics_html.py): charts of spend and tokens
+  per day for each agent and model, turns per channel, turn duration percentiles, the cache
+  share of the input and turns with unknown usage, drawn as inline SVG, then the tables.  It
+  loads nothing and runs no script; the agents' words in it are escaped.
 
 Only the owner's agents count: ``--agent KEY`` (repeatable, hex or npub), else ``agents`` in
 ``buzz.toml``.  Metrics signed by any other key are listed apart (``unknownAgents``, and a note
@@ -38,7 +43,8 @@ table never reads rich markup.
 
 Exit codes (docs/cli.md): 0 report printed (also when some events were ignored or a manifest is
 flagged: the report shows them); 1 bad input (times, format, key, no relay configured); 2 no
-relay answered.
+relay answered.  An ``--output`` that cannot be written is bad input too (exit 1), refused before
+any relay is asked when its directory does not exist.
 """
 
 from __future__ import annotations
@@ -46,12 +52,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import sys
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
-from typing import Annotated, Any, Final, Literal
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 import typer
@@ -67,13 +75,21 @@ from nostr_buzz.cli.common import (
     run,
     sources,
 )
-from nostr_buzz.cli.output import CliFailure, ExitCode, note, terminal_safe, write_stdout
+from nostr_buzz.cli.output import (
+    CliFailure,
+    ExitCode,
+    note,
+    terminal_safe,
+    utc_time,
+    write_stdout,
+)
+from nostr_buzz.core.metrics_html import render_html
 from nostr_buzz.core.metrics_report import MetricsReport, TotalRow, TurnRow
 from nostr_buzz.io.metrics_reader import MetricsFetch, read_metrics
 from nostr_buzz.keys import SecretKey
 
-Format = Literal["table", "json", "csv"]
-FORMATS: tuple[Format, ...] = ("table", "json", "csv")
+Format = Literal["table", "json", "csv", "html"]
+FORMATS: tuple[Format, ...] = ("table", "json", "csv", "html")
 
 _UNIX: Final = re.compile(r"[0-9]{1,12}")
 _DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -114,14 +130,18 @@ def parse_time(text: str, *, option: str, end_of_day: bool = False) -> int:
     )
 
 
-def _resolve_format(value: str | None, json_flag: bool) -> Format:
-    """``--json`` is ``--format json`` (docs/cli.md); with another ``--format`` it is bad usage."""
-    fmt = check_format(value, FORMATS) if value is not None else None
+F = TypeVar("F", bound=str)
+
+
+def pick_format(value: str | None, json_flag: bool, formats: tuple[F, ...]) -> F:
+    """``--format`` among ``formats`` (the first is the default); ``--json`` is ``--format
+    json`` (docs/cli.md), and with another ``--format`` it is bad usage."""
+    fmt = check_format(value, formats) if value is not None else None
     if json_flag:
-        if fmt not in (None, "json"):
+        if fmt is not None and fmt != "json":
             raise CliFailure(ExitCode.BAD_INPUT, f"--json conflicts with --format {fmt}")
-        return "json"
-    return fmt or "table"
+        return check_format("json", formats)
+    return fmt or formats[0]
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -295,8 +315,97 @@ def render_rich_table(report: MetricsReport, turns: bool, *, width: int | None =
 
 # --- the command ------------------------------------------------------------------------------
 
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        metavar="TIME",
+        help="From this time: unix seconds, a date or an RFC 3339 date-time.",
+        show_default=False,
+    ),
+]
+UntilOption = Annotated[
+    str | None,
+    typer.Option(
+        "--until",
+        metavar="TIME",
+        help="Up to this time, inclusive (a bare date means its end).",
+        show_default=False,
+    ),
+]
+JsonFormatOption = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+AgentOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--agent",
+        metavar="KEY",
+        help="Only this agent's metrics (public key, repeatable); default: agents in "
+        "buzz.toml, else every agent.",
+        show_default=False,
+    ),
+]
 
-def _report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
+
+def _check_output(path: Path | None) -> None:
+    """Refuse an ``--output`` that cannot be written, before any relay is asked."""
+    if path is not None and not path.parent.is_dir():
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"--output: {terminal_safe(str(path.parent), multiline=False)} is not a directory",
+        )
+
+
+def _write_output(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all: written beside it, then renamed over it."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_bytes(text.encode("utf-8"))
+        os.replace(partial, path)
+    except OSError as e:
+        partial.unlink(missing_ok=True)
+        shown = terminal_safe(str(path), multiline=False)
+        raise CliFailure(
+            ExitCode.BAD_INPUT, f"--output: cannot write {shown}: {e.strerror or e}"
+        ) from None
+    note(f"buzz: report written to {terminal_safe(str(path), multiline=False)}")
+
+
+def parse_window(since: str | None, until: str | None) -> tuple[int | None, int | None]:
+    """``--since`` and ``--until`` as unix seconds (None when not given); since after until
+    is bad input."""
+    start = parse_time(since, option="--since") if since is not None else None
+    end = parse_time(until, option="--until", end_of_day=True) if until is not None else None
+    if start is not None and end is not None and start > end:
+        raise CliFailure(ExitCode.BAD_INPUT, "--since is later than --until")
+    return start, end
+
+
+def read_window(
+    owner: SecretKey,
+    relays: Sequence[str],
+    agents: Sequence[str],
+    window: tuple[int | None, int | None],
+    timeout: float,
+) -> tuple[MetricsReport, MetricsFetch]:
+    """The owner's metrics in ``window`` from ``relays``, with their problems noted on stderr
+    (:func:`report_problems`; no relay answering is exit 2)."""
+    progress(f"reading metrics for {owner.public_key.hex[:12]}… from {len(relays)} relay(s)")
+    report, fetch = run(
+        read_metrics(
+            owner,
+            relays,
+            since=window[0],
+            until=window[1],
+            timeout=timeout,
+            progress=progress,
+            agents=agents or None,
+        )
+    )
+    report_problems(report, fetch)
+    return report, fetch
+
+
+def report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
     if not fetch.any_finished:
         lines = [f"{url}: {r.error or 'no answer'}" for url, r in fetch.relays.items()]
         raise CliFailure(ExitCode.NETWORK, "no relay answered:\n  " + "\n  ".join(lines))
@@ -324,48 +433,34 @@ def _report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
 
 
 def metrics_command(
-    since: Annotated[
-        str | None,
-        typer.Option(
-            "--since",
-            metavar="TIME",
-            help="From this time: unix seconds, a date or an RFC 3339 date-time.",
-            show_default=False,
-        ),
-    ] = None,
-    until: Annotated[
-        str | None,
-        typer.Option(
-            "--until",
-            metavar="TIME",
-            help="Up to this time, inclusive (a bare date means its end).",
-            show_default=False,
-        ),
-    ] = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
     output_format: Annotated[
         str | None,
         typer.Option(
             "--format",
-            metavar="[table|json|csv]",
-            help="table (default), json or csv.",
+            metavar="[table|json|csv|html]",
+            help="table (default), json, csv or html (one self-contained page with charts).",
             case_sensitive=False,
             show_default=False,
         ),
     ] = None,
-    json_flag: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    json_flag: JsonFormatOption = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write the report to FILE (replaced whole) instead of stdout.",
+            show_default=False,
+            dir_okay=False,
+        ),
+    ] = None,
     turns: Annotated[
         bool, typer.Option("--turns", help="table/csv: one row per turn instead of totals.")
     ] = False,
-    agent: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--agent",
-            metavar="KEY",
-            help="Count only this agent's metrics (public key, repeatable); default: agents "
-            "in buzz.toml, else every agent.",
-            show_default=False,
-        ),
-    ] = None,
+    agent: AgentOption = None,
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
@@ -373,40 +468,40 @@ def metrics_command(
 ) -> None:
     """The owner's usage report: NIP-AM metrics decrypted with the owner's key, totalled per
     agent, model and UTC day."""
-    fmt = _resolve_format(output_format, json_flag)
-    start = parse_time(since, option="--since") if since is not None else None
-    end = parse_time(until, option="--until", end_of_day=True) if until is not None else None
-    if start is not None and end is not None and start > end:
-        raise CliFailure(ExitCode.BAD_INPUT, "--since is later than --until")
+    fmt = pick_format(output_format, json_flag, FORMATS)
+    start, end = parse_window(since, until)
+    _check_output(output)
     cfg = sources(config)
     owner: SecretKey = cfg.require_secret_key(key)
     relays = cfg.require_relays(relay or (), direction="read")
     agents = cfg.agents(agent or ())
-    progress(f"reading metrics for {owner.public_key.hex[:12]}… from {len(relays)} relay(s)")
-    report, fetch = run(
-        read_metrics(
-            owner,
-            relays,
-            since=start,
-            until=end,
-            timeout=timeout,
-            progress=progress,
-            agents=agents or None,
-        )
-    )
-    _report_problems(report, fetch)
+    report, fetch = read_window(owner, relays, agents, (start, end), timeout)
     if not agents and report.turns:
         note(
             "buzz: counting every key that sends you metrics: name your agents with --agent "
             "or agents in buzz.toml"
         )
+    owner_hex = owner.public_key.hex
     if fmt == "json":
-        write_stdout(render_json(report, fetch, owner.public_key.hex, start, end))
+        text = render_json(report, fetch, owner_hex, start, end)
     elif fmt == "csv":
-        write_stdout(render_csv(report, turns))
+        text = render_csv(report, turns)
+    elif fmt == "html":
+        since_text = None if start is None else utc_time(start) + " UTC"
+        until_text = None if end is None else utc_time(end) + " UTC"
+        text = render_html(
+            report, owner=owner_hex, since=since_text, until=until_text, relays=list(fetch.relays)
+        )
+        if not report.turns:
+            note("buzz: no metrics in this window (the page's charts are empty)")
     elif not (report.turns if turns else report.totals):
         note("buzz: no metrics in this window")
-    elif sys.stdout.isatty():
-        write_stdout(render_rich_table(report, turns))
+        return
+    elif sys.stdout.isatty() and output is None:
+        text = render_rich_table(report, turns)
     else:
-        write_stdout(render_plain_table(report, turns))
+        text = render_plain_table(report, turns)
+    if output is None:
+        write_stdout(text)
+    else:
+        _write_output(output, text)

@@ -10,7 +10,7 @@ import sys
 from datetime import UTC, datetime
 from enum import IntEnum
 
-from nostr_buzz.core.text import escape_hidden
+from nostr_buzz.core.text import backslash_escape, escape_hidden
 
 
 class ExitCode(IntEnum):
@@ -57,13 +57,6 @@ def utc_time(seconds: int) -> str:
         return str(seconds)
 
 
-def _shown(c: str) -> str:
-    code = ord(c)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
 def terminal_safe(text: str, *, multiline: bool) -> str:
     """Text for a human reader: control, format (bidirectional, zero-width, soft hyphen, …),
     default-ignorable and line-separator characters shown as ``\\xNN`` / ``\\uNNNN`` /
@@ -74,4 +67,4 @@ def terminal_safe(text: str, *, multiline: bool) -> str:
     follows or hide a character; JSON output carries the exact characters.  ``multiline`` keeps
     newlines and tabs.
     """
-    return escape_hidden(text, _shown, keep="\n\t" if multiline else "")
+    return escape_hidden(text, backslash_escape, keep="\n\t" if multiline else "")

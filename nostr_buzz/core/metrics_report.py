@@ -4,7 +4,8 @@ Given the kind-44200 events a reader fetched, :func:`open_metric` keeps what
 :func:`~nostr_buzz.nips.nip_am.open_metric_event` accepts and names why anything else is ignored;
 :func:`build_report` then orders each session by ``(sessionId, turnSeq)`` — never by
 ``created_at`` —, recomputes per-turn usage from consecutive ``cumulative`` values where it
-can, checks every manifest hash, and totals usage per agent, model and UTC day.
+can, checks every manifest hash, measures each turn's duration (``startedAt`` to
+``timestamp``), and totals usage per agent, model and UTC day.
 
 Unknown numbers stay unknown: ``null`` is never summed as zero, and a decreasing cumulative
 counter gives an unknown delta, never a negative one.  No I/O, no clock.
@@ -27,7 +28,7 @@ import msgspec
 from nostr_buzz.errors import MetricError, Nip44Error
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip44
+from nostr_buzz.nips import nip44, nip_am
 from nostr_buzz.nips.nip_am import (
     KIND,
     MAX_TURN_COST_USD,
@@ -87,7 +88,9 @@ class TurnRow(msgspec.Struct, frozen=True, rename="camel"):
     agent reported them (``reported``), or all unknown (``none``: the payload had no ``turn``).
     ``manifest_valid`` is None when the metric carried no manifest.  The cache counters are
     the informational parts of ``input_tokens`` (None when unknown); the context figures are
-    the agent's last report of its context window's occupancy (never summed)."""
+    the agent's last report of its context window's occupancy (never summed).
+    ``duration_seconds`` runs from the payload's ``startedAt`` to its ``timestamp`` (None
+    without a ``startedAt``, or when it is later than the end)."""
 
     event_id: str
     agent: str
@@ -113,6 +116,7 @@ class TurnRow(msgspec.Struct, frozen=True, rename="camel"):
     cache_write_tokens: int | None = None
     context_used_tokens: int | None = None
     context_window_tokens: int | None = None
+    duration_seconds: float | None = None
 
 
 class TotalRow(msgspec.Struct, frozen=True, rename="camel"):
@@ -247,6 +251,29 @@ def _session_key(m: OpenedMetric) -> tuple[str, str] | None:
     return (m.agent, p.session_id)  # session ids are the agent's own: scoped by agent
 
 
+def _unix_seconds(text: str) -> float | None:
+    """Unix seconds of a validated RFC 3339 date-time (any offset or fraction; a leap second
+    60 reads as the next minute's 0).  The syntax and calendar are the validator's own."""
+    match = nip_am._RFC3339.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    offset = 0
+    if match[9] is not None:
+        offset = (int(match[9]) * 3600 + int(match[10]) * 60) * (1 if match[8][0] == "+" else -1)
+    clock = hour * 3600 + minute * 60 + second - offset + float("0" + (match[7] or ""))
+    return nip_am._days_from_civil(year, month, day) * 86_400 + clock
+
+
+def _duration(p: MetricPayload) -> float | None:
+    if p.started_at is None:
+        return None
+    start, end = _unix_seconds(p.started_at), _unix_seconds(p.timestamp)
+    if start is None or end is None or end < start:
+        return None
+    return round(end - start, 3)
+
+
 def _row(
     m: OpenedMetric,
     counters: tuple[int | None, int | None, int | None, float | None],
@@ -281,6 +308,7 @@ def _row(
         cache_write_tokens=cache[1],
         context_used_tokens=p.context_used_tokens,
         context_window_tokens=p.context_window_tokens,
+        duration_seconds=_duration(p),
     )
 
 

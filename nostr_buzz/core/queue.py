@@ -46,7 +46,7 @@ from nostr_buzz.core.backoff import Rng, backoff_base
 from nostr_buzz.core.text import is_utf8_encodable
 from nostr_buzz.core.turn_input import CancelReason as CancelReason  # re-exported
 from nostr_buzz.errors import BuzzError, QueueError
-from nostr_buzz.event import Event
+from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.nips import nip10
 
 _REASONS: Final = get_args(CancelReason)
@@ -348,7 +348,7 @@ class DispatchQueue:
     def push(self, event: Event, prompt_tag: str = "@mention", *, now: float) -> PushResult:
         """Queue one verified event; duplicates are ignored and drops are reported."""
         if not isinstance(event, Event):
-            raise QueueError("push expects a verified Event")
+            raise QueueError(f"push: {not_an_event(event)}")
         if not isinstance(prompt_tag, str):
             raise QueueError("prompt_tag must be a string")
         if not is_utf8_encodable(prompt_tag):

@@ -16,6 +16,7 @@ __all__ = [
     "LINE_BREAKS",
     "WHITESPACE",
     "ascii_lower",
+    "backslash_escape",
     "escape_hidden",
     "is_blank",
     "is_hidden",
@@ -97,6 +98,15 @@ def escape_hidden(s: str, shown: Callable[[str], str], keep: str = "") -> str:
     for i in hidden:
         out[i] = shown(s[i])
     return "".join(out)
+
+
+def backslash_escape(c: str) -> str:
+    """``c`` as ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``: how a hidden character is shown to a
+    human reader (with :func:`escape_hidden`)."""
+    code = ord(c)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def trim(s: str) -> str:

@@ -346,13 +346,6 @@ def _profile_keys_in_file_order(raw: bytes | bytearray | memoryview) -> list[str
     return [] if pairs is None else [k for k, _ in pairs]
 
 
-class _TagsOnly(msgspec.Struct, frozen=True):
-    """Just enough of an event for :func:`nip10.channel` before the event is verified."""
-
-    kind: int
-    tags: tuple[tuple[str, ...], ...]
-
-
 def _check_event_shape(where: str, wire: WireEvent) -> None:
     try:
         check_structure(
@@ -390,7 +383,7 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
     if w.owner is not None and not is_public_key_hex(w.owner):
         raise TurnInputError("owner must be a public key: 64 hexadecimal characters")
     newest = w.events[-1].event
-    resolve_channel_id(channel, nip10.channel(_TagsOnly(newest.kind, newest.tags)))  # type: ignore[arg-type]
+    resolve_channel_id(channel, nip10.channel_from_tags(newest.kind, newest.tags))
 
     context = None
     if w.context is not None:

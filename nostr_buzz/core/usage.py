@@ -141,8 +141,8 @@ class _TurnUsage:
     input: int | None = None
     output: int | None = None
     total: int | None = None
-    cached_read: int | None = None
-    cached_write: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
 
 
 @dataclass
@@ -254,16 +254,16 @@ class UsageTracker:
         input_tokens: int | None = None,
         output_tokens: int | None = None,
         total_tokens: int | None = None,
-        cached_read_tokens: int | None = None,
-        cached_write_tokens: int | None = None,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
     ) -> None:
         """Standard ACP per-turn ``usage``; ignored outside a turn."""
         usage = _TurnUsage(
             input=_tokens(input_tokens),
             output=_tokens(output_tokens),
             total=_tokens(total_tokens),
-            cached_read=_tokens(cached_read_tokens),
-            cached_write=_tokens(cached_write_tokens),
+            cache_read=_tokens(cache_read_tokens),
+            cache_write=_tokens(cache_write_tokens),
         )
         if all(v is None for v in vars(usage).values()):
             return
@@ -367,10 +367,10 @@ def _from_usage(usage: _TurnUsage | None, cost: float | None) -> TokenCounts:
     if usage is None:
         return TokenCounts(None, None, None, cost)
     return TokenCounts(
-        _fold(usage.input, usage.cached_read, usage.cached_write),
+        _fold(usage.input, usage.cache_read, usage.cache_write),
         usage.output,
         usage.total,  # as reported, never derived
         cost,
-        cache_read_tokens=usage.cached_read,
-        cache_write_tokens=usage.cached_write,
+        cache_read_tokens=usage.cache_read,
+        cache_write_tokens=usage.cache_write,
     )

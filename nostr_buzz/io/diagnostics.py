@@ -56,6 +56,7 @@ DiagnosticKind = (
         "prompt_context_steer",
         "turn_completed",
         "turn_failed",
+        "turn_ended",  # {}: the turn left the running turns (settled, cancelled, abandoned)
         "event_dead_lettered",
         # what reached the bot
         "event_rejected",
@@ -75,7 +76,7 @@ DiagnosticKind = (
         "reply_published",
         "reply_failed",
         "reply_split",
-        "metric_queued",
+        "metric_queued",  # {eventId, costUsd}: the turn's cost, null when not reported
         "metric_published",
         "metric_invalid",
         "outbox_nudged",
@@ -330,16 +331,19 @@ class DiagnosticsFeed:
         self,
         event_id: str,
         *,
+        cost_usd: float | None = None,
         channel_id: str | None = None,
         session_id: str | None = None,
         turn_id: str | None = None,
     ) -> DiagnosticRecord:
+        """A metric stored in the outbox, with the turn's cost in USD (what ``buzz watch``
+        sums as the day's spend; None when the agent reported none)."""
         return self.emit(
             "metric_queued",
             channel_id=channel_id,
             session_id=session_id,
             turn_id=turn_id,
-            payload={"eventId": event_id},
+            payload={"eventId": event_id, "costUsd": cost_usd},
         )
 
     def metric_published(

@@ -32,6 +32,7 @@ __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "check_key_file",
+    "check_private_dir",
     "check_secret_mode",
     "make_private",
     "open_private",
@@ -140,6 +141,26 @@ def private_dir(path: str | Path) -> Path:
     if not os.path.lexists(directory):  # a dangling symlink is refused below, not created
         directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         _check_parents(directory)  # the directories just created, as they are now
+    if _check_dir(directory) != DIR_MODE:
+        directory.chmod(DIR_MODE)
+    return directory
+
+
+def check_private_dir(path: str | Path) -> Path:
+    """The refusals of :func:`private_dir` for an existing directory, changing nothing (for a
+    reader of the bot's state: ``buzz watch``); :class:`FileNotFoundError` when it is absent.
+    A mode narrower than writable by group or others passes: the bot narrows it itself."""
+    directory = Path(path).absolute()
+    if not os.path.lexists(directory):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(directory))
+    _check_parents(directory)
+    _check_dir(directory)
+    return directory
+
+
+def _check_dir(directory: Path) -> int:
+    """Refuse ``directory`` unless it is a directory of this user that group and others may
+    not write; its mode."""
     st = os.lstat(directory)
     fix = "remove it or set state_dir to a directory of the bot's own"
     if stat.S_ISLNK(st.st_mode):
@@ -158,9 +179,7 @@ def private_dir(path: str | Path) -> Path:
             f"who could have replaced its files: refusing it; check its files, then run: "
             f"chmod 700 {directory}"
         )
-    if mode != DIR_MODE:
-        directory.chmod(DIR_MODE)
-    return directory
+    return mode
 
 
 def _open_nofollow(path: str | Path, flags: int) -> int:

@@ -20,7 +20,7 @@ from typing import Final
 
 from nostr_buzz.core.metrics_report import MetricsReport, OpenedMetric, build_report, open_metric
 from nostr_buzz.event import Event
-from nostr_buzz.keys import SecretKey
+from nostr_buzz.keys import SecretKey, as_secret_key
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import KIND
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
@@ -150,7 +150,7 @@ async def _fetch_relay(
 
 
 async def fetch_metrics(
-    owner: SecretKey,
+    owner: SecretKey | str,
     relays: Sequence[str],
     *,
     since: int | None = None,
@@ -159,7 +159,10 @@ async def fetch_metrics(
     page_limit: int = PAGE_LIMIT,
     progress: Progress | None = None,
 ) -> MetricsFetch:
-    """Fetch and open the owner's metrics from every relay (bad URLs: ``RelayError``)."""
+    """Fetch and open the owner's metrics from every relay.  ``owner``: the owner's
+    :class:`SecretKey` or its 64-hex / ``nsec1…`` text (else :class:`InvalidKey`); bad URLs
+    raise ``RelayError``."""
+    owner = as_secret_key(owner, "the owner's secret key")
     by_key: dict[str, str] = {}
     for url in relays:  # the same relay spelt twice is asked once
         checked = check_relay_url(url)
@@ -186,7 +189,7 @@ async def fetch_metrics(
 
 
 async def read_metrics(
-    owner: SecretKey,
+    owner: SecretKey | str,
     relays: Sequence[str],
     *,
     since: int | None = None,

@@ -114,7 +114,8 @@ def _unique_urls(urls: Iterable[str]) -> list[str]:
     return out
 
 
-def _usable(url: str) -> bool:
+def is_usable_url(url: str) -> bool:
+    """A relay URL a query can use (ws:// or wss://, well formed)."""
     try:
         check_relay_url(url)
     except RelayError:
@@ -196,7 +197,7 @@ class RelayPool:
         configured = {normalize_relay_url(u) for u in self.urls}
         # Hints come from untrusted nevents: ones that are not ws/wss URLs are skipped
         # (docs/cli.md).
-        usable = _unique_urls(u for u in extra_urls if _usable(u))
+        usable = _unique_urls(u for u in extra_urls if is_usable_url(u))
         hints = [u for u in usable if normalize_relay_url(u) not in configured][:max_hints]
         targets = [(u, True) for u in self.urls] + [(u, False) for u in hints]
         shared = SharedBudget(self.total_budget)

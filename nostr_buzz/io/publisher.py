@@ -7,13 +7,21 @@ relay.  The entry is removed once at least ``min_ok`` relays (over all attempts)
 ``OK true`` or ``duplicate:``; otherwise it stays, and :meth:`MetricPublisher.flush` or the
 :meth:`MetricPublisher.run` loop re-sends it with backoff — also from a new process on the same
 outbox file.  Re-sending is idempotent: the signed event and its id never change.  NIP-42
-(``auth-required:``) is answered by the relay client with the agent's key.  An entry still
-waiting ``give_up_after`` seconds after it was stored (7 days by default) is removed by the next
-flush and reported once as given up (``PublishReport.given_up``); it is never sent again.
+(``auth-required:``) is answered by the relay client with the agent's key when the publisher
+has it.  An entry still waiting ``give_up_after`` seconds after it was stored (7 days by
+default) is removed by the next flush and reported once as given up
+(``PublishReport.given_up``); it is never sent again.
 
-Publishing never raises into the agent's turn and never blocks it past its own timeout:
-failures are data (a :class:`PublishReport`, passed to ``on_report`` and returned by
-:meth:`MetricPublisher.submit` / :meth:`MetricPublisher.flush`).
+The agent's key is a secret key (then the publisher signs and authenticates), a
+:class:`~nostr_buzz.signer.Signer` (it signs and encrypts; relays that demand NIP-42 are not
+answered), or only the public key (events signed elsewhere go in through
+:meth:`MetricPublisher.submit`).
+
+A metric is never lost silently: :meth:`MetricPublisher.publish` raises :class:`MetricError`
+for a payload that cannot be published and otherwise returns a :class:`PublishReport`, the
+receipt (stored in the outbox; delivered, and to which relays).  Network trouble never raises
+and never blocks the turn past its own timeout: it is data in the receipt, passed to
+``on_report`` too.
 """
 
 from __future__ import annotations
@@ -29,10 +37,11 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from nostr_buzz.core.backoff import Rng
-from nostr_buzz.errors import MetricError, OutboxError, RelayError
-from nostr_buzz.event import Event
-from nostr_buzz.keys import PublicKey, SecretKey
-from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
+from nostr_buzz.errors import InvalidKey, MetricError, OutboxError, RelayError
+from nostr_buzz.event import Event, not_an_event
+from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
+from nostr_buzz.nips.nip_am import KIND, MetricPayload, build_metric_event, build_metric_event_async
+from nostr_buzz.signer import Signer
 
 from .outbox import GIVE_UP_AFTER, Outbox
 from .pool import PublishResult, RelayPool
@@ -66,7 +75,9 @@ PoolFactory = Callable[[], PublishingPool]
 class PublishReport:
     """The outcome of one attempt to publish one metric.
 
-    ``event``: the signed metric (None when the payload was invalid and nothing was built).
+    The receipt :meth:`MetricPublisher.publish` and :meth:`MetricPublisher.submit` return.
+    ``event``: the signed metric (None only in a report of :meth:`MetricPublisher.flush` that
+    could not read the outbox).
     ``stored``: the event is in the durable outbox (False only when the outbox failed).
     ``delivered``: at least ``min_ok`` relays have it; it has left the outbox.
     ``verdicts``: this attempt's answer per relay.  ``attempts``: attempts so far, this one
@@ -89,28 +100,59 @@ class PublishReport:
     def event_id(self) -> str | None:
         return None if self.event is None else self.event.id
 
+    @property
+    def accepted_by(self) -> list[str]:
+        """The relays that took the event in this attempt (``OK true`` or ``duplicate:``)."""
+        return [url for url, verdict in self.verdicts.items() if verdict.ok]
+
 
 def _refusals(verdicts: dict[str, Verdict]) -> str | None:
     failed = [f"{url}: {v.reason}" for url, v in verdicts.items() if not v.ok]
     return "; ".join(failed) or None
 
 
+def _agent_key(
+    agent: SecretKey | Signer | PublicKey | str,
+) -> tuple[SecretKey | None, Signer | None, PublicKey]:
+    """(secret, signer, public key) of the ``agent`` argument; :class:`InvalidKey` otherwise."""
+    if isinstance(agent, SecretKey):
+        return agent, None, agent.public_key
+    if isinstance(agent, PublicKey):
+        return None, None, agent
+    if isinstance(agent, str):
+        if agent.strip().lower().startswith("npub1"):
+            return None, None, as_public_key(agent, "the agent's public key")
+        secret = as_secret_key(agent, "the agent's secret key")
+        return secret, None, secret.public_key
+    if isinstance(agent, Signer):
+        return None, agent, agent.public_key
+    raise InvalidKey(
+        "the agent's key must be a SecretKey, a Signer, a PublicKey, 64 hex characters, nsec1… "
+        f"or npub1…, not {type(agent).__name__}"
+    )
+
+
 class MetricPublisher:
     """Publishes NIP-AM metrics for one agent to one owner.
 
-    ``relays``: the write relay URLs (a :class:`RelayPool` is made per attempt with the agent's
-    key for NIP-42), or a factory returning a pool-like object.  ``outbox``: an :class:`Outbox`
+    ``agent``: the agent's :class:`SecretKey` (or its 64-hex / ``nsec1…`` text), a
+    :class:`~nostr_buzz.signer.Signer`, or only its :class:`PublicKey` (or ``npub1…``: a
+    64-hex string is read as a secret key) for a publisher that only submits events signed
+    elsewhere.  ``relays``: the write relay URLs (a :class:`RelayPool` is made per attempt, with
+    the agent's secret key for NIP-42 when the publisher has it), or a factory returning a
+    pool-like object.  ``outbox``: an :class:`Outbox`
     or the path of its SQLite file (then the publisher owns and closes it).  ``min_ok``: relays
     that must have the event before it leaves the outbox.  ``timeout``: per attempt (connect plus
     ``OK`` per relay).  ``clock`` and ``rng`` pin time and backoff jitter for tests.
     ``on_report``: called with every :class:`PublishReport` (its exceptions are swallowed).
     ``give_up_after``: seconds after which an entry no relay took is given up (None: never).
-    Bad keys, URLs or ``min_ok`` raise here, at set-up, never during a turn.
+    Bad keys (:class:`InvalidKey`), URLs or ``min_ok`` raise here, at set-up, never during a
+    turn.
     """
 
     def __init__(
         self,
-        agent_secret: SecretKey | str,
+        agent: SecretKey | Signer | PublicKey | str,
         owner_public: PublicKey | str,
         outbox: Outbox | str | Path,
         relays: Sequence[str] | PoolFactory,
@@ -122,16 +164,8 @@ class MetricPublisher:
         on_report: Callable[[PublishReport], None] | None = None,
         give_up_after: float | None = GIVE_UP_AFTER,
     ) -> None:
-        self._agent_secret = (
-            agent_secret
-            if isinstance(agent_secret, SecretKey)
-            else SecretKey.from_str(agent_secret)
-        )
-        self.owner_public = (
-            owner_public
-            if isinstance(owner_public, PublicKey)
-            else PublicKey.from_str(owner_public)
-        )
+        self._agent_secret, self._signer, self.agent_public = _agent_key(agent)
+        self.owner_public = as_public_key(owner_public, "the owner's public key")
         if min_ok < 1:
             raise RelayError("min_ok must be at least 1")
         self.min_ok = min_ok
@@ -167,19 +201,38 @@ class MetricPublisher:
 
     # -- the turn's side ------------------------------------------------------------------
 
-    async def publish(self, payload: MetricPayload) -> Event | None:
-        """Build, store, then send one metric; returns the signed event (stored for retry when
-        no relay took it), or None when the payload is invalid (reported, nothing stored)."""
-        try:
+    async def publish(self, payload: MetricPayload) -> PublishReport:
+        """Build, store, then send one metric; returns the receipt: ``event`` the signed metric,
+        ``stored`` in the outbox (retried until a relay takes it), ``delivered`` and
+        ``accepted_by`` which relays have it.
+
+        Raises :class:`MetricError` when the payload cannot be published (over the size cap,
+        or not a :class:`MetricPayload`) or this publisher has only the agent's public key, and
+        :class:`~nostr_buzz.signer.SignerError` when its signer fails: nothing is stored then,
+        and the caller knows it.
+        """
+        if self._agent_secret is not None:
             event = build_metric_event(self._agent_secret, self.owner_public, payload)
-        except MetricError as exc:
-            self._report(PublishReport(None, False, False, error=f"invalid metric: {exc}"))
-            return None
-        await self.submit(event)
-        return event
+        elif self._signer is not None:
+            event = await build_metric_event_async(self._signer, self.owner_public, payload)
+        else:
+            raise MetricError(
+                "this publisher has only the agent's public key: give it the secret key or a "
+                "Signer to publish, or sign the metric elsewhere and submit() the event"
+            )
+        return await self.submit(event)
 
     async def submit(self, event: Event) -> PublishReport:
-        """Store an already signed event in the outbox (committed), then make one attempt."""
+        """Store an already signed metric event in the outbox (committed), then make one
+        attempt; the receipt says what happened.  An event that is not a kind-44200 metric
+        signed by this publisher's agent raises :class:`MetricError`, nothing stored."""
+        if not isinstance(event, Event):
+            raise MetricError(f"submit: {not_an_event(event)}")
+        if event.kind != KIND or event.pubkey != self.agent_public.hex:
+            raise MetricError(
+                f"submit takes kind-{KIND} metrics signed by the agent "
+                f"{self.agent_public.hex[:16]}…; got kind {event.kind} by {event.pubkey[:16]}…"
+            )
         return await self.send_stored(event, self.store(event))
 
     def store(self, event: Event) -> str | None:

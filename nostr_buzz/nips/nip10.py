@@ -9,10 +9,10 @@ never gets two spellings of its destination.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
-from nostr_buzz.event import Event
+from nostr_buzz.event import Event, require_event
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip22 import COMMENT_KIND
 
@@ -135,7 +135,12 @@ def _positional_ref(event: Event) -> ThreadRef:
 
 
 def thread_ref(event: Event) -> ThreadRef:
-    """Normalize an event's thread position (docs/events.md, routing table); ``q`` never routes."""
+    """Normalize an event's thread position (docs/events.md, routing table); ``q`` never routes.
+
+    Every function here reads a verified :class:`Event` only: anything else (another library's
+    event, a dict) raises :class:`~nostr_buzz.errors.InvalidEvent` saying how to convert it.
+    """
+    event = require_event(event)
     if event.kind == COMMENT_KIND:
         return _comment_ref(event)
     marked = _marked_ref(event)
@@ -164,9 +169,16 @@ def channel(event: Event) -> str | None:
     Later ``h`` tags are never consulted, so a bad first one means "no channel".  A private
     message (kind 14) is in no channel, whatever its tags: it is never answered in public.
     """
-    if event.kind == PRIVATE_MESSAGE_KIND:
+    event = require_event(event)
+    return channel_from_tags(event.kind, event.tags)
+
+
+def channel_from_tags(kind: int, tags: Iterable[Sequence[str]]) -> str | None:
+    """:func:`channel` from an event's kind and tags alone (for a shape checked before the
+    event is verified, as a turn-input file's)."""
+    if kind == PRIVATE_MESSAGE_KIND:
         return None
-    for tag in event.tags:
+    for tag in tags:
         if len(tag) >= 2 and tag[0] == "h":
             value = tag[1]
             if is_valid_channel_id(value) and not value.startswith(DIRECT_CHANNEL_PREFIX):
@@ -180,6 +192,7 @@ def queue_channel(event: Event) -> str:
     private channel ``dm-private-{pubkey}``; else its ``h`` tag, else the author's direct
     channel ``dm-{pubkey}``.  A private conversation never shares a queue channel (or an agent
     session) with anything public."""
+    event = require_event(event)
     if event.kind == PRIVATE_MESSAGE_KIND:
         return private_channel(event.pubkey)
     return channel(event) or direct_channel(event.pubkey)
@@ -187,6 +200,7 @@ def queue_channel(event: Event) -> str:
 
 def mentions(event: Event) -> list[str]:
     """Every ``p`` tag value in tag order, duplicates kept, exactly as written."""
+    event = require_event(event)
     return [tag[1] for tag in event.tags if len(tag) >= 2 and tag[0] == "p"]
 
 
@@ -207,6 +221,8 @@ def reply_tags(
     default to empty.  The caller adds the channel's ``h`` tag.
     """
     tags: list[list[str]] = []
+    if root is not None:
+        require_event(root, "root")
     root_id = thread_ref(parent).root or parent.id
     if root_id == parent.id:
         tags.append(["e", parent.id, parent_relay, "root", parent.pubkey])
@@ -225,7 +241,7 @@ def chronological(events: Iterable[Event]) -> list[Event]:
     """Oldest first, each id once.  Events of the same second (common in a busy thread) keep
     their thread order: a reply's depth below other events of the list (through its parent,
     else its root) breaks the tie, then the id."""
-    listed = {e.id: e for e in events}
+    listed = {e.id: e for e in map(require_event, events)}
     depth: dict[str, int] = {}
     for event in listed.values():
         chain: list[str] = []
@@ -260,7 +276,7 @@ def thread_history(
     """Select one thread from fetched ``events``: the root by id, and the replies that NIP-10
     routes into ``root_id`` within channel ``group`` (an ``e`` tag alone may be a citation),
     in :func:`chronological` order; with ``limit``, only the newest ``limit`` replies."""
-    listed = list(events)
+    listed = list(map(require_event, events))
     root = next((e for e in listed if e.id == root_id), None)
     replies = chronological(
         e

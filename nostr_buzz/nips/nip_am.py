@@ -7,8 +7,12 @@ public structs below are what callers build and read, and private ``_Wire*`` twi
 schema, where omittable fields are ``msgspec.UNSET`` so the encoder leaves them out and the
 decoder refuses ``null``.
 
+A :class:`MetricPayload` is checked when it is made: an invalid one never exists, so a metric
+cannot be dropped later for a rule a caller could have been told about at once.
+
 Pure: no clock is read (``created_at`` comes from the payload's own timestamp); the only
-randomness is the NIP-44 nonce and BIP-340 aux bytes, from the OS CSPRNG unless pinned.
+randomness is the NIP-44 nonce and BIP-340 aux bytes, from the OS CSPRNG unless pinned (or
+from the :class:`~nostr_buzz.signer.Signer` that :func:`build_metric_event_async` is given).
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from msgspec import UNSET, UnsetType
 from nostr_buzz.core.manifest import SCHEMA_VERSION, Manifest
 from nostr_buzz.core.text import utf8_document
 from nostr_buzz.errors import InvalidEvent, InvalidKey, MetricError, Nip44Error
-from nostr_buzz.event import Event, sign_event
-from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.event import Event, not_an_event, sign_event
+from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
 from nostr_buzz.nips import nip44
+from nostr_buzz.signer import EventTemplate, Signer, check_signed
 
 __all__ = [
     "KIND",
@@ -42,6 +47,7 @@ __all__ = [
     "TerminalEvidence",
     "TokenCounts",
     "build_metric_event",
+    "build_metric_event_async",
     "created_at_of",
     "open_metric_event",
 ]
@@ -97,13 +103,14 @@ _MAX_TOKENS: Final = MAX_TOKENS
 
 
 class TokenCounts(msgspec.Struct, frozen=True):
-    """``{inputTokens, outputTokens, totalTokens, costUsd}`` (each None when not reported) plus
-    the informational cache subsets of ``input_tokens`` (None, i.e. omitted, when unknown)."""
+    """``{inputTokens, outputTokens, totalTokens, costUsd}`` (each None when not reported, the
+    default) plus the informational cache subsets of ``input_tokens`` (None, i.e. omitted, when
+    unknown): ``TokenCounts(input_tokens=1, output_tokens=2)`` knows no total and no cost."""
 
-    input_tokens: int | None
-    output_tokens: int | None
-    total_tokens: int | None
-    cost_usd: float | None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    cost_usd: float | None = None
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
 
@@ -127,9 +134,15 @@ class PricingIdentity(msgspec.Struct, frozen=True):
 class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
     """The decrypted content of a kind-44200 event.  Absent optional fields are ``None``.
 
-    Unknown ``stop_reason``/``outcome``/``terminal_evidence`` strings become ``"unknown"``;
-    an empty ``triggering_event_ids`` means absent.  Use :meth:`to_json`/:meth:`from_json`
-    for the wire form (not ``msgspec.json.encode`` of this struct).
+    Checked when made: a payload that breaks a rule of nips/NIP-AM.md raises
+    :class:`MetricError` naming the field (only the 65,535-byte cap on the whole JSON is left
+    to :meth:`to_json` and :func:`build_metric_event`).  ``timestamp`` is
+    ``YYYY-MM-DDTHH:MM:SS.mmmZ``, which ``datetime.isoformat()`` is not:
+    :func:`nostr_buzz.timestamps.metric_timestamp` writes it from a ``datetime`` or Unix
+    seconds.  Unknown ``stop_reason``/``outcome``/``terminal_evidence`` strings become
+    ``"unknown"``; an empty ``triggering_event_ids`` means absent.  Use
+    :meth:`to_json`/:meth:`from_json` for the wire form (not ``msgspec.json.encode`` of this
+    struct).
     """
 
     harness: str
@@ -165,9 +178,11 @@ class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
         ids = self.triggering_event_ids
         if isinstance(ids, list):
             msgspec.structs.force_setattr(self, "triggering_event_ids", tuple(ids))
+        _validate(self)
 
     def validate(self) -> None:
-        """Check every rule of nips/NIP-AM.md; raises :class:`MetricError` naming the field."""
+        """Check every rule of nips/NIP-AM.md again (a payload is checked when made);
+        raises :class:`MetricError` naming the field."""
         _validate(self)
 
     def to_json(self) -> str:
@@ -333,9 +348,7 @@ def _decode_payload(data: bytes) -> MetricPayload:
         wire = _wire_decoder.decode(data)
     except msgspec.DecodeError as exc:  # ValidationError is a DecodeError; its text has the path
         raise MetricError(f"invalid metric payload: {exc}") from None
-    payload = _from_wire(wire)
-    _validate(payload)
-    return payload
+    return _from_wire(wire)  # a MetricPayload is validated when made
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -376,7 +389,8 @@ def created_at_of(timestamp: str) -> int:
     match = _TIMESTAMP.fullmatch(timestamp) if isinstance(timestamp, str) else None
     if match is None:
         raise MetricError(
-            "timestamp must be RFC 3339 UTC with milliseconds and Z, like 2026-12-02T14:05:09.123Z"
+            "timestamp must be RFC 3339 UTC with milliseconds and Z, like "
+            "2026-12-02T14:05:09.123Z (nostr_buzz.metric_timestamp(datetime) writes one)"
         )
     year, month, day, hour, minute, second, _ = (int(g) for g in match.groups())
     if not _date_time_ok(year, month, day, hour, minute, second):
@@ -498,26 +512,21 @@ def _validate(p: MetricPayload) -> None:
 # --- events -----------------------------------------------------------------------------------
 
 
-def _secret(value: object, role: str) -> SecretKey:
-    if isinstance(value, SecretKey):
-        return value
-    if isinstance(value, str):
-        try:
-            return SecretKey.from_str(value)
-        except InvalidKey:
-            pass
-    raise MetricError(f"{role} secret key must be a SecretKey, 64 hex characters or nsec1…")
+def _secret(value: SecretKey | str, role: str) -> SecretKey:
+    return as_secret_key(value, f"{role} secret key")
 
 
-def _public(value: object, role: str) -> PublicKey:
-    if isinstance(value, PublicKey):
-        return value
-    if isinstance(value, str):
-        try:
-            return PublicKey.from_str(value)
-        except InvalidKey as exc:
-            raise MetricError(f"{role} public key is invalid: {exc}") from None
-    raise MetricError(f"{role} public key must be a PublicKey, 64 hex characters or npub1…")
+def _public(value: PublicKey | str, role: str) -> PublicKey:
+    return as_public_key(value, f"{role} public key")
+
+
+def _template(
+    agent: PublicKey, owner: PublicKey, payload: MetricPayload, content: str
+) -> EventTemplate:
+    """The unsigned kind-44200 event: tags exactly ``[["p", owner], ["agent", agent]]``,
+    ``created_at`` the payload timestamp truncated to seconds."""
+    tags = (("p", owner.hex), ("agent", agent.hex))
+    return EventTemplate(KIND, content, tags, created_at_of(payload.timestamp))
 
 
 def build_metric_event(
@@ -540,18 +549,40 @@ def build_metric_event(
         content = nip44.encrypt(plaintext, nip44.conversation_key(agent, owner), nonce)
     except Nip44Error as exc:
         raise MetricError(f"cannot encrypt the metric: {exc}") from None
-    tags = (("p", owner.hex), ("agent", agent.public_key.hex))
+    unsigned = _template(agent.public_key, owner, payload, content)
     try:
         return sign_event(
             agent,
-            kind=KIND,
-            content=content,
-            tags=tags,
-            created_at=created_at_of(payload.timestamp),
+            kind=unsigned.kind,
+            content=unsigned.content,
+            tags=unsigned.tags,
+            created_at=unsigned.created_at,
             aux_rand=aux_rand,
         )
     except InvalidEvent as exc:
         raise MetricError(f"cannot sign the metric event: {exc}") from None
+
+
+async def build_metric_event_async(
+    signer: Signer, owner_public: PublicKey | str, payload: MetricPayload
+) -> Event:
+    """:func:`build_metric_event` with a :class:`~nostr_buzz.signer.Signer` in place of the
+    agent's secret key (a NIP-46 bunker, another library's signer): the signer encrypts the
+    payload to the owner (``nip44_encrypt``) and signs the event, which is then checked to be
+    the one asked for (:func:`~nostr_buzz.signer.check_signed`).  Raises :class:`MetricError`
+    for the payload, :class:`InvalidKey` for the owner's key and
+    :class:`~nostr_buzz.signer.SignerError` when the signer fails or signs something else.
+    """
+    if not isinstance(signer, Signer):
+        raise InvalidKey("signer must be a Signer (public_key, sign_event, nip44_encrypt)")
+    owner = _public(owner_public, "owner")
+    plaintext = _encode_payload(payload).decode("utf-8")
+    agent = signer.public_key
+    content = await signer.nip44_encrypt(owner, plaintext)
+    if not isinstance(content, str) or len(content) > _MAX_CONTENT_CHARS:
+        raise MetricError("the signer's NIP-44 encryption returned no usable ciphertext")
+    unsigned = _template(agent, owner, payload, content)
+    return check_signed(await signer.sign_event(unsigned), unsigned, agent)
 
 
 def _tags_named(tags: Iterable[tuple[str, ...]], name: str) -> list[tuple[str, ...]]:
@@ -568,7 +599,7 @@ def open_metric_event(owner_secret: SecretKey | str, event: Event) -> MetricPayl
     """
     owner = _secret(owner_secret, "owner")
     if not isinstance(event, Event):
-        raise MetricError("expected a verified Event")
+        raise MetricError(not_an_event(event))
     if event.kind != KIND:
         raise MetricError(f"not a metric event: kind {event.kind}, expected {KIND}")
     p_tags = _tags_named(event.tags, "p")

@@ -85,3 +85,32 @@ def hostile_metrics() -> list[Event]:
             STRANGER, 11, {"inputTokens": 2**63, "outputTokens": 1, "totalTokens": 2, "costUsd": 0}
         ),
     ]
+
+
+#: Markup an agent may put in the strings the HTML report shows: each would run a script, load
+#: something or hide the page if it were not escaped.
+HTML_INJECTIONS = {
+    "model": "</svg><script>document.title='owned'</script>",
+    "channel_id": "\"><img src=x onerror=\"document.title='owned'\">",
+    "session_id": "</table><style>body{display:none}</style><iframe src=\"https://x.invalid/\">",
+    "other_model": "<svg onload=\"document.title='owned'\">" + BIDI,
+}
+
+
+def html_injection_metrics() -> list[Event]:
+    """Valid metrics from the owner's agent (MINE) whose strings are markup."""
+    c = TokenCounts
+    started = {"started_at": "2026-12-02T09:59:58.000Z"}
+    return [
+        valid(
+            MINE,
+            1,
+            HTML_INJECTIONS["model"],
+            c(100, 10, 110, 0.5, 40, 5),
+            channel_id=HTML_INJECTIONS["channel_id"],
+            session_id=HTML_INJECTIONS["session_id"],
+            turn_seq=1,
+            **started,
+        ),
+        valid(MINE, 2, HTML_INJECTIONS["other_model"], c(200, 20, 220, 1.0), **started),
+    ]

@@ -108,6 +108,7 @@ LAYERS: dict[str, int] = {
     "nostr_buzz.agent": 8,  # an in-process agent's values, without I/O: below its driver in io
     "nostr_buzz.timestamps": 8,
     "nostr_buzz.profile": 8,
+    "nostr_buzz.interop": 8,  # events and keys to and from nostr-sdk and pynostr
     "nostr_buzz.io": 8,
     "nostr_buzz.config": 9,
     "nostr_buzz.bot": 10,

@@ -845,9 +845,9 @@ def test_sign_event_secret_forms() -> None:
 
 @pytest.mark.parametrize("secret", [NSEC_HEX[:-1], NPUB, None, 5, bytes.fromhex(NSEC_HEX)])
 def test_sign_event_rejects_non_key_secret(secret: Any) -> None:
-    with pytest.raises(InvalidEvent) as info:
+    with pytest.raises(InvalidKey) as info:  # every key problem is InvalidKey
         sign_event(secret, kind=1, content="x", created_at=1)
-    assert info.value.reason == "malformed"
+    assert "secret key" in str(info.value)
     assert NSEC_HEX[:-1] not in str(info.value)
 
 

@@ -675,6 +675,11 @@ async def test_diagnostics_records_have_the_spec_shape_and_no_prompt(world: Worl
     assert world.agent.hex not in feed and world.agent.bech32 not in feed
     published = records[kinds.index("metric_published")]["payload"]
     assert published["relays"] == [world.relay.url]
+    # Every turn that ran leaves the running turns with a turn_ended (what buzz watch reads),
+    # and each metric carries the turn's cost.
+    started = [r["turnId"] for r in records if r["kind"] == "turn_started"]
+    assert started and [r["turnId"] for r in records if r["kind"] == "turn_ended"] == started
+    assert all("costUsd" in r["payload"] for r in records if r["kind"] == "metric_queued")
 
 
 def prompt_text(agent: Scripted, index: int) -> str:

@@ -109,6 +109,8 @@ async def test_a_steer_that_started_a_new_turn_is_answered_and_metered_on_its_ow
     assert own.context_manifest == manifest_of(diag)  # the steer's own manifest
     assert main.turn is not None and main.turn.cost_usd == 0.25
     assert own.turn is not None and own.turn.cost_usd == 0.5  # 0.75 cumulative − 0.25
+    # The diagnostics say what each metric cost (the spend buzz watch shows).
+    assert sorted(r.payload["costUsd"] for r in rec.of("metric_queued")) == [0.25, 0.5]
     assert main.turn_id != own.turn_id and main.session_id == own.session_id
     assert json.dumps(rec.of("turn_completed")[-1].payload) == json.dumps(
         {"outcome": "success", "stopReason": "unknown"}

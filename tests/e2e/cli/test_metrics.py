@@ -133,6 +133,22 @@ def test_json_report_has_totals_turns_ignored_counts_and_flags(
     assert "ignored 4 metric event(s)" in err and "manifestValid: false" in err
 
 
+def test_output_writes_the_report_to_a_file_whole(
+    capsys: pytest.CaptureFixture[str], relays: tuple[str, str], tmp_path: Path
+) -> None:
+    code, printed, _ = buzz(capsys, "--format", "csv", *as_owner(relays))
+    assert code == 0
+    report = tmp_path / "usage.csv"
+    report.write_text("an older, longer report\n" * 100)
+    code, out, err = buzz(capsys, "--format", "csv", "-o", str(report), *as_owner(relays))
+    assert (code, out) == (0, "")
+    assert report.read_text() == printed  # replaced whole
+    assert f"report written to {report}" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["usage.csv"]  # no partial file left
+    code, out, err = buzz(capsys, "--output", str(tmp_path), *as_owner(relays))
+    assert (code, out) == (1, "")  # a directory is not a file to write
+
+
 def test_csv_totals_and_turns_have_a_header_line(
     capsys: pytest.CaptureFixture[str], relays: tuple[str, str]
 ) -> None:
@@ -296,6 +312,8 @@ def test_no_relay_reachable_exits_2_with_empty_stdout(capsys: pytest.CaptureFixt
         (["--until", "2026-02-30"], "--until"),
         (["--since", "2026-12-03", "--until", "2026-12-02"], "later than --until"),
         (["--format", "xml"], "--format"),
+        (["--format", "html", "--json"], "--json conflicts with --format html"),
+        (["-o", "/no/such/dir/report.html", "--relay", "ws://127.0.0.1:9"], "not a directory"),
         (["--relay", "http://127.0.0.1:1"], "ws://"),
         (["--no-such-option"], "No such option"),
     ],
@@ -510,7 +528,7 @@ async def test_removed_only_when_min_ok_relays_said_ok_true_or_duplicate(tmp_pat
     behaviour: dict[str, Any] = {"verdict": (False, "blocked: not today")}
     async with local_relay() as good, scripted_relay(answer(behaviour)) as picky:
         pub = publisher(tmp_path, [good.url, picky.url], min_ok=2, rng=MIDPOINT)
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None
         [entry] = pub.outbox.entries()  # one relay has it, two are needed
         assert entry.id == event.id and entry.attempts == 1
@@ -540,7 +558,7 @@ async def test_a_refusal_keeps_the_metric_and_never_raises(tmp_path: Path, refus
     behaviour: dict[str, Any] = {"verdict": (False, refusal)}
     async with scripted_relay(answer(behaviour)) as refusing:
         pub = publisher(tmp_path, [refusing.url])
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None
         [entry] = pub.outbox.entries()
         assert entry.id == event.id
@@ -559,7 +577,7 @@ async def test_hanging_and_dead_relays_never_hold_the_turn(tmp_path: Path) -> No
         dead = f"ws://127.0.0.1:{free_port()}"
         pub = publisher(tmp_path, [silent.url, frozen.url, empty_id.url, pit, dead], timeout=0.5)
         started = time.monotonic()
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         elapsed = time.monotonic() - started
         assert event is not None
         assert elapsed < 4.0  # the timeout plus a bounded grace, never "forever"
@@ -572,7 +590,7 @@ async def test_retries_back_off_and_nothing_is_sent_before_it_is_due(tmp_path: P
     clock = [1_000_000.0]
     async with scripted_relay(answer(behaviour)) as refusing:
         pub = publisher(tmp_path, [refusing.url], clock=lambda: clock[0], rng=MIDPOINT)
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None
         waits = []
         for attempt in range(1, 5):
@@ -613,7 +631,7 @@ async def test_auth_required_gets_a_nip42_auth_then_the_same_event_again(
 
     async with scripted_relay(script) as guarded:
         pub = publisher(tmp_path, [guarded.url])
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None
         assert state["authed"]
         assert [f[1]["id"] for f in guarded.frames("EVENT")] == [event.id, event.id]
@@ -624,7 +642,7 @@ async def test_auth_required_gets_a_nip42_auth_then_the_same_event_again(
 async def test_a_local_relay_with_nip42_for_writes_gets_the_metric(tmp_path: Path) -> None:
     async with local_relay(auth="write") as guarded:
         pub = publisher(tmp_path, [guarded.url])
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None and pub.pending_count() == 0
         pub.close()
         # Read back through a client that authenticates (the relay gates writes only).
@@ -646,7 +664,7 @@ async def test_the_outbox_files_hold_no_plaintext_and_no_key(tmp_path: Path) -> 
     )
     async with scripted_relay(answer({"verdict": (False, "error: later")})) as refusing:
         pub = publisher(tmp_path, [refusing.url])
-        event = await pub.publish(p)
+        event = (await pub.publish(p)).event
         assert event is not None
         key = nip44.conversation_key(AGENT, METRIC_OWNER.public_key.hex)
         files = [f for f in tmp_path.iterdir() if f.name.startswith("outbox.sqlite3")]
@@ -1192,7 +1210,7 @@ async def test_an_ok_for_another_event_is_not_a_delivery(tmp_path: Path) -> None
 
     async with scripted_relay(script) as confused:
         pub = publisher(tmp_path, [confused.url], timeout=1.0)
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None
         assert [e.id for e in pub.outbox.entries()] == [event.id]
         pub.close()

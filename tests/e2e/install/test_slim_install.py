@@ -29,15 +29,15 @@ loaded = [name for name in nostr_buzz.__all__ if name not in need_acp
           and getattr(nostr_buzz, name) is not None]
 from nostr_buzz import (
     ChannelInfo, Event, MetricPayload, SecretKey, TokenCounts, TurnEvent, TurnInput,
-    build_metric_event, compile_turn, open_metric_event, sign_event,
+    build_metric_event, compile_turn, metric_timestamp, open_metric_event, sign_event,
 )
 agent, owner = SecretKey.from_str("07" * 32), SecretKey.from_str("08" * 32)
 mention = sign_event(owner, kind=9, content="hi", tags=[["h", "dev"]], created_at=5)
 event = Event.from_json(mention.to_json())  # id and signature checked
 turn = compile_turn(TurnInput(events=(TurnEvent(event),), channel=ChannelInfo(name="dev")))
 payload = MetricPayload(
-    harness="slim", timestamp="2026-01-01T00:00:00.000Z", model=None, channel_id="dev",
-    session_id="s", turn_id="t", turn_seq=1, turn=TokenCounts(1, 2, None, None),
+    harness="slim", timestamp=metric_timestamp(1_767_225_600), model=None, channel_id="dev",
+    session_id="s", turn_id="t", turn_seq=1, turn=TokenCounts(input_tokens=1, output_tokens=2),
     outcome="success", context_manifest=turn.manifest,
 )
 sealed = build_metric_event(agent, owner.public_key, payload)

@@ -26,7 +26,7 @@ async def test_reader_dedupes_across_relays_and_counts_what_it_ignored() -> None
     async with local_relay() as one, local_relay() as two:
         await publish_all(one.url, world.all)
         await publish_all(two.url, world.valid[:3] + world.forged)
-        report, fetch = await read_metrics(OWNER, [one.url, two.url], timeout=5)
+        report, fetch = await read_metrics(OWNER.bech32, [one.url, two.url], timeout=5)
     assert len(report.turns) == len(world.valid)
     assert {r.event_id for r in report.turns} == {e.id for e in world.valid}
     assert report.ignored == {

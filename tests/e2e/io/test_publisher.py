@@ -87,7 +87,7 @@ async def test_one_relay_down_one_accepting_removes_the_entry(tmp_path: Path) ->
     reports: list[PublishReport] = []
     async with local_relay() as relay:
         pub = publisher(tmp_path / "outbox.db", [relay.url, dead_url()], reports)
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None
         assert pub.pending_count() == 0
         [report] = reports
@@ -108,7 +108,7 @@ async def test_all_down_keeps_the_metric_and_resends_after_the_relays_return(
     ports = [free_port(), free_port()]
     urls = [f"ws://127.0.0.1:{p}" for p in ports]
     pub = publisher(tmp_path / "outbox.db", urls, reports, clock=clock)
-    event = await pub.publish(payload())
+    event = (await pub.publish(payload())).event
     assert event is not None
     [first] = reports
     assert not first.delivered and first.stored and first.attempts == 1
@@ -141,7 +141,7 @@ async def test_a_new_publisher_on_the_same_outbox_resends_after_a_restart(
     port = free_port()
     url = f"ws://127.0.0.1:{port}"
     before = publisher(path, [url], clock=Clock(0.0))
-    events = [await before.publish(payload(seq)) for seq in (1, 2, 3)]
+    events = [(await before.publish(payload(seq))).event for seq in (1, 2, 3)]
     assert before.pending_count() == 3
     before.close()  # the process ends with three metrics undelivered
 
@@ -161,7 +161,7 @@ async def test_duplicate_answers_count_as_delivered(tmp_path: Path) -> None:
     async with duplicate_relay() as url:
         reports: list[PublishReport] = []
         pub = publisher(tmp_path / "o.db", [url], reports)
-        assert await pub.publish(payload()) is not None
+        assert (await pub.publish(payload())).stored
         [report] = reports
         verdict = report.verdicts[url]
         assert not verdict.accepted and verdict.duplicate
@@ -176,7 +176,7 @@ async def test_relays_that_took_the_event_add_up_towards_min_ok(tmp_path: Path) 
         reports: list[PublishReport] = []
         late = f"ws://127.0.0.1:{port}"
         pub = publisher(tmp_path / "o.db", [up.url, late], reports, min_ok=2, clock=clock)
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None and not reports[-1].delivered
         assert pub.pending_count() == 1
         async with local_relay(port=port):
@@ -191,7 +191,7 @@ async def test_nip42_write_relay_gets_auth_with_the_agent_key(tmp_path: Path) ->
     async with local_relay(auth="write") as relay:
         reports: list[PublishReport] = []
         pub = publisher(tmp_path / "o.db", [relay.url], reports)
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None
         assert reports[-1].delivered, reports[-1]
         assert await stored_on(relay.url, event.id) == event  # reading is open in WRITE mode
@@ -209,16 +209,17 @@ async def test_a_relay_refusing_for_auth_without_success_keeps_the_metric(tmp_pa
         pub.close()
 
 
-async def test_an_invalid_payload_is_reported_and_nothing_is_stored(tmp_path: Path) -> None:
+async def test_publish_returns_a_receipt_naming_the_relays_that_took_it(tmp_path: Path) -> None:
     reports: list[PublishReport] = []
-    pub = publisher(tmp_path / "o.db", [dead_url()], reports)
-    bad = MetricPayload(harness="goose", timestamp="yesterday")
-    assert await pub.publish(bad) is None
-    [report] = reports
-    assert report.event is None and not report.stored
-    assert report.error is not None and "timestamp" in report.error
-    assert pub.pending_count() == 0
-    pub.close()
+    async with local_relay() as relay:
+        pub = publisher(tmp_path / "o.db", [relay.url, dead_url()], reports)
+        receipt = await pub.publish(payload())
+        assert isinstance(receipt, PublishReport) and receipt.event is not None
+        assert receipt.stored and receipt.delivered and receipt.accepted_by == [relay.url]
+        assert reports == [receipt]
+        assert await stored_on(relay.url, receipt.event.id) == receipt.event
+        assert pub.pending_count() == 0
+        pub.close()
 
 
 async def test_a_silent_relay_never_holds_the_turn_past_the_timeout(tmp_path: Path) -> None:
@@ -233,7 +234,7 @@ async def test_a_silent_relay_never_holds_the_turn_past_the_timeout(tmp_path: Pa
             on_report=reports.append,
         )
         started = time.monotonic()
-        assert await pub.publish(payload()) is not None
+        assert (await pub.publish(payload())).stored
         assert time.monotonic() - started < 3.0
         assert not reports[-1].delivered and pub.pending_count() == 1
         pub.close()
@@ -247,7 +248,7 @@ async def test_a_broken_pool_factory_is_reported_not_raised(tmp_path: Path) -> N
     pub = MetricPublisher(
         AGENT, OWNER.public_key, tmp_path / "o.db", broken, on_report=reports.append
     )
-    assert await pub.publish(payload()) is not None
+    assert (await pub.publish(payload())).stored
     assert reports[-1].stored and not reports[-1].delivered
     assert "no network stack today" in (reports[-1].error or "")
     assert pub.pending_count() == 1
@@ -260,7 +261,7 @@ async def test_run_delivers_what_an_earlier_process_left_and_stops_when_asked(
     path = tmp_path / "o.db"
     with Outbox(path) as box:
         left = MetricPublisher(AGENT, OWNER.public_key, box, [dead_url()], timeout=1.0)
-        event = await left.publish(payload())
+        event = (await left.publish(payload())).event
     assert event is not None
     async with local_relay() as relay:
         delivered = asyncio.Event()
@@ -296,7 +297,7 @@ async def test_a_broken_outbox_still_sends_and_says_it_is_not_durable(tmp_path: 
         reports: list[PublishReport] = []
         pub = publisher(tmp_path / "o.db", [relay.url], reports)
         pub.outbox.close()  # as if the disk went away
-        event = await pub.publish(payload())
+        event = (await pub.publish(payload())).event
         assert event is not None
         [report] = reports
         assert not report.stored and report.delivered

@@ -105,3 +105,39 @@ def test_restart_accounting() -> None:
     assert restart_accounting(None, True, 2) == (False, 2)
     assert restart_accounting(result("success", "prompt_response"), True, 4) == (False, 0)
     assert restart_accounting(result("failed", "timeout"), True, 4) == (False, 4)
+
+
+def test_an_out_of_range_context_occupancy_costs_the_turn_only_that_field() -> None:
+    from datetime import UTC, datetime
+
+    from nostr_buzz.acp.types import TurnResult
+    from nostr_buzz.bot.outputs import TurnIds, metric_payload
+
+    at = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    event = chat(OWNER, content="hello")
+    for used, size, kept in ((2**60, 200_000, (None, 200_000)), (-1, 5, (None, 5)), (7, 9, (7, 9))):
+        result = TurnResult(
+            "",
+            "",
+            None,
+            "end_turn",
+            "success",
+            "prompt_response",
+            None,
+            "s",
+            None,
+            at,
+            at,
+            context_used=used,
+            context_size=size,
+        )
+        payload = metric_payload(
+            harness="goose",
+            model=None,
+            ids=TurnIds("c", "s", "t"),
+            result=result,
+            triggering=[event],
+            manifest=None,
+            started_at=at,
+        )
+        assert (payload.context_used_tokens, payload.context_window_tokens) == kept

@@ -216,3 +216,33 @@ def test_report_properties(
         any(v is None for v in (r.input_tokens, r.output_tokens, r.total_tokens, r.cost_usd))
         for r in rows
     )
+
+
+def test_a_turns_duration_runs_from_started_at_to_its_timestamp() -> None:
+    def turn(started_at: str | None, n: int) -> MetricPayload:
+        return MetricPayload(
+            harness="goose",
+            timestamp=f"2026-12-02T10:00:0{n}.250Z",
+            started_at=started_at,
+            model="m",
+            turn=counts(1, 1, 2, 0.0),
+        )
+
+    starts = [
+        "2026-12-02T09:58:00.125Z",  # 2 min 0.125 s earlier … plus n seconds
+        "2026-12-02T11:59:59+02:00",  # another offset: 1 s before 10:00:00 UTC
+        "2026-12-02t09:59:59.9999z",  # lower case, a finer fraction
+        "2026-12-02T09:59:60Z",  # a leap second reads as 10:00:00
+        "2026-12-02T10:00:09Z",  # later than the end: no duration, never a negative one
+        None,
+    ]
+    report = build_report(opened([metric(AGENT_A, turn(s, n)) for n, s in enumerate(starts)]))
+    durations = {r.timestamp[17:19]: r.duration_seconds for r in report.turns}
+    assert durations == {
+        "00": 120.125,
+        "01": 2.25,
+        "02": 2.25,  # 0.2501 s after a second short of 10:00:00, plus 2 s
+        "03": 3.25,
+        "04": None,
+        "05": None,
+    }

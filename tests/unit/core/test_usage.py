@@ -316,7 +316,7 @@ CASES: dict[str, list[Step]] = {
         start(),
         begin(),
         usage(input_tokens=1, output_tokens=1, total_tokens=2),
-        usage(input_tokens=10, output_tokens=4, cached_read_tokens=6, cached_write_tokens=2),
+        usage(input_tokens=10, output_tokens=4, cache_read_tokens=6, cache_write_tokens=2),
         End(rec(tc(18, 4, None, None, 6, 2), None, True, 1)),
     ],
     "standard: no cost observed means null cost (not zero)": [
@@ -477,8 +477,8 @@ def std(t: UsageTracker, sid: str, **kw: Any) -> None:
         "input_tokens": None,
         "output_tokens": None,
         "total_tokens": None,
-        "cached_read_tokens": None,
-        "cached_write_tokens": None,
+        "cache_read_tokens": None,
+        "cache_write_tokens": None,
     }
     args.update(kw)
     t.observe_turn(sid, **args)
@@ -694,8 +694,8 @@ def test_standard_turn_usage_folds_cache_and_keeps_reported_total() -> None:
         input_tokens=100,
         output_tokens=20,
         total_tokens=130,
-        cached_read_tokens=8,
-        cached_write_tokens=2,
+        cache_read_tokens=8,
+        cache_write_tokens=2,
     )
     rec = t.end_turn("s")
     check(rec, turn=tc(110, 20, 130, N, 8, 2), cumulative=None, reliable=True, seq=1)
@@ -751,7 +751,7 @@ def test_standard_cost_decrease_is_null() -> None:
 def test_standard_invalid_values_absent(bad: Any) -> None:
     t = UsageTracker()
     t.begin_turn("s")
-    std(t, "s", input_tokens=bad, output_tokens=4, total_tokens=bad, cached_read_tokens=bad)
+    std(t, "s", input_tokens=bad, output_tokens=4, total_tokens=bad, cache_read_tokens=bad)
     check(t.end_turn("s"), turn=tc(N, 4, N, N), cumulative=None, reliable=True, seq=1)
 
 
@@ -822,8 +822,8 @@ def test_api_keyword_names() -> None:
         input_tokens=1,
         output_tokens=2,
         total_tokens=3,
-        cached_read_tokens=None,
-        cached_write_tokens=None,
+        cache_read_tokens=None,
+        cache_write_tokens=None,
     )
     t.observe_cost("s", cost_usd=0.5)
     check(t.end_turn("s"), turn=tc(1, 2, 3, 0.5), cumulative=None, reliable=True, seq=1)

@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import nostr_buzz
 from nostr_buzz.core.manifest import Layer, Manifest, layers_hash, manifest_from_layers
-from nostr_buzz.errors import BuzzError, MetricError, Nip44Error
+from nostr_buzz.errors import BuzzError, InvalidKey, MetricError, Nip44Error
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip44
@@ -1480,9 +1481,8 @@ def test_valid_numbers_accepted() -> None:
     ids=repr,
 )
 def test_bad_numbers_rejected_when_encrypting(counts: TokenCounts) -> None:
-    p = MetricPayload(harness="goose", timestamp=WIRE_TS, turn=counts)
-    with pytest.raises(MetricError):
-        build_metric_event(AGENT, OWNER.public_key, p)
+    with pytest.raises(MetricError, match="turn"):  # when the payload is made
+        MetricPayload(harness="goose", timestamp=WIRE_TS, turn=counts)
 
 
 @pytest.mark.parametrize(
@@ -1767,3 +1767,85 @@ def test_round_trip_property(payload: MetricPayload) -> None:
             assert None not in (counts.get("cacheReadTokens", 0), counts.get("cacheWriteTokens", 0))
     assert ev.created_at == _epoch(payload.timestamp)
     assert open_metric_event(OWNER, ev) == payload
+
+
+# --- a metric a bot cannot lose silently ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"timestamp": "2026-12-02T14:05:09.987654+00:00"}, "timestamp"),  # isoformat()
+        ({"timestamp": "2026-12-02 14:05:09"}, "timestamp"),
+        ({"harness": ""}, "harness"),
+        ({"turn_seq": 0}, "turn_seq"),
+        ({"turn": TokenCounts(input_tokens=-1)}, "turn.input_tokens"),
+        ({"cumulative": TokenCounts(output_tokens=1)}, "cumulative"),  # no session_id, turn_seq
+        ({"root_event_id": "not an id"}, "root_event_id"),
+        ({"started_at": "yesterday"}, "started_at"),
+    ],
+)
+def test_an_invalid_payload_raises_when_it_is_made(fields: dict[str, Any], named: str) -> None:
+    values: dict[str, Any] = {"harness": "goose", "timestamp": TS, **fields}
+    with pytest.raises(MetricError, match=named.replace(".", r"\.")):
+        MetricPayload(**values)
+
+
+def test_the_timestamp_error_points_to_the_helper() -> None:
+    moment = datetime(2026, 12, 2, 14, 5, 9, 987654, tzinfo=dt.UTC)
+    with pytest.raises(MetricError, match="metric_timestamp"):
+        MetricPayload(harness="goose", timestamp=moment.isoformat())
+    p = MetricPayload(harness="goose", timestamp=nostr_buzz.metric_timestamp(moment))
+    assert p.timestamp == TS
+
+
+def test_metric_timestamp_from_a_datetime_in_any_zone_or_unix_seconds() -> None:
+    from nostr_buzz.timestamps import metric_timestamp
+
+    plus_two = dt.timezone(dt.timedelta(hours=2))
+    assert metric_timestamp(datetime(2026, 12, 2, 16, 5, 9, 987999, tzinfo=plus_two)) == TS
+    assert metric_timestamp(1_796_220_309.5) == "2026-12-02T14:05:09.500Z"
+    assert metric_timestamp(0) == "1970-01-01T00:00:00.000Z"
+    assert metric_timestamp(datetime(999, 1, 2, tzinfo=dt.UTC)) == "0999-01-02T00:00:00.000Z"
+    for bad in (datetime(2026, 12, 2), "2026-12-02", True, math.nan, 1e30):
+        with pytest.raises(MetricError, match="timestamp"):
+            metric_timestamp(bad)  # type: ignore[arg-type]
+
+
+def test_token_counts_default_to_unknown_and_keep_the_wire_bytes() -> None:
+    counts = TokenCounts(input_tokens=1, output_tokens=2)
+    assert counts == TokenCounts(1, 2, None, None, None, None)
+    p = MetricPayload(harness="goose", timestamp=TS, turn=counts)
+    wire = json.loads(p.to_json())["turn"]
+    # The four core counters are always written (null when unknown); cache ones omitted.
+    assert wire == {"inputTokens": 1, "outputTokens": 2, "totalTokens": None, "costUsd": None}
+    assert TokenCounts() == TokenCounts(None, None, None, None)
+
+
+async def test_a_signer_builds_the_same_metric_the_secret_key_does() -> None:
+    from nostr_buzz.nips.nip_am import build_metric_event_async
+    from nostr_buzz.signer import LocalSigner
+
+    p = MetricPayload(harness="goose", timestamp=TS, turn=TokenCounts(1, 2, 3, 0.5))
+    event = await build_metric_event_async(LocalSigner(AGENT), OWNER.public_key.bech32, p)
+    local = build_metric_event(AGENT, OWNER.public_key, p)
+    assert (event.pubkey, event.kind, event.tags, event.created_at) == (
+        local.pubkey,
+        local.kind,
+        local.tags,
+        local.created_at,
+    )
+    assert open_metric_event(OWNER, event) == open_metric_event(OWNER, local) == p
+    with pytest.raises(InvalidKey):
+        await build_metric_event_async(AGENT, OWNER.public_key, p)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["nsec1notakey", "12" * 31, 7])
+def test_every_key_problem_is_invalid_key(key: Any) -> None:
+    p = MetricPayload(harness="goose", timestamp=TS)
+    with pytest.raises(InvalidKey, match="agent secret key"):
+        build_metric_event(key, OWNER.public_key, p)
+    with pytest.raises(InvalidKey, match="owner public key"):
+        build_metric_event(AGENT, key, p)
+    with pytest.raises(InvalidKey, match="owner secret key"):
+        open_metric_event(key, build_metric_event(AGENT, OWNER.public_key, p))
