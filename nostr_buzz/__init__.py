@@ -64,10 +64,12 @@ if TYPE_CHECKING:
     from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
     from nostr_buzz.io.fetch import FetchResult, fetch_event
     from nostr_buzz.io.metrics_reader import read_metrics
+    from nostr_buzz.io.nip46 import Nip46Signer
     from nostr_buzz.io.outbox import Outbox
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
     from nostr_buzz.io.publisher import MetricPublisher, PublishReport
     from nostr_buzz.io.relay import QueryResult, RelayClient, Verdict
+    from nostr_buzz.io.sdk_signer import SdkSigner
     from nostr_buzz.keys import PublicKey, SecretKey
     from nostr_buzz.nips.nip01 import Filter
     from nostr_buzz.nips.nip10 import ThreadRef
@@ -149,6 +151,7 @@ _EXPORTS: dict[str, str] = {
     "read_metrics": "nostr_buzz.io.metrics_reader",
     "Outbox": "nostr_buzz.io.outbox",
     **dict.fromkeys(("PoolQueryResult", "PublishResult", "RelayPool"), "nostr_buzz.io.pool"),
+    "Nip46Signer": "nostr_buzz.io.nip46",
     **dict.fromkeys(("MetricPublisher", "PublishReport"), "nostr_buzz.io.publisher"),
     **dict.fromkeys(("QueryResult", "RelayClient", "Verdict"), "nostr_buzz.io.relay"),
     "Filter": "nostr_buzz.nips.nip01",
@@ -167,6 +170,7 @@ _EXPORTS: dict[str, str] = {
         "nostr_buzz.nips.nip_am",
     ),
     "Profile": "nostr_buzz.profile",
+    "SdkSigner": "nostr_buzz.io.sdk_signer",
     **dict.fromkeys(
         ("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"
     ),
@@ -217,6 +221,7 @@ __all__ = [
     "MetricsReport",
     "Nip19Error",
     "Nip44Error",
+    "Nip46Signer",
     "Outbox",
     "OutboxError",
     "PluginConfig",
@@ -236,6 +241,7 @@ __all__ = [
     "RelayError",
     "RelayPool",
     "Retrieval",
+    "SdkSigner",
     "SecretKey",
     "Signer",
     "SignerError",

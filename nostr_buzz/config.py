@@ -26,6 +26,7 @@ from nostr_buzz.errors import (
     SECRET_HINT,
     ConfigError,
     InvalidKey,
+    Nip46Error,
     RelayError,
     describe_input,
     looks_secret,
@@ -33,6 +34,7 @@ from nostr_buzz.errors import (
 from nostr_buzz.io.filemodes import check_key_file, check_secret_mode
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip10 import is_valid_channel_id
+from nostr_buzz.nips.nip46 import BunkerUri, parse_bunker_uri
 from nostr_buzz.nips.relay_url import check_relay_url
 
 __all__ = [
@@ -47,11 +49,14 @@ __all__ = [
     "Permissions",
     "PrivateSection",
     "Setting",
+    "SignerSection",
     "SubscriptionsSection",
     "TimeoutsSection",
     "load_config_file",
+    "parse_bunker",
     "parse_env_names",
     "parse_relay_list",
+    "state_directory",
     "validate_relay_url",
 ]
 
@@ -158,6 +163,21 @@ class ContextSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     team_instructions: str | None = None
 
 
+class SignerSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """``[signer]``: the agent's key held by a NIP-46 remote signer (a "bunker") instead of this
+    process (docs/signers.md)."""
+
+    # bunker://<remote-signer-pubkey>?relay=wss://…&secret=…, as the bunker gives it.  The
+    # secret in it is a credential: prefer $BUZZ_BUNKER or this file (mode 0600) to --bunker,
+    # since a process's command line is readable by every user (/proc/PID/cmdline).
+    bunker: str | None = None
+    timeout: _Positive = 30.0  # seconds for each request to the bunker
+
+    def __repr__(self) -> str:
+        shown = "<hidden>" if self.bunker is not None else "None"
+        return f"SignerSection(bunker={shown}, timeout={self.timeout!r})"
+
+
 class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The whole ``buzz.toml``.  Every field has a default, so an empty file is valid."""
 
@@ -165,6 +185,8 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     secret_key: str | None = None
     key_file: str | None = None  # a file holding the key (64-hex or nsec), relative to the config
     key_env: str | None = None  # the name of an environment variable holding the key
+    # Or the key in a NIP-46 bunker ([signer] bunker): then none of the three above.
+    signer: SignerSection = msgspec.field(default_factory=SignerSection)
     owner: str | None = None  # the owner's public key (hex or npub)
     agents: tuple[str, ...] = ()  # the owner's agents (hex or npub): what buzz metrics counts
     relays: tuple[str, ...] = ()  # read and write, unless the lists below are given
@@ -208,6 +230,14 @@ def parse_relay_list(urls: Iterable[str], *, source: str) -> tuple[str, ...]:
     for url in urls:
         seen.setdefault(validate_relay_url(url, source=source), None)
     return tuple(seen)
+
+
+def parse_bunker(text: str, *, source: str) -> BunkerUri:
+    """A ``bunker://`` URI (NIP-46); the error says what is wrong, never the URI's secret."""
+    try:
+        return parse_bunker_uri(text)
+    except Nip46Error as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def parse_env_names(names: Iterable[str], *, source: str) -> tuple[str, ...]:
@@ -271,6 +301,12 @@ def _validate(config: BuzzConfig, where: str) -> None:
     given = [n for n in ("secret_key", "key_file", "key_env") if getattr(config, n) is not None]
     if len(given) > 1:
         raise ConfigError(f"{where}: give at most one of secret_key, key_file, key_env")
+    if config.signer.bunker is not None:
+        if given:
+            raise ConfigError(
+                f"{where}: give the agent's key as {given[0]} or signer.bunker, not both"
+            )
+        parse_bunker(config.signer.bunker, source=f"{where}: signer.bunker")
     if config.owner is not None:
         _check_public_key(config.owner, f"{where}: owner")
     for i, key in enumerate(config.agents):
@@ -324,6 +360,9 @@ def load_config_file(path: str | Path) -> BuzzConfig:
     if config.secret_key is not None:
         # An inline key is as secret as a key_file: same rule, checked on the file just read.
         check_secret_mode(mode, path, subject=f"{where}: holds secret_key inline and")
+    if config.signer.bunker is not None and parse_bunker_uri(config.signer.bunker).secret:
+        # Whoever reads the bunker's connection secret may connect in the bot's place.
+        check_secret_mode(mode, path, subject=f"{where}: holds signer.bunker's secret and")
     return config
 
 
@@ -358,10 +397,12 @@ def _parse_public(text: str, source: str) -> PublicKey:
 #: every command already used, and shorter flags for the settings people give most.
 _ENV_NAMES: Final = {
     "secret_key": ENV_PRIVATE_KEY,
+    "signer.bunker": "BUZZ_BUNKER",
     "subscriptions.clock_skew": "BUZZ_CLOCK_SKEW",
 }
 _FLAG_NAMES: Final = {
     "secret_key": "--key",
+    "signer.bunker": "--bunker",
     "relays": "--relay",
     "read_relays": "--read-relay",
     "write_relays": "--write-relay",
@@ -693,6 +734,23 @@ class ConfigSources:
             raise ConfigError(f"{label} {path}: cannot read it ({reason})") from None
         return _parse_secret(text, f"{label} {path}")
 
+    def bunker(self, flag: str | None = None) -> BunkerUri | None:
+        """The agent's NIP-46 bunker (``--bunker``, else ``$BUZZ_BUNKER``, else ``[signer]
+        bunker``), or None.  A bunker and a secret key from any sources are refused together:
+        which one signs would be a guess."""
+        uri: BunkerUri | None
+        if flag is not None and flag.strip():
+            uri = parse_bunker(flag.strip(), source="--bunker")
+        else:
+            text = self.file.signer.bunker  # checked when loaded (its source is in the error)
+            uri = None if text is None else parse_bunker(text, source="signer.bunker")
+        if uri is not None and self.secret_key() is not None:
+            raise ConfigError(
+                f"the agent's key is given twice: a bunker (--bunker, BUZZ_BUNKER or [signer] "
+                f"bunker) and a secret key ({self.KEY_SOURCES}); give one"
+            )
+        return uri
+
     def require_secret_key(self, flag: str | None = None) -> SecretKey:
         key = self.secret_key(flag)
         if key is None:
@@ -757,3 +815,9 @@ class ConfigSources:
         if owner is None:
             raise ConfigError(f"no owner configured: give {self.OWNER_SOURCES}")
         return owner
+
+
+def state_directory(sources: ConfigSources, state_dir: str | None = None) -> Path:
+    """The bot's state directory (:meth:`ConfigSources.state_dir`), made absolute now so that
+    no later change of directory moves the bot's state."""
+    return sources.state_dir(state_dir)

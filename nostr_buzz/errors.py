@@ -72,6 +72,24 @@ class Nip59Error(ReasonError[Nip59Reason]):
     failed a check.  ``reason`` names the check; the message never holds the rumor's text."""
 
 
+Nip46Reason = Literal[
+    "bad_uri",
+    "bad_pubkey",
+    "bad_relay",
+    "bad_secret",
+    "malformed_message",
+    "not_a_response",
+    "undecryptable",
+    "bad_result",
+]
+
+
+class Nip46Error(ReasonError[Nip46Reason]):
+    """A NIP-46 connection URI (``bunker://``, ``nostrconnect://``) or a remote-signing message
+    is unusable.  ``reason`` names the check; the message never holds the connection secret, a
+    request's parameters or a response's result."""
+
+
 class Nip17Error(BuzzError):
     """A NIP-17 private message (kind 14 rumor) or DM relay list (kind 10050) is unusable."""
 

@@ -21,7 +21,17 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip44
 
-__all__ = ["EventTemplate", "LocalSigner", "Signer", "SignerError", "check_signed", "template"]
+__all__ = [
+    "EventTemplate",
+    "LocalSigner",
+    "Signer",
+    "SignerError",
+    "as_signer",
+    "check_signed",
+    "signed",
+    "signer_of",
+    "template",
+]
 
 
 class SignerError(BuzzError):
@@ -77,6 +87,26 @@ def check_signed(event: Event, unsigned: EventTemplate, public_key: PublicKey) -
     if event.pubkey != public_key.hex:
         raise SignerError(f"the signer signed with another key ({event.pubkey[:16]}…)")
     return event
+
+
+async def signed(signer: Signer, unsigned: EventTemplate) -> Event:
+    """``unsigned`` signed by ``signer``, checked (:func:`check_signed`): what every place that
+    signs through a signer it was given calls."""
+    return check_signed(await signer.sign_event(unsigned), unsigned, signer.public_key)
+
+
+def as_signer(key: SecretKey | Signer) -> Signer:
+    """``key`` as a signer: a secret key in a :class:`LocalSigner`, a signer as it is."""
+    return LocalSigner(key) if isinstance(key, SecretKey) else key
+
+
+def signer_of(secret: SecretKey | None, signer: Signer | None) -> Signer | None:
+    """The signer of an API that takes ``secret=`` or ``signer=`` (at most one of them)."""
+    if secret is not None and signer is not None:
+        raise SignerError("give a secret key or a signer, not both")
+    if signer is not None and not isinstance(signer, Signer):
+        raise SignerError(f"{type(signer).__name__} is not a Signer")
+    return LocalSigner(secret) if secret is not None else signer
 
 
 class LocalSigner:

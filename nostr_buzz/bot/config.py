@@ -7,8 +7,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final, cast
 
-from nostr_buzz.config import ConfigSources, Permissions, ReplyMode
+from nostr_buzz.config import ConfigSources, Permissions, ReplyMode, state_directory
 from nostr_buzz.core.gate import AuthorGate, InFlightPolicy, Shard, shard_of
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
@@ -16,8 +17,12 @@ from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
+from nostr_buzz.signer import LocalSigner, Signer
 
 __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
+
+#: PluginConfig's ``signer`` until ``__post_init__`` makes one from ``agent_secret``.
+_NO_SIGNER: Final = cast(Signer, None)
 
 
 def parse_shard(text: str) -> Shard:
@@ -31,11 +36,20 @@ def parse_shard(text: str) -> Shard:
     return Shard(index, count)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PluginConfig:
-    """Everything the plugin needs, already resolved (keys parsed, files read)."""
+    """Everything the plugin needs, already resolved (keys parsed, files read).
 
-    agent_secret: SecretKey
+    The agent's key is ``agent_secret`` (held in this process) or ``signer`` (any
+    :class:`~nostr_buzz.signer.Signer`: a NIP-46 bunker, another library's signer), exactly one.
+    The bot signs, encrypts, decrypts and authenticates only through :attr:`signer`, which is a
+    :class:`~nostr_buzz.signer.LocalSigner` of ``agent_secret`` when that was given.
+    """
+
+    #: The agent's secret key, when it lives in this process.
+    agent_secret: SecretKey | None = None
+    #: Who signs for the agent (ready: its public key known); set from ``agent_secret`` if absent.
+    signer: Signer = _NO_SIGNER
     owner: PublicKey
     read_relays: tuple[str, ...]
     write_relays: tuple[str, ...]
@@ -89,9 +103,21 @@ class PluginConfig:
     #: by default, ``Retrieval.tool(name)`` for the agent's own tool, ``NO_RETRIEVAL``: none.
     retrieval: Retrieval = BUZZ_RETRIEVAL
 
+    def __post_init__(self) -> None:
+        secret, signer = self.agent_secret, cast(Signer | None, self.signer)
+        if signer is None:
+            if secret is None:
+                raise ConfigError("PluginConfig needs the agent's key: agent_secret or signer")
+            object.__setattr__(self, "signer", LocalSigner(secret))
+        elif not isinstance(signer, Signer):
+            raise ConfigError(f"PluginConfig signer: {type(signer).__name__} is not a Signer")
+        elif secret is not None and not _signs_as(signer, secret):
+            # (dataclasses.replace passes both back: the LocalSigner made from the same key)
+            raise ConfigError("PluginConfig takes agent_secret or signer, not both")
+
     def __repr__(self) -> str:  # never the secret key
         return (
-            f"PluginConfig(agent={self.agent_secret.public_key.hex}, owner={self.owner.hex}, "
+            f"PluginConfig(agent={self.signer.public_key.hex}, owner={self.owner.hex}, "
             f"command={self.agent_command!r}, state_dir={str(self.state_dir)!r}, …)"
         )
 
@@ -107,10 +133,15 @@ class PluginConfig:
         state_dir: str | None = None,
         pass_env: Sequence[str] = (),
         permissions: str | None = None,
+        signer: Signer | None = None,
     ) -> PluginConfig:
-        """Resolve flags › environment › ``buzz.toml``; every problem is a ConfigError."""
+        """Resolve flags › environment › ``buzz.toml``; every problem is a ConfigError.
+
+        ``signer``: the agent's key is held there (ready: a started
+        :class:`~nostr_buzz.io.nip46.Nip46Signer`, say), and the sources must name no secret
+        key; else they must name one."""
         file = sources.file
-        secret = sources.require_secret_key(key)
+        secret = _agent_secret(sources, key, signer)
         owner_key = sources.require_owner(owner)
         read = sources.require_relays(relays, direction="read")
         write = sources.relays(relays, direction="write") or read
@@ -133,10 +164,9 @@ class PluginConfig:
             persona=read_text("persona", file.context.persona),
             team_instructions=read_text("team_instructions", file.context.team_instructions),
         )
-        # Made absolute now so that no later change of directory moves the bot's state.
-        state = sources.state_dir(state_dir)
         return cls(
             agent_secret=secret,
+            signer=signer if signer is not None else _NO_SIGNER,
             owner=owner_key,
             read_relays=read,
             write_relays=write,
@@ -148,7 +178,7 @@ class PluginConfig:
             permissions=sources.permissions(permissions),
             agent_cwd=file.agent.cwd,
             agent_user=file.agent.user,
-            state_dir=state,
+            state_dir=state_directory(sources, state_dir),
             channels=file.subscriptions.channels,
             kinds=file.subscriptions.kinds,
             mentions_required=file.subscriptions.mentions_required,
@@ -170,6 +200,23 @@ class PluginConfig:
             max_recipients=file.private.max_recipients,
             give_up_after=file.outbox.give_up_after,
         )
+
+
+def _agent_secret(
+    sources: ConfigSources, key: str | None, signer: Signer | None
+) -> SecretKey | None:
+    """The agent's secret key from the sources; none, and none named, when a signer holds it."""
+    if signer is None:
+        return sources.require_secret_key(key)
+    if key is not None or sources.secret_key() is not None:
+        raise ConfigError(
+            f"the agent's key is held by a signer: give no secret key ({sources.KEY_SOURCES})"
+        )
+    return None
+
+
+def _signs_as(signer: Signer, secret: SecretKey) -> bool:
+    return isinstance(signer, LocalSigner) and signer.public_key == secret.public_key
 
 
 def _check_agent_choice(command: str | None, module: str | None, user: str | None) -> None:

@@ -30,11 +30,11 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.context import fetch_history
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay_info import relay_pubkeys
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND
 from nostr_buzz.profile import METADATA_KIND, Profile
+from nostr_buzz.signer import Signer
 
 from .supervisor import ChannelSession
 
@@ -81,7 +81,7 @@ class ContextResolver:
         limit: int,
         timeout: float,
         known_agents: set[str],
-        secret: SecretKey | None = None,
+        signer: Signer | None = None,
         owner: str | None = None,
         trusted_authors: Callable[[], Collection[str]] | None = None,
         on_untrusted: Callable[[Event, str], None] | None = None,
@@ -101,8 +101,8 @@ class ContextResolver:
         self._relay_keys: dict[str, str] | None = None
         self._relay_keys_lock = asyncio.Lock()
         self.agent = agent
-        #: The agent's key opens the gift wraps of a private conversation's history.
-        self.secret = secret
+        #: The agent's signer opens the gift wraps of a private conversation's history.
+        self.signer = signer
         self.kinds = kinds
         self.limit = limit
         self.timeout = timeout
@@ -117,7 +117,7 @@ class ContextResolver:
             limit=self.limit,
             kinds=self.kinds,
             timeout=self.timeout,
-            secret=self.secret,
+            signer=self.signer,
         )
 
     async def resolve(self, batch: Batch, session: ChannelSession) -> tuple[TurnInput, list[str]]:

@@ -1,9 +1,11 @@
 """Delivery: the signed events a turn leaves (its metric, its reply) reach the write relays;
 a private message's answer goes as gift wraps to each addressee's DM relays.
 
-Replies are durable like metrics.  Both are signed once and committed to the outbox table of
-the bot's state database by the caller's transaction — the same one that records the turn's
-outcome in the queue — and only then sent, in the background, to every write relay.  What no
+Replies are durable like metrics.  Both are signed once, through the agent's signer and before
+any transaction opens (a signer may answer over the network: :meth:`Delivery.sign_reply`,
+:meth:`Delivery.sign_metric`), then committed to the outbox table of the bot's state database
+by the caller's transaction — the same one that records the turn's outcome in the queue — and
+only then sent, in the background, to every write relay.  What no
 relay accepted yet stays in the outbox and is re-sent with backoff by the retry loop, also by a
 later process after a crash; a re-send is the same signed event (same id), so a relay that
 already has it answers ``duplicate:`` and nothing is ever published twice.
@@ -31,8 +33,9 @@ the retry loop never sends an event whose first send is still on the wire.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
@@ -43,7 +46,8 @@ from nostr_buzz.io.publisher import MetricPublisher, PublishReport
 from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
-from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
+from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event_async
+from nostr_buzz.signer import EventTemplate, signed
 
 from .config import PluginConfig
 from .outputs import (
@@ -59,6 +63,22 @@ from .state import BotStore
 __all__ = ["Delivery"]
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Signed:
+    """Events signed ahead of the transaction that stores them (:meth:`Delivery.store_signed`)."""
+
+    events: list[Event]
+    ids: TurnIds | None = None
+    #: Event id → the relays it goes to, when not the write relays (a wrap's DM relays).
+    relays: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Wrap id → (answer id, message answered, addressee) for a private answer's reports.
+    wraps: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    metric: bool = False
+    #: The metric's turn cost (USD), for its ``metric_queued`` diagnostic.
+    cost_usd: float | None = None
 
 
 class Delivery:
@@ -78,8 +98,14 @@ class Delivery:
         self._spawn = spawn
         self._clock = clock
         self._ids: dict[str, TurnIds] = {}
+        self.signer = config.signer
+        self.agent = config.signer.public_key.hex
+        self.write_pool = RelayPool(
+            config.write_relays, signer=self.signer, timeout=config.relay_timeout
+        )
+        # MetricPublisher keeps and sends every stored event, answering NIP-42 through the signer.
         self.publisher = MetricPublisher(
-            config.agent_secret,
+            self.signer,
             config.owner,
             store.outbox,
             list(config.write_relays),
@@ -87,9 +113,6 @@ class Delivery:
             clock=clock,
             on_report=self._on_report,
             give_up_after=config.give_up_after,
-        )
-        self.write_pool = RelayPool(
-            config.write_relays, secret=config.agent_secret, timeout=config.relay_timeout
         )
         #: Where stored events go when not to the write relays (until their first send).
         self._relays: dict[str, tuple[str, ...]] = {}
@@ -108,49 +131,72 @@ class Delivery:
         if relays:
             self._relays[event.id] = relays
 
-    def store_metric(self, payload: MetricPayload, ids: TurnIds) -> Event | None:
-        """Sign the metric and add it to the outbox; None when the payload is invalid
+    async def sign_metric(self, payload: MetricPayload, ids: TurnIds) -> Signed | None:
+        """The turn's metric, signed; None when the payload is invalid or the signer failed
         (reported as ``metric_invalid``)."""
         try:
-            event = build_metric_event(self.config.agent_secret, self.config.owner, payload)
+            event = await build_metric_event_async(self.signer, self.config.owner, payload)
         except BuzzError as exc:
             self._diagnostics.emit("metric_invalid", **ids.as_kwargs(), payload={"error": str(exc)})
             return None
-        self._add(event)
-        self._ids[event.id] = ids
         cost = payload.turn.cost_usd if payload.turn is not None else None
-        self._diagnostics.metric_queued(event.id, cost_usd=cost, **ids.as_kwargs())
-        return event
+        return Signed([event], ids, metric=True, cost_usd=cost)
 
-    def store_reply(
+    async def sign_reply(
         self,
         target: Event,
         text: str,
         ids: TurnIds | None = None,
         dm_relays: Mapping[str, tuple[str, ...]] | None = None,
-    ) -> list[Event]:
-        """Sign the reply to ``target`` and add it to the outbox; a private message's answer
-        as one gift wrap per addressee, each with its relays (``dm_relays``: see
-        :meth:`private_relays`)."""
+    ) -> Signed:
+        """The reply to ``target``, signed; a private message's answer as one gift wrap per
+        addressee, each with its relays (``dm_relays``: see :meth:`private_relays`)."""
         created_at = int(self._clock())
         if isinstance(target, PrivateEvent):
-            return self._store_private(target, text, created_at, ids, dm_relays or {})
-        events = reply_parts(self.config.agent_secret, target, text, created_at, 1 << 30)
-        for event in events:
-            self._add(event)
+            return await self._sign_private(target, text, created_at, ids, dm_relays or {})
+        parts = reply_parts(self.agent, target, text, created_at, 1 << 30)
+        return Signed(await self._sign_all(parts), ids)
+
+    async def sign_or_report(
+        self, signing: Awaitable[T], target: Event, payload: dict[str, Any]
+    ) -> T | None:
+        """What ``signing`` gives; None when the signer failed, reported as ``reply_failed``
+        in ``target``'s channel (with ``payload``)."""
+        try:
+            return await signing
+        except BuzzError as exc:
+            payload = {**payload, "error": f"cannot sign: {exc}"}
+            self._diagnostics.emit(
+                "reply_failed", channel_id=nip10.channel(target), payload=payload
+            )
+            return None
+
+    async def _sign_all(self, templates: Iterable[EventTemplate]) -> list[Event]:
+        return [await signed(self.signer, unsigned) for unsigned in templates]
+
+    def store_signed(self, signed_events: Signed) -> list[Event]:
+        """Commit signed events to the outbox (joins the caller's transaction)."""
+        ids = signed_events.ids
+        for event in signed_events.events:
+            self._add(event, signed_events.relays.get(event.id, ()))
             if ids is not None:
                 self._ids[event.id] = ids
-        return events
+            if event.id in signed_events.wraps:
+                self._wraps[event.id] = signed_events.wraps[event.id]
+            if signed_events.metric:
+                cost = signed_events.cost_usd
+                kwargs = ids.as_kwargs() if ids else {}
+                self._diagnostics.metric_queued(event.id, cost_usd=cost, **kwargs)
+        return list(signed_events.events)
 
-    def _store_private(
+    async def _sign_private(
         self,
         target: PrivateEvent,
         text: str,
         created_at: int,
         ids: TurnIds | None,
         dm_relays: Mapping[str, tuple[str, ...]],
-    ) -> list[Event]:
-        secret = self.config.agent_secret
+    ) -> Signed:
         audience, narrowed = self._audience(target)
         if narrowed is not None:
             self._diagnostics.emit(
@@ -163,36 +209,35 @@ class Delivery:
                     "maxRecipients": self.config.max_recipients,
                 },
             )
-        answer = build_private_reply(secret.public_key.hex, target, text, created_at, audience)
-        wraps = nip17.wrap_for_room(secret, answer, now=created_at)
-        for addressee, wrap in wraps:
-            self._add(wrap, dm_relays.get(addressee) or tuple(self.config.write_relays))
-            self._wraps[wrap.id] = (answer.id, target.id, addressee)
-            if ids is not None:
-                self._ids[wrap.id] = ids
-        return [wrap for _, wrap in wraps]
+        answer = build_private_reply(self.agent, target, text, created_at, audience)
+        wraps = await nip17.wrap_for_room_with(self.signer, answer, now=created_at)
+        write = tuple(self.config.write_relays)
+        return Signed(
+            [wrap for _, wrap in wraps],
+            ids,
+            relays={wrap.id: dm_relays.get(to) or write for to, wrap in wraps},
+            wraps={wrap.id: (answer.id, target.id, to) for to, wrap in wraps},
+        )
 
     def _audience(self, target: PrivateEvent) -> tuple[list[str], str | None]:
         """Who the answer to ``target`` goes to, and why the room was narrowed (if it was)."""
-        agent = self.config.agent_secret.public_key.hex
         owner = self.config.owner.hex
-        return private_audience(agent, owner, target.rumor(), self.config.max_recipients)
+        return private_audience(self.agent, owner, target.rumor(), self.config.max_recipients)
 
     async def private_relays(self, targets: Iterable[Event]) -> dict[str, tuple[str, ...]]:
         """The DM relays (kind 10050) of everyone a private answer to ``targets`` goes to;
         an empty map when there is none, or when the lookup fails (write relays then)."""
         people: list[str] = []
-        agent = self.config.agent_secret.public_key.hex
         for target in targets:
             if isinstance(target, PrivateEvent):
-                people += [*self._audience(target)[0], agent]
+                people += [*self._audience(target)[0], self.agent]
         if not people:
             return {}
         try:
             return await dm_relays_of(
                 people,
                 self.config.read_relays,
-                secret=self.config.agent_secret,
+                secret=self.signer,
                 timeout=self.config.relay_timeout,
                 configured=self.config.write_relays,
             )
@@ -265,7 +310,7 @@ class Delivery:
         addressee = next((t[1] for t in wrap.tags if len(t) >= 2 and t[0] == "p"), None)
         answer, answered, addressee = self._wraps.get(wrap.id, (None, None, addressee))
         ids = self._ids.get(wrap.id)
-        own_copy = addressee == self.config.agent_secret.public_key.hex
+        own_copy = addressee == self.agent
         if report.delivered:
             self._ids.pop(wrap.id, None)
             self._wraps.pop(wrap.id, None)
@@ -300,16 +345,18 @@ class Delivery:
         self._diagnostics.emit("reply_failed", **kwargs, payload=payload)
         sizes = [size for r in refusals.values() if (size := too_large(r)) is not None]
         if sizes and report.stored:
-            self._split(event, min(sizes), ids)
+            self._spawn(self._split(event, min(sizes), ids), "buzz-split")
 
-    def _split(self, event: Event, max_bytes: int, ids: TurnIds | None) -> None:
-        """Replace a reply too large for the relays by ordered parts that fit (same tags)."""
+    async def _split(self, event: Event, max_bytes: int, ids: TurnIds | None) -> None:
+        """Replace a reply too large for the relays by ordered parts that fit (same tags),
+        signed before the transaction that swaps them in."""
         if len(event.content.encode("utf-8")) <= max_bytes:
             return
-        tags = [list(tag) for tag in event.tags]
-        secret = self.config.agent_secret
         content, created_at = event.content, event.created_at
-        parts = tagged_parts(secret, event.kind, tags, content, created_at, max_bytes)
+        unsigned = tagged_parts(event.kind, event.tags, content, created_at, max_bytes)
+        parts = await self.sign_or_report(self._sign_all(unsigned), event, {"eventId": event.id})
+        if parts is None:  # the whole reply stays in the outbox
+            return
         with self.store.transaction(durable=True):
             self.store.outbox.remove(event.id)
             for part in parts:
@@ -329,9 +376,13 @@ class Delivery:
     async def publish_dm_relays(self) -> None:
         """Publish the agent's kind 10050: its read relays are where it reads private
         messages."""
-        event = nip17.dm_relay_list(
-            self.config.agent_secret, self.config.read_relays, created_at=int(self._clock())
-        )
+        relays = self.config.read_relays
+        unsigned = nip17.dm_relay_list_template(relays, created_at=int(self._clock()))
+        try:
+            event = await signed(self.signer, unsigned)
+        except BuzzError as exc:
+            self._diagnostics.emit("dm_relays_failed", payload={"error": str(exc)})
+            return
         result = await self.write_pool.publish(event)
         self._diagnostics.emit(
             "dm_relays_published" if result.ok else "dm_relays_failed",

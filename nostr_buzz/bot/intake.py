@@ -54,7 +54,7 @@ __all__ = [
 def gate_of(config: PluginConfig) -> Gate:
     """The gate of a plugin's configuration."""
     return Gate(
-        agent=config.agent_secret.public_key.hex,
+        agent=config.signer.public_key.hex,
         owner=config.owner.hex,
         kinds=frozenset(config.kinds),
         channels=frozenset(config.channels),

@@ -10,7 +10,7 @@ which delivery seals and gift-wraps (NIP-17).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -18,11 +18,11 @@ from typing import Final
 from nostr_buzz.acp.types import TurnResult
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.reply import reply_form
-from nostr_buzz.event import Event, sign_event
-from nostr_buzz.keys import SecretKey
+from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MAX_TOKENS, MetricPayload, TokenCounts
+from nostr_buzz.signer import EventTemplate, template
 from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [
@@ -148,31 +148,25 @@ def split_text(text: str, max_bytes: int) -> list[str]:
 
 
 def reply_parts(
-    secret: SecretKey, target: Event, text: str, created_at: int, max_bytes: int
-) -> list[Event]:
-    """The public reply to ``target`` as ordered parts that each fit ``max_bytes`` of content
-    (one event when it fits)."""
-    kind, tags = reply_form(secret.public_key.hex, target)
-    return tagged_parts(secret, kind, tags, text, created_at, max_bytes)
+    agent: str, target: Event, text: str, created_at: int, max_bytes: int
+) -> list[EventTemplate]:
+    """The public reply of ``agent`` (hex) to ``target`` as ordered unsigned parts that each
+    fit ``max_bytes`` of content (one event when it fits)."""
+    kind, tags = reply_form(agent, target)
+    return tagged_parts(kind, tags, text, created_at, max_bytes)
 
 
 def tagged_parts(
-    secret: SecretKey,
-    kind: int,
-    tags: list[list[str]],
-    text: str,
-    created_at: int,
-    max_bytes: int,
-) -> list[Event]:
-    """Events of ``kind`` with ``tags`` carrying ``text`` in order: ``[k/n]`` leads each part,
-    and part k is dated ``created_at + k - 1`` so that readers keep the order."""
+    kind: int, tags: Sequence[Sequence[str]], text: str, created_at: int, max_bytes: int
+) -> list[EventTemplate]:
+    """Unsigned events of ``kind`` with ``tags`` carrying ``text`` in order: ``[k/n]`` leads
+    each part, and part k is dated ``created_at + k - 1`` so that readers keep the order."""
     chunks = split_text(text, max_bytes - 16) if len(text.encode("utf-8")) > max_bytes else [text]
     total = len(chunks)
 
-    def part(k: int, chunk: str) -> Event:
+    def part(k: int, chunk: str) -> EventTemplate:
         content = chunk if total == 1 else f"[{k}/{total}]\n{chunk}"
-        when = created_at + k - 1
-        return sign_event(secret, kind=kind, content=content, tags=tags, created_at=when)
+        return template(kind=kind, content=content, tags=tags, created_at=created_at + k - 1)
 
     return [part(k, chunk) for k, chunk in enumerate(chunks, start=1)]
 

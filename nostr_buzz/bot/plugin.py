@@ -21,12 +21,13 @@ from typing import Any, Final
 
 from nostr_buzz.agent import InProcessAgent
 from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
-from nostr_buzz.errors import BuzzError, Nip59Error, RelayError
+from nostr_buzz.errors import BuzzError, Nip59Error, RelayError, StateError
 from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
+from nostr_buzz.signer import Signer, SignerError
 
 from . import intake
 from .config import PluginConfig
@@ -62,7 +63,7 @@ class BuzzPlugin:
     ) -> None:
         self.config = config
         self._clock = clock
-        self.agent_hex = config.agent_secret.public_key.hex
+        self.agent_hex = config.signer.public_key.hex  # the bot signs only through it
         # Nothing is created on disk before start(): the feed opens its file on the first
         # record, the state database is opened by start().
         self.diagnostics = DiagnosticsFeed(
@@ -78,9 +79,8 @@ class BuzzPlugin:
         self._commands: deque[str] = deque(maxlen=REMEMBERED_COMMANDS)
         # A first start serves what arrives from its creation on (nothing older is replayed).
         self._first_since = int(self._clock())
-        self.pool = RelayPool(
-            config.read_relays, secret=config.agent_secret, timeout=config.relay_timeout
-        )
+        timeout = config.relay_timeout
+        self.pool = RelayPool(config.read_relays, signer=config.signer, timeout=timeout)
         self.pool.on_cut_off = self._relay_cut_off
         if not RelayPool(config.write_relays).urls:
             raise RelayError("a metric publisher needs at least one write relay")
@@ -99,7 +99,7 @@ class BuzzPlugin:
             limit=config.context_message_limit,
             timeout=config.relay_timeout,
             known_agents=self._known_agents,
-            secret=config.agent_secret,
+            signer=config.signer,
             owner=config.owner.hex,
             trusted_authors=self.standing.trusted,
             on_untrusted=self._untrusted_metadata,
@@ -122,13 +122,14 @@ class BuzzPlugin:
         if self._closed:
             raise BuzzError("this plugin is closed; create a new one")
         self._started = True
-        store = self.store = BotStore(self.config.state_dir, agent_secret=self.config.agent_secret)
+        store = self.store = BotStore(self.config.state_dir)
         for problem in store.import_problems:
             self.diagnostics.emit("state_import_failed", payload={"error": problem})
         self.queue = store.load_queue(
             max_attempts=self.config.max_attempts,
             owner=self.config.owner.hex,
             max_stranger_channels=self.config.max_stranger_channels,
+            opened=await _open_stored(store, self.config.signer),
         )
         self._position = store.position()
         self.private_floor = _floor(self._position, self._first_since, self.config.clock_skew)
@@ -273,7 +274,7 @@ class BuzzPlugin:
         await self.start()
         assert self.store is not None and self._runner is not None
         if event.kind == nip59.GIFT_WRAP_KIND:
-            opened = _open_wrap(event, self, self.store)
+            opened = await _open_wrap(event, self, self.store)
             if opened is None:
                 return False
             event = opened
@@ -344,16 +345,31 @@ class BuzzPlugin:
         return self.supervisor.harness
 
 
-def _open_wrap(wrap: Event, plugin: BuzzPlugin, store: BotStore) -> nip59.PrivateEvent | None:
+async def _open_stored(store: BotStore, signer: Signer) -> dict[str, Event]:
+    """The queued private messages, opened through the agent's signer, by wrap id."""
+    opened: dict[str, Event] = {}
+    for wrap in store.queued_wraps():
+        try:
+            opened[wrap.id] = (await nip59.open_gift_wrap_with(signer, wrap)).as_event()
+        except (Nip59Error, SignerError) as exc:
+            raise StateError(f"the bot state {store.path}: event {wrap.id}: {exc}") from None
+    return opened
+
+
+async def _open_wrap(wrap: Event, plugin: BuzzPlugin, store: BotStore) -> nip59.PrivateEvent | None:
     """The private message in a gift wrap addressed to the agent, or None when the wrap was
     refused: now (reported with the wrap's id only, nothing of its content, and remembered) or
     before, on an earlier pass over the same events (not opened, nor reported, again).  A
     message dated before the plugin's :attr:`~BuzzPlugin.private_floor` is refused silently and
-    remembered, as if a relay's ``since`` had left it out (:func:`.intake.private_before`)."""
+    remembered, as if a relay's ``since`` had left it out (:func:`.intake.private_before`).
+    A signer that cannot open it now is reported (``gift_wrap_signer_failed``), not remembered."""
     if store.refused(wrap.id):
         return None
     try:
-        opened = nip59.open_gift_wrap(plugin.config.agent_secret, wrap).as_event()
+        opened = (await nip59.open_gift_wrap_with(plugin.config.signer, wrap)).as_event()
+    except SignerError:
+        plugin.diagnostics.event_rejected("gift_wrap_signer_failed", event_id=wrap.id)
+        return None
     except Nip59Error as exc:
         plugin.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=wrap.id)
         store.remember_refusal(wrap.id, by_gate=False)

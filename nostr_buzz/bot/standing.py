@@ -36,7 +36,7 @@ class SessionStanding:
         """Whose canvases, huddle guidelines and channel metadata count, whichever relay
         served them (hex public keys)."""
         cfg = self.config
-        return frozenset({cfg.owner.hex, cfg.agent_secret.public_key.hex, *cfg.trusted})
+        return frozenset({cfg.owner.hex, cfg.signer.public_key.hex, *cfg.trusted})
 
     async def freeze(self, channel_id: str | None) -> Standing:
         """The standing context of a new session for ``channel_id`` (None: a private
@@ -47,7 +47,7 @@ class SessionStanding:
         if channel_id is None:
             return configured
         fetched = await fetch_standing(
-            self.pool, cfg.agent_secret, channel=channel_id, trusted=self.trusted()
+            self.pool, cfg.signer, channel=channel_id, trusted=self.trusted()
         )
         standing = fetched.apply(configured)
         payload = fetched.describe()

@@ -53,7 +53,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Final, NamedTuple
 
@@ -137,7 +137,8 @@ class BotStore:
     ) -> None:
         self.path = state_dir / STATE_DB
         # A queued private message is stored as its gift wrap (encrypted, signed) and opened
-        # again with the agent's key when the queue is loaded: no plaintext at rest either.
+        # again when the queue is loaded (with the agent's key, or by the caller through the
+        # agent's signer: see queued_wraps): no plaintext at rest either.
         self._agent_secret = agent_secret
         fresh = not self.path.exists()
         try:
@@ -445,9 +446,11 @@ class BotStore:
         max_attempts: int = 10,
         owner: str | None = None,
         max_stranger_channels: int | None = None,
+        opened: Mapping[str, Event] | None = None,
     ) -> DispatchQueue:
         """The queue rebuilt from the rows (batches that were running are back in front);
-        ``owner`` and ``max_stranger_channels`` as :class:`DispatchQueue` takes them."""
+        ``owner`` and ``max_stranger_channels`` as :class:`DispatchQueue` takes them;
+        ``opened``: the private messages of :meth:`queued_wraps`, by wrap id."""
         meta: dict[str, tuple[int, int, str | None, int, float | None]] = {}
         for name, size, count, reason, cancelled_count, until in self._exec(
             "SELECT name, retry_size, retry_count, cancel_reason, cancelled_count, "
@@ -462,7 +465,7 @@ class BotStore:
             "FROM queued ORDER BY channel, seq"
         ):
             try:
-                event = self._load_event(text)
+                event = self._load_event(text, opened or {})
             except (InvalidEvent, Nip59Error) as exc:
                 raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
             stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
@@ -528,10 +531,21 @@ class BotStore:
             ):
                 self._sync(queue, channel)
 
-    def _load_event(self, text: str) -> Event:
+    def queued_wraps(self) -> list[Event]:
+        """The gift wraps of the queued private messages, to open before :meth:`load_queue`."""
+        wraps = []
+        for (text,) in self._exec("SELECT event FROM queued ORDER BY channel, seq"):
+            with contextlib.suppress(InvalidEvent):  # load_queue reports a broken row
+                event = Event.from_json(text)
+                wraps += [event] if event.kind == nip59.GIFT_WRAP_KIND else []
+        return wraps
+
+    def _load_event(self, text: str, opened: Mapping[str, Event]) -> Event:
         event = Event.from_json(text)
         if event.kind != nip59.GIFT_WRAP_KIND:
             return event
+        if event.id in opened:
+            return opened[event.id]
         if self._agent_secret is None:
             raise StateError(f"the bot state {self.path} holds a private message: give the key")
         return nip59.open_gift_wrap(self._agent_secret, event).as_event()

@@ -57,7 +57,7 @@ from nostr_buzz.nips.nip_am import MetricPayload, Outcome
 
 from .config import PluginConfig
 from .context import ContextResolver
-from .delivery import Delivery
+from .delivery import Delivery, Signed
 from .intake import in_flight_action
 from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
 from .privacy import result_error_class
@@ -75,6 +75,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: A notice to sign and send once the queue has settled: (the event it answers, its text).
+Notice = tuple[Event, str]
 
 #: The worker re-checks the queue at least this often (backoffs end without a wake-up).
 _POLL: Final = 0.5
@@ -332,7 +335,7 @@ class TurnRunner:
         try:
             prepared = await self._prepare(turn)
             if prepared is None:  # cancelled before the prompt went out
-                self._commit(turn, lambda: self._settle_cancelled(turn))
+                await self._commit(turn, lambda: self._settle_cancelled(turn))
                 return
             compiled, history_ids = prepared
             result = await self._prompt(turn, compiled)
@@ -340,7 +343,7 @@ class TurnRunner:
             followups = await self._follow(turn)
             targets = [turn.batch.events[-1].event, *(out.target for out in followups)]
             dm_relays = await self.delivery.private_relays(targets)
-            self._finish(turn, result, history_ids, started_at, followups, dm_relays)
+            await self._finish(turn, result, history_ids, started_at, followups, dm_relays)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # resolution, session or compile trouble: retry the batch
@@ -349,7 +352,7 @@ class TurnRunner:
                 "turn in %s failed: %s", batch.channel, type(exc).__name__ if private else exc
             )
             self._report_failure(turn, f"{type(exc).__name__}: {exc}", None, type(exc).__name__)
-            self._commit(turn, lambda: self._fail(turn))
+            await self._commit(turn, lambda: self._fail(turn))
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
         finally:
@@ -360,29 +363,48 @@ class TurnRunner:
             self.diagnostics.emit("turn_ended", **turn.ids.as_kwargs(), payload={})
             self._wake()
 
-    def _commit(
+    async def _commit(
         self,
         turn: Turn,
-        settle: Callable[[], list[Event]],
+        settle: Callable[[], list[Notice]],
         outputs: Sequence[Output] = (),
         dm_relays: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
-        """Record the turn's outcome with its replies and metrics in one durable transaction,
-        then send them: a crash before the commit leaves the batch (and any steer that started
-        a turn of its own) to run again with nothing published; after it, the outbox holds
-        exactly these replies and metrics."""
-        stored: list[Event] = []
-        metrics: list[Event] = []
+        """Sign the turn's replies and metrics through the agent's signer (before any
+        transaction: a signer may answer over the network), record the outcome with them in
+        one durable transaction, then send them: a crash before the commit leaves the batch
+        (and any steer that started a turn of its own) to run again with nothing published;
+        after it, the outbox holds exactly these replies and metrics.  A dead-letter notice,
+        known once the queue has settled, is signed and stored just after."""
+        replies: list[Signed] = []
+        metrics: list[Signed] = []
+        for out in outputs:
+            if out.payload is not None:
+                metric = await self.delivery.sign_metric(out.payload, out.ids)
+                metrics += [metric] if metric is not None else []
+            if out.reply is not None:
+                replies.append(
+                    await self.delivery.sign_reply(out.target, out.reply, out.ids, dm_relays)
+                )
         with self.store.transaction(durable=True):
-            for out in outputs:
-                if out.payload is not None:
-                    metric = self.delivery.store_metric(out.payload, out.ids)
-                    metrics += [metric] if metric is not None else []
-                if out.reply is not None:
-                    stored += self.delivery.store_reply(out.target, out.reply, out.ids, dm_relays)
-            stored += settle()
+            stored = [
+                e for signed in [*replies, *metrics] for e in self.delivery.store_signed(signed)
+            ]
+            notices = settle()
             self.store.sync_channel(self.queue, turn.batch.channel)
-        self.delivery.send([*stored, *metrics])
+        self.delivery.send(stored)
+        for target, text in notices:
+            await self._notify(target, text)
+
+    async def _notify(self, target: Event, text: str) -> None:
+        """Sign, store and send a notice in ``target``'s thread (a signer that fails is
+        reported; the notice is then not sent)."""
+        signing = self.delivery.sign_reply(target, text)
+        notice = await self.delivery.sign_or_report(signing, target, {"inReplyTo": target.id})
+        if notice is None:
+            return
+        with self.store.transaction(durable=True):
+            self.delivery.send(self.delivery.store_signed(notice))
 
     def _report_failure(
         self, turn: Turn, error: str, result: TurnResult | None, error_class: str | None = None
@@ -453,7 +475,7 @@ class TurnRunner:
                 pass
         return result
 
-    def _finish(
+    async def _finish(
         self,
         turn: Turn,
         result: TurnResult,
@@ -474,7 +496,7 @@ class TurnRunner:
             started_at,
         )
         outputs = [main, *followups]
-        self._commit(
+        await self._commit(
             turn, lambda: self._settle(turn, result, session, history_ids), outputs, dm_relays
         )
         if self.supervisor.needs_restart(result):
@@ -540,7 +562,7 @@ class TurnRunner:
 
     def _settle(
         self, turn: Turn, result: TurnResult, session: ChannelSession, history: list[str]
-    ) -> list[Event]:
+    ) -> list[Notice]:
         """Record the outcome in the queue; the dead-letter notice to send, if any."""
         batch = turn.batch
         if settlement(result.outcome, turn.cancel_reason) == "complete":
@@ -556,7 +578,7 @@ class TurnRunner:
             return self._settle_cancelled(turn)
         return self._fail(turn)
 
-    def _settle_cancelled(self, turn: Turn) -> list[Event]:
+    def _settle_cancelled(self, turn: Turn) -> list[Notice]:
         if turn.session is not None:
             self.supervisor.forget(turn.batch.channel, turn.session, self.store.receipts)
         reason = turn.cancel_reason
@@ -575,9 +597,9 @@ class TurnRunner:
             if self.queue.forget(steer.event.id):
                 self.queue.push(steer.event, steer.prompt_tag, now=steer.received_at)
 
-    def _fail(self, turn: Turn) -> list[Event]:
+    def _fail(self, turn: Turn) -> list[Notice]:
         """Back to the queue with backoff; a dead letter gets one short notice in its thread
-        (stored with the settlement, sent after it)."""
+        (signed, stored and sent once the settlement is committed)."""
         dead = self.queue.fail(turn.batch, self._clock())
         self._readmit_steers(turn)
         if dead is None:
@@ -587,8 +609,7 @@ class TurnRunner:
             channel_id=dead.channel,
             payload={"eventIds": [q.event.id for q in dead.events], "attempts": dead.attempts},
         )
-        target = dead.events[-1].event
-        return self.delivery.store_reply(target, dead_letter_notice(dead.attempts))
+        return [(dead.events[-1].event, dead_letter_notice(dead.attempts))]
 
     # -- cancel and steer -----------------------------------------------------------------
 

@@ -444,7 +444,7 @@ class _Demo:
         found = await RelayPool([self.url], timeout=RELAY_TIMEOUT).query(
             Filter(kinds=(nip59.GIFT_WRAP_KIND,), tags={"p": (self.human.public_key.hex,)})
         )
-        inbox = open_all(self.human, found.events)
+        inbox = await open_all(self.human, found.events)
         answers = [o for o in inbox.messages if o.sender == self.agent_key.public_key.hex]
         if not answers:
             raise DemoFailure("alex found no private answer from the agent")

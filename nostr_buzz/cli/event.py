@@ -1,4 +1,5 @@
-"""``buzz event``: sign any event with the configured key and publish it (nak's ``event``).
+"""``buzz event``: sign any event with the configured key (or bunker, ``--bunker``) and publish
+it (nak's ``event``).
 
 The event comes from flags, from a template given as JSON (the argument; or stdin, one per
 line, with ``-`` or, as in nak, whenever no template is given and stdin is not a terminal), or
@@ -38,8 +39,17 @@ from nostr_buzz.cli.common import (
     verdict_text,
 )
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
-from nostr_buzz.event import Event, sign_event
+from nostr_buzz.cli.signing import (
+    BunkerOption,
+    KeyChoice,
+    local_secret,
+    opened_signer,
+    require_key_choice,
+)
+from nostr_buzz.config import ConfigSources
+from nostr_buzz.event import Event, check_structure
 from nostr_buzz.io.pool import PublishResult, RelayPool
+from nostr_buzz.signer import EventTemplate, signed
 
 DEFAULT_KIND: Final = 1
 #: Template members; id, pubkey and sig are accepted and ignored (the event is signed anew).
@@ -77,9 +87,29 @@ def _argument_template(text: str) -> Any:
         raise CliFailure(ExitCode.BAD_INPUT, f"TEMPLATE: not JSON: {exc}") from None
 
 
-def _publish_all(events: Sequence[Event], pool: RelayPool) -> list[PublishResult]:
-    async def body() -> list[PublishResult]:
-        return [await pool.publish(event, min_ok=1) for event in events]
+def _checked(kind: Any, content: Any, tags: Any, created_at: Any) -> EventTemplate:
+    """An event template whose members are checked as a signed event's would be (kind range,
+    tags of strings…: InvalidEvent exits 1) before any signer is asked."""
+    if not isinstance(tags, list) or not all(isinstance(t, list) for t in tags):
+        raise CliFailure(ExitCode.BAD_INPUT, "a template's tags are a list of lists")
+    unsigned = EventTemplate(kind, content, tuple(tuple(t) for t in tags), created_at)
+    placeholder = "0" * 64  # the id, pubkey and sig are the signer's: only their shape is used
+    check_structure(placeholder, placeholder, created_at, kind, unsigned.tags, content, "0" * 128)
+    return unsigned
+
+
+def _sign_and_publish(
+    templates: Sequence[EventTemplate],
+    choice: KeyChoice,
+    cfg: ConfigSources,
+    relays: Sequence[str],
+    timeout: float,
+) -> tuple[list[Event], list[PublishResult]]:
+    async def body() -> tuple[list[Event], list[PublishResult]]:
+        async with opened_signer(choice, cfg) as signer:
+            events = [await signed(signer, unsigned) for unsigned in templates]
+            pool = RelayPool(relays, signer=signer, timeout=timeout)
+            return events, [await pool.publish(event, min_ok=1) for event in events]
 
     return run(body())
 
@@ -156,9 +186,10 @@ def event_command(
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
+    bunker: BunkerOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Sign an event with the configured key and publish it to the write relays."""
+    """Sign an event with the configured key (or bunker) and publish it to the write relays."""
     if template == "-" and content == "-":
         raise CliFailure(
             ExitCode.BAD_INPUT, "stdin can hold the templates or the content, not both"
@@ -181,30 +212,24 @@ def event_command(
 
         when = parse_time(created_at, option="--created-at")
     cfg = sources(config)
-    secret = cfg.require_secret_key(key)
+    choice = require_key_choice(cfg, key, bunker)
+    secret = local_secret(choice)
     # Before a template is checked (its messages name members) and before any relay is asked.
     refuse_secrets(json_strings([doc for _, doc in given]), secret, where="the template")
     refuse_secrets(json_strings([content, extra_tags]), secret, where="the event")
-    templates = [_template(doc, where) for where, doc in given] or [{}]
+    docs = [_template(doc, where) for where, doc in given] or [{}]
     relays = cfg.require_relays(relay or (), direction="write")
     now = int(time.time())  # the clock is read here, at the edge
-    events: list[Event] = []
-    for doc in templates:
-        tags = doc.get("tags", [])
-        if not isinstance(tags, list):
-            raise CliFailure(ExitCode.BAD_INPUT, "a template's tags are a list of lists")
-        # sign_event checks every member (kind range, tags of strings…): InvalidEvent exits 1.
-        events.append(
-            sign_event(
-                secret,
-                kind=kind if kind is not None else doc.get("kind", DEFAULT_KIND),
-                content=content if content is not None else doc.get("content", ""),
-                tags=[*tags, *extra_tags],
-                created_at=when if when is not None else doc.get("created_at", now),
-            )
+    templates = [
+        _checked(
+            kind if kind is not None else doc.get("kind", DEFAULT_KIND),
+            content if content is not None else doc.get("content", ""),
+            [*tags, *extra_tags] if isinstance(tags := doc.get("tags", []), list) else tags,
+            when if when is not None else doc.get("created_at", now),
         )
-    pool = RelayPool(relays, secret=secret, timeout=timeout)
-    results = _publish_all(events, pool)
+        for doc in docs
+    ]
+    events, results = _sign_and_publish(templates, choice, cfg, relays, timeout)
     refused = []
     for event, result in zip(events, results, strict=True):
         for url, v in result.verdicts.items():

@@ -39,8 +39,9 @@ from nostr_buzz.cli.common import (
 )
 from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_stdout
+from nostr_buzz.cli.signing import BunkerOption, local_secret, opened_signer, require_key_choice
 from nostr_buzz.config import ConfigSources
-from nostr_buzz.event import Event, sign_event
+from nostr_buzz.event import Event
 from nostr_buzz.io.fetch import fetch_event
 from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.keys import SecretKey
@@ -48,6 +49,7 @@ from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.relay_url import check_relay_url
+from nostr_buzz.signer import Signer, as_signer, signed, template
 
 #: LocalRelay served at most 500 events per query in our measurements (docs/cli.md).
 MAX_QUERY_LIMIT = 500
@@ -115,7 +117,7 @@ async def _fetch(
     ref: EventRef,
     relays: Sequence[str],
     hints: Sequence[str],
-    secret: SecretKey | None,
+    secret: SecretKey | Signer | None,
     timeout: float,
     *,
     wait_all: bool = False,
@@ -123,7 +125,7 @@ async def _fetch(
     """:func:`~nostr_buzz.io.fetch.fetch_event` with the command line's progress line, warnings
     and exit codes; the key authenticates (NIP-42) to the configured relays only."""
     progress(f"asking {_asked(relays, hints)} relay(s) for {ref.id}…")
-    pool = RelayPool(relays, secret=secret, timeout=timeout)
+    pool = RelayPool(relays, signer=None if secret is None else as_signer(secret), timeout=timeout)
     result = await fetch_event(
         ref._replace(relays=tuple(hints)), pool=pool, timeout=timeout, wait_all=wait_all
     )
@@ -284,6 +286,7 @@ def send(
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
+    bunker: BunkerOption = None,
     config: ConfigOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -293,16 +296,21 @@ def send(
     text = text_argument(text, what="message text")
     ref = parse_event_ref(reply_to, option="--reply-to") if reply_to is not None else None
     cfg = sources(config)
-    secret = cfg.require_secret_key(key)
-    refuse_secrets([text], secret, where="the message text")  # before --reply-to is looked up
+    choice = require_key_choice(cfg, key, bunker)
+    # Before --reply-to is looked up.
+    refuse_secrets([text], local_secret(choice), where="the message text")
     write_relays = cfg.require_relays(relay or (), direction="write")
     read_relays = cfg.relays(relay or (), direction="read") or write_relays
 
     async def body() -> tuple[Event, PublishResult]:
+        async with opened_signer(choice, cfg) as signer:
+            return await _send(signer)
+
+    async def _send(signer: Signer) -> tuple[Event, PublishResult]:
         tags: list[list[str]] = [["h", channel]]
         if ref is not None:
             hints = _usable_hints(ref.relays)
-            parent, found = await _fetch(ref, read_relays, hints, secret, timeout)
+            parent, found = await _fetch(ref, read_relays, hints, signer, timeout)
             parent_channel = nip10.channel(parent)
             if parent_channel is not None and parent_channel != channel:
                 raise CliFailure(
@@ -313,13 +321,13 @@ def send(
             root: Event | None = parent if root_id == parent.id else None
             root_relay = _first_relay_with(found, root_id)
             if root is None:
-                pool = RelayPool(read_relays, secret=secret, timeout=timeout)
+                pool = RelayPool(read_relays, signer=signer, timeout=timeout)
                 lookup = await pool.query(Filter(ids=(root_id,)), extra_urls=hints, timeout=timeout)
                 root = next((e for e in lookup.events if e.id == root_id), None)
                 root_relay = _first_relay_with(lookup, root_id)
             tags += nip10.reply_tags(
                 parent,
-                sender=secret.public_key.hex,
+                sender=signer.public_key.hex,
                 root=root,
                 parent_relay=_first_relay_with(found, parent.id),
                 root_relay=root_relay,
@@ -327,10 +335,9 @@ def send(
         listed = {t[1] for t in tags if t[0] == "p"}
         tags += [["p", k] for k in dict.fromkeys(mentioned) if k not in listed]
         # The clock is read here, at the edge; the library itself never reads one.
-        message = sign_event(
-            secret, kind=CHAT_KIND, content=text, tags=tags, created_at=int(time.time())
-        )
-        pool = RelayPool(write_relays, secret=secret, timeout=timeout)
+        unsigned = template(kind=CHAT_KIND, content=text, tags=tags, created_at=int(time.time()))
+        message = await signed(signer, unsigned)
+        pool = RelayPool(write_relays, signer=signer, timeout=timeout)
         progress(f"publishing {message.id} to {len(write_relays)} relay(s)…")
         return message, await pool.publish(message, min_ok=1)
 

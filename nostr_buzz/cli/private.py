@@ -33,6 +33,7 @@ from nostr_buzz.cli.common import (
 )
 from nostr_buzz.cli.messages import FORMATS, FormatOption
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_stdout
+from nostr_buzz.cli.signing import BunkerOption, local_secret, opened_signer, require_key_choice
 from nostr_buzz.errors import InvalidKey
 from nostr_buzz.io.private import MAX_QUERY_LIMIT, Delivery, Inbox, dm_relays_of, read_inbox
 from nostr_buzz.io.private import send_private as _send_private
@@ -63,6 +64,7 @@ def dm_command(
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
+    bunker: BunkerOption = None,
     config: ConfigOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -76,26 +78,27 @@ def dm_command(
     receiver = _parse_to(to)
     body_text = text_argument(text, what="message text")
     cfg = sources(config)
-    secret = cfg.require_secret_key(key)
+    choice = require_key_choice(cfg, key, bunker)
     # Encrypted, yet read by the receiver: a secret key is refused before any relay is asked.
-    refuse_secrets([body_text], secret, where="the message text")
+    refuse_secrets([body_text], local_secret(choice), where="the message text")
     write_relays = cfg.require_relays(relay or (), direction="write")
     read_relays = cfg.relays(relay or (), direction="read") or write_relays
-    me = secret.public_key.hex
 
-    async def body() -> tuple[str, list[Delivery]]:
-        progress(f"looking up DM relays on {len(read_relays)} relay(s)…")
-        known = await dm_relays_of([receiver, me], read_relays, secret=secret, timeout=timeout)
-        # The clock is read here, at the edge; the library itself never reads one.
-        now = int(time.time())
-        rumor = nip17.message(me, [receiver], body_text, created_at=now)
-        progress(f"sending {rumor.id}…")
-        deliveries = await _send_private(
-            secret, rumor, write_relays=write_relays, dm_relays=known, now=now, timeout=timeout
-        )
-        return rumor.id, deliveries
+    async def body() -> tuple[str, str, list[Delivery]]:
+        async with opened_signer(choice, cfg) as signer:
+            me = signer.public_key.hex
+            progress(f"looking up DM relays on {len(read_relays)} relay(s)…")
+            known = await dm_relays_of([receiver, me], read_relays, secret=signer, timeout=timeout)
+            # The clock is read here, at the edge; the library itself never reads one.
+            now = int(time.time())
+            rumor = nip17.message(me, [receiver], body_text, created_at=now)
+            progress(f"sending {rumor.id}…")
+            deliveries = await _send_private(
+                signer, rumor, write_relays=write_relays, dm_relays=known, now=now, timeout=timeout
+            )
+            return me, rumor.id, deliveries
 
-    message_id, deliveries = run(body())
+    me, message_id, deliveries = run(body())
     to_them = [d for d in deliveries if d.addressee != me]
     copy = next(d for d in deliveries if d.addressee == me)
     if not all(d.result.ok for d in to_them):
@@ -148,6 +151,7 @@ def inbox_command(
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
+    bunker: BunkerOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Private messages (NIP-17) addressed to your key, opened and checked, oldest first.
@@ -157,16 +161,18 @@ def inbox_command(
     """
     fmt = check_format(output_format, FORMATS)
     cfg = sources(config)
-    secret = cfg.require_secret_key(key)
+    choice = require_key_choice(cfg, key, bunker)
     relays = cfg.require_relays(relay or (), direction="read")
 
-    async def body() -> Inbox:
-        progress(f"asking {len(relays)} relay(s) for gift wraps…")
-        return await read_inbox(secret, relays, timeout=timeout, limit=limit)
+    async def body() -> tuple[str, Inbox]:
+        async with opened_signer(choice, cfg) as signer:
+            progress(f"asking {len(relays)} relay(s) for gift wraps…")
+            inbox = await read_inbox(signer, relays, timeout=timeout, limit=limit)
+            return signer.public_key.hex, inbox
 
-    inbox = run(body())
+    me, inbox = run(body())
     warn_list_problems(inbox.query)
     if inbox.refused:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(inbox.refused.items()))
         note(f"buzz: warning: gift wraps refused: {reasons}")
-    write_stdout(_render(inbox, fmt, secret.public_key.hex))
+    write_stdout(_render(inbox, fmt, me))

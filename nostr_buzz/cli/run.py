@@ -28,13 +28,16 @@ import typer
 
 from nostr_buzz.cli.common import ConfigOption, run, sources
 from nostr_buzz.cli.output import CliFailure, ExitCode, note
-from nostr_buzz.config import SETTINGS, ConfigSources, Setting
+from nostr_buzz.config import SETTINGS, SETTINGS_BY_NAME, ConfigSources, Setting, state_directory
 from nostr_buzz.errors import AgentError, ConfigError, RelayError
+from nostr_buzz.signer import SignerError
 
 if TYPE_CHECKING:
+    from nostr_buzz.agent import InProcessAgent
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
     from nostr_buzz.event import Event
     from nostr_buzz.io.diagnostics import DiagnosticRecord
+    from nostr_buzz.signer import Signer
 
 
 async def serve(plugin: BuzzPlugin) -> None:
@@ -54,6 +57,7 @@ async def serve(plugin: BuzzPlugin) -> None:
 
 _METAVARS = {
     "secret_key": "KEY",
+    "signer.bunker": "URI",
     "key_file": "FILE",
     "key_env": "NAME",
     "owner": "KEY",
@@ -75,6 +79,14 @@ _METAVARS = {
 }
 
 
+#: What a setting's help adds to the rule (flag, variable, file).
+_NOTES = {
+    "signer.bunker": "The agent's key in a NIP-46 bunker (bunker://…): it holds a secret, so "
+    "prefer $BUZZ_BUNKER or buzz.toml, since a command line is readable by every user "
+    "(/proc/PID/cmdline).",
+}
+
+
 def _param_name(setting: Setting) -> str:
     return "setting__" + setting.name.replace(".", "__")
 
@@ -84,6 +96,8 @@ def _option(setting: Setting) -> inspect.Parameter:
     base = setting.base
     origin = get_origin(base)
     help_text = f"buzz.toml: {setting.name}; else ${setting.env}."
+    if setting.name in _NOTES:
+        help_text = f"{_NOTES[setting.name]} {help_text}"
     metavar = _METAVARS.get(setting.name)
     kind: Any
     flags = [setting.flag]
@@ -137,7 +151,7 @@ def start_line(settings: PluginConfig, config_file: Path | None) -> str:
     gate = settings.gate + (", mentions required" if settings.mentions_required else "")
     where = f"; config {config_file}" if config_file is not None else ""
     return (
-        f"buzz: agent {settings.agent_secret.public_key.bech32} on {relays}; "
+        f"buzz: agent {settings.signer.public_key.bech32} on {relays}; "
         f"{command}; gate: {gate}; in-flight policy: {settings.in_flight}; "
         f"state in {settings.state_dir}{where}"
     )
@@ -158,6 +172,8 @@ class TurnReporter:
         self._pending: dict[str, str] = {}  # turn id → its line, until its metric is known
         #: True once the bot is shutting down: the agent's exit is then expected, not news.
         self.stopping: Callable[[], bool] = lambda: False
+        #: Seconds a turn's line waits for its metric (a signer in a bunker signs it later).
+        self.metric_wait = 0.0
 
     def __call__(self, record: DiagnosticRecord) -> None:
         kind, payload, turn = record.kind, record.payload, record.turn_id or ""
@@ -172,8 +188,9 @@ class TurnReporter:
                 f"{payload.get('outcome', '?')}, {{tokens}}, {self._clock() - began:.1f} s"
             )
             # The metric (with the token counts) follows within the same step, if the agent
-            # reported usage: print once the loop gets back here.
-            asyncio.get_running_loop().call_soon(self._flush, turn)
+            # reported usage (a remote signer's round trips later: ``metric_wait``): print
+            # once it is here, or then.
+            asyncio.get_running_loop().call_later(self.metric_wait, self._flush, turn)
         elif kind == "metric_queued":
             line = self._pending.pop(turn, None)
             if line is not None:
@@ -207,7 +224,9 @@ def _token_summary(settings: PluginConfig, event: Event | None) -> str:
     (NIP-44 is symmetric: the agent's key opens what it encrypted)."""
     from nostr_buzz.nips import nip44
 
-    if event is None:
+    if event is not None and settings.agent_secret is None:
+        return "tokens in the metric"  # sealed by a signer elsewhere: buzz metrics reads them
+    if event is None or settings.agent_secret is None:
         return "tokens unknown"
     try:
         key = nip44.conversation_key(settings.agent_secret, settings.owner)
@@ -243,7 +262,10 @@ def _run(
     pass_env: list[str] | None = None,
 ) -> None:
     from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
+    from nostr_buzz.cli.signing import connect_bunker
     from nostr_buzz.io.inprocess import load_agent
+    from nostr_buzz.keys import SecretKey
+    from nostr_buzz.signer import LocalSigner
 
     overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
     if agent is not None:
@@ -261,41 +283,48 @@ def _run(
     try:
         parsed_shard = parse_shard(shard) if shard is not None else None
         cfg: ConfigSources = sources(config, overrides)
-        settings = PluginConfig.from_sources(cfg, shard=parsed_shard, pass_env=pass_env or ())
-        # Imported before anything starts, so a bad spec is a configuration error.
-        agent_object = load_agent(settings.agent_module) if settings.agent_module else None
+        bunker = cfg.bunker()
+        state = state_directory(cfg)
     except ConfigError as exc:
         raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
-    if overrides["secret_key"] is not None and settings.agent_user is not None:
-        # The command line of a process is world-readable (/proc/PID/cmdline): the agent's
-        # user would read the key that running it as another user keeps from it.
-        raise CliFailure(
-            ExitCode.BAD_INPUT,
-            f"--key puts the bot's secret key in its command line, which the agent's user "
-            f"{settings.agent_user!r} can read (/proc/PID/cmdline): refusing it with [agent] "
-            f"user; give the key as --key-file FILE (mode 0600) or --key-env NAME, or "
-            f"key_file / key_env in buzz.toml",
-        )
-    if settings.agent_module is not None:
-        note(
-            "buzz: warning: the in-process agent runs inside the bot and can read its key and "
-            "state; run an agent you do not fully trust as an ACP command with [agent] user"
-        )
-    elif cfg.file.agent.user is None:
-        note(
-            "buzz: warning: the agent runs as this same OS user and can read the bot's key and "
-            'state; set [agent] user = "NAME" (or --agent-user NAME) to run it as another user'
-        )
-    reporter = TurnReporter(note, settings.state_dir, time.monotonic)
+
+    def resolve(signer: Signer | None) -> tuple[PluginConfig, InProcessAgent | None]:
+        try:
+            settings = PluginConfig.from_sources(
+                cfg, shard=parsed_shard, pass_env=pass_env or (), signer=signer
+            )
+            # Imported before anything starts, so a bad spec is a configuration error.
+            agent_object = load_agent(settings.agent_module) if settings.agent_module else None
+        except ConfigError as exc:
+            raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
+        return settings, agent_object
+
+    # With a bunker the configuration is resolved once it has told the agent's key, and checked
+    # before it is asked (with a stand-in key, which signs nothing): a mistake in buzz.toml
+    # must not use up the bunker URI's one-time secret.
+    resolved = resolve(None) if bunker is None else None
+    if bunker is not None:
+        resolve(LocalSigner(SecretKey.generate()))
+    _check_command_line(cfg.file.agent.user, overrides)
+    _warn_about_the_agent(cfg.file.agent.module, cfg.file.agent.user, bunker is not None)
+    reporter = TurnReporter(note, state, time.monotonic)
+    if bunker is not None:
+        reporter.metric_wait = cfg.file.signer.timeout
 
     async def body() -> None:
-        plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
-        reporter.stopping = lambda: plugin.stopping
-        reporter.tokens_of = lambda event_id: _token_summary(
-            settings, _stored_metric(plugin, event_id)
-        )
-        note(start_line(settings, cfg.path))
-        await serve(plugin)
+        signer = None if bunker is None else await connect_bunker(bunker, cfg)
+        try:
+            settings, agent_object = resolved or resolve(signer)
+            plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
+            reporter.stopping = lambda: plugin.stopping
+            reporter.tokens_of = lambda event_id: _token_summary(
+                settings, _stored_metric(plugin, event_id)
+            )
+            note(start_line(settings, cfg.path))
+            await serve(plugin)
+        finally:
+            if signer is not None:
+                await signer.close()
 
     try:
         run(body())
@@ -303,11 +332,43 @@ def _run(
         raise CliFailure(
             ExitCode.BAD_INPUT,
             f"the agent could not be started: {exc}; check --agent (or [agent] command in "
-            f"buzz.toml) and {settings.state_dir / 'agent.log'}",
+            f"buzz.toml) and {state / 'agent.log'}",
         ) from None
-    except RelayError as exc:
+    except (RelayError, SignerError) as exc:
         raise CliFailure(ExitCode.NETWORK, str(exc)) from None
     note("buzz: stopped")
+
+
+def _check_command_line(agent_user: str | None, overrides: dict[str, Any]) -> None:
+    """The command line of a process is world-readable (/proc/PID/cmdline): with [agent] user,
+    the agent's user would read there what running it as another user keeps from it."""
+    if agent_user is None:
+        return
+    for name, what in (("secret_key", "secret key"), ("signer.bunker", "bunker's secret")):
+        setting = SETTINGS_BY_NAME[name]
+        if overrides[name] is not None:
+            raise CliFailure(
+                ExitCode.BAD_INPUT,
+                f"{setting.flag} puts the bot's {what} in its command line, which the agent's "
+                f"user {agent_user!r} can read (/proc/PID/cmdline): refusing it with "
+                f"[agent] user; give it in buzz.toml (mode 0600) or ${setting.env}"
+                + (", or as --key-file FILE / --key-env NAME" if name == "secret_key" else ""),
+            )
+
+
+def _warn_about_the_agent(module: str | None, user: str | None, bunker: bool) -> None:
+    what = "its NIP-46 client key (so ask the bunker to sign)" if bunker else "its key"
+    if module is not None:
+        note(
+            f"buzz: warning: the in-process agent runs inside the bot and can read {what} and "
+            "state; run an agent you do not fully trust as an ACP command with [agent] user"
+        )
+    elif user is None:
+        note(
+            f"buzz: warning: the agent runs as this same OS user and can read the bot's "
+            f"{'NIP-46 client key (so ask the bunker to sign)' if bunker else 'key'} and state; "
+            'set [agent] user = "NAME" (or --agent-user NAME) to run it as another user'
+        )
 
 
 def run_command(

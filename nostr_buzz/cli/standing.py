@@ -12,7 +12,7 @@ runs, not when ``buzz`` builds its command list.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -36,8 +36,17 @@ from nostr_buzz.cli.common import (
 )
 from nostr_buzz.cli.kit import sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
+from nostr_buzz.cli.signing import (
+    BunkerOption,
+    KeyChoice,
+    local_secret,
+    opened_signer,
+    require_key_choice,
+)
+from nostr_buzz.signer import Signer, signed
 
 if TYPE_CHECKING:
+    from nostr_buzz.config import ConfigSources
     from nostr_buzz.event import Event
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult
     from nostr_buzz.keys import SecretKey
@@ -91,13 +100,24 @@ def _not_found(result: PoolQueryResult, what: str) -> CliFailure:
     return CliFailure(ExitCode.NOT_FOUND, f"{what} not found")
 
 
-def _publish(
-    event: Event, relays: Sequence[str], secret: SecretKey, timeout: float
-) -> PublishResult:
+def _sign_and_publish(
+    sign: Callable[[Signer], Awaitable[Event]],
+    choice: KeyChoice,
+    cfg: ConfigSources,
+    relays: Sequence[str],
+    timeout: float,
+) -> tuple[Event, PublishResult]:
+    """The event ``sign`` makes with the configured key (or bunker), published."""
     from nostr_buzz.io.pool import RelayPool
 
-    progress(f"publishing {event.id} to {len(relays)} relay(s)…")
-    return run(RelayPool(relays, secret=secret, timeout=timeout).publish(event, min_ok=1))
+    async def body() -> tuple[Event, PublishResult]:
+        async with opened_signer(choice, cfg) as signer:
+            event = await sign(signer)
+            progress(f"publishing {event.id} to {len(relays)} relay(s)…")
+            pool = RelayPool(relays, signer=signer, timeout=timeout)
+            return event, await pool.publish(event, min_ok=1)
+
+    return run(body())
 
 
 def _query(
@@ -175,6 +195,7 @@ def canvas_set(
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
+    bunker: BunkerOption = None,
     config: ConfigOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -186,12 +207,16 @@ def canvas_set(
     channel = check_channel(channel)
     content = text_argument(text, whole=True)
     cfg = sources(config)
-    secret = cfg.require_secret_key(key)
-    refuse_secrets([content], secret, where="the canvas")
+    choice = require_key_choice(cfg, key, bunker)
+    refuse_secrets([content], local_secret(choice), where="the canvas")
     relays = cfg.require_relays(relay or (), direction="write")
     # The clock is read here, at the edge.
-    event = standing.build_canvas_event(secret, channel, content, created_at=int(time.time()))
-    report_publish(event, _publish(event, relays, secret, timeout), json_output)
+    unsigned = standing.canvas_template(channel, content, created_at=int(time.time()))
+
+    async def sign(signer: Signer) -> Event:
+        return await signed(signer, unsigned)
+
+    report_publish(*_sign_and_publish(sign, choice, cfg, relays, timeout), json_output)
 
 
 # --- buzz mem -------------------------------------------------------------------------------
@@ -203,6 +228,7 @@ def mem_get(
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
+    bunker: BunkerOption = None,
     config: ConfigOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -211,18 +237,27 @@ def mem_get(
 
     _memory_name(name)
     cfg = sources(config)
-    secret = cfg.require_secret_key(key)
+    choice = require_key_choice(cfg, key, bunker)
     relays = cfg.require_relays(relay or (), direction="read")
-    mine = secret.public_key.hex
-    result = _query([standing.core_memory_filter(mine)], relays, secret, timeout)
-    candidates = standing.select_core_memory(result.events, mine)
-    if not candidates:
-        raise _not_found(result, "no core memory")
-    try:
-        text = standing.open_core_memory(secret, candidates[0])
-    except standing.StandingError as exc:
-        raise CliFailure(ExitCode.VERIFICATION, str(exc)) from None
-    write_stdout(_document(candidates[0], text) if json_output else _as_text(text))
+
+    async def body() -> tuple[Event, str]:
+        from nostr_buzz.io.pool import RelayPool
+
+        async with opened_signer(choice, cfg) as signer:
+            mine = signer.public_key.hex
+            progress(f"asking {len(relays)} relay(s)…")
+            pool = RelayPool(relays, signer=signer, timeout=timeout)
+            result = await pool.query([standing.core_memory_filter(mine)], timeout=timeout)
+            candidates = standing.select_core_memory(result.events, mine)
+            if not candidates:
+                raise _not_found(result, "no core memory")
+            try:
+                return candidates[0], await standing.open_core_memory_with(signer, candidates[0])
+            except standing.StandingError as exc:
+                raise CliFailure(ExitCode.VERIFICATION, str(exc)) from None
+
+    event, text = run(body())
+    write_stdout(_document(event, text) if json_output else _as_text(text))
 
 
 @mem_app.command("set")
@@ -232,6 +267,7 @@ def mem_set(
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
+    bunker: BunkerOption = None,
     config: ConfigOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -243,9 +279,13 @@ def mem_set(
     _memory_name(name)
     content = text_argument(text, whole=True)
     cfg = sources(config)
-    secret = cfg.require_secret_key(key)
+    choice = require_key_choice(cfg, key, bunker)
     # Encrypted to your own key, but the text is fed to agents: never a secret key.
-    refuse_secrets([content], secret, where="the memory")
+    refuse_secrets([content], local_secret(choice), where="the memory")
     relays = cfg.require_relays(relay or (), direction="write")
-    event = standing.build_core_memory_event(secret, content, created_at=int(time.time()))
-    report_publish(event, _publish(event, relays, secret, timeout), json_output)
+    now = int(time.time())
+
+    async def sign(signer: Signer) -> Event:
+        return await standing.core_memory_with(signer, content, created_at=now)
+
+    report_publish(*_sign_and_publish(sign, choice, cfg, relays, timeout), json_output)

@@ -5,9 +5,10 @@ compiler (:func:`nostr_buzz.core.context.turn_context`).  For a threaded event: 
 plus the newest ``limit`` replies in the thread and channel (``limit + 1`` are fetched so that
 truncation is proven, not guessed).  For a direct message outside any channel: the newest
 ``limit`` messages between its author and the agent, each way.  For a NIP-17 private message:
-the conversation read back from the gift wraps addressed to the agent (the agent's secret key
-opens them; without it there is no history), so that nothing private travels in plaintext.
-A top-level channel message has no history.  ``buzz run`` fetches with these same functions.
+the conversation read back from the gift wraps addressed to the agent (the agent's key or
+signer opens them; without it there is no history), so that nothing private travels in
+plaintext.  A top-level channel message has no history.  ``buzz run`` fetches with these
+same functions.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip59 import PrivateEvent
+from nostr_buzz.signer import Signer
 
 from .pool import RelayPool
 from .private import conversation
@@ -42,19 +44,20 @@ async def fetch_history(
     limit: int = 20,
     kinds: Sequence[int] | None = None,
     timeout: float | None = None,
-    secret: SecretKey | None = None,
+    signer: SecretKey | Signer | None = None,
 ) -> History:
     """The history ``event`` is part of, from ``pool``'s relays (see the module docstring).
 
     ``agent``: the bot's public key (hex); ``kinds``: the kinds a thread or conversation is
     made of (default: ``event``'s own; a private message's kind is never fetched in
-    plaintext); ``secret``: the agent's key, which opens a private conversation's gift wraps.
+    plaintext); ``signer``: the agent's key or signer, which opens a private conversation's
+    gift wraps (without it a private message has no history).
     """
     if isinstance(event, PrivateEvent):
-        if secret is None:
+        if signer is None:
             return NO_HISTORY
         messages, truncated = await conversation(
-            secret, pool.urls, event.pubkey, limit=limit, timeout=timeout or pool.timeout
+            signer, pool.urls, event.pubkey, limit=limit, timeout=timeout or pool.timeout
         )
         kept: list[Event] = list(messages)
         return History("dm", kept, len(kept) + (1 if truncated else 0), truncated)
@@ -91,7 +94,7 @@ async def fetch_turn_context(
     limit: int = 20,
     kinds: Sequence[int] | None = None,
     timeout: float | None = None,
-    secret: SecretKey | None = None,
+    signer: SecretKey | Signer | None = None,
     delivered: Collection[str] = (),
     in_batch: Collection[str] = (),
 ) -> TurnContext | None:
@@ -99,6 +102,6 @@ async def fetch_turn_context(
     history (:func:`fetch_history`) minus the ids in ``delivered`` (what the agent's session
     was already given) and ``in_batch`` (the turn's own events); None when nothing is left."""
     history = await fetch_history(
-        pool, event, agent=agent, limit=limit, kinds=kinds, timeout=timeout, secret=secret
+        pool, event, agent=agent, limit=limit, kinds=kinds, timeout=timeout, signer=signer
     )
     return turn_context(history, delivered, {event.id, *in_batch})

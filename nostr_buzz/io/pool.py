@@ -22,6 +22,7 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip01, nip10
 from nostr_buzz.nips.nip01 import FilterLike
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
+from nostr_buzz.signer import Signer, signer_of
 
 from .relay import (
     CLOSE_TIMEOUT,
@@ -137,18 +138,23 @@ def _merge(results: Iterable[tuple[str, QueryResult]]) -> PoolQueryResult:
 
 
 class RelayPool:
-    """A set of relays.  Bad URLs raise :class:`~nostr_buzz.errors.RelayError` here."""
+    """A set of relays.  Bad URLs raise :class:`~nostr_buzz.errors.RelayError` here.
+
+    NIP-42: the configured relays are answered with ``secret`` or through ``signer`` (at most
+    one; a :class:`~nostr_buzz.signer.Signer` keeps the key out of this process).
+    """
 
     def __init__(
         self,
         urls: Iterable[str],
         *,
         secret: SecretKey | None = None,
+        signer: Signer | None = None,
         timeout: float = 10.0,
         total_budget: Budget = TOTAL_QUERY_BUDGET,
     ) -> None:
         self.urls = _unique_urls(urls)
-        self.secret = secret
+        self.signer = signer_of(secret, signer)
         self.timeout = float(timeout)
         #: What all relays of one :meth:`query` may send together (one budget they share).
         self.total_budget = total_budget
@@ -162,7 +168,7 @@ class RelayPool:
         limit = self.timeout if timeout is None else float(timeout)
 
         async def one(url: str) -> Verdict:
-            client = RelayClient(url, secret=self.secret, timeout=limit)
+            client = RelayClient(url, signer=self.signer, timeout=limit)
             try:
                 async with asyncio.timeout(limit + _GRACE):
                     return await client.publish(event)
@@ -205,7 +211,7 @@ class RelayPool:
         async def one(url: str, auth: bool) -> QueryResult:
             client = RelayClient(
                 url,
-                secret=self.secret if auth else None,
+                signer=self.signer if auth else None,
                 timeout=limit,
                 auth=auth,
                 on_cut_off=self.on_cut_off,
@@ -265,7 +271,7 @@ class RelayPool:
         limit = self.timeout if timeout is None else float(timeout)
 
         async def one(url: str) -> QueryResult:
-            client = RelayClient(url, secret=self.secret, timeout=limit, on_cut_off=self.on_cut_off)
+            client = RelayClient(url, signer=self.signer, timeout=limit, on_cut_off=self.on_cut_off)
             collected = QueryResult(relay=url)
             seen: set[str] = set()
             until: int | None = None
@@ -353,7 +359,7 @@ class RelayPool:
         flts = nip01.as_filters(filters)
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=_LIVE_QUEUE)
         clients = [
-            RelayClient(u, secret=self.secret, timeout=self.timeout, on_cut_off=self.on_cut_off)
+            RelayClient(u, signer=self.signer, timeout=self.timeout, on_cut_off=self.on_cut_off)
             for u in self.urls
         ]
 

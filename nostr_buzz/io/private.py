@@ -6,6 +6,9 @@ bot, which answers strangers, a local address only when it is one of its relays
 (:func:`~nostr_buzz.nips.nip17.dm_relays_to_use`) — else to the sender's write relays.
 Reading opens every gift wrap addressed to a key and checks every layer
 (:func:`~nostr_buzz.nips.nip59.open_gift_wrap`); what fails is counted by reason, never shown.
+
+Each function takes the key's :class:`~nostr_buzz.signer.Signer` (or the secret key itself):
+seals are encrypted and signed, wraps opened and NIP-42 answered through it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip59 import Opened, PrivateEvent, Randomness, Rumor
+from nostr_buzz.signer import Signer, as_signer
 
 from .pool import PoolQueryResult, PublishResult, RelayPool
 
@@ -33,19 +37,21 @@ async def dm_relays_of(
     pubkeys: Iterable[str],
     relays: Sequence[str],
     *,
-    secret: SecretKey | None,
+    secret: SecretKey | Signer | None,
     timeout: float,
     configured: Iterable[str] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """Each person's newest kind 10050 relay list found on ``relays``, as the relays to send to
     (:func:`~nostr_buzz.nips.nip17.dm_relays_to_use`: at most three; when ``configured`` is
     given, a loopback or private address only when it is in ``relays`` or ``configured``) —
-    ``secret``'s own list as it is, since only that key can sign it; people without one, or
-    whose list names no usable relay, are left out."""
+    ``secret``'s own list as it is, since only that key can sign it (``secret``: a secret key
+    or a signer, which also answers NIP-42); people without one, or whose list names no usable
+    relay, are left out."""
     people = list(dict.fromkeys(pubkeys))
     if not people or not relays:
         return {}
-    pool = RelayPool(relays, secret=secret, timeout=timeout)
+    signer = None if secret is None else as_signer(secret)
+    pool = RelayPool(relays, signer=signer, timeout=timeout)
     result = await pool.query(
         Filter(authors=tuple(people), kinds=(nip17.DM_RELAYS_KIND,)), timeout=timeout
     )
@@ -58,7 +64,7 @@ async def dm_relays_of(
         if held is None or (event.created_at, held.id) > (held.created_at, event.id):
             newest[event.pubkey] = event
     known = None if configured is None else [*relays, *configured]
-    me = secret.public_key.hex if secret is not None else None
+    me = signer.public_key.hex if signer is not None else None
     out: dict[str, tuple[str, ...]] = {}
     for pubkey, event in newest.items():
         urls = nip17.dm_relays(event)
@@ -81,7 +87,7 @@ class Delivery:
 
 
 async def send_private(
-    secret: SecretKey,
+    sender: SecretKey | Signer,
     rumor: Rumor,
     *,
     write_relays: Sequence[str],
@@ -92,10 +98,11 @@ async def send_private(
 ) -> list[Delivery]:
     """Wrap ``rumor`` for each receiver and for the sender, and publish every wrap to its
     addressee's DM relays when known, else to ``write_relays`` (concurrently)."""
+    signer = as_signer(sender)
     if randbelow is None:
-        wraps = nip17.wrap_for_room(secret, rumor, now=now)
+        wraps = await nip17.wrap_for_room_with(signer, rumor, now=now)
     else:
-        wraps = nip17.wrap_for_room(secret, rumor, now=now, randbelow=randbelow)
+        wraps = await nip17.wrap_for_room_with(signer, rumor, now=now, randbelow=randbelow)
     plans: list[tuple[str, Event, tuple[str, ...], bool]] = []
     for addressee, wrap in wraps:
         known = dm_relays.get(addressee)
@@ -105,7 +112,7 @@ async def send_private(
         plans.append((addressee, wrap, targets, bool(known)))
 
     async def one(targets: tuple[str, ...], wrap: Event) -> PublishResult:
-        return await RelayPool(targets, secret=secret, timeout=timeout).publish(wrap)
+        return await RelayPool(targets, signer=signer, timeout=timeout).publish(wrap)
 
     results = await asyncio.gather(*(one(targets, wrap) for _, wrap, targets, _ in plans))
     return [
@@ -123,15 +130,19 @@ class Inbox:
     query: PoolQueryResult = field(default_factory=PoolQueryResult)
 
 
-def open_all(secret: SecretKey, wraps: Iterable[Event], kinds: Iterable[int] = (14,)) -> Inbox:
-    """Open every wrap; keep the rumors of ``kinds``, one per rumor id (a message and the
-    sender's own copy are one message), oldest first.  Refusals are counted by reason."""
+async def open_all(
+    recipient: SecretKey | Signer, wraps: Iterable[Event], kinds: Iterable[int] = (14,)
+) -> Inbox:
+    """Open every wrap (through the recipient's signer); keep the rumors of ``kinds``, one per
+    rumor id (a message and the sender's own copy are one message), oldest first.  Refusals
+    are counted by reason."""
+    signer = as_signer(recipient)
     wanted = set(kinds)
     inbox = Inbox()
     seen: set[str] = set()
     for wrap in wraps:
         try:
-            opened = nip59.open_gift_wrap(secret, wrap)
+            opened = await nip59.open_gift_wrap_with(signer, wrap)
         except Nip59Error as exc:
             inbox.refused[exc.reason] += 1
             continue
@@ -147,24 +158,25 @@ def open_all(secret: SecretKey, wraps: Iterable[Event], kinds: Iterable[int] = (
 
 
 async def read_inbox(
-    secret: SecretKey,
+    recipient: SecretKey | Signer,
     relays: Sequence[str],
     *,
     timeout: float,
     since: int | None = None,
     limit: int = MAX_QUERY_LIMIT,
 ) -> Inbox:
-    """The private messages addressed to ``secret``'s key on ``relays`` and on the DM relays
+    """The private messages addressed to ``recipient``'s key on ``relays`` and on the DM relays
     the key has published there.  ``since`` is when the messages were sent: wraps are searched
     from two days earlier, then the rumors older than ``since`` are dropped."""
-    me = secret.public_key.hex
-    own = await dm_relays_of([me], relays, secret=secret, timeout=timeout)
+    signer = as_signer(recipient)
+    me = signer.public_key.hex
+    own = await dm_relays_of([me], relays, secret=signer, timeout=timeout)
     urls = list(dict.fromkeys([*relays, *own.get(me, ())]))
     flt = _wraps_to(me, limit)
     if since is not None:
         flt = flt.with_since(since)  # wraps dated up to two days before they were sent
-    result = await RelayPool(urls, secret=secret, timeout=timeout).query(flt, timeout=timeout)
-    inbox = open_all(secret, result.events)
+    result = await RelayPool(urls, signer=signer, timeout=timeout).query(flt, timeout=timeout)
+    inbox = await open_all(signer, result.events)
     if since is not None:
         inbox.messages = [o for o in inbox.messages if o.rumor.created_at >= since]
     inbox.query = result
@@ -182,19 +194,20 @@ def in_conversation(opened: Opened, me: str, peer: str) -> bool:
 
 
 async def conversation(
-    secret: SecretKey,
+    recipient: SecretKey | Signer,
     relays: Sequence[str],
     peer: str,
     *,
     limit: int,
     timeout: float,
 ) -> tuple[list[PrivateEvent], bool]:
-    """The newest ``limit`` private messages between ``secret``'s key and ``peer``, oldest
+    """The newest ``limit`` private messages between ``recipient``'s key and ``peer``, oldest
     first, from the wraps addressed to the key (its own copies included), and whether older
     ones were left out.  Wraps are dated at random, so more of them are asked for than kept."""
-    me = secret.public_key.hex
+    signer = as_signer(recipient)
+    me = signer.public_key.hex
     flt = _wraps_to(me, MAX_QUERY_LIMIT)
-    result = await RelayPool(relays, secret=secret, timeout=timeout).query(flt, timeout=timeout)
-    inbox = open_all(secret, result.events)
+    result = await RelayPool(relays, signer=signer, timeout=timeout).query(flt, timeout=timeout)
+    inbox = await open_all(signer, result.events)
     mine = [o for o in inbox.messages if in_conversation(o, me, peer)]
     return [o.as_event() for o in mine[-limit:]], len(mine) > limit

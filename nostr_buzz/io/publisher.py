@@ -7,14 +7,14 @@ relay.  The entry is removed once at least ``min_ok`` relays (over all attempts)
 ``OK true`` or ``duplicate:``; otherwise it stays, and :meth:`MetricPublisher.flush` or the
 :meth:`MetricPublisher.run` loop re-sends it with backoff — also from a new process on the same
 outbox file.  Re-sending is idempotent: the signed event and its id never change.  NIP-42
-(``auth-required:``) is answered by the relay client with the agent's key when the publisher
-has it.  An entry still waiting ``give_up_after`` seconds after it was stored (7 days by
+(``auth-required:``) is answered by the relay client with the agent's key or signer when the
+publisher has one.  An entry still waiting ``give_up_after`` seconds after it was stored (7 days by
 default) is removed by the next flush and reported once as given up
 (``PublishReport.given_up``); it is never sent again.
 
 The agent's key is a secret key (then the publisher signs and authenticates), a
-:class:`~nostr_buzz.signer.Signer` (it signs and encrypts; relays that demand NIP-42 are not
-answered), or only the public key (events signed elsewhere go in through
+:class:`~nostr_buzz.signer.Signer` (it signs, encrypts and answers NIP-42), or only the
+public key (events signed elsewhere go in through
 :meth:`MetricPublisher.submit`).
 
 A metric is never lost silently: :meth:`MetricPublisher.publish` raises :class:`MetricError`
@@ -139,10 +139,10 @@ class MetricPublisher:
     :class:`~nostr_buzz.signer.Signer`, or only its :class:`PublicKey` (or ``npub1…``: a
     64-hex string is read as a secret key) for a publisher that only submits events signed
     elsewhere.  ``relays``: the write relay URLs (a :class:`RelayPool` is made per attempt, with
-    the agent's secret key for NIP-42 when the publisher has it), or a factory returning a
-    pool-like object.  ``outbox``: an :class:`Outbox`
-    or the path of its SQLite file (then the publisher owns and closes it).  ``min_ok``: relays
-    that must have the event before it leaves the outbox.  ``timeout``: per attempt (connect plus
+    the agent's secret key or signer for NIP-42 when the publisher has one), or a factory
+    returning a pool-like object.  ``outbox``: an :class:`Outbox` or the path of its SQLite file
+    (then the publisher owns and closes it).  ``min_ok``: relays that must have the event before
+    it leaves the outbox.  ``timeout``: per attempt (connect plus
     ``OK`` per relay).  ``clock`` and ``rng`` pin time and backoff jitter for tests.
     ``on_report``: called with every :class:`PublishReport` (its exceptions are swallowed).
     ``give_up_after``: seconds after which an entry no relay took is given up (None: never).
@@ -182,17 +182,19 @@ class MetricPublisher:
             self._pool_factory: PoolFactory = relays
         else:
             urls = [relays] if isinstance(relays, str) else list(relays)
-            pool = RelayPool(urls, secret=self._agent_secret, timeout=self.timeout)  # checks URLs
+            pool = self._pool(urls)  # checks URLs
             if not pool.urls:
                 raise RelayError("a metric publisher needs at least one write relay")
             if min_ok > len(pool.urls):
                 raise RelayError(
                     f"min_ok is {min_ok} but only {len(pool.urls)} write relay(s) are configured"
                 )
-            self._pool_factory = lambda: RelayPool(
-                pool.urls, secret=self._agent_secret, timeout=self.timeout
-            )
+            self._pool_factory = lambda: self._pool(pool.urls)
         self._in_flight: set[str] = set()
+
+    def _pool(self, urls: Sequence[str]) -> RelayPool:
+        """A pool of ``urls`` that answers NIP-42 with the agent's key or signer, if any."""
+        return RelayPool(urls, secret=self._agent_secret, signer=self._signer, timeout=self.timeout)
 
     def close(self) -> None:
         """Close the outbox if this publisher opened it."""
@@ -345,11 +347,7 @@ class MetricPublisher:
     ) -> tuple[dict[str, Verdict], str | None]:
         try:
             async with asyncio.timeout(self.timeout + _GRACE):
-                pool: PublishingPool = (
-                    RelayPool(relays, secret=self._agent_secret, timeout=self.timeout)
-                    if relays
-                    else self._pool_factory()
-                )
+                pool: PublishingPool = self._pool(relays) if relays else self._pool_factory()
                 result = await pool.publish(event, min_ok=self.min_ok, timeout=self.timeout)
         except TimeoutError:
             return {}, f"no answer within {self.timeout + _GRACE:g} s"

@@ -24,12 +24,13 @@ import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
 from nostr_buzz.core.backoff import backoff_base
-from nostr_buzz.errors import InvalidEvent
+from nostr_buzz.errors import BuzzError, InvalidEvent
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip01, nip42
 from nostr_buzz.nips.nip01 import Filter, FilterLike
 from nostr_buzz.nips.relay_url import check_relay_url
+from nostr_buzz.signer import Signer, signed, signer_of
 
 #: Largest frame accepted from a relay; LocalRelay refuses events over 64 KiB, so 1 MiB is ample.
 MAX_FRAME_BYTES: Final = 1 << 20
@@ -194,6 +195,8 @@ class _Subscription:
         self.rejected_count = 0
         self.end: tuple[str, str] | None = None  # (eose|closed|lost|overflow, detail)
         self.wake = asyncio.Event()
+        #: A live subscription's caller, told when the relay has sent its stored events.
+        self.on_eose: Callable[[], None] | None = None
 
     def finish(self, how: str, detail: str = "") -> None:
         if self.end is None:
@@ -523,7 +526,8 @@ async def _hang_up(ws: ClientConnection, *, polite: bool) -> None:
 class RelayClient:
     """A client for one relay; use as ``async with RelayClient(url) as relay: ...``.
 
-    ``secret`` and ``auth``: NIP-42 answers challenges only with this key, and only when
+    ``secret`` or ``signer`` (at most one) and ``auth``: NIP-42 answers challenges only with
+    this key (a :class:`~nostr_buzz.signer.Signer` signs the AUTH event), and only when
     ``auth`` is true (pass ``auth=False`` for relays the user did not list, e.g. nevent hints).
     ``timeout`` bounds connecting plus each operation.  A bad URL raises
     :class:`~nostr_buzz.errors.RelayError`; network trouble never raises.
@@ -534,6 +538,7 @@ class RelayClient:
         url: str,
         *,
         secret: SecretKey | None = None,
+        signer: Signer | None = None,
         timeout: float = 10.0,
         auth: bool = True,
         max_events: int = MAX_QUERY_EVENTS,
@@ -543,7 +548,7 @@ class RelayClient:
         on_cut_off: Callable[[str, str], None] | None = None,
     ) -> None:
         self.url = check_relay_url(url)
-        self.secret = secret
+        self.signer = signer_of(secret, signer)
         self.timeout = float(timeout)
         self.auth = auth
         self.max_events = max_events
@@ -683,6 +688,7 @@ class RelayClient:
         max_failures: int = 100,
         resume_since: Callable[[], int] | None = None,
         on_reopen: Callable[[], None] | None = None,
+        on_eose: Callable[[], None] | None = None,
     ) -> AsyncIterator[Event]:
         """Live events matching ``filters``, surviving disconnects.
 
@@ -691,7 +697,10 @@ class RelayClient:
         given (a caller that knows better: the last seen date may lie in the future); events
         are de-duplicated by id, so each is yielded once.  ``on_reopen()`` is called each time
         the subscription is opened again (after a drop or an overflow), so that a caller can
-        look for what was missed meanwhile.  Ends (see ``last_error``) after ``max_failures``
+        look for what was missed meanwhile.  ``on_eose()`` is called each time the relay has
+        sent the stored events of the (re)opened ``REQ``: from then on, new events reach it
+        (after a NIP-42 refusal, only once the ``REQ`` sent after AUTH is live).
+        Ends (see ``last_error``) after ``max_failures``
         consecutive failed reconnects, or when the relay closes the subscription.
         """
         live = _Live(
@@ -709,7 +718,9 @@ class RelayClient:
                 await live.back_off()
                 continue
             current = live.next_filters(resume_since)
-            sub = await self._open(current, live=True, budget=self.live_budget, deadline=None)
+            sub = await self._open(
+                current, live=True, budget=self.live_budget, deadline=None, on_eose=on_eose
+            )
             if live.opened and on_reopen is not None:
                 on_reopen()
             live.open()
@@ -814,9 +825,11 @@ class RelayClient:
         budget: Budget,
         deadline: float | None,
         shared: SharedBudget | None = None,
+        on_eose: Callable[[], None] | None = None,
     ) -> _Subscription:
         sub_id = f"buzz{next(_counter)}"
         sub = _Subscription(sub_id, filters, live=live, budget=budget, shared=shared)
+        sub.on_eose = on_eose  # before the REQ goes: its EOSE may come back at once
         self._subs[sub_id] = sub
         problem = await self._send(nip01.encode_req(sub_id, filters), deadline)
         if problem is not None:
@@ -870,7 +883,7 @@ class RelayClient:
         """Answer the relay's NIP-42 challenge; ``None`` on success, else what went wrong."""
         if not self.auth:
             return "authentication disabled for this relay"
-        if self.secret is None:
+        if self.signer is None:
             return "no key configured to authenticate"
         if self._ws is None:
             return "not connected"
@@ -878,9 +891,9 @@ class RelayClient:
             return "relay sent no AUTH challenge"
         challenge = self._nip42.challenge
         assert challenge is not None
-        event = nip42.auth_event(
-            self.secret, relay_url=self.url, challenge=challenge, created_at=int(time.time())
-        )
+        event = await _auth_event(self.signer, self.url, challenge, deadline)
+        if isinstance(event, str):
+            return event
         answer = await self._request_ok(
             event.id, nip01.encode_auth(event), min(deadline, _now() + AUTH_OK_TIMEOUT)
         )
@@ -925,6 +938,8 @@ class RelayClient:
                 sub.finish("closed", msg.message)
             elif not sub.live:
                 sub.finish("eose")
+            elif sub.on_eose is not None:
+                sub.on_eose()
         elif isinstance(msg, nip01.AuthMessage):
             self._nip42.challenged(msg.challenge)
         elif isinstance(msg, nip01.NoticeMessage):
@@ -958,6 +973,19 @@ class RelayClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
         self._fail_all(reason)
+
+
+async def _auth_event(signer: Signer, url: str, challenge: str, deadline: float) -> Event | str:
+    """The AUTH event for ``challenge`` signed by ``signer`` before ``deadline`` (a remote
+    signer answers over the network), or why there is none."""
+    unsigned = nip42.auth_template(relay_url=url, challenge=challenge, created_at=int(time.time()))
+    try:
+        async with asyncio.timeout(max(0.0, deadline - _now())):
+            return await signed(signer, unsigned)
+    except TimeoutError:
+        return "the signer did not sign the AUTH event in time"
+    except BuzzError as exc:  # SignerError, or an event that fails verification
+        return f"the signer did not sign the AUTH event: {exc}"
 
 
 def _describe_close(ws: ClientConnection) -> str:

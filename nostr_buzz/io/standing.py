@@ -22,6 +22,7 @@ from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError, StandingError
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import standing as docs
+from nostr_buzz.signer import Signer, SignerError, as_signer
 
 from .pool import PoolQueryResult, RelayPool
 
@@ -84,14 +85,14 @@ def _relay_problems(result: PoolQueryResult) -> list[str]:
     ]
 
 
-def _core_memory(
-    agent: SecretKey, result: PoolQueryResult, problems: list[str]
+async def _core_memory(
+    agent: Signer, result: PoolQueryResult, problems: list[str]
 ) -> tuple[str | None, MemoryState]:
     candidates = docs.select_core_memory(result.events, agent.public_key.hex)
     for event in candidates:
         try:
-            text = docs.open_core_memory(agent, event)
-        except StandingError as exc:
+            text = await docs.open_core_memory_with(agent, event)
+        except (StandingError, SignerError) as exc:
             problems.append(f"core memory {event.id}: {exc}")
             continue
         if not is_blank(text):
@@ -105,7 +106,7 @@ def _core_memory(
 
 async def fetch_standing(
     pool: RelayPool,
-    agent: SecretKey,
+    agent: SecretKey | Signer,
     *,
     channel: str | None,
     trusted: Collection[str],
@@ -117,7 +118,8 @@ async def fetch_standing(
     relay announces, which would let any read relay vouch for anyone).  With
     ``channel`` None (a private conversation) only core memory is asked for.
     """
-    agent_hex = agent.public_key.hex
+    signer = as_signer(agent)  # core memory is decrypted through it
+    agent_hex = signer.public_key.hex
     authors = frozenset(k.lower() for k in trusted)
     filters = [docs.core_memory_filter(agent_hex)]
     if channel is not None and authors:
@@ -128,7 +130,7 @@ async def fetch_standing(
     except (BuzzError, OSError) as exc:
         return StandingFetch(problems=(f"query failed: {exc}",))
     problems = _relay_problems(result)
-    memory, state = _core_memory(agent, result, problems)
+    memory, state = await _core_memory(signer, result, problems)
     canvas = guidelines = None
     revision: str | None = None
     if channel is not None:

@@ -24,14 +24,16 @@ from urllib.parse import urlsplit
 from nostr_buzz.errors import Nip17Error, RelayError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips.nip59 import Randomness, Rumor, gift_wrap
+from nostr_buzz.nips.nip59 import Randomness, Rumor, gift_wrap, gift_wrap_with
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
+from nostr_buzz.signer import EventTemplate, Signer, template
 
 __all__ = [
     "DM_RELAYS_KIND",
     "MAX_DM_RELAYS",
     "PRIVATE_MESSAGE_KIND",
     "dm_relay_list",
+    "dm_relay_list_template",
     "dm_relays",
     "dm_relays_to_use",
     "is_local_address",
@@ -40,7 +42,9 @@ __all__ = [
     "replied_to",
     "reply",
     "room",
+    "room_targets",
     "wrap_for_room",
+    "wrap_for_room_with",
 ]
 
 PRIVATE_MESSAGE_KIND: Final = 14
@@ -138,18 +142,38 @@ def wrap_for_room(
     randbelow: Randomness = secrets.randbelow,
 ) -> list[tuple[str, Event]]:
     """One gift wrap per receiver plus one for the sender's own copy, as ``(pubkey, wrap)``."""
-    me = sender.public_key.hex
-    if rumor.pubkey != me:
-        raise Nip17Error("only the rumor's author can wrap it")
-    targets = [p for p in receivers(rumor) if p != me] + [me]
     return [
         (target, gift_wrap(sender, target, rumor, now=now, randbelow=randbelow))
+        for target in room_targets(sender.public_key.hex, rumor)
+    ]
+
+
+async def wrap_for_room_with(
+    signer: Signer,
+    rumor: Rumor,
+    *,
+    now: int,
+    randbelow: Randomness = secrets.randbelow,
+) -> list[tuple[str, Event]]:
+    """:func:`wrap_for_room` through a signer: each seal encrypted and signed by ``signer``,
+    each wrap by a one-time key held here."""
+    targets = room_targets(signer.public_key.hex, rumor)
+    return [
+        (target, await gift_wrap_with(signer, target, rumor, now=now, randbelow=randbelow))
         for target in targets
     ]
 
 
-def dm_relay_list(secret: SecretKey, relays: Iterable[str], *, created_at: int) -> Event:
-    """The signed kind 10050 event naming the relays where ``secret``'s owner reads messages."""
+def room_targets(sender: str, rumor: Rumor) -> list[str]:
+    """Who gets a wrap of ``rumor``, sent by ``sender`` (hex): its receivers, then the
+    sender's own copy."""
+    if rumor.pubkey != sender:
+        raise Nip17Error("only the rumor's author can wrap it")
+    return [p for p in receivers(rumor) if p != sender] + [sender]
+
+
+def dm_relay_list_template(relays: Iterable[str], *, created_at: int) -> EventTemplate:
+    """The unsigned kind 10050 event naming ``relays`` (where its signer reads messages)."""
     tags: list[list[str]] = []
     for url in relays:
         try:
@@ -158,7 +182,15 @@ def dm_relay_list(secret: SecretKey, relays: Iterable[str], *, created_at: int) 
             raise Nip17Error(str(exc)) from None
     if not tags:
         raise Nip17Error("a DM relay list needs at least one relay")
-    return sign_event(secret, kind=DM_RELAYS_KIND, content="", tags=tags, created_at=created_at)
+    return template(kind=DM_RELAYS_KIND, content="", tags=tags, created_at=created_at)
+
+
+def dm_relay_list(secret: SecretKey, relays: Iterable[str], *, created_at: int) -> Event:
+    """The signed kind 10050 event naming the relays where ``secret``'s owner reads messages."""
+    unsigned = dm_relay_list_template(relays, created_at=created_at)
+    return sign_event(
+        secret, kind=DM_RELAYS_KIND, content="", tags=unsigned.tags, created_at=created_at
+    )
 
 
 def dm_relays(event: Event) -> tuple[str, ...]:

@@ -10,10 +10,24 @@ from typing import Final
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url, same_relay
+from nostr_buzz.signer import EventTemplate, template
 
-__all__ = ["AUTH_KIND", "auth_event", "check_relay_url", "normalize_relay_url", "same_relay"]
+__all__ = [
+    "AUTH_KIND",
+    "auth_event",
+    "auth_template",
+    "check_relay_url",
+    "normalize_relay_url",
+    "same_relay",
+]
 
 AUTH_KIND: Final = 22242
+
+
+def auth_template(*, relay_url: str, challenge: str, created_at: int) -> EventTemplate:
+    """The unsigned kind 22242 event answering ``challenge`` for ``relay_url`` (for a signer)."""
+    tags = (("relay", relay_url), ("challenge", challenge))
+    return template(kind=AUTH_KIND, content="", tags=tags, created_at=created_at)
 
 
 def auth_event(
@@ -25,11 +39,12 @@ def auth_event(
     aux_rand: bytes | None = None,
 ) -> Event:
     """The signed kind 22242 event answering ``challenge`` for ``relay_url``."""
+    unsigned = auth_template(relay_url=relay_url, challenge=challenge, created_at=created_at)
     return sign_event(
         secret,
-        kind=AUTH_KIND,
-        content="",
-        tags=(("relay", relay_url), ("challenge", challenge)),
-        created_at=created_at,
+        kind=unsigned.kind,
+        content=unsigned.content,
+        tags=unsigned.tags,
+        created_at=unsigned.created_at,
         aux_rand=aux_rand,
     )

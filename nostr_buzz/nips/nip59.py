@@ -27,6 +27,7 @@ from nostr_buzz.errors import BuzzError, InvalidEvent, Nip44Error, Nip59Error
 from nostr_buzz.event import Event, Tags, check_structure, compute_id, sign_event
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip01, nip44
+from nostr_buzz.signer import Signer, signed, template
 
 __all__ = [
     "GIFT_WRAP_KIND",
@@ -37,9 +38,13 @@ __all__ = [
     "Randomness",
     "Rumor",
     "gift_wrap",
+    "gift_wrap_with",
     "open_gift_wrap",
+    "open_gift_wrap_with",
     "random_past",
     "seal",
+    "seal_with",
+    "wrap_seal",
 ]
 
 SEAL_KIND: Final = 13
@@ -212,11 +217,51 @@ def seal(
 
     The rumor must be the sender's own (a seal vouches for its author).
     """
-    if rumor.pubkey != sender.public_key.hex:
-        raise Nip59Error("author_mismatch", "a seal can only carry a rumor by its signer")
+    _check_author(rumor, sender.public_key)
     key = nip44.conversation_key(sender, _recipient_hex(recipient))
     content = nip44.encrypt(rumor.to_json(), key, nonce)
     return sign_event(sender, kind=SEAL_KIND, content=content, created_at=created_at)
+
+
+async def seal_with(
+    signer: Signer, recipient: PublicKey | str, rumor: Rumor, *, created_at: int
+) -> Event:
+    """:func:`seal` through a :class:`~nostr_buzz.signer.Signer`: it encrypts the rumor and
+    signs the seal (checked: a signer that signs something else is refused)."""
+    _check_author(rumor, signer.public_key)
+    peer = PublicKey.from_str(_recipient_hex(recipient))
+    content = await signer.nip44_encrypt(peer, rumor.to_json())
+    return await signed(signer, template(kind=SEAL_KIND, content=content, created_at=created_at))
+
+
+def _check_author(rumor: Rumor, sender: PublicKey) -> None:
+    if rumor.pubkey != sender.hex:
+        raise Nip59Error("author_mismatch", "a seal can only carry a rumor by its signer")
+
+
+def wrap_seal(
+    sealed: Event,
+    recipient: PublicKey | str,
+    *,
+    now: int,
+    randbelow: Randomness = secrets.randbelow,
+    one_time_key: SecretKey | None = None,
+    relay_hint: str | None = None,
+) -> Event:
+    """The kind 1059 gift wrap of ``sealed`` for ``recipient`` (``p`` tag), dated up to two
+    days before ``now`` and signed by ``one_time_key``, a fresh key unless a test pins it: the
+    sender's own key (or signer) is never needed for this layer."""
+    recipient_hex = _recipient_hex(recipient)
+    wrapper = one_time_key if one_time_key is not None else SecretKey.generate()
+    key = nip44.conversation_key(wrapper, recipient_hex)
+    p_tag = ["p", recipient_hex] if not relay_hint else ["p", recipient_hex, relay_hint]
+    return sign_event(
+        wrapper,
+        kind=GIFT_WRAP_KIND,
+        content=nip44.encrypt(sealed.to_json(), key),
+        tags=[p_tag],
+        created_at=random_past(now, randbelow),
+    )
 
 
 def gift_wrap(
@@ -236,16 +281,31 @@ def gift_wrap(
     """
     recipient_hex = _recipient_hex(recipient)
     sealed = seal(sender, recipient_hex, rumor, created_at=random_past(now, randbelow))
-    wrapper = one_time_key if one_time_key is not None else SecretKey.generate()
-    key = nip44.conversation_key(wrapper, recipient_hex)
-    p_tag = ["p", recipient_hex] if not relay_hint else ["p", recipient_hex, relay_hint]
-    return sign_event(
-        wrapper,
-        kind=GIFT_WRAP_KIND,
-        content=nip44.encrypt(sealed.to_json(), key),
-        tags=[p_tag],
-        created_at=random_past(now, randbelow),
+    return wrap_seal(
+        sealed,
+        recipient_hex,
+        now=now,
+        randbelow=randbelow,
+        one_time_key=one_time_key,
+        relay_hint=relay_hint,
     )
+
+
+async def gift_wrap_with(
+    signer: Signer,
+    recipient: PublicKey | str,
+    rumor: Rumor,
+    *,
+    now: int,
+    randbelow: Randomness = secrets.randbelow,
+    relay_hint: str | None = None,
+) -> Event:
+    """:func:`gift_wrap` through a signer: the seal by ``signer`` (:func:`seal_with`), the
+    wrap by a fresh one-time key held here."""
+    recipient_hex = _recipient_hex(recipient)
+    when = random_past(now, randbelow)
+    sealed = await seal_with(signer, recipient_hex, rumor, created_at=when)
+    return wrap_seal(sealed, recipient_hex, now=now, randbelow=randbelow, relay_hint=relay_hint)
 
 
 def open_gift_wrap(recipient: SecretKey, wrap: Event) -> Opened:
@@ -258,15 +318,45 @@ def open_gift_wrap(recipient: SecretKey, wrap: Event) -> Opened:
     rumor (``malformed_rumor``) whose id matches (``bad_rumor_id``) and whose author is the
     seal's signer (``author_mismatch``).
     """
-    if wrap.kind != GIFT_WRAP_KIND:
-        raise Nip59Error("not_a_gift_wrap", f"kind {wrap.kind}, expected {GIFT_WRAP_KIND}")
-    me = recipient.public_key.hex
-    if me not in wrap.tag_values("p"):
-        raise Nip59Error("not_for_this_key", "the wrap's p tags do not name this key")
+    _check_wrap(wrap, recipient.public_key)
     try:
         seal_json = nip44.decrypt(wrap.content, nip44.conversation_key(recipient, wrap.pubkey))
     except Nip44Error as exc:
         raise Nip59Error("undecryptable_wrap", str(exc)) from None
+    sealed = _read_seal(seal_json)
+    try:
+        rumor_json = nip44.decrypt(sealed.content, nip44.conversation_key(recipient, sealed.pubkey))
+    except Nip44Error as exc:
+        raise Nip59Error("undecryptable_seal", str(exc)) from None
+    return _read_rumor(rumor_json, sealed, wrap)
+
+
+async def open_gift_wrap_with(signer: Signer, wrap: Event) -> Opened:
+    """:func:`open_gift_wrap` through a signer (its two NIP-44 decryptions, the same checks in
+    the same order).  A signer that cannot be asked raises
+    :class:`~nostr_buzz.signer.SignerError`, not :class:`~nostr_buzz.errors.Nip59Error`: the
+    wrap may well be fine."""
+    _check_wrap(wrap, signer.public_key)
+    try:
+        seal_json = await signer.nip44_decrypt(PublicKey.from_str(wrap.pubkey), wrap.content)
+    except Nip44Error as exc:
+        raise Nip59Error("undecryptable_wrap", str(exc)) from None
+    sealed = _read_seal(seal_json)
+    try:
+        rumor_json = await signer.nip44_decrypt(PublicKey.from_str(sealed.pubkey), sealed.content)
+    except Nip44Error as exc:
+        raise Nip59Error("undecryptable_seal", str(exc)) from None
+    return _read_rumor(rumor_json, sealed, wrap)
+
+
+def _check_wrap(wrap: Event, recipient: PublicKey) -> None:
+    if wrap.kind != GIFT_WRAP_KIND:
+        raise Nip59Error("not_a_gift_wrap", f"kind {wrap.kind}, expected {GIFT_WRAP_KIND}")
+    if recipient.hex not in wrap.tag_values("p"):
+        raise Nip59Error("not_for_this_key", "the wrap's p tags do not name this key")
+
+
+def _read_seal(seal_json: str) -> Event:
     try:
         sealed = Event.from_json(seal_json)
     except InvalidEvent as exc:
@@ -275,10 +365,10 @@ def open_gift_wrap(recipient: SecretKey, wrap: Event) -> Opened:
         raise Nip59Error("bad_seal_signature", exc.reason) from None
     if sealed.kind != SEAL_KIND:
         raise Nip59Error("not_a_seal", f"kind {sealed.kind}, expected {SEAL_KIND}")
-    try:
-        rumor_json = nip44.decrypt(sealed.content, nip44.conversation_key(recipient, sealed.pubkey))
-    except Nip44Error as exc:
-        raise Nip59Error("undecryptable_seal", str(exc)) from None
+    return sealed
+
+
+def _read_rumor(rumor_json: str, sealed: Event, wrap: Event) -> Opened:
     rumor = Rumor.from_json(rumor_json)
     if rumor.pubkey != sealed.pubkey:
         raise Nip59Error("author_mismatch", "the rumor's author is not the seal's signer")

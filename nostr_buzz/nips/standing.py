@@ -31,6 +31,7 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip44
 from nostr_buzz.nips.nip01 import Filter
+from nostr_buzz.signer import EventTemplate, Signer, signed, template
 
 __all__ = [
     "CANVAS_KIND",
@@ -45,12 +46,15 @@ __all__ = [
     "build_huddle_guidelines_event",
     "canvas_body",
     "canvas_filter",
+    "canvas_template",
     "core_memory_filter",
     "core_memory_section",
+    "core_memory_with",
     "huddle_guidelines_filter",
     "huddle_instructions",
     "newest_first",
     "open_core_memory",
+    "open_core_memory_with",
     "rfc3339_seconds",
     "select_canvas",
     "select_core_memory",
@@ -111,9 +115,19 @@ def _sign(
 def _channel_event(
     secret: SecretKey | str, kind: int, channel: str, content: str, at: int, aux: bytes | None
 ) -> Event:
+    unsigned = _channel_template(kind, channel, content, at)
+    return _sign(_secret(secret), kind, content, [list(t) for t in unsigned.tags], at, aux)
+
+
+def _channel_template(kind: int, channel: str, content: str, at: int) -> EventTemplate:
     if is_blank(content):
         raise StandingError(f"the text of a kind {kind} event must not be blank")
-    return _sign(_secret(secret), kind, content, [["h", _channel(channel)]], at, aux)
+    return template(kind=kind, content=content, tags=[["h", _channel(channel)]], created_at=at)
+
+
+def canvas_template(channel: str, content: str, *, created_at: int) -> EventTemplate:
+    """What :func:`build_canvas_event` signs, for a signer to sign."""
+    return _channel_template(CANVAS_KIND, channel, content, created_at)
 
 
 def build_canvas_event(
@@ -154,8 +168,7 @@ def build_core_memory_event(
 ) -> Event:
     """The agent's core memory (kind 30174, ``d`` = ``core``), encrypted to the agent itself."""
     agent = _secret(agent_secret)
-    if is_blank(text):
-        raise StandingError("the core memory text is blank")
+    _check_memory_text(text)
     try:
         content = nip44.encrypt(text, _self_key(agent), nonce)
     except Nip44Error as exc:
@@ -163,19 +176,49 @@ def build_core_memory_event(
     return _sign(agent, CORE_MEMORY_KIND, content, [["d", CORE_MEMORY_D]], created_at, aux_rand)
 
 
+async def core_memory_with(signer: Signer, text: str, *, created_at: int) -> Event:
+    """:func:`build_core_memory_event` through a signer (it encrypts to itself and signs)."""
+    _check_memory_text(text)
+    try:
+        content = await signer.nip44_encrypt(signer.public_key, text)
+    except Nip44Error as exc:
+        raise StandingError(f"cannot encrypt the core memory: {exc}") from None
+    tags = [["d", CORE_MEMORY_D]]
+    unsigned = template(kind=CORE_MEMORY_KIND, content=content, tags=tags, created_at=created_at)
+    return await signed(signer, unsigned)
+
+
+def _check_memory_text(text: str) -> None:
+    if is_blank(text):
+        raise StandingError("the core memory text is blank")
+
+
 def open_core_memory(agent_secret: SecretKey | str, event: Event) -> str:
     """The plaintext of a core-memory event the agent signed; :class:`StandingError` otherwise."""
     agent = _secret(agent_secret)
-    if event.kind != CORE_MEMORY_KIND:
-        raise StandingError(f"not a core memory event: kind {event.kind}")
-    if event.pubkey != agent.public_key.hex:
-        raise StandingError("the core memory event is not signed by this agent")
-    if _d_tag(event) != CORE_MEMORY_D:
-        raise StandingError("the core memory event's d tag is not 'core'")
+    _check_core_memory(event, agent.public_key.hex)
     try:
         return nip44.decrypt(event.content, _self_key(agent))
     except Nip44Error as exc:
         raise StandingError(f"cannot decrypt the core memory: {exc}") from None
+
+
+async def open_core_memory_with(signer: Signer, event: Event) -> str:
+    """:func:`open_core_memory` through the agent's signer (one NIP-44 decryption)."""
+    _check_core_memory(event, signer.public_key.hex)
+    try:
+        return await signer.nip44_decrypt(signer.public_key, event.content)
+    except Nip44Error as exc:
+        raise StandingError(f"cannot decrypt the core memory: {exc}") from None
+
+
+def _check_core_memory(event: Event, agent: str) -> None:
+    if event.kind != CORE_MEMORY_KIND:
+        raise StandingError(f"not a core memory event: kind {event.kind}")
+    if event.pubkey != agent:
+        raise StandingError("the core memory event is not signed by this agent")
+    if _d_tag(event) != CORE_MEMORY_D:
+        raise StandingError("the core memory event's d tag is not 'core'")
 
 
 # ---------------------------------------------------------------------------------------------

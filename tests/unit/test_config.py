@@ -329,6 +329,8 @@ def _sample(setting: Setting) -> tuple[str, object]:
 
     if setting.name.split(".")[-1] in ("allowlist", "agents", "trusted"):  # key lists
         return f"{PUB_HEX}, {NPUB}", (PUB_HEX, NPUB)
+    if setting.name == "signer.bunker":
+        return BUNKER_ENV, BUNKER_ENV
     base = setting.base
     if get_origin(base) is Literal:
         choice = get_args(base)[-1]
@@ -355,6 +357,8 @@ def _flag_sample(setting: Setting, env_value: object) -> tuple[object, object]:
     base = setting.base
     if setting.name.split(".")[-1] in ("allowlist", "agents", "trusted"):  # key lists
         return [PUB_HEX], (PUB_HEX,)
+    if setting.name == "signer.bunker":
+        return BUNKER_FLAG, BUNKER_FLAG
     if get_origin(base) is Literal:
         choice = next(c for c in get_args(base) if c != env_value)
         return choice, choice
@@ -380,6 +384,8 @@ def _value(config: BuzzConfig, name: str) -> object:
     return value
 
 
+BUNKER_ENV = f"bunker://{PUB_HEX}?relay=wss://env.example&secret=env-secret"
+BUNKER_FLAG = f"bunker://{PUB_HEX}?relay=wss://flag.example&secret=flag-secret"
 GROUPED = {"secret_key", "key_file", "key_env", "owner", "relays", "read_relays", "write_relays"}
 
 
@@ -481,3 +487,53 @@ def test_config_and_the_relay_client_share_one_relay_url_check() -> None:
         assert str(configured.value) == f"--relay: {direct.value}"
         assert "nsec1" not in str(configured.value)
     assert validate_relay_url(" wss://ok.example ", source="x") == "wss://ok.example"
+
+
+# --- [signer] bunker: the agent's key in a NIP-46 bunker --------------------------------------
+
+BUNKER_SECRET = "do-not-show-this"
+BUNKER = f"bunker://{PUB_HEX}?relay=wss://bunker.example&secret={BUNKER_SECRET}"
+
+
+def test_the_bunker_comes_from_its_flag_its_variable_or_the_file(tmp_path: Path) -> None:
+    write(tmp_path / "buzz.toml", f'[signer]\nbunker = "{BUNKER}"\ntimeout = 12\n')
+    uri = ConfigSources(environ={}, cwd=tmp_path).bunker()
+    assert uri is not None and uri.secret == BUNKER_SECRET
+    assert uri.relays == ("wss://bunker.example",) and uri.remote_signer.hex == PUB_HEX
+    assert ConfigSources(environ={}, cwd=tmp_path).file.signer.timeout == 12
+    other = BUNKER.replace("bunker.example", "env.example")
+    from_env = ConfigSources(environ={"BUZZ_BUNKER": other}, cwd=tmp_path).bunker()
+    assert from_env is not None and from_env.relays == ("wss://env.example",)
+    assert ConfigSources(environ={}, cwd=tmp_path / "none").bunker() is None
+    assert BUNKER_SECRET not in repr(ConfigSources(environ={}, cwd=tmp_path).file.signer)
+    (tmp_path / "buzz.toml").chmod(0o644)  # the bunker's secret must not be readable by others
+    with pytest.raises(ConfigError, match=r"holds signer\.bunker's secret") as caught:
+        ConfigSources(environ={}, cwd=tmp_path).bunker()
+    assert BUNKER_SECRET not in str(caught.value)
+
+
+def test_a_bad_bunker_is_a_config_error_that_never_shows_its_secret(tmp_path: Path) -> None:
+    bad = BUNKER.replace("wss://", "https://")
+    with pytest.raises(ConfigError) as caught:
+        ConfigSources(environ={"BUZZ_BUNKER": bad}, cwd=tmp_path).file  # noqa: B018
+    assert "signer.bunker" in str(caught.value) and BUNKER_SECRET not in str(caught.value)
+    path = write(tmp_path / "buzz.toml", f'[signer]\nbunker = "{bad}"\n')
+    with pytest.raises(ConfigError) as caught:
+        ConfigSources(config_path=path, environ={})
+    assert str(path) in str(caught.value) and BUNKER_SECRET not in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        ConfigSources(environ={}, cwd=tmp_path / "none").bunker(bad)
+    assert "--bunker" in str(caught.value) and BUNKER_SECRET not in str(caught.value)
+
+
+def test_a_bunker_and_a_secret_key_are_refused_together(tmp_path: Path) -> None:
+    key = tmp_path / "agent.key"
+    write(key, SecretKey.generate().hex)
+    key.chmod(0o600)
+    path = write(tmp_path / "buzz.toml", f'key_file = "agent.key"\n[signer]\nbunker = "{BUNKER}"\n')
+    with pytest.raises(ConfigError, match=r"key_file or signer\.bunker, not both"):
+        ConfigSources(config_path=path, environ={})
+    env = {"BUZZ_BUNKER": BUNKER, "BUZZ_PRIVATE_KEY": SecretKey.generate().hex}
+    with pytest.raises(ConfigError, match="given twice") as caught:
+        ConfigSources(environ=env, cwd=tmp_path / "none").bunker()
+    assert BUNKER_SECRET not in str(caught.value)

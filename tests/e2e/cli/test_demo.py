@@ -22,7 +22,7 @@ SECTIONS = [
     "== 7. metrics: published by the agent, read back by the owner ==",
     "== 8. one message, fetched with `buzz messages raw --event` ==",
     "== 9. a new canvas revision: the running session keeps its own ==",
-    "== 10. the bot restarts: the next session sees the new revision ==",
+    "== 10. the owner starts a new session (!new): it sees the new revision ==",
     "== 11. done ==",
 ]
 

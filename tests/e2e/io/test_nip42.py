@@ -6,11 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import nostr_sdk
+from msgspec.structs import replace
+
 from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import RelayClient
+from nostr_buzz.io.sdk_signer import SdkSigner
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.signer import LocalSigner
 from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import local_relay
+from tests.support.signers import Forger
 
 OTHER = SecretKey.generate()
 NOW = 1_790_000_000
@@ -131,3 +138,34 @@ async def test_read_mode_live_subscription_authenticates_and_delivers() -> None:
         assert reader.authenticated
         await reader.close()
     assert got == [first.id, second.id]
+
+
+# --- through a signer: the pool holds no secret key -------------------------------------------
+
+
+async def test_a_nostr_sdk_signer_authenticates_a_pool_that_holds_no_secret_key() -> None:
+    ev = note()
+    signer = await SdkSigner.connect(nostr_sdk.Keys.parse(SECRET.hex))
+    assert not isinstance(signer, LocalSigner) and signer.public_key == SECRET.public_key
+    async with local_relay(auth="both") as relay:
+        pool = RelayPool([relay.url], signer=signer, timeout=2)
+        published = await pool.publish(ev)
+        result = await pool.query({"ids": [ev.id]})
+        async with RelayClient(relay.url, signer=signer, timeout=2) as client:
+            assert (await client.query({"ids": [ev.id]})).events and client.authenticated
+    assert published.ok and [e.id for e in result.events] == [ev.id]
+    assert not any(isinstance(v, SecretKey) for v in vars(pool).values())
+
+
+async def test_a_signer_that_signs_another_auth_event_is_refused_and_nothing_is_sent() -> None:
+    forger = Forger(SECRET, lambda t: replace(t, tags=(("challenge", "chosen-by-the-signer"),)))
+    async with local_relay(auth="both") as relay:
+        async with RelayClient(relay.url, signer=forger, timeout=2) as c:
+            verdict = await c.publish(note())
+            assert not c.authenticated
+        async with RelayClient(relay.url, secret=SECRET, timeout=2) as honest:
+            stored = await honest.query({"authors": [SECRET.public_key.hex]})
+    assert forger.forged == 1
+    assert not verdict.accepted and verdict.prefix == "auth-required:"
+    assert "the signer signed a different event (tags differ)" in verdict.message
+    assert stored.finished and stored.events == []

@@ -1272,3 +1272,18 @@ def test_relay_text_on_stderr_cannot_drive_the_terminal(
     code, _, err = raw(capsys, NOTE.id, relay.url)
     assert code == 2 and "blocked:" in err
     assert "\x1b" not in err and "\r" not in err and "\nbuzz: all good" not in err
+
+
+async def test_a_live_subscription_tells_when_its_req_is_in_place() -> None:
+    # What a NIP-46 client waits for before it asks: relays keep no ephemeral event, so one
+    # published before the REQ is in place would never reach the subscription.
+    in_place = asyncio.Event()
+    async with local_relay() as relay, RelayClient(relay.url, timeout=2) as client:
+        live = client.subscribe({"kinds": [24133]}, on_eose=in_place.set)
+        first = asyncio.create_task(anext(live))
+        await asyncio.wait_for(in_place.wait(), 5)
+        now = int(time.time())
+        ephemeral = sign_event(SECRET, kind=24133, content="now", created_at=now)
+        assert (await client.publish(ephemeral)).ok
+        assert (await asyncio.wait_for(first, 5)).id == ephemeral.id
+        await live.aclose()

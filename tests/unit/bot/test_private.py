@@ -7,6 +7,7 @@ tests/e2e/bot/test_private.py and tests/e2e/bot/test_private_isolation.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip59 import PrivateEvent
+from nostr_buzz.signer import LocalSigner
 from tests.support.events import chat
 
 
@@ -50,6 +52,14 @@ def test_a_queued_private_message_is_stored_as_its_wrap_and_opened_again_on_load
     assert (queued.event.id, queued.event.content) == (message.id, "secret plans")
     with pytest.raises(StateError):
         BotStore(tmp_path).load_queue()  # without the agent's key the wrap cannot be opened
+    # A bot whose key is in a signer opens the stored wraps through it before loading.
+    keyless = BotStore(tmp_path)
+    [stored] = keyless.queued_wraps()
+    opened = asyncio.run(nip59.open_gift_wrap_with(LocalSigner(agent), stored)).as_event()
+    batch = keyless.load_queue(opened={stored.id: opened}).flush_next(10.0)
+    assert batch is not None
+    [again] = batch.events
+    assert (again.event.id, again.event.content) == (message.id, "secret plans")
 
 
 def test_a_resumed_gift_wrap_filter_still_looks_two_days_back() -> None:

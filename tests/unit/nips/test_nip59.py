@@ -3,6 +3,7 @@ the official NIP-17 example, wrap → open as an identity, and forged layers ref
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -10,12 +11,16 @@ import nostr_sdk
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from nostr_buzz.errors import BuzzError, InvalidEvent, Nip17Error, Nip59Error
 from nostr_buzz.event import Event, sign_event
+from nostr_buzz.io.sdk_signer import SdkSigner
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip44, nip59
+from nostr_buzz.signer import LocalSigner, SignerError
 from tests.support.data import FIXTURES
+from tests.support.signers import Forger
 
 ALICE = SecretKey.from_str("5c0c523f52a5b6fad39ed2403092df8cebc36318b39383bca6c00808626fab3a")
 BOB = SecretKey.from_str("4b22aa260e4acb7021e32f38a6cdf4b673c6a277755bfce287e370c924dc936d")
@@ -192,8 +197,12 @@ def _seal_of(signer: SecretKey, rumor_text: str, *, kind: int = nip59.SEAL_KIND)
 
 
 def _refusal(wrap: Event, key: SecretKey = BOB) -> Nip59Error:
+    """Why ``wrap`` is refused, the same with the key and through a signer."""
     with pytest.raises(Nip59Error) as caught:
         nip59.open_gift_wrap(key, wrap)
+    with pytest.raises(Nip59Error) as through_signer:
+        asyncio.run(nip59.open_gift_wrap_with(LocalSigner(key), wrap))
+    assert through_signer.value.reason == caught.value.reason
     return caught.value
 
 
@@ -363,3 +372,40 @@ def test_an_opened_message_becomes_an_event_the_pipeline_takes_but_nobody_can_fo
         )
     with pytest.raises(InvalidEvent):
         Event.from_json(event.to_json())  # unsigned: never passes for a signed event
+
+
+# --- through a signer -----------------------------------------------------------------------
+
+
+def test_wraps_sealed_through_a_nostr_sdk_signer_open_for_everyone_in_the_room() -> None:
+    async def wrap() -> list[tuple[str, Event]]:
+        signer = await SdkSigner.connect(_sdk_keys(ALICE))
+        return await nip17.wrap_for_room_with(signer, _rumor(ALICE, "sealed elsewhere"), now=NOW)
+
+    wraps = dict(asyncio.run(wrap()))
+    assert set(wraps) == {ALICE.public_key.hex, BOB.public_key.hex}
+    for key in (ALICE, BOB):
+        wrapped = wraps[key.public_key.hex]
+        assert wrapped.pubkey != ALICE.public_key.hex  # the wrap's one-time key stays here
+        opened = asyncio.run(nip59.open_gift_wrap_with(LocalSigner(key), wrapped))
+        assert opened.rumor.content == "sealed elsewhere" and opened.sender == ALICE.public_key.hex
+    theirs = nostr_sdk.UnwrappedGift.from_gift_wrap(
+        _sdk_keys(BOB), _sdk_event(wraps[BOB.public_key.hex])
+    )
+    assert theirs.rumor().content() == "sealed elsewhere"
+
+
+def test_a_signer_that_seals_something_else_is_refused() -> None:
+    key = nip44.conversation_key(ALICE, BOB.public_key)
+    planted = nip44.encrypt(_rumor(ALICE, "planted").to_json(), key)
+    swapper = Forger(ALICE, lambda asked: replace(asked, content=planted))
+    with pytest.raises(SignerError, match="content differ"):
+        asyncio.run(nip59.gift_wrap_with(swapper, BOB.public_key, _rumor(ALICE), now=NOW))
+
+
+def test_a_seal_through_a_signer_still_carries_only_its_own_rumors() -> None:
+    with pytest.raises(Nip59Error) as caught:
+        asyncio.run(
+            nip59.seal_with(LocalSigner(MALLORY), BOB.public_key, _rumor(ALICE), created_at=NOW)
+        )
+    assert caught.value.reason == "author_mismatch"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,6 +16,7 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips import standing as docs
+from nostr_buzz.signer import LocalSigner
 from tests.support.keys import AGENT, OWNER, STRANGER
 
 TRUSTED = {OWNER.public_key.hex}
@@ -93,6 +96,18 @@ def test_core_memory_round_trip_and_ciphertext() -> None:
     key = nip44.conversation_key(AGENT, AGENT.public_key)
     assert nip44.decrypt(event.content, key) == "I work for Morgan."
     assert docs.open_core_memory(AGENT, event) == "I work for Morgan."
+
+
+def test_core_memory_through_a_signer_opens_with_the_key_and_back() -> None:
+    signer = LocalSigner(AGENT)
+    event = asyncio.run(docs.core_memory_with(signer, "I work for Morgan.", created_at=T0))
+    assert event.kind == 30174 and event.tags == (("d", "core"),) and "Morgan" not in event.content
+    assert docs.open_core_memory(AGENT, event) == "I work for Morgan."
+    made_here = docs.build_core_memory_event(AGENT, "kept", created_at=T0)
+    assert asyncio.run(docs.open_core_memory_with(signer, made_here)) == "kept"
+    theirs = docs.build_core_memory_event(STRANGER, "not yours", created_at=T0)
+    with pytest.raises(StandingError, match="not signed by this agent"):
+        asyncio.run(docs.open_core_memory_with(signer, theirs))
 
 
 def test_core_memory_of_someone_else_is_refused() -> None:
