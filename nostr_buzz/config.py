@@ -21,6 +21,7 @@ from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import msgspec
 
+from nostr_buzz.core.gate import AuthorGate, InFlightPolicy
 from nostr_buzz.errors import (
     SECRET_HINT,
     ConfigError,
@@ -67,8 +68,6 @@ ENV_OWNER: Final = "BUZZ_OWNER"
 ENV_CONFIG: Final = "BUZZ_CONFIG"
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-InFlightPolicy = Literal["queue", "steer", "interrupt"]
-AuthorGate = Literal["owner-only", "allowlist", "anyone"]
 #: How the agent's permission requests (run a command, edit a file) are answered: ``owner``
 #: approves only while a turn runs whose triggering events are all the owner's; ``allow``
 #: approves during any turn; ``reject`` never approves; ``ask`` asks the owner by NIP-17 DM for

@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from typing import Any, Final, Literal
 from nostr_buzz.acp.facts import Ended, PromptSent
 from nostr_buzz.acp.types import PermissionRequest, TurnResult
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, standing_text
+from nostr_buzz.core.context import direct_channel_type
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.permission import PermissionDecision, Policy, TurnProvenance, decide
@@ -60,7 +60,7 @@ from nostr_buzz.nips.nip_am import MetricPayload, Outcome
 
 from .approvals import Approvals
 from .config import PluginConfig
-from .context import ContextResolver, direct_channel_type
+from .context import ContextResolver
 from .delivery import Delivery, Signed
 from .intake import in_flight_action
 from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
@@ -326,25 +326,22 @@ class TurnRunner:
         self._secrets = secret_values(config)
         #: The running turn of each queue channel.
         self.running = running
-        #: When intake last queued an event (monotonic): the worker waits for a quiet moment.
-        self.last_push = 0.0
 
     # -- the worker -----------------------------------------------------------------------
 
     async def work(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
         """Flush batches and run each as a turn until ``stop``; ``wake`` says the queue
         changed (backoffs end without one: the queue is looked at every ``_POLL`` s)."""
+        window = self.config.coalesce_window
         while not stop.is_set():
-            quiet_for = time.monotonic() - self.last_push
-            if quiet_for < self.config.coalesce_window:
-                # A burst may still be arriving: a deliberate debounce, bounded by the window.
-                await asyncio.sleep(self.config.coalesce_window - quiet_for)
-                continue
-            batch = self.queue.flush_next(self._clock())
+            now = self._clock()
+            batch = self.queue.flush_next(now, settle=window)
             if batch is None:
+                # Nothing to run, or a burst may still be arriving (bounded by the window).
+                settles = self.queue.next_settle(now, settle=window)
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(_POLL):
+                    async with asyncio.timeout(min(_POLL, settles or _POLL)):
                         await wake.wait()
                 continue
             self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
@@ -694,6 +691,7 @@ class TurnRunner:
             channel_id=turn.channel_id,
             channel_type=turn.channel_type,
             prompt_tag=prompt_tag,
+            retrieval=self.config.retrieval,
         )
         # Its words reach the agent whatever the answer: they count for permissions from now.
         turn.steer_actors.append(event.pubkey)

@@ -95,6 +95,11 @@ MAX_FEED_BYTES: Final = 10 << 20
 
 
 class DiagnosticRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """One line of the diagnostics feed (docs/bot.md): its sequence number in the feed, when
+    (RFC 3339, UTC), what happened (``kind``: ``turn_started``, ``metric_published``, …), the
+    channel, agent session and turn it concerns when any, and the kind's own ``payload``
+    (never a secret; never prompt text unless asked for)."""
+
     seq: int
     timestamp: str
     kind: DiagnosticKind

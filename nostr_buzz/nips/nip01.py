@@ -155,15 +155,22 @@ class OkMessage(msgspec.Struct, frozen=True):
 
 
 class EoseMessage(msgspec.Struct, frozen=True):
+    """``["EOSE", sub]``: the relay has sent every stored event that matches."""
+
     subscription_id: str
 
 
 class ClosedMessage(msgspec.Struct, frozen=True):
+    """``["CLOSED", sub, message]``: the relay ended the subscription (the message says why,
+    with a machine-readable prefix such as ``auth-required:``)."""
+
     subscription_id: str
     message: str
 
 
 class NoticeMessage(msgspec.Struct, frozen=True):
+    """``["NOTICE", message]``: a human-readable message from the relay."""
+
     message: str
 
 

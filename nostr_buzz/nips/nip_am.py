@@ -35,6 +35,7 @@ from nostr_buzz.signer import EventTemplate, Signer, check_signed
 __all__ = [
     "KIND",
     "MAX_PAYLOAD_BYTES",
+    "METRIC_KIND",
     "OUTCOMES",
     "STOP_REASONS",
     "TERMINAL_EVIDENCE",
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 KIND: Final = 44200
+#: The metric event's kind, by the name the package exports (``nostr_buzz.METRIC_KIND``).
+METRIC_KIND: Final = KIND
 #: Application cap on the UTF-8 JSON plaintext (the NIP-44 codec itself allows far more).
 MAX_PAYLOAD_BYTES: Final = 65535
 
