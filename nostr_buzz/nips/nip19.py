@@ -1,15 +1,16 @@
 """NIP-19: bech32-encoded entities (npub, nsec, note, nevent, nprofile).
 
-The bech32 checksum and bit conversion are BIP-173's (below, a few lines); everything
-Nostr-specific (which human-readable parts exist, their payload sizes, the TLV layout, strict
-case and length rules) is checked here too: an npub is never accepted where an nsec is expected,
-nor the reverse.
+The bech32 checksum and bit conversion come from pynostr; everything Nostr-specific (which
+human-readable parts exist, their payload sizes, the TLV layout, strict case and length rules)
+is checked here, because pynostr's own key parsing accepts an nsec where an npub is expected.
 """
 
 from __future__ import annotations
 
 import re
 from typing import NamedTuple
+
+from pynostr import bech32
 
 from nostr_buzz.errors import SECRET_HINT, Nip19Error, describe_input, looks_secret
 
@@ -53,68 +54,9 @@ def _to_bytes32(value: str | bytes, what: str) -> bytes:
     raise Nip19Error(f"{what} must be 64 hex characters or 32 bytes")
 
 
-# ---------------------------------------------------------------------------------------------
-# BIP-173 bech32 (the original checksum constant 1; NIP-19 does not use bech32m)
-
-_CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
-_CHARSET_INDEX = {c: i for i, c in enumerate(_CHARSET)}
-_GENERATOR = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
-
-
-def _polymod(values: list[int]) -> int:
-    chk = 1
-    for value in values:
-        top = chk >> 25
-        chk = (chk & 0x1FFFFFF) << 5 ^ value
-        for i, g in enumerate(_GENERATOR):
-            chk ^= g if (top >> i) & 1 else 0
-    return chk
-
-
-def _hrp_expand(hrp: str) -> list[int]:
-    return [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
-
-
-def _convert_bits(data: list[int], from_bits: int, to_bits: int, pad: bool) -> list[int] | None:
-    """Regroup ``data`` from ``from_bits``-bit to ``to_bits``-bit values; None on bad padding."""
-    acc = bits = 0
-    out: list[int] = []
-    top = (1 << to_bits) - 1
-    for value in data:
-        acc = (acc << from_bits) | value
-        bits += from_bits
-        while bits >= to_bits:
-            bits -= to_bits
-            out.append((acc >> bits) & top)
-    if pad:
-        if bits:
-            out.append((acc << (to_bits - bits)) & top)
-    elif bits >= from_bits or (acc << (to_bits - bits)) & top:
-        return None
-    return out
-
-
 def _bech32(hrp: str, payload: bytes) -> str:
-    words = _convert_bits(list(payload), 8, 5, True) or []
-    values = _hrp_expand(hrp) + words
-    checksum = _polymod([*values, 0, 0, 0, 0, 0, 0]) ^ 1
-    words += [(checksum >> 5 * (5 - i)) & 31 for i in range(6)]
-    return hrp + "1" + "".join(_CHARSET[w] for w in words)
-
-
-def _bech32_decode(s: str) -> tuple[str, list[int]] | None:
-    """``(hrp, data words)`` of a valid bech32 string (either case, not mixed), else None."""
-    if any(ord(c) < 33 or ord(c) > 126 for c in s):
-        return None
-    s = s.lower()
-    at = s.rfind("1")
-    if at < 1 or at + 7 > len(s):
-        return None
-    hrp = s[:at]
-    words = [_CHARSET_INDEX.get(c, -1) for c in s[at + 1 :]]
-    if -1 in words or _polymod(_hrp_expand(hrp) + words) != 1:
-        return None
-    return hrp, words[:-6]
+    words = bech32.convertbits(list(payload), 8, 5, True)
+    return str(bech32.bech32_encode(hrp, words, bech32.Encoding.BECH32))
 
 
 def encode(
@@ -183,11 +125,10 @@ def decode(s: str) -> tuple[str, Decoded]:
         raise Nip19Error(f"bech32 string longer than {MAX_LENGTH} characters")
     if s.lower() != s and s.upper() != s:
         raise Nip19Error("bech32 string mixes upper and lower case")
-    parsed = _bech32_decode(s)
-    if parsed is None:
+    hrp, words, spec = bech32.bech32_decode(s)
+    if hrp is None or spec != bech32.Encoding.BECH32:
         raise Nip19Error(f"not a valid bech32 string (bad characters or checksum): {_describe(s)}")
-    hrp, words = parsed
-    raw_list = _convert_bits(words, 5, 8, False)
+    raw_list = bech32.convertbits(words, 5, 8, False)
     if raw_list is None:
         raise Nip19Error("bech32 data has invalid padding")
     raw = bytes(raw_list)
