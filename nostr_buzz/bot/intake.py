@@ -6,7 +6,8 @@ to the queue.  The rules:
 
 * **Owner commands.** A kind 9 from the owner that mentions the agent and whose content, after
   leading ``nostr:npub…``/``@name`` tokens, starts with ``!cancel``, ``!new`` (the channel's next
-  turn opens a new agent session) or ``!shutdown``.  Commands
+  turn opens a new agent session), ``!shutdown`` or ``!budget CAP VALUE`` (raises or lowers a
+  budget cap, docs/bot.md "Budgets").  Commands
   are never queued and bypass the shard filter.
 * **Gate.** The agent's own events never start a turn (no loops).  Other agents (``gate.agents``
   or a NIP-24 ``bot`` profile seen earlier) start one only when they mention this agent, even
@@ -64,7 +65,7 @@ __all__ = [
 
 _LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@\S+)")
 
-CommandName = Literal["cancel", "new", "shutdown"]
+CommandName = Literal["cancel", "new", "shutdown", "budget"]
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,18 @@ Decision = Admit | Refuse | Command
 
 
 def owner_command(content: str) -> CommandName | None:
-    """``cancel``, ``new`` or ``shutdown`` when the content is an owner command, else None."""
+    """``cancel``, ``new``, ``shutdown`` or ``budget`` when the content is an owner command,
+    else None."""
     rest = content
     while (match := _LEADING_MENTION.match(rest)) is not None:
         rest = rest[match.end() :]
     word = rest.strip().split(maxsplit=1)
-    commands: dict[str, CommandName] = {"!cancel": "cancel", "!new": "new", "!shutdown": "shutdown"}
+    commands: dict[str, CommandName] = {
+        "!cancel": "cancel",
+        "!new": "new",
+        "!shutdown": "shutdown",
+        "!budget": "budget",  # !budget CAP VALUE (docs/bot.md, "Budgets")
+    }
     return commands.get(word[0]) if word else None
 
 

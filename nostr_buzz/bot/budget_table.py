@@ -1,0 +1,71 @@
+"""The ``budget_*`` tables of the bot's state database: the spend of the agent's settled turns,
+the budget notices given, the owner's caps and the channels held (:mod:`.budget`)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import Final
+
+from nostr_buzz.core.budget import Spend
+
+__all__ = ["BUDGET_SCHEMA", "BudgetTable"]
+
+BUDGET_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS budget_spend (
+    key     TEXT PRIMARY KEY,   -- the metric's event id
+    turn_id TEXT,
+    at      REAL NOT NULL,      -- the metric's timestamp, Unix seconds
+    cost    REAL,               -- USD, null when unknown
+    tokens  INTEGER             -- null when unknown
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS budget_notes (
+    name  TEXT PRIMARY KEY,     -- notice:<name>, cap:<cap>, held:<queue channel>
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+class BudgetTable:
+    """The ``budget_*`` tables of the bot's state database (joins its transactions)."""
+
+    def __init__(
+        self,
+        execute: Callable[[str, Iterable[object]], sqlite3.Cursor],
+        transaction: Callable[..., AbstractContextManager[None]],
+    ) -> None:
+        self._exec = execute
+        self._transaction = transaction
+
+    def spends(self) -> list[Spend]:
+        rows = self._exec("SELECT key, at, cost, tokens, turn_id FROM budget_spend", ())
+        return [Spend(k, float(at), cost, tokens, turn) for k, at, cost, tokens, turn in rows]
+
+    def add_spend(self, spend: Spend) -> None:
+        self._exec(
+            "INSERT OR IGNORE INTO budget_spend (key, turn_id, at, cost, tokens) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (spend.key, spend.turn_id, spend.at, spend.cost_usd, spend.tokens),
+        )
+
+    def forget_before(self, start: float) -> None:
+        self._exec("DELETE FROM budget_spend WHERE at < ?", (start,))
+
+    def notes(self, prefix: str) -> dict[str, str]:
+        rows = self._exec(
+            "SELECT name, value FROM budget_notes WHERE substr(name, 1, ?) = ?",
+            (len(prefix), prefix),
+        )
+        return {name[len(prefix) :]: value for name, value in rows}
+
+    def note(self, name: str, value: str | None) -> None:
+        """Set (``value``) or remove (None) a note."""
+        with self._transaction():
+            if value is None:
+                self._exec("DELETE FROM budget_notes WHERE name = ?", (name,))
+            else:
+                self._exec(
+                    "INSERT OR REPLACE INTO budget_notes (name, value) VALUES (?, ?)",
+                    (name, value),
+                )
