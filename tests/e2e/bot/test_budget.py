@@ -131,18 +131,24 @@ async def test_stop_holds_turns_past_the_cap_until_the_owner_raises_it(tmp_path:
 
 async def test_two_shards_stop_once_the_relays_show_the_cap_spent(tmp_path: Path) -> None:
     cast = Cast.generate()
-    rooms: dict[int, list[str]] = {0: [], 1: []}
-    for n in range(40):
-        probe = mention(cast, cast.friend, "x", channel=f"room-{n}")
-        rooms[shard_of(nip10.destination(probe), 2)].append(f"room-{n}")
+
+    def for_shard(index: int, text: str) -> Event:
+        """A message that shard ``index`` of 2 serves (a thread's root is its own destination)."""
+        for n in range(64):
+            event = mention(cast, cast.friend, text, channel=f"room-{n}")
+            if shard_of(nip10.destination(event), 2) == index:
+                return event
+        raise AssertionError("no message for this shard")
+
     async with local_relay() as relay, bots(tmp_path, cast, relay.url, "0/2", "1/2") as shards:
         counter = Counter44200(cast, [relay.url])
-        first = mention(cast, cast.friend, "spend the budget", channel=rooms[0][0])
+        first = for_shard(0, "spend the budget")
         await publish([relay.url], [first])
         await metrics_on_relay(counter, 1)  # shard 0 spent 0.02 USD
+        assert shards[0].turns_for(first) == 1
 
-        other = mention(cast, cast.friend, "the other shard", channel=rooms[1][0])
-        same = mention(cast, cast.friend, "the same shard", channel=rooms[0][1])
+        other = for_shard(1, "the other shard")
+        same = for_shard(0, "the same shard")
         await publish([relay.url], [other, same])
         await shards[1].record("budget_stopped", lambda p: other.id in p["eventIds"])
         await shards[0].record("budget_stopped", lambda p: same.id in p["eventIds"])
