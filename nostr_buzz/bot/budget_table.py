@@ -3,12 +3,11 @@ the budget notices given, the owner's caps and the channels held (:mod:`.budget`
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from typing import Final
 
 from nostr_buzz.core.budget import Spend
+
+from .state_table import StateTable
 
 __all__ = ["BUDGET_SCHEMA", "BudgetTable"]
 
@@ -27,16 +26,8 @@ CREATE TABLE IF NOT EXISTS budget_notes (
 """
 
 
-class BudgetTable:
+class BudgetTable(StateTable):
     """The ``budget_*`` tables of the bot's state database (joins its transactions)."""
-
-    def __init__(
-        self,
-        execute: Callable[[str, Iterable[object]], sqlite3.Cursor],
-        transaction: Callable[..., AbstractContextManager[None]],
-    ) -> None:
-        self._exec = execute
-        self._transaction = transaction
 
     def spends(self) -> list[Spend]:
         rows = self._exec("SELECT key, at, cost, tokens, turn_id FROM budget_spend", ())

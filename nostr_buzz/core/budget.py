@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
 from typing import Final, Literal, get_args
 
 __all__ = [
@@ -52,30 +51,63 @@ _PERIOD: Final[Mapping[CapName, Period]] = {
 }
 
 
+_DAY: Final = 86_400
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date."""
+    year -= month <= 2
+    era = year // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    return era * 146_097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719_468
+
+
+def _civil_from_days(days: int) -> tuple[int, int, int]:
+    """The (year, month, day) of a count of days since 1970-01-01."""
+    days += 719_468
+    era = days // 146_097
+    doe = days - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + (3 if mp < 10 else -9)
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def _monday(days: int) -> int:
+    return days - (days + 3) % 7  # 1970-01-01 was a Thursday
+
+
 def period_bounds(period: Period, now: float) -> tuple[float, float]:
     """The UTC period holding ``now``: its start (inclusive) and end (exclusive), Unix seconds."""
-    day = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    days = math.floor(now / _DAY)
     if period == "day":
-        start, end = day, day + timedelta(days=1)
+        first, after = days, days + 1
     elif period == "week":
-        start = day - timedelta(days=day.weekday())
-        end = start + timedelta(days=7)
+        first = _monday(days)
+        after = first + 7
     else:
-        start = day.replace(day=1)
-        end = (start + timedelta(days=32)).replace(day=1)
-    return start.timestamp(), end.timestamp()
+        year, month, _ = _civil_from_days(days)
+        first = _days_from_civil(year, month, 1)
+        after = _days_from_civil(year + month // 12, month % 12 + 1, 1)
+    return float(first * _DAY), float(after * _DAY)
 
 
 def period_key(period: Period, now: float) -> str:
     """A name for the period holding ``now``: ``day:2026-12-04``, ``week:2026-W49``,
     ``month:2026-12``."""
-    at = datetime.fromtimestamp(now, UTC)
+    days = math.floor(now / _DAY)
+    year, month, day = _civil_from_days(days)
     if period == "day":
-        return f"day:{at:%Y-%m-%d}"
+        return f"day:{year:04d}-{month:02d}-{day:02d}"
     if period == "week":
-        year, week, _ = at.isocalendar()
-        return f"week:{year}-W{week:02d}"
-    return f"month:{at:%Y-%m}"
+        thursday = _monday(days) + 3  # an ISO week belongs to the year of its Thursday
+        iso_year = _civil_from_days(thursday)[0]
+        week = (thursday - _days_from_civil(iso_year, 1, 1)) // 7 + 1
+        return f"week:{iso_year:04d}-W{week:02d}"
+    return f"month:{year:04d}-{month:02d}"
 
 
 def parse_cap_value(name: str, text: str) -> float | None:

@@ -19,19 +19,21 @@ from typing import Any
 
 from nostr_buzz.bot import shard_of
 from nostr_buzz.event import Event
-from nostr_buzz.nips import nip10
+from nostr_buzz.nips import nip10, nip59
 from tests.support.fault_harness import (
     BotProcess,
     Cast,
     Counter44200,
     DiagnosticsTail,
+    fetch_all,
     mention,
     publish,
     write_config,
 )
 from tests.support.relays import local_relay
 
-STOP = ("--budget-daily-usd", "0.01", "--budget-action", "stop")
+CAP = ("--budget-daily-usd", "0.01")
+STOP = (*CAP, "--budget-action", "stop")
 COSTLY = ("--turn-cost", "0.02")
 WAIT = 20.0
 
@@ -40,7 +42,7 @@ class Bot:
     def __init__(self, tmp: Path, name: str, cast: Cast, url: str, *args: str) -> None:
         directory = tmp / name
         config = write_config(directory, cast, [url], agent_args=COSTLY)
-        self.process = BotProcess(config, tmp / f"{name}.log", *STOP, *args)
+        self.process = BotProcess(config, tmp / f"{name}.log", *args)
         self.tail = DiagnosticsTail(directory / "state" / "diagnostics.jsonl")
 
     async def start(self) -> None:
@@ -66,9 +68,12 @@ class Bot:
 
 
 @asynccontextmanager
-async def bots(tmp: Path, cast: Cast, url: str, *shards: str) -> AsyncIterator[list[Bot]]:
+async def bots(
+    tmp: Path, cast: Cast, url: str, *shards: str, budget: Sequence[str] = STOP
+) -> AsyncIterator[list[Bot]]:
     running = [
-        Bot(tmp, f"bot{i}", cast, url, *(("--shard", s) if s else ())) for i, s in enumerate(shards)
+        Bot(tmp, f"bot{i}", cast, url, *budget, *(("--shard", s) if s else ()))
+        for i, s in enumerate(shards)
     ]
     try:
         await asyncio.gather(*(b.start() for b in running))
@@ -154,3 +159,27 @@ async def test_two_shards_stop_once_the_relays_show_the_cap_spent(tmp_path: Path
         await shards[0].record("budget_stopped", lambda p: same.id in p["eventIds"])
         assert shards[1].turns_for(other) == 0 and shards[0].turns_for(same) == 0
         assert len(await counter.metrics()) == 1
+
+
+async def test_warn_runs_every_turn_and_tells_the_owner_once(tmp_path: Path) -> None:
+    cast = Cast.generate()
+    async with local_relay() as relay, bots(tmp_path, cast, relay.url, "", budget=CAP) as (bot,):
+        counter = Counter44200(cast, [relay.url])
+        first = mention(cast, cast.friend, "first", channel="room-a")
+        await publish([relay.url], [first])
+        await metrics_on_relay(counter, 1)
+        second = mention(cast, cast.friend, "second, past the cap", channel="room-a")
+        await publish([relay.url], [second])
+        warned = await bot.record("budget_warned", lambda p: True)
+        assert warned["payload"]["notified"] is True
+        await metrics_on_relay(counter, 2)  # the turn ran all the same
+        third = mention(cast, cast.friend, "third", channel="room-b")
+        await publish([relay.url], [third])
+        again = await bot.record("budget_warned", lambda p: not p["notified"], warned["seq"])
+        assert again["payload"]["over"][0]["cap"] == "daily_usd"
+        await metrics_on_relay(counter, 3)
+        wraps = await fetch_all([relay.url], {"kinds": [1059], "#p": [cast.owner.public_key.hex]})
+        opened = [nip59.open_gift_wrap(cast.owner, w) for w in wraps]
+        assert all(o.sender == cast.agent.public_key.hex for o in opened)
+        told = [o.rumor.content for o in opened]
+        assert len([t for t in told if t.startswith("Budget reached")]) == 1, told

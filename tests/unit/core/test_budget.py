@@ -119,3 +119,19 @@ def test_cap_values_from_the_owner(name: str, text: str, value: float | None) ->
 def test_bad_cap_values_say_what_was_wrong(name: str, text: str, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         parse_cap_value(name, text)
+
+
+def test_periods_agree_with_the_calendar_over_years() -> None:
+    day = at("1999-12-25T12:00:00")
+    for _ in range(3000):  # about eight years, leap days and ISO week 53s included
+        when = datetime.fromtimestamp(day, UTC)
+        year, week, weekday = when.isocalendar()
+        assert period_key("week", day) == f"week:{year}-W{week:02d}"
+        assert period_key("day", day) == f"day:{when:%Y-%m-%d}"
+        start, end = period_bounds("month", day)
+        assert datetime.fromtimestamp(start, UTC).day == 1 and start <= day < end
+        assert datetime.fromtimestamp(end, UTC).day == 1 and end - start <= 31 * 86400
+        assert (
+            period_bounds("week", day)[0] == at(f"{when:%Y-%m-%d}T00:00:00") - (weekday - 1) * 86400
+        )
+        day += 86400
