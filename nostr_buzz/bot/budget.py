@@ -27,6 +27,7 @@ from nostr_buzz.core.budget import (
     CapName,
     Caps,
     Spend,
+    kept_since,
     parse_cap_value,
 )
 from nostr_buzz.errors import BuzzError
@@ -91,7 +92,7 @@ class BudgetGate:
         for name, text in table.notes("cap:").items():  # the owner's !budget outlives restarts
             if name in CAP_NAMES or name == "action":
                 caps = _with(caps, name, text)
-        self.ledger = BudgetLedger(caps, notified=set(table.notes("notice:")))
+        self.ledger = BudgetLedger(caps, notified=table.notices())
         self.ledger.add_all(table.spends())
 
     @property
@@ -114,10 +115,10 @@ class BudgetGate:
         if not self.caps.active:
             return BudgetDecision("run")
         now = self._clock()
+        self.ledger.forget_before(now)
+        self.table.forget_before(kept_since(now), now)
         start = self.caps.earliest_start(now)
         if start is not None:
-            self.ledger.forget_before(start)
-            self.table.forget_before(start)
             await self._read_shards(int(start))
         return self.ledger.decide(self._clock())
 
@@ -149,16 +150,16 @@ class BudgetGate:
                 continue  # not a metric this agent can read: counts nothing
             self.ledger.add(spend_of(event.id, payload))
 
-    def first_notice(self, name: str) -> bool:
-        """True (and remembered) the first time ``name`` is asked for."""
-        if not self.ledger.first_notice(name):
+    def first_notice(self, name: str, until: float) -> bool:
+        """True (and remembered until ``until``) the first time ``name`` is asked for."""
+        if not self.ledger.first_notice(name, until):
             return False
-        self.table.note("notice:" + name, "1")
+        self.table.note("notice:" + name, repr(until))
         return True
 
     async def warn_owner(self, decision: BudgetDecision) -> None:
         """``warn``: a private message to the owner, once per period (and a diagnostic)."""
-        told = self.first_notice("warn:" + decision.period)
+        told = self.first_notice("warn:" + decision.period, decision.until or 0.0)
         self.diagnostics.emit("budget_warned", payload={**_report(decision), "notified": told})
         if not told:
             return
@@ -179,7 +180,7 @@ class BudgetGate:
         sender and period)."""
         self.table.note("held:" + channel, "1")
         sender = events[-1].pubkey
-        told = self.first_notice(f"stop:{sender}:{decision.period}")
+        told = self.first_notice(f"stop:{sender}:{decision.period}", decision.until or 0.0)
         payload = {**_report(decision), "eventIds": [e.id for e in events], "notified": told}
         self.diagnostics.emit("budget_stopped", channel_id=channel, payload=payload)
         return told

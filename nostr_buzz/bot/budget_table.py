@@ -40,8 +40,22 @@ class BudgetTable(StateTable):
             (spend.key, spend.turn_id, spend.at, spend.cost_usd, spend.tokens),
         )
 
-    def forget_before(self, start: float) -> None:
+    def forget_before(self, start: float, now: float) -> None:
+        """Drop spend from before ``start`` and the notices whose period ended by ``now``."""
         self._exec("DELETE FROM budget_spend WHERE at < ?", (start,))
+        for name, until in self.notices().items():
+            if until <= now:
+                self._exec("DELETE FROM budget_notes WHERE name = ?", ("notice:" + name,))
+
+    def notices(self) -> dict[str, float]:
+        """The notices given and when each one's period ends."""
+        found: dict[str, float] = {}
+        for name, value in self.notes("notice:").items():
+            try:
+                found[name] = float(value)
+            except ValueError:
+                found[name] = 0.0  # unreadable: forgotten at the next decision
+        return found
 
     def notes(self, prefix: str) -> dict[str, str]:
         rows = self._exec(

@@ -34,6 +34,7 @@ __all__ = [
     "Over",
     "Period",
     "Spend",
+    "kept_since",
     "parse_cap_value",
     "period_bounds",
     "period_key",
@@ -108,6 +109,12 @@ def period_key(period: Period, now: float) -> str:
         week = (thursday - _days_from_civil(iso_year, 1, 1)) // 7 + 1
         return f"week:{iso_year:04d}-W{week:02d}"
     return f"month:{year:04d}-{month:02d}"
+
+
+def kept_since(now: float) -> float:
+    """The start of the earliest period holding ``now`` (its week's or its month's): spend
+    before it counts against no cap."""
+    return min(period_bounds("week", now)[0], period_bounds("month", now)[0])
 
 
 def parse_cap_value(name: str, text: str) -> float | None:
@@ -208,8 +215,9 @@ class BudgetLedger:
     caps: Caps
     _spends: dict[str, Spend] = field(default_factory=dict)
     _turns: set[str] = field(default_factory=set)
-    #: The notices given (names like ``warn:<period>``), restored from the state database.
-    notified: set[str] = field(default_factory=set)
+    #: The notices given (names like ``warn:<period>``) and when their period ends (Unix
+    #: seconds), restored from the state database.
+    notified: dict[str, float] = field(default_factory=dict)
 
     def add(self, spend: Spend) -> bool:
         """Count ``spend`` unless a spend with its key or its turn id is counted already."""
@@ -253,17 +261,22 @@ class BudgetLedger:
             return BudgetDecision("run")
         return BudgetDecision(self.caps.action, tuple(over))
 
-    def first_notice(self, name: str) -> bool:
-        """True the first time ``name`` (e.g. ``warn:<period>``) is asked about."""
+    def first_notice(self, name: str, until: float) -> bool:
+        """True the first time ``name`` (e.g. ``warn:<period>``) is asked about; it is
+        remembered until ``until`` (its period's end)."""
         if name in self.notified:
             return False
-        self.notified.add(name)
+        self.notified[name] = until
         return True
 
-    def forget_before(self, start: float) -> list[str]:
-        """Drop spend older than ``start``; the keys dropped."""
+    def forget_before(self, now: float) -> list[str]:
+        """Drop what no period holding ``now`` needs: spend from before the current week and
+        month (:func:`kept_since`) and notices whose period has ended; the spend keys dropped."""
+        start = kept_since(now)
         old = [k for k, s in self._spends.items() if s.at < start]
         for key in old:
             turn = self._spends.pop(key).turn_id
             self._turns.discard(turn or "")
+        for name in [n for n, until in self.notified.items() if until <= now]:
+            del self.notified[name]
         return old

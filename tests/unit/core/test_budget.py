@@ -85,16 +85,21 @@ def test_spend_counts_once_by_metric_id_or_turn_id_and_only_in_its_period() -> N
     assert stop.period == "daily_usd@day:2026-12-04"
     # The next day the daily cap has rolled over.
     assert ledger.decide(at("2026-12-05T00:00:00")).action == "run"
-    assert ledger.forget_before(at("2026-12-04T00:00:00")) == ["m0"]
-    assert ledger.spent("monthly_usd", NOW) == pytest.approx(0.05)
+    assert ledger.add(Spend("old", at("2026-11-29T12:00:00"), 9.0, None, "t-old"))  # last week
+    assert ledger.spent("monthly_usd", NOW) == pytest.approx(0.09)
+    assert ledger.forget_before(NOW) == ["old"]  # before this week and this month
+    assert ledger.spent("monthly_usd", NOW) == pytest.approx(0.09)
+    assert ledger.add(Spend("again", NOW, 0.0, None, "t-old"))  # its turn id is forgotten too
 
 
 def test_a_notice_is_given_once_per_name_and_a_raised_cap_runs_again() -> None:
-    ledger = BudgetLedger(Caps(daily_usd=0.01, action="stop"), notified={"warn:old"})
+    ledger = BudgetLedger(Caps(daily_usd=0.01, action="stop"), notified={"warn:old": NOW + 60})
     ledger.add(Spend("m1", NOW, 0.02, 100, "t1"))
     name = ledger.decide(NOW).period
-    assert ledger.first_notice(name) and not ledger.first_notice(name)
-    assert not ledger.first_notice("warn:old")
+    assert ledger.first_notice(name, NOW + 60) and not ledger.first_notice(name, NOW + 60)
+    assert not ledger.first_notice("warn:old", NOW + 60)
+    ledger.forget_before(NOW + 60)  # their period is over: told again in the next one
+    assert ledger.first_notice("warn:old", NOW + 120)
     ledger.caps = ledger.caps.with_cap("daily_usd", 1)
     assert ledger.decide(NOW).action == "run"
     ledger.caps = ledger.caps.with_cap("daily_usd", None)
