@@ -11,13 +11,14 @@ Over a cap, ``warn`` runs the turn and tells the owner once per period by NIP-17
 message; ``stop`` holds the batch in the queue (no attempt counted) until the period ends or
 the owner raises the cap (``!budget daily_usd 20``), and tells the sender once per period, in
 the turn's own kind.  The state database keeps the spend, the notices given, the owner's caps
-and the channels held (the ``budget`` table).
+and the channels held (the ``budget_*`` tables, :mod:`.budget_table`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Final
 
 from nostr_buzz.core.budget import (
@@ -90,7 +91,7 @@ class BudgetGate:
         self._clock = clock
         caps = config.budget
         for name, text in table.notes("cap:").items():  # the owner's !budget outlives restarts
-            if name in CAP_NAMES or name == "action":
+            with contextlib.suppress(ValueError):  # (checked when given: never expected)
                 caps = _with(caps, name, text)
         self.ledger = BudgetLedger(caps, notified=table.notices())
         self.ledger.add_all(table.spends())
@@ -213,7 +214,7 @@ def _with(caps: Caps, name: str, text: str) -> Caps:
     if name == "action":
         if text not in ("warn", "stop"):
             raise ValueError(f"action: expected warn or stop, got {text[:20]!r}")
-        return Caps(**{**asdict(caps), "action": text})
+        return replace(caps, action="warn" if text == "warn" else "stop")
     value = parse_cap_value(name, text)
     cap: CapName = next(c for c in CAP_NAMES if c == name)
     return caps.with_cap(cap, value)

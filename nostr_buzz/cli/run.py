@@ -208,6 +208,10 @@ class TurnReporter:
             )
         elif kind == "owner_command":
             self._write(f"buzz: owner command !{payload.get('command')}")
+        elif kind in ("budget_stopped", "budget_warned") and payload.get("notified"):
+            caps = ", ".join(f"{o.get('cap')} {o.get('spent')}" for o in payload.get("over") or [])
+            held = "turns wait" if kind == "budget_stopped" else "the owner was told"
+            self._write(f"buzz: budget reached ({caps}): {held} until the period ends")
         elif kind == "reply_failed":
             self._write(
                 f"buzz: no relay accepted the reply to {str(payload.get('inReplyTo'))[:12]}"
