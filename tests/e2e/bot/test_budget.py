@@ -174,8 +174,10 @@ async def test_warn_runs_every_turn_and_tells_the_owner_once(tmp_path: Path) -> 
         assert warned["payload"]["notified"] is True
         await metrics_on_relay(counter, 2)  # the turn ran all the same
         third = mention(cast, cast.friend, "third", channel="room-b")
+        mark = bot.tail.mark()
         await publish([relay.url], [third])
-        again = await bot.record("budget_warned", lambda p: not p["notified"], warned["seq"])
+        again = await bot.record("budget_warned", lambda p: True, mark)
+        assert again["payload"]["notified"] is False  # once per period
         assert again["payload"]["over"][0]["cap"] == "daily_usd"
         await metrics_on_relay(counter, 3)
         wraps = await fetch_all([relay.url], {"kinds": [1059], "#p": [cast.owner.public_key.hex]})
