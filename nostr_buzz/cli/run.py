@@ -208,6 +208,9 @@ class TurnReporter:
             )
         elif kind == "owner_command":
             self._write(f"buzz: owner command !{payload.get('command')}")
+        elif kind == "permission_asked":
+            sent = "asked the owner" if payload.get("sent") else "could not ask the owner"
+            self._write(f"buzz: {sent} to approve a {payload.get('toolKind') or 'tool'} call")
         elif kind in ("budget_stopped", "budget_warned") and payload.get("notified"):
             caps = ", ".join(f"{o.get('cap')} {o.get('spent')}" for o in payload.get("over") or [])
             held = "turns wait" if kind == "budget_stopped" else "the owner was told"
