@@ -8,28 +8,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nostr_buzz.bot.budget import BudgetGate, spend_of
-from nostr_buzz.bot.config import PluginConfig
 from nostr_buzz.bot.delivery import Delivery
 from nostr_buzz.bot.state import BotStore
 from nostr_buzz.core.budget import Caps
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
-from tests.support.keys import AGENT, OWNER
+from tests.support.keys import offline_config
 
 NOW = datetime(2026, 12, 4, 18, 30, tzinfo=UTC).timestamp()
 TS = "2026-12-04T18:29:00.000Z"
 
 
 def gate(state: Path, records: list[DiagnosticRecord]) -> tuple[BudgetGate, BotStore]:
-    config = PluginConfig(
-        agent_secret=AGENT,
-        owner=OWNER.public_key,
-        read_relays=("ws://127.0.0.1:9",),
-        write_relays=("ws://127.0.0.1:9",),
-        agent_command="agent",
-        state_dir=state,
-        budget=Caps(daily_usd=0.01, action="stop"),
-    )
+    config = offline_config(state_dir=state, budget=Caps(daily_usd=0.01, action="stop"))
     feed = DiagnosticsFeed(None, clock=lambda: datetime.now(UTC), callback=records.append)
     store = BotStore(state)
     delivery = Delivery(config, store, feed, lambda c, n: None, lambda: NOW)  # type: ignore[arg-type,return-value]
