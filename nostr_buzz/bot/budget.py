@@ -34,13 +34,13 @@ from nostr_buzz.core.budget import (
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
-from nostr_buzz.nips import nip17
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import KIND, MetricPayload, created_at_of, open_own_metric_event
 
+from .approvals import tell_owner
 from .budget_table import BudgetTable
 from .config import PluginConfig
-from .delivery import Delivery, Signed
+from .delivery import Delivery
 
 __all__ = ["BudgetGate", "spend_of", "stopped_notice"]
 
@@ -159,22 +159,15 @@ class BudgetGate:
         return True
 
     async def warn_owner(self, decision: BudgetDecision) -> None:
-        """``warn``: a private message to the owner, once per period (and a diagnostic)."""
-        told = self.first_notice("warn:" + decision.period, decision.until or 0.0)
+        """``warn``: a private message to the owner (:func:`.approvals.tell_owner`), once per
+        period: a message no relay took is tried again before the next turn."""
+        name = "warn:" + decision.period
+        told = name not in self.ledger.notified
+        if told:
+            told = await tell_owner(self.config, warning_text(decision), int(self._clock()))
+            if told:
+                self.first_notice(name, decision.until or 0.0)
         self.diagnostics.emit("budget_warned", payload={**_report(decision), "notified": told})
-        if not told:
-            return
-        agent, owner = self.config.signer.public_key.hex, self.config.owner.hex
-        now = int(self._clock())
-        rumor = nip17.message(agent, [owner], warning_text(decision), created_at=now)
-        try:
-            wraps = await nip17.wrap_for_room_with(self.config.signer, rumor, now=now)
-        except BuzzError as exc:
-            self.diagnostics.emit("reply_failed", payload={"error": f"cannot sign: {exc}"})
-            return
-        with self.delivery.store.transaction(durable=True):
-            stored = self.delivery.store_signed(Signed([wrap for _, wrap in wraps]))
-        self.delivery.send(stored)
 
     def hold(self, channel: str, events: list[Event], decision: BudgetDecision) -> bool:
         """``stop``: remember the held channel; True when its sender is to be told (once per
