@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_CONFIG_NAME",
     "SETTINGS",
     "AgentSection",
+    "BudgetSection",
     "BuzzConfig",
     "ConfigSources",
     "ContextSection",
@@ -80,6 +81,8 @@ Direction = Literal["read", "write"]
 
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
 _Kind = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+_Cost = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
+BudgetAction = Literal["warn", "stop"]
 
 
 class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -160,6 +163,17 @@ class OutboxSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     give_up_after: _Positive = 7 * 86400.0
 
 
+class BudgetSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """``[budget]``: what the agent may spend per UTC day, week and month (docs/bot.md)."""
+
+    daily_usd: _Cost | None = None
+    weekly_usd: _Cost | None = None
+    monthly_usd: _Cost | None = None
+    daily_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None  # cost-unknown turns too
+    # Over a cap: "warn" tells the owner once per period; "stop" runs no turn until it ends.
+    action: BudgetAction = "warn"
+
+
 class ContextSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """``[context]``: standing context files (paths relative to the config file)."""
 
@@ -207,6 +221,7 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     timeouts: TimeoutsSection = msgspec.field(default_factory=TimeoutsSection)
     private: PrivateSection = msgspec.field(default_factory=PrivateSection)
     outbox: OutboxSection = msgspec.field(default_factory=OutboxSection)
+    budget: BudgetSection = msgspec.field(default_factory=BudgetSection)
     context: ContextSection = msgspec.field(default_factory=ContextSection)
 
     def __repr__(self) -> str:

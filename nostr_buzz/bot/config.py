@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, cast
 
+import msgspec
+
 from nostr_buzz.config import ConfigSources, Permissions, ReplyMode, state_directory
+from nostr_buzz.core.budget import Caps
 from nostr_buzz.core.gate import AuthorGate, InFlightPolicy, Shard, shard_of
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
@@ -100,6 +103,8 @@ class PluginConfig:
     #: Channels in which actors other than the owner may hold queued events at once
     #: (docs/queue.md): a stranger's event for one more is refused, ``queue_channels_full``.
     max_stranger_channels: int = MAX_STRANGER_CHANNELS
+    #: The spending caps and what being over one does (``[budget]``, docs/bot.md "Budgets").
+    budget: Caps = field(default_factory=Caps)
     #: ``MODULE:ATTR`` of an in-process agent (``[agent] module``), instead of the command.
     agent_module: str | None = None
     #: How the envelope tells the model to fetch history it was not given: buzz's commands
@@ -203,6 +208,7 @@ class PluginConfig:
             clock_skew=file.subscriptions.clock_skew,
             max_recipients=file.private.max_recipients,
             give_up_after=file.outbox.give_up_after,
+            budget=Caps(**msgspec.structs.asdict(file.budget)),
         )
 
 

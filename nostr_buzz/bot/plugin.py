@@ -323,7 +323,7 @@ class BuzzPlugin:
         if command == "shutdown":
             self.stop()
             return
-        await self._runner.obey(command, nip10.queue_channel(event))
+        await self._runner.obey(command, event)
 
     # -- the worker ---------------------------------------------------------------------
 

@@ -59,6 +59,7 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome
 
 from .approvals import Approvals
+from .budget import BudgetGate, stopped_notice
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery, Signed
@@ -326,6 +327,7 @@ class TurnRunner:
         self._secrets = secret_values(config)
         #: The running turn of each queue channel.
         self.running = running
+        self.budget = BudgetGate(config, store.budget, delivery, diagnostics, clock)
 
     # -- the worker -----------------------------------------------------------------------
 
@@ -359,11 +361,14 @@ class TurnRunner:
         elif action == "interrupt":
             await self.cancel(turn, "interrupt")
 
-    async def obey(self, command: Literal["cancel", "new"], channel: str) -> None:
-        """The owner's ``!cancel`` (:meth:`cancel_for_owner`) or ``!new``: the channel's next turn
-        opens a new agent session, with the standing context as it is then (a running turn
-        ends in the session it has)."""
-        if command == "cancel":
+    async def obey(self, command: Literal["cancel", "new", "budget"], event: Event) -> None:
+        """The owner's ``!cancel`` (:meth:`cancel_for_owner`), ``!new`` (the channel's next turn
+        opens a new agent session, with the standing context as it is then: a running turn
+        ends in the session it has) or ``!budget`` (:meth:`change_budget`)."""
+        channel = nip10.queue_channel(event)
+        if command == "budget":
+            self.change_budget(event.content)
+        elif command == "cancel":
             await self.cancel_for_owner(channel)
         else:
             self.supervisor.end_session(channel, self.store.receipts)
@@ -375,10 +380,38 @@ class TurnRunner:
         for turn in targets:
             await self.cancel(turn, "owner")
 
+    def change_budget(self, content: str) -> None:
+        """The owner's ``!budget CAP VALUE``: the channels the budget held are looked at again."""
+        released = self.budget.change(content) or []
+        with self.store.transaction(durable=True):
+            for channel in released:
+                if self.queue.release(channel):
+                    self.store.sync_channel(self.queue, channel)
+        self._wake()
+
+    async def _within_budget(self, batch: Batch) -> bool:
+        """The budget's word before a turn (:mod:`.budget`): False when ``stop`` held the batch
+        back in the queue (no attempt counted) and told its sender, once per period."""
+        decision = await self.budget.decide()
+        if decision.action == "warn":
+            await self.budget.warn_owner(decision)
+        if decision.action != "stop" or decision.until is None:
+            return True
+        with self.store.transaction(durable=True):
+            self.queue.hold(batch, decision.until)
+            self.store.sync_channel(self.queue, batch.channel)
+            notify = self.budget.hold(batch.channel, [q.event for q in batch.events], decision)
+        if notify:
+            await self._notify(batch.events[-1].event, stopped_notice(decision))
+        self._wake()
+        return False
+
     # -- one turn -------------------------------------------------------------------------
 
     async def run(self, batch: Batch) -> None:
         """Run ``batch`` to its settlement; never raises (but for cancellation)."""
+        if not await self._within_budget(batch):
+            return
         turn = Turn.of(batch)
         self.running[batch.channel] = turn
         started_at = datetime.fromtimestamp(self._clock(), UTC)
@@ -429,10 +462,13 @@ class TurnRunner:
         known once the queue has settled, is signed and stored just after."""
         replies: list[Signed] = []
         metrics: list[Signed] = []
+        spent: list[tuple[str, MetricPayload]] = []  # each turn's spend, for the budget
         for out in outputs:
             if out.payload is not None:
                 metric = await self.delivery.sign_metric(out.payload, out.ids)
                 metrics += [metric] if metric is not None else []
+                key = metric.events[0].id if metric is not None else f"turn:{out.ids.turn_id}"
+                spent.append((key, out.payload))
             if out.reply is not None:
                 replies.append(
                     await self.delivery.sign_reply(out.target, out.reply, out.ids, dm_relays)
@@ -443,6 +479,8 @@ class TurnRunner:
             ]
             notices = settle()
             self.store.sync_channel(self.queue, turn.batch.channel)
+            for key, payload in spent:
+                self.budget.record(key, payload)
         self.delivery.send(stored)
         for target, text in notices:
             await self._notify(target, text)

@@ -6,7 +6,8 @@ The rules:
 
 * **Owner commands.** A kind 9 from the owner that mentions the agent, or the owner's private
   message, whose content, after leading ``nostr:npub…``/``@name`` tokens, starts with
-  ``!cancel``, ``!new`` (the channel's next turn opens a new agent session), ``!shutdown``, or
+  ``!cancel``, ``!new`` (the channel's next turn opens a new agent session), ``!shutdown``,
+  ``!budget CAP VALUE`` (raises or lowers a budget cap, docs/bot.md "Budgets"), or
   ``!allow CODE`` / ``!deny CODE`` (the answer to a permission question; anyone's is passed on
   and refused unless it is the owner's).  Commands are never queued and bypass the shard
   filter.
@@ -69,13 +70,14 @@ _LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@
 InFlightPolicy = Literal["queue", "steer", "interrupt"]
 #: Whose events start a turn: the owner's only, the owner's and an allowlist's, anyone's.
 AuthorGate = Literal["owner-only", "allowlist", "anyone"]
-CommandName = Literal["cancel", "new", "shutdown", "allow", "deny"]
+CommandName = Literal["cancel", "new", "shutdown", "allow", "deny", "budget"]
 _COMMANDS: Final[dict[str, CommandName]] = {
     "!cancel": "cancel",
     "!new": "new",
     "!shutdown": "shutdown",
     "!allow": "allow",
     "!deny": "deny",
+    "!budget": "budget",  # !budget CAP VALUE (docs/bot.md, "Budgets")
 }
 #: The commands that answer a permission question: they take a code.
 APPROVALS: Final = frozenset({"allow", "deny"})

@@ -549,6 +549,28 @@ class DispatchQueue:
         ch.backoff_until = now + delay
         return None
 
+    def hold(self, batch: Batch, until: float) -> None:
+        """The turn was not run (the agent is paused, docs/bot.md "Budgets"): the batch goes
+        back as it was, no attempt counted, and the channel waits until ``until`` (or until
+        :meth:`release`)."""
+        until = _check_now(until)
+        found = self._flight_of(batch)
+        if found is None:
+            return None
+        ch, fl = found
+        ch.flight = None
+        self._return(ch, fl, fl.batch.attempt - 1)
+        ch.backoff_until = until
+        return None
+
+    def release(self, channel: str) -> bool:
+        """End the channel's wait (a hold or a backoff) now; False when it has none."""
+        ch = self._channels.get(channel)
+        if ch is None or ch.backoff_until is None:
+            return False
+        ch.backoff_until = None
+        return True
+
     def requeue_cancelled(self, batch: Batch, reason: CancelReason) -> None:
         """Store a cancelled (interrupted or failed-to-steer) batch for the channel's next one."""
         if reason not in _REASONS:

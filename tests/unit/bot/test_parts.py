@@ -65,6 +65,7 @@ def test_owner_commands_follow_leading_mentions_only() -> None:
     assert owner_command("!cancelled") is None
     assert owner_command("@bot !new") == "new"
     assert owner_command("!newer") is None and owner_command("") is None
+    assert owner_command("@bot !budget daily_usd 20") == "budget"
 
 
 def test_decide_commands_refusals_shards_and_admission() -> None:
