@@ -16,20 +16,17 @@ and the channels held (the ``budget_*`` tables, :mod:`.budget_table`).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Final
 
 from nostr_buzz.core.budget import (
-    CAP_NAMES,
     BudgetDecision,
     BudgetLedger,
-    CapName,
     Caps,
     Spend,
     kept_since,
-    parse_cap_value,
+    with_owner_note,
+    with_owner_notes,
 )
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
@@ -89,10 +86,8 @@ class BudgetGate:
         self.delivery = delivery
         self.diagnostics = diagnostics
         self._clock = clock
-        caps = config.budget
-        for name, text in table.notes("cap:").items():  # the owner's !budget outlives restarts
-            with contextlib.suppress(ValueError):  # (checked when given: never expected)
-                caps = _with(caps, name, text)
+        # The owner's !budget outlives restarts (checked when given).
+        caps = with_owner_notes(config.budget, table.notes("cap:"))
         self.ledger = BudgetLedger(caps, notified=table.notices())
         self.ledger.add_all(table.spends())
 
@@ -188,7 +183,7 @@ class BudgetGate:
         try:
             if len(args) != 2:
                 raise ValueError("expected !budget CAP VALUE, e.g. !budget daily_usd 20")
-            caps = _with(self.caps, args[0], args[1])
+            caps = with_owner_note(self.caps, args[0], args[1])
         except ValueError as exc:
             self.diagnostics.emit("budget_changed", payload={"error": str(exc)})
             return None
@@ -200,17 +195,6 @@ class BudgetGate:
         for channel in held:
             self.table.note("held:" + channel, None)
         return held
-
-
-def _with(caps: Caps, name: str, text: str) -> Caps:
-    """``caps`` with one cap (or the action) set from the owner's text; ValueError if bad."""
-    if name == "action":
-        if text not in ("warn", "stop"):
-            raise ValueError(f"action: expected warn or stop, got {text[:20]!r}")
-        return replace(caps, action="warn" if text == "warn" else "stop")
-    value = parse_cap_value(name, text)
-    cap: CapName = next(c for c in CAP_NAMES if c == name)
-    return caps.with_cap(cap, value)
 
 
 def _report(decision: BudgetDecision) -> dict[str, object]:

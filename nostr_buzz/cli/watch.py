@@ -109,9 +109,24 @@ def _lines(view: WatchView) -> tuple[str, str, str]:
     plural = "" if spend.turns == 1 else "s"
     spent = (
         f"today (UTC {spend.day}): ${spend.cost_usd:.4f} over {spend.turns} turn{plural}"
-        f"{unknown}; no budget configured"
+        f"{unknown}; {_budget(view)}"
     )
     return head, waiting, spent
+
+
+def _budget(view: WatchView) -> str:
+    """Each cap against what counts in its period, what being over does, the held channels."""
+    budget = view.budget
+    if budget is None:
+        return "no budget configured"
+    caps = ", ".join(
+        f"{c.name} {c.spent:g}/{c.limit:g}"
+        if c.name == "daily_tokens"
+        else f"{c.name} ${c.spent:.4f}/${c.limit:g}"
+        for c in budget.caps
+    )
+    held = f", {len(budget.held)} channel(s) held" if budget.held else ""
+    return f"budget ({budget.action}): {caps}{held}"
 
 
 def render(view: WatchView) -> RenderableType:
@@ -146,12 +161,21 @@ def _frame(watcher: Watcher) -> RenderableType:
 
 
 def _open(config: Path | None, state_dir: Path | None) -> Watcher:
+    from nostr_buzz.core.budget import Caps
     from nostr_buzz.io.watch import Watcher
 
     overrides = {"state_dir": str(state_dir)} if state_dir is not None else None
-    directory = sources(config, overrides).state_dir()
+    cfg = sources(config, overrides)
+    budget = cfg.file.budget
+    caps = Caps(
+        daily_usd=budget.daily_usd,
+        weekly_usd=budget.weekly_usd,
+        monthly_usd=budget.monthly_usd,
+        daily_tokens=budget.daily_tokens,
+        action=budget.action,
+    )
     try:
-        return Watcher(directory, clock=time.time)
+        return Watcher(cfg.state_dir(), clock=time.time, caps=caps)
     except StateDirError as exc:
         code = ExitCode.NOT_FOUND if exc.reason == "missing" else ExitCode.BAD_INPUT
         raise CliFailure(code, exc.detail) from None

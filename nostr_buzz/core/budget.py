@@ -19,6 +19,7 @@ the next turn runs.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,7 @@ from typing import Final, Literal, get_args
 
 __all__ = [
     "CAP_NAMES",
+    "PERIODS",
     "Action",
     "BudgetDecision",
     "BudgetLedger",
@@ -38,13 +40,15 @@ __all__ = [
     "parse_cap_value",
     "period_bounds",
     "period_key",
+    "with_owner_note",
+    "with_owner_notes",
 ]
 
 Action = Literal["warn", "stop"]
 Period = Literal["day", "week", "month"]
 CapName = Literal["daily_usd", "weekly_usd", "monthly_usd", "daily_tokens"]
 CAP_NAMES: Final[tuple[CapName, ...]] = get_args(CapName)
-_PERIOD: Final[Mapping[CapName, Period]] = {
+PERIODS: Final[Mapping[CapName, Period]] = {
     "daily_usd": "day",
     "weekly_usd": "week",
     "monthly_usd": "month",
@@ -166,7 +170,7 @@ class Caps:
 
     def earliest_start(self, now: float) -> float | None:
         """Where the longest active period starts (None: no cap)."""
-        starts = [period_bounds(_PERIOD[n], now)[0] for n in CAP_NAMES if self.value(n) is not None]
+        starts = [period_bounds(PERIODS[n], now)[0] for n in CAP_NAMES if self.value(n) is not None]
         return min(starts) if starts else None
 
 
@@ -238,7 +242,7 @@ class BudgetLedger:
 
     def spent(self, cap: CapName, now: float) -> float:
         """What counts against ``cap`` in its period holding ``now``."""
-        start, end = period_bounds(_PERIOD[cap], now)
+        start, end = period_bounds(PERIODS[cap], now)
         total = 0.0
         for s in self._spends.values():
             if start <= s.at < end:
@@ -254,7 +258,7 @@ class BudgetLedger:
                 continue
             spent = self.spent(cap, now)
             if spent >= limit:
-                period = _PERIOD[cap]
+                period = PERIODS[cap]
                 end = period_bounds(period, now)[1]
                 over.append(Over(cap, limit, spent, period_key(period, now), end))
         if not over:
@@ -280,3 +284,23 @@ class BudgetLedger:
         for name in [n for n, until in self.notified.items() if until <= now]:
             del self.notified[name]
         return old
+
+
+def with_owner_note(caps: Caps, name: str, text: str) -> Caps:
+    """``caps`` with one cap (or the action) set as the owner's ``!budget`` stored it
+    (``name`` a cap or ``action``); ValueError when the text is not one."""
+    if name == "action":
+        if text not in ("warn", "stop"):
+            raise ValueError(f"action: expected warn or stop, got {text[:20]!r}")
+        return replace(caps, action="warn" if text == "warn" else "stop")
+    value = parse_cap_value(name, text)
+    cap: CapName = next(c for c in CAP_NAMES if c == name)
+    return caps.with_cap(cap, value)
+
+
+def with_owner_notes(caps: Caps, notes: Mapping[str, str]) -> Caps:
+    """``caps`` with every stored owner's ``!budget`` applied (an unreadable one is skipped)."""
+    for name, text in notes.items():
+        with contextlib.suppress(ValueError, StopIteration):
+            caps = with_owner_note(caps, name, text)
+    return caps

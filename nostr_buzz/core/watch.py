@@ -30,6 +30,15 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from nostr_buzz.core.budget import (
+    CAP_NAMES,
+    PERIODS,
+    BudgetLedger,
+    Caps,
+    Spend,
+    period_bounds,
+    with_owner_notes,
+)
 from nostr_buzz.nips import nip10, nip19
 
 __all__ = [
@@ -115,6 +124,10 @@ class StateSnapshot:
     queued: tuple[QueuedRow, ...] = ()
     retries: tuple[RetryRow, ...] = ()
     outbox: tuple[OutboxRow, ...] = ()
+    #: The budget's settled spend and its notes (the owner's caps, ``cap:…``; held channels,
+    #: ``held:…``), when the bot keeps a budget (docs/bot.md, "Budgets").
+    spends: tuple[Spend, ...] = ()
+    budget_notes: tuple[tuple[str, str], ...] = ()
 
 
 class Moment(NamedTuple):
@@ -182,6 +195,23 @@ class SpendView(msgspec.Struct, frozen=True, rename="camel"):
     turns_without_cost: int
 
 
+class CapView(msgspec.Struct, frozen=True, rename="camel"):
+    """One cap: its limit, what counts against it in the period now (USD, or tokens for
+    ``daily_tokens``), and when the period ends (Unix seconds, UTC periods)."""
+
+    name: str
+    limit: float
+    spent: float
+    period_ends: float
+
+
+class BudgetView(msgspec.Struct, frozen=True, rename="camel"):
+    action: str
+    caps: list[CapView]
+    #: Queue channels held until a period ends or the owner raises the cap (``stop``).
+    held: list[str]
+
+
 class AgentView(msgspec.Struct, frozen=True, rename="camel"):
     name: str | None
     started_at: str
@@ -204,8 +234,9 @@ class WatchView(msgspec.Struct, frozen=True, rename="camel"):
     queue: list[ChannelView]
     outbox: OutboxView
     spend: SpendView
-    #: No budget is configured yet: always None (a daily budget will be an object here).
-    budget: None
+    #: The caps in force (the configuration's, with the owner's ``!budget`` over them) and
+    #: what counts against each; None when no cap is set.
+    budget: BudgetView | None
     feed: FeedView
 
     def to_json(self) -> str:
@@ -399,8 +430,32 @@ def _outbox_view(rows: tuple[OutboxRow, ...], now: float) -> OutboxView:
     return OutboxView(pending=len(rows), oldest_age_seconds=oldest, kinds=kinds)
 
 
+def budget_view(snapshot: StateSnapshot, configured: Caps, now: float) -> BudgetView | None:
+    """The caps in force at ``now`` and the settled spend against each (None: no cap)."""
+    notes = dict(snapshot.budget_notes)
+    owners = {k[4:]: v for k, v in notes.items() if k.startswith("cap:")}
+    caps = with_owner_notes(configured, owners)
+    if not caps.active:
+        return None
+    ledger = BudgetLedger(caps)
+    ledger.add_all(snapshot.spends)
+    views = []
+    for name in CAP_NAMES:
+        limit = caps.value(name)
+        if limit is not None:
+            end = period_bounds(PERIODS[name], now)[1]
+            views.append(CapView(name, limit, round(ledger.spent(name, now), 9), end))
+    held = sorted(k[5:] for k in notes if k.startswith("held:"))
+    return BudgetView(action=caps.action, caps=views, held=held)
+
+
 def watch_view(
-    snapshot: StateSnapshot, feed: FeedSummary, *, moment: Moment, state_dir: str
+    snapshot: StateSnapshot,
+    feed: FeedSummary,
+    *,
+    moment: Moment,
+    state_dir: str,
+    caps: Caps | None = None,
 ) -> WatchView:
     """The bot as ``buzz watch`` shows it at ``moment`` (see the module docstring)."""
     now = moment.seconds
@@ -416,6 +471,6 @@ def watch_view(
         queue=_channel_views(snapshot, in_flight, now),
         outbox=_outbox_view(snapshot.outbox, now),
         spend=feed.spend_on(now, moment.day),
-        budget=None,
+        budget=budget_view(snapshot, caps or Caps(), now),
         feed=FeedView(last_seq=feed.last_seq, last_record_at=feed.last_record_at),
     )

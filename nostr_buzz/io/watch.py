@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 import msgspec
 
+from nostr_buzz.core.budget import Caps, Spend
 from nostr_buzz.core.watch import (
     FeedRecord,
     FeedSummary,
@@ -133,6 +134,7 @@ def read_snapshot(directory: Path) -> StateSnapshot:
             OutboxRow(int(kind), float(added), int(attempts))
             for kind, added, attempts in db.execute("SELECT kind, added_at, attempts FROM outbox")
         )
+        spends, notes = _budget(db)
         db.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
@@ -140,7 +142,25 @@ def read_snapshot(directory: Path) -> StateSnapshot:
         raise StateError(f"cannot read the bot state {database}: {exc}") from None
     finally:
         db.close()
-    return StateSnapshot(queued, retries, outbox)
+    return StateSnapshot(queued, retries, outbox, spends, notes)
+
+
+def _budget(db: sqlite3.Connection) -> tuple[tuple[Spend, ...], tuple[tuple[str, str], ...]]:
+    """The budget's settled spend and notes (none in a database written before budgets)."""
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not {"budget_spend", "budget_notes"} <= tables:
+        return (), ()
+    spends = tuple(
+        Spend(str(key), float(at), cost, tokens, turn)
+        for key, at, cost, tokens, turn in db.execute(
+            "SELECT key, at, cost, tokens, turn_id FROM budget_spend"
+        )
+    )
+    notes = tuple(
+        (str(name), str(value))
+        for name, value in db.execute("SELECT name, value FROM budget_notes")
+    )
+    return spends, notes
 
 
 def _check_schema(db: sqlite3.Connection, database: Path) -> None:
@@ -253,9 +273,12 @@ class Watcher:
     """One state directory, watched: :meth:`view` reads the database, then what the feed
     added since the last call (a turn that started in between is in both)."""
 
-    def __init__(self, state_dir: Path, *, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, state_dir: Path, *, clock: Callable[[], float], caps: Caps | None = None
+    ) -> None:
         self.state_dir = check_state_dir(state_dir)
         self._clock = clock
+        self._caps = caps  # the configuration's [budget]
         self._tail = FeedTail(self.state_dir / FEED_FILE)
         self._summary = FeedSummary()
 
@@ -263,7 +286,11 @@ class Watcher:
         snapshot = read_snapshot(self.state_dir)
         self._summary.add_all(self._tail.read())
         return watch_view(
-            snapshot, self._summary, moment=moment(self._clock()), state_dir=str(self.state_dir)
+            snapshot,
+            self._summary,
+            moment=moment(self._clock()),
+            state_dir=str(self.state_dir),
+            caps=self._caps,
         )
 
     def close(self) -> None:

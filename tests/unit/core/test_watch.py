@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nostr_buzz.core.budget import Caps, Spend
 from nostr_buzz.core.watch import (
     FeedRecord,
     FeedSummary,
@@ -161,6 +162,32 @@ def test_spend_is_the_cost_of_todays_metrics_utc() -> None:
     spend = view(summary, now=T0 + 60).spend
     assert (spend.cost_usd, spend.turns, spend.turns_without_cost) == (0.75, 5, 3)
     assert view(summary, now=T0 + DAY).spend.turns == 0  # the next day starts from nothing
+
+
+def test_the_budget_shows_each_cap_in_force_against_its_period_and_the_held_channels() -> None:
+    spends = (
+        Spend("m1", T0 - 2 * 3600, 0.5, 100, "t1"),  # yesterday: counts for the week only
+        Spend("m2", T0, 0.25, 40, "t2"),
+        Spend("m3", T0 + 1, None, 60, "t3"),  # cost unknown: tokens only
+        Spend("m4", T0 + 2, 9.0, 1, "t2"),  # the same turn again (another shard's metric)
+    )
+    notes = (("cap:daily_usd", "1"), ("held:eng", "1"), ("cap:action", "stop"))
+    snapshot = StateSnapshot(spends=spends, budget_notes=notes)
+    configured = Caps(daily_usd=0.1, weekly_usd=5.0, daily_tokens=1000)
+    budget = watch_view(
+        snapshot, fold(), moment=Moment(T0 + 10, "now", "day"), state_dir="/s", caps=configured
+    ).budget
+    assert budget is not None and budget.action == "stop" and budget.held == ["eng"]
+    caps = {c.name: (c.limit, c.spent) for c in budget.caps}
+    # The owner's !budget daily_usd 1 is over the configuration's 0.1.
+    assert caps == {
+        "daily_usd": (1.0, 0.25),
+        "weekly_usd": (5.0, 0.75),
+        "daily_tokens": (1000, 100),
+    }
+    assert all(c.period_ends > T0 + 10 for c in budget.caps)
+    # No cap configured nor given by the owner: nothing to show.
+    assert view(fold(), StateSnapshot(spends=spends)).budget is None
 
 
 def test_the_once_json_has_the_documented_schema() -> None:
