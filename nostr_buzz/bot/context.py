@@ -247,7 +247,7 @@ class ContextResolver:
         if self.signer is None:
             return NO_HISTORY
         messages, truncated = await conversation(
-            self.signer, self.pool.urls, newest.pubkey, limit=self.limit, timeout=self.timeout
+            self.signer, self.pool, newest.pubkey, limit=self.limit, timeout=self.timeout
         )
         kept: list[Event] = list(messages)
         return History("dm", kept, len(kept) + (1 if truncated else 0), truncated)

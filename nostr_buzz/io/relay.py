@@ -506,6 +506,18 @@ async def _dial(url: str, timeout: float, max_frame_bytes: int) -> ClientConnect
         )
 
 
+async def _send_frame(ws: ClientConnection | None, text: str, remaining: float) -> str | None:
+    """Send one frame on ``ws`` within ``remaining`` seconds; why it failed, or ``None``."""
+    if ws is None:
+        return "not connected"
+    try:
+        async with asyncio.timeout(max(0.0, remaining)):
+            await ws.send(text)
+    except (TimeoutError, websockets.exceptions.WebSocketException, OSError) as exc:
+        return _describe(exc)
+    return None
+
+
 async def _hang_up(ws: ClientConnection, *, polite: bool) -> None:
     """Close ``ws`` (with the close handshake when ``polite``) and abort its transport."""
     keepalive = ws.keepalive_task  # websockets cancels it on close but never awaits it
@@ -655,7 +667,11 @@ class RelayClient:
             sub = await self._open(
                 flts, live=False, budget=self.query_budget, deadline=deadline, shared=shared
             )
-            timed_out = await query.until_end(sub, deadline)
+            try:
+                timed_out = await query.until_end(sub, deadline)
+            except asyncio.CancelledError:  # abandoned (a pool's grace): free the REQ
+                await self._close_sub(sub)
+                raise
             if timed_out:
                 self._unresponsive = True
             end = sub.end  # read before closing, which marks it ended by the client
@@ -806,16 +822,8 @@ class RelayClient:
 
     async def _send(self, text: str, deadline: float | None) -> str | None:
         """Send one frame; returns why it failed, or ``None``."""
-        ws = self._ws
-        if ws is None:
-            return "not connected"
         remaining = self.timeout if deadline is None else deadline - _now()
-        try:
-            async with asyncio.timeout(max(0.0, remaining)):
-                await ws.send(text)
-        except (TimeoutError, websockets.exceptions.WebSocketException, OSError) as exc:
-            return _describe(exc)
-        return None
+        return await _send_frame(self._ws, text, remaining)
 
     async def _open(
         self,
