@@ -102,8 +102,10 @@ class Delivery:
         self.signer = config.signer
         self.agent = config.signer.public_key.hex
         #: The bot's one pool (its kept connections), read relays; a one-shot one when None.
-        self.pool = pool if pool is not None else RelayPool(
-            config.read_relays, signer=self.signer, timeout=config.relay_timeout
+        self.pool = (
+            pool
+            if pool is not None
+            else RelayPool(config.read_relays, signer=self.signer, timeout=config.relay_timeout)
         )
         self.write_pool = self.pool.using(config.write_relays)
         # MetricPublisher keeps and sends every stored event, answering NIP-42 through the signer.

@@ -130,7 +130,6 @@ class SessionReceipts:
         self._exec("DELETE FROM sessions WHERE channel = ?", (channel,))
 
 
-
 def _bounded(receipt: SessionReceipt) -> SessionReceipt:
     if len(receipt.delivered) <= REMEMBERED_DELIVERED:
         return receipt

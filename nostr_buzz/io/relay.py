@@ -421,6 +421,7 @@ class _Nip42:
         self.challenge: str | None = None
         self.challenge_seen = asyncio.Event()
         self.authenticated = False
+        self.lock = asyncio.Lock()  # one AUTH at a time; the others then find it done
 
     def challenged(self, challenge: str) -> None:
         self.challenge = challenge
@@ -888,28 +889,29 @@ class RelayClient:
             self._pending.remove(key)
 
     async def _authenticate(self, deadline: float) -> str | None:
-        """Answer the relay's NIP-42 challenge; ``None`` on success, else what went wrong."""
+        """Answer the relay's NIP-42 challenge, once per connection (requests refused together
+        share one AUTH); ``None`` on success, else what went wrong."""
         if not self.auth:
             return "authentication disabled for this relay"
-        if self.signer is None:
-            return "no key configured to authenticate"
-        if self._ws is None:
-            return "not connected"
-        if not await self._nip42.challenge_by(deadline):
-            return "relay sent no AUTH challenge"
-        challenge = self._nip42.challenge
-        assert challenge is not None
-        event = await _auth_event(self.signer, self.url, challenge, deadline)
-        if isinstance(event, str):
-            return event
-        answer = await self._request_ok(
-            event.id, nip01.encode_auth(event), min(deadline, _now() + AUTH_OK_TIMEOUT)
-        )
-        if isinstance(answer, _Ok) and not answer.accepted:
-            return f"AUTH refused: {answer.message or 'no reason given'}"
-        # No OK at all: some relays never acknowledge AUTH; proceed and let the retry tell.
-        self._nip42.authenticated = isinstance(answer, _Ok)
-        return None
+        nip42 = self._nip42
+        async with nip42.lock:
+            if nip42.authenticated:
+                return None
+            if self.signer is None or self._ws is None:
+                return "not connected" if self.signer else "no key configured to authenticate"
+            if not await nip42.challenge_by(deadline):
+                return "relay sent no AUTH challenge"
+            assert nip42.challenge is not None
+            event = await _auth_event(self.signer, self.url, nip42.challenge, deadline)
+            if isinstance(event, str):
+                return event
+            limit = min(deadline, _now() + AUTH_OK_TIMEOUT)
+            answer = await self._request_ok(event.id, nip01.encode_auth(event), limit)
+            if isinstance(answer, _Ok) and not answer.accepted:
+                return f"AUTH refused: {answer.message or 'no reason given'}"
+            # No OK at all: some relays never acknowledge AUTH; proceed, let the retry tell.
+            nip42.authenticated = isinstance(answer, _Ok)
+            return None
 
     async def _read(self, ws: ClientConnection) -> None:
         reason = "connection dropped"
