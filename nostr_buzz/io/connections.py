@@ -89,20 +89,18 @@ class RelayConnections:
     async def use(self, url: str, *, auth: bool, req: bool = False) -> AsyncIterator[RelayClient]:
         """The kept client for ``url`` (``auth``: answers NIP-42), for the ``async with`` body;
         ``req``: the body runs a query, which waits for one of the connection's slots."""
-        if self._closed:
-            raise RuntimeError("these relay connections are closed")
+        if self._closed:  # a late caller (a send at shutdown): a connection of its own
+            client = self._new_client(url, auth)
+            try:
+                yield client
+            finally:
+                await client.close()
+            return
         self._start_reaper()
         key = (normalize_relay_url(url), auth)
         conn = self._conns.get(key)
         if conn is None:
-            client = RelayClient(
-                url,
-                signer=self.signer if auth else None,
-                timeout=self.timeout,
-                auth=auth,
-                on_cut_off=self._cut_off,
-            )
-            conn = self._conns[key] = _Connection(client)
+            conn = self._conns[key] = _Connection(self._new_client(url, auth))
         conn.users += 1
         try:
             if req:
@@ -113,6 +111,12 @@ class RelayConnections:
         finally:
             conn.users -= 1
             conn.last_used = _now()
+
+    def _new_client(self, url: str, auth: bool) -> RelayClient:
+        signer = self.signer if auth else None
+        return RelayClient(
+            url, signer=signer, timeout=self.timeout, auth=auth, on_cut_off=self._cut_off
+        )
 
     def _cut_off(self, url: str, why: str) -> None:
         if self.on_cut_off is not None:
