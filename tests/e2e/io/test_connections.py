@@ -7,55 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.connections import MAX_REQS_PER_CONNECTION
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.io.relay import RelayClient
-from tests.support.hostile_relay import hostile_relay, tarpit
+from tests.e2e.io.test_pool import note, now
+from tests.support.hostile_relay import hostile_relay
 from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import free_port, local_relay
 from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
 from tests.support.waits import wait_for
-
-NOW = 1_790_000_000
-
-
-def note(content: str, created_at: int = NOW) -> Event:
-    return sign_event(SECRET, kind=1, content=content, created_at=created_at)
-
-
-def now() -> float:
-    return asyncio.get_running_loop().time()
-
-
-async def test_silent_frozen_and_unreachable_relays_cost_only_the_grace_period() -> None:
-    ev = note("prompt")
-    async with (
-        local_relay() as good,
-        hostile_relay("silent") as silent,
-        hostile_relay("frozen") as frozen,
-        tarpit() as pit,
-    ):
-        async with RelayClient(good.url) as c:
-            assert (await c.publish(ev)).accepted
-        pool = RelayPool([silent.url, frozen.url, pit, good.url], timeout=5.0)
-        start = now()
-        result = await pool.query({"kinds": [1]})
-        query_took = now() - start
-        start = now()
-        published = await pool.publish(note("again", NOW + 1))
-        publish_took = now() - start
-    assert query_took < 1.0, query_took
-    assert publish_took < 1.0, publish_took
-    assert [e.id for e in result.events] == [ev.id]
-    assert result.per_relay[good.url].finished
-    for url in (silent.url, frozen.url, pit):
-        assert result.per_relay[url].error == (
-            "left behind: no answer within 0.3 s of the first relay's EOSE"
-        )
-        assert not published.verdicts[url].ok
-        assert published.verdicts[url].message.startswith("not waited for")
-    assert published.accepted == [good.url] and published.ok
 
 
 def _authenticating(authed: set[Conn]) -> Any:
