@@ -137,7 +137,7 @@ class TimeoutsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
     """``[timeouts]`` in seconds."""
 
     relay: _Positive = 10.0  # connect + query per relay
-    # a query waits this long for the other relays once the first has answered (docs/relays.md)
+    # a query waits this long for the other relays once the first has answered (docs/cli.md)
     grace: _Positive = 0.3
     idle: _Positive = 620.0  # a turn with no agent update for this long is ended
     hard: _Positive = 7200.0  # a turn is ended after this long whatever happens
