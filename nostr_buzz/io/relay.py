@@ -285,6 +285,42 @@ class _Subscription:
                 await self.wake.wait()
 
 
+class _Flooding(Exception):
+    """A relay went on sending events for a ``REQ`` this client closed past its budget."""
+
+
+class _Ended:
+    """The subscriptions this client closed lately: frames still in flight for them are dropped,
+    but charged to the budget the ``REQ`` had, so that a relay that goes on sending after
+    ``CLOSE`` is cut off as if it were open (a kept connection would read it for ever)."""
+
+    def __init__(self) -> None:
+        self._used: OrderedDict[str, tuple[Budget, int, int]] = OrderedDict()
+
+    def add(self, sub: _Subscription) -> None:
+        self._used[sub.id] = (sub.budget, sub.bytes, sub.tags)
+        if len(self._used) > 64:
+            self._used.popitem(last=False)
+
+    def __contains__(self, sub_id: str) -> bool:
+        return sub_id in self._used
+
+    def charge(self, msg: nip01.EventMessage, size: int) -> str | None:
+        """Count a late ``EVENT`` frame; what it passes, or ``None`` (also when its ``REQ`` is
+        not one of ours: a malformed frame, counted elsewhere)."""
+        used = self._used.get(msg.subscription_id)
+        if used is None:
+            return None
+        budget, used_bytes, used_tags = used
+        raw_tags = msg.event.get("tags") if isinstance(msg.event, dict) else None
+        used_bytes += size
+        used_tags += len(raw_tags) if isinstance(raw_tags, list) else 0
+        self._used[msg.subscription_id] = (budget, used_bytes, used_tags)
+        if used_bytes > budget.bytes:
+            return f"more than {_mib(budget.bytes)} of events"
+        return f"more than {budget.tags} tags" if used_tags > budget.tags else None
+
+
 class _AuthRetry:
     """NIP-42: a ``CLOSED`` with ``auth-required:`` is answered once per query or subscription
     (AUTH, then the same ``REQ`` again); a second such refusal is the relay's answer."""
@@ -507,6 +543,12 @@ async def _dial(url: str, timeout: float, max_frame_bytes: int) -> ClientConnect
         )
 
 
+def _verdict(url: str, event_id: str, answer: _Ok) -> Verdict:
+    """A relay's ``OK`` as a :class:`Verdict`."""
+    prefix, _ = nip01.split_prefix(answer.message)
+    return Verdict(url, event_id, answer.accepted, prefix == "duplicate:", prefix, answer.message)
+
+
 async def _send_frame(ws: ClientConnection | None, text: str, remaining: float) -> str | None:
     """Send one frame on ``ws`` within ``remaining`` seconds; why it failed, or ``None``."""
     if ws is None:
@@ -581,7 +623,7 @@ class RelayClient:
         self._reader: asyncio.Task[None] | None = None
         self._connect_lock = asyncio.Lock()
         self._subs: dict[str, _Subscription] = {}
-        self._ended_subs: deque[str] = deque(maxlen=64)
+        self._ended_subs = _Ended()
         self._pending = _OkWaiters()
         self._nip42 = _Nip42()
         self._closed = False
@@ -849,7 +891,7 @@ class RelayClient:
         """Forget ``sub`` and tell the relay, unless the relay already closed it."""
         if self._subs.pop(sub.id, None) is None:
             return
-        self._ended_subs.append(sub.id)
+        self._ended_subs.add(sub)
         relay_ended = sub.end is not None and sub.end[0] in ("closed", "lost")
         sub.finish("lost", "closed by client")
         if not relay_ended and self._ws is not None:
@@ -862,15 +904,7 @@ class RelayClient:
         answer = await self._request_ok(event.id, nip01.encode_event(event), deadline)
         if isinstance(answer, _Lost):
             return Verdict(self.url, event.id, False, False, "error:", answer.reason)
-        prefix, _ = nip01.split_prefix(answer.message)
-        return Verdict(
-            self.url,
-            event.id,
-            answer.accepted,
-            prefix == "duplicate:",
-            prefix,
-            answer.message,
-        )
+        return _verdict(self.url, event.id, answer)
 
     async def _request_ok(self, event_id: str, frame: str, deadline: float) -> _Ok | _Lost:
         """Send an EVENT or AUTH frame and wait for its ``OK`` until ``deadline``."""
@@ -919,6 +953,11 @@ class RelayClient:
             async for frame in ws:
                 try:
                     self._dispatch(nip01.parse_relay_message(frame), len(frame))
+                except _Flooding as exc:  # a kept connection would read it for ever
+                    reason = f"cut off: the relay sent {exc} for a REQ it was told to CLOSE"
+                    self._report_cut_off(reason)
+                    ws.transport.abort()
+                    return
                 except Exception:  # a frame must never kill the reader; count it and go on
                     self.malformed_frames += 1
         except websockets.exceptions.ConnectionClosed as exc:
@@ -935,6 +974,8 @@ class RelayClient:
     def _dispatch(self, msg: nip01.RelayMessage, size: int = 0) -> None:
         if isinstance(msg, nip01.EventMessage):
             sub = self._sub_for(msg.subscription_id)
+            if sub is None and (beyond := self._ended_subs.charge(msg, size)) is not None:
+                raise _Flooding(beyond)
             if sub is not None and (reason := sub.receive(msg.event, size)) is not None:
                 self.rejected_count += 1
                 self.recent_rejections.append(reason)
