@@ -9,6 +9,7 @@ from typing import Any
 
 from nostr_buzz.io.connections import MAX_REQS_PER_CONNECTION
 from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.relay import RelayClient
 from tests.e2e.io.test_pool import note, now
 from tests.support.hostile_relay import hostile_relay
 from tests.support.keys import NIP19_SECRET as SECRET
@@ -108,3 +109,29 @@ async def test_an_idle_connection_is_closed_and_reopened_on_next_use() -> None:
         again = await pool.query({"kinds": [1]})
         assert again.per_relay[good.url].finished
         assert pool.open_relays == [good.url]
+
+
+async def test_a_relay_that_goes_on_sending_after_close_is_cut_off() -> None:
+    """The attacker keeps a kept connection busy: it answers no REQ, and floods each one once
+    it is told to CLOSE it."""
+
+    async def script(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "CLOSE":
+            for _ in range(200):
+                await conn.send(["EVENT", msg[1], {"id": "0" * 64, "content": "x" * 1000}])
+
+    cut: list[str] = []
+    async with scripted_relay(script) as relay:
+        client = RelayClient(
+            relay.url, timeout=0.3, max_query_bytes=64 << 10, on_cut_off=lambda u, w: cut.append(w)
+        )
+        try:
+            result = await client.query({"kinds": [1]})
+            assert result.error == "timeout"
+            await wait_for(lambda: cut, "the relay cut off")
+            assert not client.connected
+        finally:
+            await client.close()
+    assert cut == [
+        "cut off: the relay sent more than 0.0625 MiB of events for a REQ it was told to CLOSE"
+    ]
