@@ -171,9 +171,7 @@ _EXPORTS: dict[str, str] = {
     ),
     "Profile": "nostr_buzz.profile",
     "SdkSigner": "nostr_buzz.io.sdk_signer",
-    **dict.fromkeys(
-        ("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"
-    ),
+    **dict.fromkeys(("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"),
     "metric_timestamp": "nostr_buzz.timestamps",
 }
 

@@ -144,6 +144,8 @@ class TimeoutsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
     """``[timeouts]`` in seconds."""
 
     relay: _Positive = 10.0  # connect + query per relay
+    # a query waits this long for the other relays once the first has answered (docs/cli.md)
+    grace: _Positive = 0.3
     idle: _Positive = 620.0  # a turn with no agent update for this long is ended
     hard: _Positive = 7200.0  # a turn is ended after this long whatever happens
 
@@ -436,6 +438,7 @@ _FLAG_NAMES: Final = {
     "subscriptions.clock_skew": "--clock-skew",
     "gate.mode": "--gate",
     "timeouts.relay": "--timeout",
+    "timeouts.grace": "--grace",
     "timeouts.idle": "--idle-timeout",
     "timeouts.hard": "--hard-timeout",
 }

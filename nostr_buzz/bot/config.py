@@ -82,6 +82,8 @@ class PluginConfig:
     in_flight: InFlightPolicy = "steer"
     context_message_limit: int = 20
     relay_timeout: float = 10.0
+    #: Seconds a query waits for the other relays once the first has answered.
+    relay_grace: float = 0.3
     idle_timeout: float = 620.0
     hard_timeout: float = 7200.0
     standing: Standing = field(default_factory=Standing)
@@ -199,6 +201,7 @@ class PluginConfig:
             in_flight=file.in_flight,
             context_message_limit=file.context_message_limit,
             relay_timeout=file.timeouts.relay,
+            relay_grace=file.timeouts.grace,
             idle_timeout=file.timeouts.idle,
             hard_timeout=file.timeouts.hard,
             standing=standing,

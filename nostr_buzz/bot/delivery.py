@@ -91,6 +91,7 @@ class Delivery:
         diagnostics: DiagnosticsFeed,
         spawn: Spawn,
         clock: Callable[[], float],
+        pool: RelayPool | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -100,9 +101,13 @@ class Delivery:
         self._ids: dict[str, TurnIds] = {}
         self.signer = config.signer
         self.agent = config.signer.public_key.hex
-        self.write_pool = RelayPool(
-            config.write_relays, signer=self.signer, timeout=config.relay_timeout
+        #: The bot's one pool (its kept connections), read relays; a one-shot one when None.
+        self.pool = (
+            pool
+            if pool is not None
+            else RelayPool(config.read_relays, signer=self.signer, timeout=config.relay_timeout)
         )
+        self.write_pool = self.pool.using(config.write_relays)
         # MetricPublisher keeps and sends every stored event, answering NIP-42 through the signer.
         self.publisher = MetricPublisher(
             self.signer,
@@ -113,6 +118,7 @@ class Delivery:
             clock=clock,
             on_report=self._on_report,
             give_up_after=config.give_up_after,
+            pool=self.pool,
         )
         #: Where stored events go when not to the write relays (until their first send).
         self._relays: dict[str, tuple[str, ...]] = {}
@@ -236,7 +242,7 @@ class Delivery:
         try:
             return await dm_relays_of(
                 people,
-                self.config.read_relays,
+                self.pool,
                 secret=self.signer,
                 timeout=self.config.relay_timeout,
                 configured=self.config.write_relays,

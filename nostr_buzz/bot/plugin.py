@@ -33,6 +33,7 @@ from . import intake
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
+from .relays import bot_pool
 from .replay import Listener, listen_filters
 from .standing import SessionStanding
 from .state import REMEMBERED_COMMANDS, BotStore
@@ -79,9 +80,7 @@ class BuzzPlugin:
         self._commands: deque[str] = deque(maxlen=REMEMBERED_COMMANDS)
         # A first start serves what arrives from its creation on (nothing older is replayed).
         self._first_since = int(self._clock())
-        timeout = config.relay_timeout
-        self.pool = RelayPool(config.read_relays, signer=config.signer, timeout=timeout)
-        self.pool.on_cut_off = self._relay_cut_off
+        self.pool = bot_pool(config, self.diagnostics)  # connections kept from start() on
         if not RelayPool(config.write_relays).urls:
             raise RelayError("a metric publisher needs at least one write relay")
         self._stop = asyncio.Event()
@@ -135,7 +134,10 @@ class BuzzPlugin:
         self.private_floor = _floor(self._position, self._first_since, self.config.clock_skew)
         self._commands.extend(store.commands())
         store.load_refusals(intake.refusal_scope(self._gate))
-        delivery = Delivery(self.config, store, self.diagnostics, self._spawn, self._clock)
+        self.pool.open()
+        delivery = Delivery(
+            self.config, store, self.diagnostics, self._spawn, self._clock, self.pool
+        )
         self.delivery = delivery
         self._runner = TurnRunner(
             self.config,
@@ -157,10 +159,6 @@ class BuzzPlugin:
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
             asyncio.create_task(delivery.run(self._delivery_stop), name="buzz-retry"),
         ]
-
-    def _relay_cut_off(self, url: str, why: str) -> None:
-        """A relay sent more than a query or subscription may hold: it was cut off."""
-        self.diagnostics.emit("relay_cut_off", payload={"relay": url, "reason": why})
 
     def _untrusted_metadata(self, event: Event, why: str) -> None:
         channels = event.tag_values("d")
@@ -193,6 +191,7 @@ class BuzzPlugin:
         if pending:
             await asyncio.wait(pending, timeout=self.config.relay_timeout + 5)
         await self.supervisor.close()
+        await self.pool.close()
         if self.store is not None:
             with contextlib.suppress(BuzzError):
                 if self._position is not None:

@@ -57,7 +57,7 @@ async def fetch_history(
         if signer is None:
             return NO_HISTORY
         messages, truncated = await conversation(
-            signer, pool.urls, event.pubkey, limit=limit, timeout=timeout or pool.timeout
+            signer, pool, event.pubkey, limit=limit, timeout=timeout or pool.timeout
         )
         kept: list[Event] = list(messages)
         return History("dm", kept, len(kept) + (1 if truncated else 0), truncated)

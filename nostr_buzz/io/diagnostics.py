@@ -71,6 +71,7 @@ DiagnosticKind = (
         "standing_context_frozen",
         "replay_completed",
         "relay_cut_off",
+        "relay_backing_off",  # {relay, reason, retryIn}: skipped by queries until then
         "state_import_failed",
         # the agent, as the bot's supervisor sees it
         "agent_restarted",

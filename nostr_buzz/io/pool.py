@@ -1,18 +1,21 @@
 """Many relays at once: concurrent publish fan-out, merged queries and live subscriptions.
 
-Each operation opens one :class:`RelayClient` per relay, runs them concurrently, each bounded by
-the pool's timeout (connect plus operation), and closes them all before returning: one dead or
-silent relay never stalls the others, and no task outlives the call (for a live subscription:
-the iterator).
+Each operation asks every relay concurrently, each bounded by the pool's timeout (connect plus
+operation), and returns once all have answered or the grace period after the first answer has
+passed (:data:`DEFAULT_GRACE`): one dead, silent or slow relay never stalls the others, and no
+task outlives the call (for a live subscription: the iterator).  A pool used as an async
+context manager keeps one connection per relay across calls (io/connections.py); otherwise
+each call opens and closes its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -24,6 +27,7 @@ from nostr_buzz.nips.nip01 import FilterLike
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 from nostr_buzz.signer import Signer, signer_of
 
+from .connections import IDLE_TIMEOUT, RelayConnections
 from .relay import (
     CLOSE_TIMEOUT,
     MAX_QUERY_BYTES,
@@ -40,6 +44,9 @@ from .relay import (
 #: Extra time past the timeout before the pool abandons a relay outright (a backstop: the
 #: client already bounds itself; this covers closing the socket).
 _GRACE: Final = CLOSE_TIMEOUT * 3
+#: Seconds a query waits for the other relays once the first has answered (``[timeouts]
+#: grace``): a silent, dead or slow relay costs a turn at most this.
+DEFAULT_GRACE: Final = 0.3
 #: Live events waiting for the consumer of :meth:`RelayPool.subscribe`: few, since an event
 #: may be up to a frame (1 MiB); each relay client buffers more, bounded by bytes.
 _LIVE_QUEUE: Final = 64
@@ -49,6 +56,9 @@ MAX_HINT_RELAYS: Final = 8
 #: What all the relays of one query may send together (each relay keeps its own budget of one
 #: query's worth, io/relay.py): twice one relay's, so that more relays never mean more memory.
 TOTAL_QUERY_BUDGET: Final = Budget(2 * MAX_QUERY_EVENTS, 2 * MAX_QUERY_BYTES, 2 * MAX_QUERY_TAGS)
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -142,6 +152,16 @@ class RelayPool:
 
     NIP-42: the configured relays are answered with ``secret`` or through ``signer`` (at most
     one; a :class:`~nostr_buzz.signer.Signer` keeps the key out of this process).
+
+    Used as ``async with RelayPool(urls) as pool:``, the pool keeps one connection per relay
+    (io/connections.py), shared by its queries, publishes and subscriptions and by the pools
+    :meth:`using` makes; each is closed after ``idle_timeout`` seconds unused, and a relay that
+    failed is skipped until its backoff ends.  Outside a context manager each call opens and
+    closes its own connections.
+
+    ``grace``: a query (or publish) returns once every relay has answered or ``grace`` seconds
+    after the first relay's answer (``EOSE``; for a publish its ``OK``), whichever comes
+    first; a relay left behind is named in the result.  ``None`` waits for every relay.
     """
 
     def __init__(
@@ -152,33 +172,149 @@ class RelayPool:
         signer: Signer | None = None,
         timeout: float = 10.0,
         total_budget: Budget = TOTAL_QUERY_BUDGET,
+        grace: float | None = DEFAULT_GRACE,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         self.urls = _unique_urls(urls)
         self.signer = signer_of(secret, signer)
         self.timeout = float(timeout)
         #: What all relays of one :meth:`query` may send together (one budget they share).
         self.total_budget = total_budget
+        self.grace = None if grace is None else float(grace)
+        self.idle_timeout = float(idle_timeout)
         #: Told ``(url, why)`` whenever a relay is cut off for sending more than its bounds.
         self.on_cut_off: Callable[[str, str], None] | None = None
+        #: Told ``(url, why, seconds)`` whenever a relay starts backing off (kept connections).
+        self.on_backoff: Callable[[str, str, float], None] | None = None
+        self._connections: RelayConnections | None = None
+        self._root: RelayPool = self
+
+    # -- kept connections ----------------------------------------------------------------
+
+    async def __aenter__(self) -> RelayPool:
+        self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def open(self) -> None:
+        """Keep connections from now on (what ``async with`` does on entry)."""
+        if self._connections is None:
+            self._connections = RelayConnections(
+                signer=self.signer,
+                timeout=self.timeout,
+                idle_timeout=self.idle_timeout,
+                on_cut_off=self._cut_off,
+                on_backoff=self._backoff,
+            )
+
+    async def close(self) -> None:
+        """Close the kept connections (of the pools :meth:`using` made, too)."""
+        if self._root is self and self._connections is not None:
+            connections, self._connections = self._connections, None
+            await connections.close()
+
+    def using(self, urls: Iterable[str]) -> RelayPool:
+        """A pool of ``urls`` sharing this pool's kept connections, health, signer, timeout
+        and grace (a one-shot pool when this one keeps none)."""
+        pool = RelayPool(
+            urls,
+            signer=self.signer,
+            timeout=self.timeout,
+            total_budget=self.total_budget,
+            grace=self.grace,
+            idle_timeout=self.idle_timeout,
+        )
+        pool._root = self._root
+        pool._connections = self._connections
+        return pool
+
+    @property
+    def open_relays(self) -> list[str]:
+        """Relays with a kept connection open now (none outside a context manager)."""
+        return [] if self._connections is None else self._connections.open_urls
+
+    def _cut_off(self, url: str, why: str) -> None:
+        callback = self._root.on_cut_off
+        if callback is not None:
+            callback(url, why)
+
+    def _backoff(self, url: str, why: str, seconds: float) -> None:
+        callback = self._root.on_backoff
+        if callback is not None:
+            callback(url, why, seconds)
+
+    @contextlib.asynccontextmanager
+    async def _client(
+        self, url: str, *, auth: bool, limit: float, req: bool = False
+    ) -> AsyncIterator[RelayClient]:
+        """A client for ``url``: the kept one, else one of its own closed afterwards."""
+        if self._connections is not None:
+            async with self._connections.use(url, auth=auth, req=req) as client:
+                yield client
+            return
+        client = RelayClient(
+            url,
+            signer=self.signer if auth else None,
+            timeout=limit,
+            auth=auth,
+            on_cut_off=self._cut_off,
+        )
+        try:
+            yield client
+        finally:
+            await client.close()
+
+    def _skipped(self, url: str) -> str | None:
+        """Why ``url`` is not asked now (backing off), or ``None``."""
+        if self._connections is None:
+            return None
+        why = self._connections.backing_off(url)
+        return None if why is None else f"skipped: {why}"
+
+    def _record(self, url: str, problem: str | None) -> None:
+        if self._connections is not None:
+            self._connections.record(url, problem)
+
+    # -- operations ----------------------------------------------------------------------
 
     async def publish(
         self, event: Event, *, min_ok: int = 1, timeout: float | None = None
     ) -> PublishResult:
-        """Send ``event`` to every relay concurrently and collect the verdicts."""
+        """Send ``event`` to every relay concurrently and collect the verdicts (a relay left
+        behind by the grace period after the ``min_ok``-th ``OK``: ``error:`` ``not waited
+        for``; one backing off: ``skipped``)."""
         limit = self.timeout if timeout is None else float(timeout)
 
         async def one(url: str) -> Verdict:
-            client = RelayClient(url, signer=self.signer, timeout=limit)
-            try:
-                async with asyncio.timeout(limit + _GRACE):
-                    return await client.publish(event)
-            except TimeoutError:
-                return Verdict(url, event.id, False, False, "error:", "timeout")
-            finally:
-                await client.close()
+            if (skipped := self._skipped(url)) is not None:
+                return Verdict(url, event.id, False, False, "error:", skipped)
+            async with self._client(url, auth=True, limit=limit) as client:
+                try:
+                    async with asyncio.timeout(limit + _GRACE):
+                        verdict = await client.publish(event, timeout=limit)
+                except TimeoutError:
+                    verdict = Verdict(url, event.id, False, False, "error:", "timeout")
+            self._record(url, _verdict_problem(verdict))
+            return verdict
 
-        verdicts = await asyncio.gather(*(one(url) for url in self.urls))
-        return PublishResult(event.id, dict(zip(self.urls, verdicts, strict=True)), min_ok)
+        accepted = 0
+
+        def enough_ok(verdict: Verdict) -> bool:  # the grace period starts at the min_ok-th OK
+            nonlocal accepted
+            accepted += verdict.ok
+            return accepted >= min_ok
+
+        tasks = {u: asyncio.create_task(one(u), name=f"pool-publish {u}") for u in self.urls}
+        left = await _settle(tasks, self.grace, enough_ok)
+        verdicts = {
+            url: _left_verdict(url, event.id, self.grace) if url in left else task.result()
+            for url, task in tasks.items()
+        }
+        for url in left:
+            self._record(url, f"no OK within {self.grace:g} s of the first relay's")
+        return PublishResult(event.id, verdicts, min_ok)
 
     async def query(
         self,
@@ -191,7 +327,10 @@ class RelayPool:
     ) -> PoolQueryResult:
         """Ask every relay (plus ``extra_urls``, hint relays never authenticated to: at most
         ``max_hints`` of them, the first usable ones not listed already).  All of them draw on
-        one :attr:`total_budget`: the relay whose frame would pass it is cut off.
+        one :attr:`total_budget`: the relay whose frame would pass it is cut off.  Returns
+        once every relay has finished, or :attr:`grace` seconds after the first ``EOSE``:
+        a relay left behind has the error ``left behind: …``; one backing off (kept
+        connections) ``skipped: …``.
 
         ``enough``: when one relay's finished result satisfies it, the relays still working
         are abandoned (closed at once) and reported as unfinished with the error
@@ -209,42 +348,36 @@ class RelayPool:
         shared = SharedBudget(self.total_budget)
 
         async def one(url: str, auth: bool) -> QueryResult:
-            client = RelayClient(
-                url,
-                signer=self.signer if auth else None,
-                timeout=limit,
-                auth=auth,
-                on_cut_off=self.on_cut_off,
-            )
-            try:
-                async with asyncio.timeout(limit + _GRACE):
-                    return await client.query(
-                        flts, end_when_ids_served=enough is not None, shared=shared
-                    )
-            except TimeoutError:
-                return QueryResult(relay=url, error="timeout")
-            finally:
-                await client.close()
+            if (skipped := self._skipped(url)) is not None:
+                return QueryResult(relay=url, error=skipped)
+            async with self._client(url, auth=auth, limit=limit, req=True) as client:
+                try:
+                    async with asyncio.timeout(limit + _GRACE):
+                        result = await client.query(
+                            flts,
+                            timeout=limit,
+                            end_when_ids_served=enough is not None,
+                            shared=shared,
+                        )
+                except TimeoutError:
+                    result = QueryResult(relay=url, error="timeout")
+            self._record(url, _query_problem(result))
+            return result
 
-        tasks = [asyncio.create_task(one(u, a), name=f"pool-query {u}") for u, a in targets]
-        try:
-            if enough is None:
-                await asyncio.gather(*tasks)
-            else:
-                for finished in asyncio.as_completed(tasks):
-                    if enough(await finished):
-                        break
-        finally:
-            for task in tasks:
-                task.cancel()  # a no-op for the finished ones
-            await asyncio.gather(*tasks, return_exceptions=True)
-        results = [
-            t.result()
-            if not t.cancelled() and t.exception() is None
-            else QueryResult(relay=url, error="not waited for")
-            for t, (url, _) in zip(tasks, targets, strict=True)
-        ]
-        return _merge((url, result) for (url, _), result in zip(targets, results, strict=True))
+        tasks = {u: asyncio.create_task(one(u, a), name=f"pool-query {u}") for u, a in targets}
+        left = await _settle(tasks, self.grace, lambda r: r.finished, enough)
+        return _merge((url, self._outcome(url, task, left)) for url, task in tasks.items())
+
+    def _outcome(self, url: str, task: asyncio.Task[QueryResult], left: set[str]) -> QueryResult:
+        """``url``'s result: its task's, or why it has none (left behind by the grace period,
+        or abandoned once another relay's answer was enough)."""
+        if url in left:
+            why = f"left behind: no answer within {self.grace:g} s of the first relay's EOSE"
+            self._record(url, why)
+            return QueryResult(relay=url, error=why)
+        if task.cancelled() or task.exception() is not None:
+            return QueryResult(relay=url, error="not waited for")
+        return task.result()
 
     async def query_back(
         self,
@@ -262,50 +395,60 @@ class RelayPool:
 
         A relay caps what one query returns (often 500, newest first); paging makes the cap
         irrelevant.  ``timeout`` bounds each page.  Events are merged and de-duplicated by id.
+        Ends :attr:`grace` seconds after the first relay has finished, as :meth:`query`.
         """
         flts = [
             f if f.since is not None else msgspec.structs.replace(f, since=since)
             for f in nip01.as_filters(filters)
         ]
-        floor = min(f.since or 0 for f in flts)
         limit = self.timeout if timeout is None else float(timeout)
 
         async def one(url: str) -> QueryResult:
-            client = RelayClient(url, signer=self.signer, timeout=limit, on_cut_off=self.on_cut_off)
-            collected = QueryResult(relay=url)
-            seen: set[str] = set()
-            until: int | None = None
-            try:
-                for _ in range(max_pages):
-                    bounded = [msgspec.structs.replace(f, until=until, limit=page) for f in flts]
-                    async with asyncio.timeout(limit + _GRACE):
-                        result = await client.query(bounded)
-                    fresh = [e for e in result.events if e.id not in seen]
-                    seen.update(e.id for e in fresh)
-                    collected.events.extend(fresh)
-                    collected.rejected.extend(result.rejected)
-                    collected.rejected_count += result.rejected_count
-                    collected.error, collected.finished = result.error, result.finished
-                    if result.error is not None or not result.events:
-                        break
-                    oldest = min(e.created_at for e in result.events)
-                    if oldest <= floor:
-                        break
-                    if not fresh and until is not None and oldest == until:
-                        # A whole page of one second, all seen: that second holds more than a
-                        # relay returns at once.  Ask for it channel by channel.
-                        await self._sweep_second(client, flts, until, collected, seen, page)
-                    # The oldest second again (more events may share it), one earlier when
-                    # the page brought nothing new.
-                    until = oldest if fresh else oldest - 1
-            except TimeoutError:
-                collected.error = "timeout"
-            finally:
-                await client.close()
+            if (skipped := self._skipped(url)) is not None:
+                return QueryResult(relay=url, error=skipped)
+            async with self._client(url, auth=True, limit=limit, req=True) as client:
+                collected = await self._pages(client, flts, page, max_pages, limit)
+            self._record(url, _query_problem(collected))
             return collected
 
-        results = await asyncio.gather(*(one(url) for url in self.urls))
-        return _merge(zip(self.urls, results, strict=True))
+        tasks = {url: asyncio.create_task(one(url), name=f"pool-back {url}") for url in self.urls}
+        left = await _settle(tasks, self.grace, lambda r: r.finished)
+        return _merge((url, self._outcome(url, task, left)) for url, task in tasks.items())
+
+    async def _pages(
+        self, client: RelayClient, flts: list[nip01.Filter], page: int, max_pages: int, limit: float
+    ) -> QueryResult:
+        """One relay's part of :meth:`query_back`."""
+        floor = min(f.since or 0 for f in flts)
+        collected = QueryResult(relay=client.url)
+        seen: set[str] = set()
+        until: int | None = None
+        try:
+            for _ in range(max_pages):
+                bounded = [msgspec.structs.replace(f, until=until, limit=page) for f in flts]
+                async with asyncio.timeout(limit + _GRACE):
+                    result = await client.query(bounded, timeout=limit)
+                fresh = [e for e in result.events if e.id not in seen]
+                seen.update(e.id for e in fresh)
+                collected.events.extend(fresh)
+                collected.rejected.extend(result.rejected)
+                collected.rejected_count += result.rejected_count
+                collected.error, collected.finished = result.error, result.finished
+                if result.error is not None or not result.events:
+                    break
+                oldest = min(e.created_at for e in result.events)
+                if oldest <= floor:
+                    break
+                if not fresh and until is not None and oldest == until:
+                    # A whole page of one second, all seen: that second holds more than a
+                    # relay returns at once.  Ask for it channel by channel.
+                    await self._sweep_second(client, flts, until, collected, seen, page, limit)
+                # The oldest second again (more events may share it), one earlier when
+                # the page brought nothing new.
+                until = oldest if fresh else oldest - 1
+        except TimeoutError:
+            collected.error = "timeout"
+        return collected
 
     async def _sweep_second(
         self,
@@ -315,6 +458,7 @@ class RelayPool:
         collected: QueryResult,
         seen: set[str],
         page: int,
+        limit: float,
     ) -> None:
         """The events of one crowded second, one channel (``h`` tag) at a time: each channel
         seen in that second is asked for on its own.  What still overflows is reported in
@@ -332,8 +476,8 @@ class RelayPool:
             ]
             if not narrowed:
                 continue
-            async with asyncio.timeout(client.timeout + _GRACE):
-                result = await client.query(narrowed)
+            async with asyncio.timeout(limit + _GRACE):
+                result = await client.query(narrowed, timeout=limit)
             fresh = [e for e in result.events if e.id not in seen]
             seen.update(e.id for e in fresh)
             collected.events.extend(fresh)
@@ -352,28 +496,26 @@ class RelayPool:
         """Live events from every relay, merged and de-duplicated by id.
 
         Each relay runs :meth:`RelayClient.subscribe` (reconnect with backoff, ``since``
-        resume; ``resume_since`` and ``on_reopen`` are passed on); a relay that fails does not
-        stop the others.  Use with ``contextlib.aclosing``: closing the iterator closes every
-        connection and task.
+        resume; ``resume_since`` and ``on_reopen`` are passed on) on the kept connection, if
+        any; a relay that fails does not stop the others.  Use with ``contextlib.aclosing``:
+        closing the iterator closes every subscription and task (and the connections that
+        were opened for it alone).
         """
         flts = nip01.as_filters(filters)
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=_LIVE_QUEUE)
-        clients = [
-            RelayClient(u, signer=self.signer, timeout=self.timeout, on_cut_off=self.on_cut_off)
-            for u in self.urls
-        ]
 
-        async def pump(client: RelayClient) -> None:
-            async for event in client.subscribe(
-                flts,
-                reconnect_delay=reconnect_delay,
-                max_reconnect_delay=max_reconnect_delay,
-                resume_since=resume_since,
-                on_reopen=(lambda: on_reopen(client.url)) if on_reopen is not None else None,
-            ):
-                await queue.put(event)  # backpressure: a slow consumer slows the relays down
+        async def pump(url: str) -> None:
+            async with self._client(url, auth=True, limit=self.timeout) as client:
+                async for event in client.subscribe(
+                    flts,
+                    reconnect_delay=reconnect_delay,
+                    max_reconnect_delay=max_reconnect_delay,
+                    resume_since=resume_since,
+                    on_reopen=(lambda: on_reopen(client.url)) if on_reopen is not None else None,
+                ):
+                    await queue.put(event)  # backpressure: a slow consumer slows the relays
 
-        tasks = [asyncio.create_task(pump(c), name=f"pool-sub {c.url}") for c in clients]
+        tasks = [asyncio.create_task(pump(u), name=f"pool-sub {u}") for u in self.urls]
         seen: OrderedDict[str, None] = OrderedDict()
         try:
             while not all(t.done() for t in tasks) or not queue.empty():
@@ -389,8 +531,69 @@ class RelayPool:
                     seen.popitem(last=False)
                 yield event
         finally:
-            for client in clients:
-                await client.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _settle(
+    tasks: dict[str, asyncio.Task[T]],
+    grace: float | None,
+    good: Callable[[T], bool],
+    enough: Callable[[T], bool] | None = None,
+) -> set[str]:
+    """Wait for ``tasks`` (by relay) until all are done, ``grace`` seconds after the first
+    ``good`` result, or (``enough``) the first result that suffices; the rest are cancelled.
+    Returns the relays left behind by the grace period."""
+    pending = set(tasks.values())
+    grace_end: float | None = None
+    by_grace = False
+    try:
+        while pending:
+            wait = None if grace_end is None else max(0.0, grace_end - _now())
+            done, pending = await asyncio.wait(
+                pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                by_grace = True
+                break
+            results = [t.result() for t in done]
+            if enough is not None and any(enough(r) for r in results):
+                break
+            if grace is not None and grace_end is None and any(good(r) for r in results):
+                grace_end = _now() + grace
+    finally:
+        for task in pending:
+            task.cancel()  # a no-op for the finished ones
+        await asyncio.gather(*pending, return_exceptions=True)
+    return {url for url, task in tasks.items() if task in pending} if by_grace else set()
+
+
+def _query_problem(result: QueryResult) -> str | None:
+    """What a relay's query result says about its health: ``None`` when it answered."""
+    error = result.error
+    if error is not None and (error == "timeout" or error.startswith("connect failed")):
+        return error
+    return None
+
+
+def _verdict_problem(verdict: Verdict) -> str | None:
+    """What a relay's publish verdict says about its health: ``None`` when it answered."""
+    if verdict.prefix == "error:" and (verdict.message.startswith(("timeout", "connect failed"))):
+        return verdict.message
+    return None
+
+
+def _left_verdict(url: str, event_id: str, grace: float | None) -> Verdict:
+    return Verdict(
+        url,
+        event_id,
+        False,
+        False,
+        "error:",
+        f"not waited for: no OK within {grace:g} s of the first",
+    )
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()

@@ -33,9 +33,17 @@ from .pool import PoolQueryResult, PublishResult, RelayPool
 MAX_QUERY_LIMIT: Final = 500
 
 
+def _pool_of(relays: Sequence[str] | RelayPool, signer: Signer | None, timeout: float) -> RelayPool:
+    """``relays`` as a pool: a :class:`RelayPool` given (its kept connections, signer and
+    timeout) as it is, else a one-shot pool of the URLs."""
+    if isinstance(relays, RelayPool):
+        return relays
+    return RelayPool(relays, signer=signer, timeout=timeout)
+
+
 async def dm_relays_of(
     pubkeys: Iterable[str],
-    relays: Sequence[str],
+    relays: Sequence[str] | RelayPool,
     *,
     secret: SecretKey | Signer | None,
     timeout: float,
@@ -48,10 +56,10 @@ async def dm_relays_of(
     or a signer, which also answers NIP-42); people without one, or whose list names no usable
     relay, are left out."""
     people = list(dict.fromkeys(pubkeys))
-    if not people or not relays:
-        return {}
     signer = None if secret is None else as_signer(secret)
-    pool = RelayPool(relays, signer=signer, timeout=timeout)
+    pool = _pool_of(relays, signer, timeout)
+    if not people or not pool.urls:
+        return {}
     result = await pool.query(
         Filter(authors=tuple(people), kinds=(nip17.DM_RELAYS_KIND,)), timeout=timeout
     )
@@ -63,7 +71,7 @@ async def dm_relays_of(
         # A replaceable event: the newest wins, the lower id on a tie (NIP-01).
         if held is None or (event.created_at, held.id) > (held.created_at, event.id):
             newest[event.pubkey] = event
-    known = None if configured is None else [*relays, *configured]
+    known = None if configured is None else [*pool.urls, *configured]
     me = signer.public_key.hex if signer is not None else None
     out: dict[str, tuple[str, ...]] = {}
     for pubkey, event in newest.items():
@@ -195,7 +203,7 @@ def in_conversation(opened: Opened, me: str, peer: str) -> bool:
 
 async def conversation(
     recipient: SecretKey | Signer,
-    relays: Sequence[str],
+    relays: Sequence[str] | RelayPool,
     peer: str,
     *,
     limit: int,
@@ -207,7 +215,7 @@ async def conversation(
     signer = as_signer(recipient)
     me = signer.public_key.hex
     flt = _wraps_to(me, MAX_QUERY_LIMIT)
-    result = await RelayPool(relays, signer=signer, timeout=timeout).query(flt, timeout=timeout)
+    result = await _pool_of(relays, signer, timeout).query(flt, timeout=timeout)
     inbox = await open_all(signer, result.events)
     mine = [o for o in inbox.messages if in_conversation(o, me, peer)]
     return [o.as_event() for o in mine[-limit:]], len(mine) > limit

@@ -139,13 +139,16 @@ class MetricPublisher:
     :class:`~nostr_buzz.signer.Signer`, or only its :class:`PublicKey` (or ``npub1…``: a
     64-hex string is read as a secret key) for a publisher that only submits events signed
     elsewhere.  ``relays``: the write relay URLs (a :class:`RelayPool` is made per attempt, with
-    the agent's secret key or signer for NIP-42 when the publisher has one), or a factory
+    the agent's secret key or signer for NIP-42 when the publisher has one, unless ``pool`` is
+    given), or a factory
     returning a pool-like object.  ``outbox``: an :class:`Outbox` or the path of its SQLite file
     (then the publisher owns and closes it).  ``min_ok``: relays that must have the event before
     it leaves the outbox.  ``timeout``: per attempt (connect plus
     ``OK`` per relay).  ``clock`` and ``rng`` pin time and backoff jitter for tests.
     ``on_report``: called with every :class:`PublishReport` (its exceptions are swallowed).
     ``give_up_after``: seconds after which an entry no relay took is given up (None: never).
+    ``pool``: a :class:`RelayPool` whose kept connections (and signer, which answers NIP-42)
+    every attempt uses (:meth:`RelayPool.using`), instead of a pool made per attempt.
     Bad keys (:class:`InvalidKey`), URLs or ``min_ok`` raise here, at set-up, never during a
     turn.
     """
@@ -163,8 +166,10 @@ class MetricPublisher:
         rng: Rng | None = None,
         on_report: Callable[[PublishReport], None] | None = None,
         give_up_after: float | None = GIVE_UP_AFTER,
+        pool: RelayPool | None = None,
     ) -> None:
         self._agent_secret, self._signer, self.agent_public = _agent_key(agent)
+        self._shared = pool
         self.owner_public = as_public_key(owner_public, "the owner's public key")
         if min_ok < 1:
             raise RelayError("min_ok must be at least 1")
@@ -193,7 +198,10 @@ class MetricPublisher:
         self._in_flight: set[str] = set()
 
     def _pool(self, urls: Sequence[str]) -> RelayPool:
-        """A pool of ``urls`` that answers NIP-42 with the agent's key or signer, if any."""
+        """A pool of ``urls`` that answers NIP-42 with the agent's key or signer, if any: on
+        the connections ``pool`` keeps, when the publisher was given one."""
+        if self._shared is not None:
+            return self._shared.using(urls)
         return RelayPool(urls, secret=self._agent_secret, signer=self._signer, timeout=self.timeout)
 
     def close(self) -> None:

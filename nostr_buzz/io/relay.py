@@ -285,6 +285,42 @@ class _Subscription:
                 await self.wake.wait()
 
 
+class _Flooding(Exception):
+    """A relay went on sending events for a ``REQ`` this client closed past its budget."""
+
+
+class _Ended:
+    """The subscriptions this client closed lately: frames still in flight for them are dropped,
+    but charged to the budget the ``REQ`` had, so that a relay that goes on sending after
+    ``CLOSE`` is cut off as if it were open (a kept connection would read it for ever)."""
+
+    def __init__(self) -> None:
+        self._used: OrderedDict[str, tuple[Budget, int, int]] = OrderedDict()
+
+    def add(self, sub: _Subscription) -> None:
+        self._used[sub.id] = (sub.budget, sub.bytes, sub.tags)
+        if len(self._used) > 64:
+            self._used.popitem(last=False)
+
+    def __contains__(self, sub_id: str) -> bool:
+        return sub_id in self._used
+
+    def charge(self, msg: nip01.EventMessage, size: int) -> str | None:
+        """Count a late ``EVENT`` frame; what it passes, or ``None`` (also when its ``REQ`` is
+        not one of ours: a malformed frame, counted elsewhere)."""
+        used = self._used.get(msg.subscription_id)
+        if used is None:
+            return None
+        budget, used_bytes, used_tags = used
+        raw_tags = msg.event.get("tags") if isinstance(msg.event, dict) else None
+        used_bytes += size
+        used_tags += len(raw_tags) if isinstance(raw_tags, list) else 0
+        self._used[msg.subscription_id] = (budget, used_bytes, used_tags)
+        if used_bytes > budget.bytes:
+            return f"more than {_mib(budget.bytes)} of events"
+        return f"more than {budget.tags} tags" if used_tags > budget.tags else None
+
+
 class _AuthRetry:
     """NIP-42: a ``CLOSED`` with ``auth-required:`` is answered once per query or subscription
     (AUTH, then the same ``REQ`` again); a second such refusal is the relay's answer."""
@@ -421,6 +457,7 @@ class _Nip42:
         self.challenge: str | None = None
         self.challenge_seen = asyncio.Event()
         self.authenticated = False
+        self.lock = asyncio.Lock()  # one AUTH at a time; the others then find it done
 
     def challenged(self, challenge: str) -> None:
         self.challenge = challenge
@@ -506,6 +543,24 @@ async def _dial(url: str, timeout: float, max_frame_bytes: int) -> ClientConnect
         )
 
 
+def _verdict(url: str, event_id: str, answer: _Ok) -> Verdict:
+    """A relay's ``OK`` as a :class:`Verdict`."""
+    prefix, _ = nip01.split_prefix(answer.message)
+    return Verdict(url, event_id, answer.accepted, prefix == "duplicate:", prefix, answer.message)
+
+
+async def _send_frame(ws: ClientConnection | None, text: str, remaining: float) -> str | None:
+    """Send one frame on ``ws`` within ``remaining`` seconds; why it failed, or ``None``."""
+    if ws is None:
+        return "not connected"
+    try:
+        async with asyncio.timeout(max(0.0, remaining)):
+            await ws.send(text)
+    except (TimeoutError, websockets.exceptions.WebSocketException, OSError) as exc:
+        return _describe(exc)
+    return None
+
+
 async def _hang_up(ws: ClientConnection, *, polite: bool) -> None:
     """Close ``ws`` (with the close handshake when ``polite``) and abort its transport."""
     keepalive = ws.keepalive_task  # websockets cancels it on close but never awaits it
@@ -568,7 +623,7 @@ class RelayClient:
         self._reader: asyncio.Task[None] | None = None
         self._connect_lock = asyncio.Lock()
         self._subs: dict[str, _Subscription] = {}
-        self._ended_subs: deque[str] = deque(maxlen=64)
+        self._ended_subs = _Ended()
         self._pending = _OkWaiters()
         self._nip42 = _Nip42()
         self._closed = False
@@ -655,7 +710,11 @@ class RelayClient:
             sub = await self._open(
                 flts, live=False, budget=self.query_budget, deadline=deadline, shared=shared
             )
-            timed_out = await query.until_end(sub, deadline)
+            try:
+                timed_out = await query.until_end(sub, deadline)
+            except asyncio.CancelledError:  # abandoned (a pool's grace): free the REQ
+                await self._close_sub(sub)
+                raise
             if timed_out:
                 self._unresponsive = True
             end = sub.end  # read before closing, which marks it ended by the client
@@ -806,16 +865,8 @@ class RelayClient:
 
     async def _send(self, text: str, deadline: float | None) -> str | None:
         """Send one frame; returns why it failed, or ``None``."""
-        ws = self._ws
-        if ws is None:
-            return "not connected"
         remaining = self.timeout if deadline is None else deadline - _now()
-        try:
-            async with asyncio.timeout(max(0.0, remaining)):
-                await ws.send(text)
-        except (TimeoutError, websockets.exceptions.WebSocketException, OSError) as exc:
-            return _describe(exc)
-        return None
+        return await _send_frame(self._ws, text, remaining)
 
     async def _open(
         self,
@@ -840,7 +891,7 @@ class RelayClient:
         """Forget ``sub`` and tell the relay, unless the relay already closed it."""
         if self._subs.pop(sub.id, None) is None:
             return
-        self._ended_subs.append(sub.id)
+        self._ended_subs.add(sub)
         relay_ended = sub.end is not None and sub.end[0] in ("closed", "lost")
         sub.finish("lost", "closed by client")
         if not relay_ended and self._ws is not None:
@@ -853,15 +904,7 @@ class RelayClient:
         answer = await self._request_ok(event.id, nip01.encode_event(event), deadline)
         if isinstance(answer, _Lost):
             return Verdict(self.url, event.id, False, False, "error:", answer.reason)
-        prefix, _ = nip01.split_prefix(answer.message)
-        return Verdict(
-            self.url,
-            event.id,
-            answer.accepted,
-            prefix == "duplicate:",
-            prefix,
-            answer.message,
-        )
+        return _verdict(self.url, event.id, answer)
 
     async def _request_ok(self, event_id: str, frame: str, deadline: float) -> _Ok | _Lost:
         """Send an EVENT or AUTH frame and wait for its ``OK`` until ``deadline``."""
@@ -880,28 +923,29 @@ class RelayClient:
             self._pending.remove(key)
 
     async def _authenticate(self, deadline: float) -> str | None:
-        """Answer the relay's NIP-42 challenge; ``None`` on success, else what went wrong."""
+        """Answer the relay's NIP-42 challenge, once per connection (requests refused together
+        share one AUTH); ``None`` on success, else what went wrong."""
         if not self.auth:
             return "authentication disabled for this relay"
-        if self.signer is None:
-            return "no key configured to authenticate"
-        if self._ws is None:
-            return "not connected"
-        if not await self._nip42.challenge_by(deadline):
-            return "relay sent no AUTH challenge"
-        challenge = self._nip42.challenge
-        assert challenge is not None
-        event = await _auth_event(self.signer, self.url, challenge, deadline)
-        if isinstance(event, str):
-            return event
-        answer = await self._request_ok(
-            event.id, nip01.encode_auth(event), min(deadline, _now() + AUTH_OK_TIMEOUT)
-        )
-        if isinstance(answer, _Ok) and not answer.accepted:
-            return f"AUTH refused: {answer.message or 'no reason given'}"
-        # No OK at all: some relays never acknowledge AUTH; proceed and let the retry tell.
-        self._nip42.authenticated = isinstance(answer, _Ok)
-        return None
+        nip42 = self._nip42
+        async with nip42.lock:
+            if nip42.authenticated:
+                return None
+            if self.signer is None or self._ws is None:
+                return "not connected" if self.signer else "no key configured to authenticate"
+            if not await nip42.challenge_by(deadline):
+                return "relay sent no AUTH challenge"
+            assert nip42.challenge is not None
+            event = await _auth_event(self.signer, self.url, nip42.challenge, deadline)
+            if isinstance(event, str):
+                return event
+            limit = min(deadline, _now() + AUTH_OK_TIMEOUT)
+            answer = await self._request_ok(event.id, nip01.encode_auth(event), limit)
+            if isinstance(answer, _Ok) and not answer.accepted:
+                return f"AUTH refused: {answer.message or 'no reason given'}"
+            # No OK at all: some relays never acknowledge AUTH; proceed, let the retry tell.
+            nip42.authenticated = isinstance(answer, _Ok)
+            return None
 
     async def _read(self, ws: ClientConnection) -> None:
         reason = "connection dropped"
@@ -909,6 +953,11 @@ class RelayClient:
             async for frame in ws:
                 try:
                     self._dispatch(nip01.parse_relay_message(frame), len(frame))
+                except _Flooding as exc:  # a kept connection would read it for ever
+                    reason = f"cut off: the relay sent {exc} for a REQ it was told to CLOSE"
+                    self._report_cut_off(reason)
+                    ws.transport.abort()
+                    return
                 except Exception:  # a frame must never kill the reader; count it and go on
                     self.malformed_frames += 1
         except websockets.exceptions.ConnectionClosed as exc:
@@ -925,6 +974,8 @@ class RelayClient:
     def _dispatch(self, msg: nip01.RelayMessage, size: int = 0) -> None:
         if isinstance(msg, nip01.EventMessage):
             sub = self._sub_for(msg.subscription_id)
+            if sub is None and (beyond := self._ended_subs.charge(msg, size)) is not None:
+                raise _Flooding(beyond)
             if sub is not None and (reason := sub.receive(msg.event, size)) is not None:
                 self.rejected_count += 1
                 self.recent_rejections.append(reason)

@@ -158,7 +158,18 @@ async def announcing_relay(upstream: str, key: str) -> AsyncIterator[str]:
         response.headers["Content-Type"] = "application/nostr+json"
         return response
 
+    async with serve(_forwarder(upstream), "127.0.0.1", 0, process_request=nip11) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        yield f"ws://127.0.0.1:{port}"
+
+
+def _forwarder(upstream: str, accepted: Callable[[], None] | None = None) -> Any:
+    """A WebSocket handler that forwards each connection to the relay at ``upstream`` (telling
+    ``accepted`` first)."""
+
     async def forward(client: ServerConnection) -> None:
+        if accepted is not None:
+            accepted()
         async with connect(upstream) as relay:
 
             async def pump(source: Any, sink: Any) -> None:
@@ -174,6 +185,26 @@ async def announcing_relay(upstream: str, key: str) -> AsyncIterator[str]:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async with serve(forward, "127.0.0.1", 0, process_request=nip11) as server:
+    return forward
+
+
+@dataclass
+class CountingProxy:
+    """A front for a relay that counts the WebSocket connections it accepted."""
+
+    url: str = ""
+    accepted: int = 0
+
+    def count(self) -> None:
+        self.accepted += 1
+
+
+@asynccontextmanager
+async def counting_proxy(upstream: str) -> AsyncIterator[CountingProxy]:
+    """``async with counting_proxy(relay.url) as proxy: ... proxy.url, proxy.accepted ...``"""
+    proxy = CountingProxy()
+    async with serve(_forwarder(upstream, proxy.count), "127.0.0.1", 0) as server:
         port = next(iter(server.sockets)).getsockname()[1]
-        yield f"ws://127.0.0.1:{port}"
+        proxy.url = f"ws://127.0.0.1:{port}"
+        yield proxy
+        server.close(close_connections=True)

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 from typing import Any
 
+import pytest
+
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import Budget, RelayClient
@@ -59,7 +61,10 @@ async def test_query_merges_and_deduplicates() -> None:
     assert result.any_finished and result.rejected == {}
 
 
-async def test_relays_that_never_answer_do_not_delay_the_result() -> None:
+@pytest.mark.parametrize("grace", [None, 0.3])
+async def test_relays_that_never_answer_do_not_delay_the_result(grace: float | None) -> None:
+    """Without a grace period each relay is waited for until its timeout (1 s); with one, the
+    others are left behind 0.3 s after the good relay's answer, however long their timeout."""
     ev = note("prompt")
     async with (
         local_relay() as good,
@@ -69,22 +74,29 @@ async def test_relays_that_never_answer_do_not_delay_the_result() -> None:
     ):
         async with RelayClient(good.url) as c:
             assert (await c.publish(ev)).accepted
-        pool = RelayPool([silent.url, frozen.url, pit, good.url], timeout=1.0)
+        timeout = 1.0 if grace is None else 5.0
+        pool = RelayPool([silent.url, frozen.url, pit, good.url], timeout=timeout, grace=grace)
         start = now()
-        result = await pool.query({"ids": [ev.id]})
+        result = await pool.query({"ids": [ev.id]} if grace is None else {"kinds": [1]})
         query_took = now() - start
         start = now()
         published = await pool.publish(note("again", NOW + 1))
         publish_took = now() - start
-    assert query_took < 1.3, query_took
-    assert publish_took < 1.3, publish_took
+    assert query_took < 1.3 if grace is None else query_took < 1.0, query_took
+    assert publish_took < 1.3 if grace is None else publish_took < 1.0, publish_took
     assert [e.id for e in result.events] == [ev.id]
     assert result.per_relay[good.url].finished
-    assert result.per_relay[silent.url].error == "timeout"
-    assert result.per_relay[frozen.url].error == "timeout"
-    assert result.per_relay[pit].error == "connect failed: timeout"
     assert published.accepted == [good.url]
     assert published.ok
+    if grace is None:
+        assert result.per_relay[silent.url].error == "timeout"
+        assert result.per_relay[frozen.url].error == "timeout"
+        assert result.per_relay[pit].error == "connect failed: timeout"
+        return
+    for url in (silent.url, frozen.url, pit):
+        error = result.per_relay[url].error
+        assert error == "left behind: no answer within 0.3 s of the first relay's EOSE"
+        assert published.verdicts[url].message.startswith("not waited for")
 
 
 async def test_a_lying_relay_is_reported_and_the_honest_answer_kept() -> None:
