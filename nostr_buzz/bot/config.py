@@ -115,6 +115,9 @@ class PluginConfig:
     #: Channels in which actors other than the owner may hold queued events at once
     #: (docs/queue.md): a stranger's event for one more is refused, ``queue_channels_full``.
     max_stranger_channels: int = MAX_STRANGER_CHANNELS
+    #: Loopback or private relays that people's relay lists (NIP-65) may name besides the
+    #: bot's own: any other local address in a stranger's list is skipped.
+    local_relays: tuple[str, ...] = ()
     #: ``MODULE:ATTR`` of an in-process agent (``[agent] module``), instead of the command.
     agent_module: str | None = None
 

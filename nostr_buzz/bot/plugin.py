@@ -149,6 +149,7 @@ class BuzzPlugin:
             wake=self._wake.set,
             running=self.turns,
         )
+        self._spawn(delivery.publish_relay_list(), "buzz-relay-list")
         if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
             self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
         await self.supervisor.start()
@@ -264,15 +265,16 @@ class BuzzPlugin:
 
     async def handle_event(self, event: Event, prompt_tag: str = "@mention") -> bool:
         """Gate, route and queue one verified event; True when it was queued (or was an owner
-        command).  A gift wrap (kind 1059) addressed to the agent is opened and checked first;
-        its private message then goes the way of any event.  Starts the plugin on first use."""
+        command).  A gift wrap (kind 1059, or the ephemeral 21059) addressed to the agent is
+        opened and checked first; its private message then goes the way of any event.  Starts
+        the plugin on first use."""
         if not isinstance(event, Event):
             raise BuzzError(f"handle_event: {not_an_event(event)}")
         if self._closed:
             return False
         await self.start()
         assert self.store is not None and self._runner is not None
-        if event.kind == nip59.GIFT_WRAP_KIND:
+        if event.kind in nip59.WRAP_KINDS:
             opened = await _open_wrap(event, self, self.store)
             if opened is None:
                 return False

@@ -30,9 +30,11 @@ from nostr_buzz.nips import nip01, nip44
 from nostr_buzz.signer import Signer, signed, template
 
 __all__ = [
+    "EPHEMERAL_GIFT_WRAP_KIND",
     "GIFT_WRAP_KIND",
     "MAX_BACKDATE",
     "SEAL_KIND",
+    "WRAP_KINDS",
     "Opened",
     "PrivateEvent",
     "Randomness",
@@ -49,6 +51,10 @@ __all__ = [
 
 SEAL_KIND: Final = 13
 GIFT_WRAP_KIND: Final = nip01.GIFT_WRAP_KIND
+#: The ephemeral gift wrap (relays pass it on without storing it): opened like kind 1059.
+EPHEMERAL_GIFT_WRAP_KIND: Final = nip01.EPHEMERAL_GIFT_WRAP_KIND
+#: Both kinds of gift wrap, each opened and checked the same way.
+WRAP_KINDS: Final = nip01.WRAP_KINDS
 #: Seals and wraps are dated up to this many seconds (two days) before the sending time.
 MAX_BACKDATE: Final = nip01.GIFT_WRAP_BACKDATE
 
@@ -311,8 +317,8 @@ async def gift_wrap_with(
 def open_gift_wrap(recipient: SecretKey, wrap: Event) -> Opened:
     """Open a gift wrap addressed to ``recipient`` and check every layer, in this order:
 
-    the wrap is kind 1059 (``not_a_gift_wrap``) and ``p``-tags the recipient
-    (``not_for_this_key``); its content decrypts (``undecryptable_wrap``) to a well-formed
+    the wrap is kind 1059 or its ephemeral twin 21059 (``not_a_gift_wrap``) and ``p``-tags the
+    recipient (``not_for_this_key``); its content decrypts (``undecryptable_wrap``) to a well-formed
     (``malformed_seal``), correctly signed (``bad_seal_signature``) kind 13 event
     (``not_a_seal``); the seal's content decrypts (``undecryptable_seal``) to a well-formed
     rumor (``malformed_rumor``) whose id matches (``bad_rumor_id``) and whose author is the
@@ -350,8 +356,11 @@ async def open_gift_wrap_with(signer: Signer, wrap: Event) -> Opened:
 
 
 def _check_wrap(wrap: Event, recipient: PublicKey) -> None:
-    if wrap.kind != GIFT_WRAP_KIND:
-        raise Nip59Error("not_a_gift_wrap", f"kind {wrap.kind}, expected {GIFT_WRAP_KIND}")
+    if wrap.kind not in WRAP_KINDS:
+        raise Nip59Error(
+            "not_a_gift_wrap",
+            f"kind {wrap.kind}, expected {GIFT_WRAP_KIND} or {EPHEMERAL_GIFT_WRAP_KIND}",
+        )
     if recipient.hex not in wrap.tag_values("p"):
         raise Nip59Error("not_for_this_key", "the wrap's p tags do not name this key")
 
