@@ -421,6 +421,14 @@ class Delivery:
 
     # -- the agent's relay lists -------------------------------------------------------------
 
+    async def publish_relay_lists(self) -> None:
+        """Publish the agent's kind 10002 and, when it reads private messages, its kind
+        10050 (concurrently)."""
+        lists = [self.publish_relay_list()]
+        if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
+            lists.append(self.publish_dm_relays())
+        await asyncio.gather(*lists)
+
     async def publish_relay_list(self) -> None:
         """Publish the agent's kind 10002 (NIP-65): it writes to its write relays and reads on
         its read relays, so that clients know where to find its replies and to address it."""

@@ -25,7 +25,7 @@ from nostr_buzz.errors import BuzzError, Nip59Error, RelayError, StateError
 from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.nips import nip10, nip17, nip59
+from nostr_buzz.nips import nip10, nip59
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.signer import Signer, SignerError
 
@@ -149,9 +149,7 @@ class BuzzPlugin:
             wake=self._wake.set,
             running=self.turns,
         )
-        self._spawn(delivery.publish_relay_list(), "buzz-relay-list")
-        if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
-            self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
+        self._spawn(delivery.publish_relay_lists(), "buzz-relay-lists")
         await self.supervisor.start()
         self._loops = [
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),

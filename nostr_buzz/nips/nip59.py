@@ -253,17 +253,21 @@ def wrap_seal(
     randbelow: Randomness = secrets.randbelow,
     one_time_key: SecretKey | None = None,
     relay_hint: str | None = None,
+    kind: int = GIFT_WRAP_KIND,
 ) -> Event:
     """The kind 1059 gift wrap of ``sealed`` for ``recipient`` (``p`` tag), dated up to two
     days before ``now`` and signed by ``one_time_key``, a fresh key unless a test pins it: the
-    sender's own key (or signer) is never needed for this layer."""
+    sender's own key (or signer) is never needed for this layer.  ``kind``: 21059 for the
+    ephemeral wrap, which relays pass on without storing."""
+    if kind not in WRAP_KINDS:
+        raise Nip59Error("not_a_gift_wrap", f"kind {kind} is not a gift wrap kind")
     recipient_hex = _recipient_hex(recipient)
     wrapper = one_time_key if one_time_key is not None else SecretKey.generate()
     key = nip44.conversation_key(wrapper, recipient_hex)
     p_tag = ["p", recipient_hex] if not relay_hint else ["p", recipient_hex, relay_hint]
     return sign_event(
         wrapper,
-        kind=GIFT_WRAP_KIND,
+        kind=kind,
         content=nip44.encrypt(sealed.to_json(), key),
         tags=[p_tag],
         created_at=random_past(now, randbelow),
