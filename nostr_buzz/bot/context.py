@@ -31,9 +31,10 @@ from nostr_buzz.core.turn_input import (
     TurnInput,
 )
 from nostr_buzz.event import Event
-from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.pool import MAX_HINT_RELAYS, RelayPool
 from nostr_buzz.io.private import conversation
 from nostr_buzz.io.relay_info import relay_pubkeys
+from nostr_buzz.io.relay_lists import RelayDirectory
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND, IgnoredMetadata, newest_group_metadata
@@ -216,6 +217,16 @@ class ContextResolver:
         self.timeout = timeout
         #: Agents known from configuration or a NIP-24 ``bot`` profile seen (shared, grows).
         self.known_agents = known_agents
+        #: People's relay lists (NIP-65): history and profiles are also read on the write
+        #: relays of the people concerned (None: only on the read relays).
+        self.directory: RelayDirectory | None = None
+
+    async def _their_relays(self, people: Iterable[str]) -> tuple[str, ...]:
+        """The write relays of ``people`` (:class:`RelayDirectory` bounds them), asked as
+        hint relays besides the read relays (at most :data:`MAX_HINT_RELAYS`)."""
+        if self.directory is None:
+            return ()
+        return (await self.directory.write_relays_of(people))[:MAX_HINT_RELAYS]
 
     async def history(self, newest: Event) -> History:
         if isinstance(newest, PrivateEvent):
@@ -227,7 +238,11 @@ class ContextResolver:
             if channel is not None:
                 tags["h"] = (channel,)
             replies = Filter(kinds=self.kinds, limit=self.limit + 1, tags=tags)
-            found = await self.pool.query([Filter(ids=(root_id,)), replies], timeout=self.timeout)
+            found = await self.pool.query(
+                [Filter(ids=(root_id,)), replies],
+                timeout=self.timeout,
+                extra_urls=await self._their_relays([newest.pubkey, *nip10.mentions(newest)]),
+            )
             return select_thread_history(found.events, root_id, channel, self.limit)
         if channel is not None:
             return NO_HISTORY
@@ -239,6 +254,7 @@ class ContextResolver:
                 for author, to in between
             ],
             timeout=self.timeout,
+            extra_urls=await self._their_relays([actor]),
         )
         return select_dm_history(found.events, self.limit)
 
@@ -312,7 +328,8 @@ class ContextResolver:
         filters = [Filter(authors=tuple(people), kinds=(METADATA_KIND,))]
         if channel is not None:
             filters.append(Filter(kinds=(GROUP_METADATA_KIND,), tags={"d": (channel,)}))
-        result = await self.pool.query(filters, timeout=self.timeout)
+        extra = await self._their_relays(people)
+        result = await self.pool.query(filters, timeout=self.timeout, extra_urls=extra)
         found = result.events
         newest = newest_profiles(found, people)
         profiles: dict[str, ProfileInfo] = {}

@@ -57,20 +57,25 @@ async def test_a_person_reads_the_reply_and_metric_on_the_relay_their_list_names
     async with local_relay() as theirs, scripted_relay() as trap:
         # The owner reads on a relay the bot does not use; the list also names a local
         # address nobody configured and 300 more relays: none of those may be contacted.
-        tags = [["r", theirs.url, "read"], ["r", trap.url, "read"]]
-        tags += [["r", f"ws://127.0.0.{i % 250 + 2}:{7000 + i}", "read"] for i in range(300)]
+        tags = [["r", theirs.url], ["r", trap.url]]
+        tags += [["r", f"ws://127.0.0.{i % 250 + 2}:{7000 + i}"] for i in range(300)]
         listing = sign_event(
             world.owner, kind=nip65.KIND, content="", tags=tags, created_at=int(time.time())
         )
         await world.publish(listing)
         async with running(world, rec, local_relays=(theirs.url,)):
             await rec.kind("relay_list_published")
-            asked = world.message(world.owner, "where do I read you?")
+            # The thread began on the owner's own relay only: the bot reads it there.
+            root = world.message(world.owner, "a thread started elsewhere", mention=False)
+            assert (await RelayPool([theirs.url], timeout=3.0).publish(root)).ok
+            asked = world.message(world.owner, "where do I read you?", reply_to=root)
             await world.publish(asked)
             replied = await rec.kind("reply_published")
             await rec.kind("metric_published")
         there = await query(theirs.url, {"authors": [agent]})
         assert replied.payload["eventId"] in {e.id for e in there}
+        [delivered] = rec.of("prompt_context_delivery")
+        assert delivered.payload["eventDeltaCount"] == 1  # the root, read where it was
         assert set(replied.payload["relays"]) == {world.relay.url, theirs.url}
         # The metric's recipient is the owner: it went to the owner's read relay too.
         assert any(e.kind == METRIC_KIND and e.tag_values("p") == [owner] for e in there)
@@ -86,15 +91,17 @@ async def test_a_long_reply_is_split_to_fit_a_relay_that_takes_16_kib_messages(
     limit = 16 * 1024
     document = {"name": "small", "limitation": {"max_message_length": limit}}
     rec = Recorder()
-    async with fronted_relay(world.relay.url, document, max_size=limit) as small:
-        async with running(world, rec, write_relays=(small,)):
-            asked = world.message(world.owner, "long " + "word " * 8000)  # one 40 kB line
-            await world.publish(asked)
-            first = await rec.kind("reply_published")
-            [part] = await world.query({"ids": [first.payload["eventId"]]})
-            total = int(part.content.split("/", 1)[1].split("]", 1)[0])  # "[1/N]"
-            await rec.kind("reply_published", total)
-            await rec.kind("metric_published")
+    async with (
+        fronted_relay(world.relay.url, document, max_size=limit) as small,
+        running(world, rec, write_relays=(small,)),
+    ):
+        asked = world.message(world.owner, "long " + "word " * 8000)  # one 40 kB line
+        await world.publish(asked)
+        first = await rec.kind("reply_published")
+        [part] = await world.query({"ids": [first.payload["eventId"]]})
+        total = int(part.content.split("/", 1)[1].split("]", 1)[0])  # "[1/N]"
+        await rec.kind("reply_published", total)
+        await rec.kind("metric_published")
     parts = await world.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
     assert len(parts) == total >= 3
     assert all(len(f'["EVENT",{p.to_json()}]'.encode()) <= limit for p in parts)
@@ -120,9 +127,11 @@ async def test_a_kind_21059_wrap_is_opened_and_answered_like_a_stored_one(world:
         await conn.send(["EOSE", msg[1]])
 
     rec = Recorder()
-    async with scripted_relay(script) as passing:
-        async with running(world, rec, read_relays=(passing.url, world.relay.url)):
-            replied = await rec.kind("reply_published")
+    async with (
+        scripted_relay(script) as passing,
+        running(world, rec, read_relays=(passing.url, world.relay.url)),
+    ):
+        replied = await rec.kind("reply_published")
     assert replied.payload["private"] is True
     assert replied.payload["inReplyTo"] == rumor.id
     [started] = rec.of("turn_started")
