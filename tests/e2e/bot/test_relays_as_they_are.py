@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from nostr_buzz.bot import BuzzPlugin
+from nostr_buzz.bot.state import BotStore
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.outbox import Outbox
 from nostr_buzz.io.pool import RelayPool
@@ -201,3 +202,54 @@ async def test_a_rate_limited_relay_is_backed_off_not_retried_at_once(world: Wor
         await publisher.flush()
         assert len(busy.frames("EVENT")) == 2
         outbox.close()
+
+
+async def test_the_outbox_keeps_each_replys_relays_so_a_restart_sends_to_the_same_set(
+    world: World,
+) -> None:
+    """No relay takes the reply at first: it waits in the outbox with the write relay and the
+    owner's read relay, and after a restart it goes to that same read relay."""
+    accepting = {"now": False}
+
+    async def theirs_script(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "EVENT":
+            ok = accepting["now"]
+            await conn.send(["OK", msg[1]["id"], ok, "" if ok else "error: down for now"])
+        elif msg[0] == "REQ":
+            await conn.send(["EOSE", msg[1]])
+
+    async def refusing(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "EVENT":
+            await conn.send(["OK", msg[1]["id"], False, "blocked: not you"])
+
+    rec = Recorder()
+    async with scripted_relay(theirs_script) as theirs, scripted_relay(refusing) as mine:
+        listing = sign_event(
+            world.owner,
+            kind=nip65.KIND,
+            content="",
+            tags=[["r", theirs.url, "read"]],
+            created_at=int(time.time()),
+        )
+        await world.publish(listing)
+        changes = {"write_relays": (mine.url,), "local_relays": (theirs.url,)}
+        async with running(world, rec, **changes):
+            await world.publish(world.message(world.owner, "are you there?"))
+            failed = await rec.kind("reply_failed")
+        reply_id = failed.payload["eventId"]
+        store = BotStore(world.tmp / "state")
+        try:
+            entry = store.outbox.get(reply_id)
+        finally:
+            store.close()
+        assert entry is not None and entry.relays == (mine.url, theirs.url)
+        accepting["now"] = True
+        rec2 = Recorder()
+        async with running(world, rec2, **changes) as plugin:
+            assert plugin.delivery is not None
+            plugin.delivery.nudge()
+            published = await rec2.wait(
+                lambda r: [x for x in r.of("reply_published") if x.payload["eventId"] == reply_id],
+                what="the stored reply, sent again",
+            )
+        assert published[0].payload["relays"] == [theirs.url]
