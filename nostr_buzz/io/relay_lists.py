@@ -7,8 +7,8 @@ relays, each direction cut to :data:`~nostr_buzz.nips.nip65.MAX_RELAYS_PER_PERSO
 local address the bot has not configured: :func:`~nostr_buzz.nips.nip65.relays_to_use`), and
 each relay's announced :class:`~nostr_buzz.io.relay_info.RelayLimits`.  Answers are cached for
 ``ttl`` seconds, at most :data:`MAX_CACHED` of each (the oldest dropped first), so memory stays
-bounded however many people write to the bot; a failed lookup is cached too (as "no list"),
-so a person without a list costs one query per ``ttl``.
+bounded however many people write to the bot; a person without a list is cached too (as "no
+list", once a relay answered to the end), so costs one query per ``ttl``.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ from nostr_buzz.signer import Signer
 from .pool import RelayPool
 from .relay_info import RelayLimits, relay_limits
 
-__all__ = ["DEFAULT_TTL", "MAX_CACHED", "MAX_PEOPLE", "RelayDirectory"]
+__all__ = ["DEFAULT_TTL", "LIMITS_TIMEOUT", "MAX_CACHED", "MAX_PEOPLE", "RelayDirectory"]
 
 #: How long (seconds) a relay list or a relay's limits are trusted before they are asked again.
 DEFAULT_TTL: Final = 3600.0
 #: Entries kept per cache.
 MAX_CACHED: Final = 2_000
+#: Seconds one relay's NIP-11 document may take (a reply waits for it the first time).
+LIMITS_TIMEOUT: Final = 3.0
 #: People one lookup asks for (the rest are left out: a note that tags hundreds of people
 #: must not make the bot send to hundreds of relays).
 MAX_PEOPLE: Final = 10
@@ -96,14 +98,16 @@ class RelayDirectory:
         return {p: self._lists.get(p) or RelayList() for p in asked}
 
     async def _look_up(self, people: list[str]) -> dict[str, RelayList]:
-        out = {p: RelayList() for p in people}
+        """What the read relays hold for ``people``; "no list" only for those whose absence
+        some relay vouched for (one answered to the end): a failed lookup is asked again."""
         try:
             pool = RelayPool(self.read_relays, signer=self.signer, timeout=self.timeout)
             result = await pool.query(
                 Filter(authors=tuple(people), kinds=(nip65.KIND,)), timeout=self.timeout
             )
         except BuzzError:
-            return out
+            return {}
+        out = {p: RelayList() for p in people} if result.any_finished else {}
         for pubkey, event in nip65.newest(result.events, people).items():
             listed = nip65.relay_list(event)
             out[pubkey] = RelayList(
@@ -126,7 +130,8 @@ class RelayDirectory:
         """Each relay's announced limits (asked concurrently when not cached)."""
         asked = list(dict.fromkeys(urls))
         missing = [u for u in asked if self._limits.get(u) is None]
-        found = await asyncio.gather(*(relay_limits(u, timeout=self.timeout) for u in missing))
+        timeout = min(self.timeout, LIMITS_TIMEOUT)
+        found = await asyncio.gather(*(relay_limits(u, timeout=timeout) for u in missing))
         for url, limits in zip(missing, found, strict=True):
             self._limits.put(url, limits)
         return {u: self._limits.get(u) or RelayLimits() for u in asked}

@@ -8,13 +8,9 @@ scripted relays for what LocalRelay does not do; a real bot (BuzzPlugin, the dem
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.bot.state import BotStore
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.outbox import Outbox
@@ -24,7 +20,8 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59, nip65
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
-from tests.support.bot_world import WAIT, Recorder, World
+from tests.e2e.bot.test_private import running
+from tests.support.bot_world import Recorder, World
 from tests.support.relays import fronted_relay, local_relay
 from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
 
@@ -32,18 +29,6 @@ from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
 def metric_event(agent: SecretKey, owner: SecretKey) -> Event:
     payload = MetricPayload(harness="demo", timestamp="2026-12-04T10:00:00.000Z", turn_seq=1)
     return build_metric_event(agent, owner.public_key, payload)
-
-
-@asynccontextmanager
-async def running(world: World, rec: Recorder, **changes: Any) -> AsyncIterator[BuzzPlugin]:
-    plugin = BuzzPlugin(world.config(**changes), on_diagnostic=rec)
-    runner = asyncio.create_task(plugin.run())
-    try:
-        await rec.kind("agent_started")
-        yield plugin
-    finally:
-        plugin.stop()
-        await asyncio.wait_for(runner, WAIT)
 
 
 async def query(url: str, flt: dict[str, Any]) -> list[Event]:
