@@ -106,6 +106,8 @@ async def test_a_kind_21059_wrap_is_opened_and_answered_like_a_stored_one(world:
 
     async def script(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
         # A relay passing on an ephemeral wrap to the subscriptions that ask for kind 21059.
+        if msg[0] == "EVENT":  # the agent's own copy of its answer (its DM relays)
+            await conn.send(["OK", msg[1]["id"], True, ""])
         if msg[0] != "REQ":
             return
         if any(21059 in f.get("kinds", ()) for f in msg[2:]):
