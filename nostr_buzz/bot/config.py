@@ -24,6 +24,7 @@ from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
+from nostr_buzz.nips.relay_url import check_relay_url
 from nostr_buzz.signer import LocalSigner, Signer
 
 __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
@@ -116,12 +117,14 @@ class PluginConfig:
     #: (docs/queue.md): a stranger's event for one more is refused, ``queue_channels_full``.
     max_stranger_channels: int = MAX_STRANGER_CHANNELS
     #: Loopback or private relays that people's relay lists (NIP-65) may name besides the
-    #: bot's own: any other local address in a stranger's list is skipped.
+    #: bot's own (``[outbox] local_relays``): any other local address in one is skipped.
     local_relays: tuple[str, ...] = ()
     #: ``MODULE:ATTR`` of an in-process agent (``[agent] module``), instead of the command.
     agent_module: str | None = None
 
     def __post_init__(self) -> None:
+        for url in self.local_relays:
+            check_relay_url(url)  # RelayError naming it
         secret, signer = self.agent_secret, cast(Signer | None, self.signer)
         if signer is None:
             if secret is None:
@@ -217,6 +220,7 @@ class PluginConfig:
             clock_skew=file.subscriptions.clock_skew,
             max_recipients=file.private.max_recipients,
             give_up_after=file.outbox.give_up_after,
+            local_relays=file.outbox.local_relays,
         )
 
 
