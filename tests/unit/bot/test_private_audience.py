@@ -49,13 +49,16 @@ def test_a_room_over_max_recipients_is_answered_to_its_sender_only() -> None:
     assert private_audience(agent, owner, big, 11) == ([alice, owner, bob, *many[:8]], None)
 
 
+MINIMAL_ENV = {
+    "BUZZ_PRIVATE_KEY": AGENT.hex,
+    "BUZZ_OWNER": owner,
+    "BUZZ_RELAYS": "wss://relay.example",
+    "BUZZ_AGENT_COMMAND": "agent",
+}
+
+
 def test_the_settings_reach_the_bot_from_their_variables(tmp_path: Path) -> None:
-    environ = {
-        "BUZZ_PRIVATE_KEY": AGENT.hex,
-        "BUZZ_OWNER": owner,
-        "BUZZ_RELAYS": "wss://relay.example",
-        "BUZZ_AGENT_COMMAND": "agent",
-    }
+    environ = dict(MINIMAL_ENV)
     default = PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path))
     assert (default.max_recipients, default.give_up_after) == (10, 7 * 86400)
     environ |= {"BUZZ_PRIVATE_MAX_RECIPIENTS": "4", "BUZZ_OUTBOX_GIVE_UP_AFTER": "3600"}
@@ -68,12 +71,7 @@ def test_the_settings_reach_the_bot_from_their_variables(tmp_path: Path) -> None
 
 
 def test_local_relays_for_relay_lists_come_from_the_outbox_section(tmp_path: Path) -> None:
-    environ = {
-        "BUZZ_PRIVATE_KEY": AGENT.hex,
-        "BUZZ_OWNER": owner,
-        "BUZZ_RELAYS": "wss://relay.example",
-        "BUZZ_AGENT_COMMAND": "agent",
-    }
+    environ = dict(MINIMAL_ENV)
     assert (
         PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path)).local_relays == ()
     )
