@@ -11,7 +11,7 @@ later process after a crash; a re-send is the same signed event (same id), so a 
 already has it answers ``duplicate:`` and nothing is ever published twice.
 
 A reply that no relay accepted because it is too large (the relay's refusal says so) is
-replaced, in one transaction, by ordered parts that fit (:func:`.outputs.reply_parts`).  Every
+replaced, in one transaction, by ordered parts that fit (:func:`.outputs.tagged_parts`).  Every
 refusal reason reaches the ``reply_failed`` diagnostic.
 
 A private message (NIP-17) is answered privately: the kind 14 answer is sealed and wrapped to

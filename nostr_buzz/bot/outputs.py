@@ -45,7 +45,6 @@ __all__ = [
     "private_audience",
     "redact",
     "reply_form",
-    "reply_parts",
     "reply_tags",
     "reply_template",
     "reply_text",
@@ -197,15 +196,6 @@ def split_text(text: str, max_bytes: int) -> list[str]:
         rest = rest[cut:]
     parts.append(rest)
     return [p for p in parts if p] or [""]
-
-
-def reply_parts(
-    agent: str, target: Event, text: str, created_at: int, max_bytes: int
-) -> list[EventTemplate]:
-    """The public reply of ``agent`` (hex) to ``target`` as ordered unsigned parts that each
-    fit ``max_bytes`` of content (one event when it fits)."""
-    kind, tags = reply_form(agent, target)
-    return tagged_parts(kind, tags, text, created_at, max_bytes)
 
 
 def tagged_parts(
