@@ -71,9 +71,11 @@ InFlightPolicy = Literal["queue", "steer", "interrupt"]
 AuthorGate = Literal["owner-only", "allowlist", "anyone"]
 #: How the agent's permission requests (run a command, edit a file) are answered: ``owner``
 #: approves only while a turn runs whose triggering events are all the owner's; ``allow``
-#: approves during any turn; ``reject`` never approves.  Outside a turn: always rejected.
-Permissions = Literal["owner", "allow", "reject"]
-PERMISSIONS: Final[tuple[Permissions, ...]] = ("owner", "allow", "reject")
+#: approves during any turn; ``reject`` never approves; ``ask`` asks the owner by NIP-17 DM for
+#: each request (so does ``owner`` when someone else's words reached the session), and only the
+#: owner's ``!allow CODE`` approves.  Outside a turn: always rejected.
+Permissions = Literal["owner", "allow", "reject", "ask"]
+PERMISSIONS: Final[tuple[Permissions, ...]] = ("owner", "allow", "reject", "ask")
 ReplyMode = Literal["auto", "agent"]
 Direction = Literal["read", "write"]
 
@@ -91,6 +93,9 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     env: dict[str, str] = {}  # variables set for the agent (values written here)
     pass_env: tuple[str, ...] = ()  # names copied from buzz's own environment (API keys)
     permissions: Permissions = "owner"  # how the agent's permission requests are answered
+    # Seconds the owner has to answer a permission question (!allow / !deny CODE); 0: never
+    # ask (a request the rule cannot approve is rejected at once).
+    ask_timeout: Annotated[float, msgspec.Meta(ge=0)] = 300.0
     cwd: str | None = None  # the agent's working directory, used exactly as written
     model: str | None = None  # the model the agent runs, reported in metrics when known
     # Run the agent as this OS user (buzz run starts as root and drops to it for the agent):

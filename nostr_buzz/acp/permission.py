@@ -4,13 +4,16 @@
 A request is put to the policy only while a turn of the asking session runs (its prompt
 unanswered and not being cancelled): real adapters also ask after the turn has ended, and
 those requests are rejected without asking.  A policy that raises rejects, it never approves.
+A policy may answer later (an awaitable decision: the owner is asked, docs/bot.md
+"Permissions"): :func:`answer_later` waits for it, through the caller's ``hold``.
 Approval picks the ``allow_once`` option (else ``allow_always``), rejection ``reject_once``
 (else ``reject_always``, else the ``cancelled`` outcome).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +22,15 @@ from nostr_buzz.core.permission import PermissionDecision
 from . import wire
 from .types import PermissionRequest
 
-__all__ = ["Answer", "PermissionPolicy", "answer"]
+__all__ = ["Answer", "PermissionPolicy", "answer", "answer_later"]
 
-#: ``policy(request) -> approve?`` (a decision also says why, for the diagnostic); called only
-#: while a turn of the session runs.
-PermissionPolicy = Callable[[PermissionRequest], bool | PermissionDecision]
+#: ``policy(request) -> approve?`` (a decision also says why, for the diagnostic; an awaitable
+#: one is decided later); called only while a turn of the session runs.
+PermissionPolicy = Callable[
+    [PermissionRequest], bool | PermissionDecision | Awaitable[PermissionDecision]
+]
+#: Wraps the wait for a later decision (the session knows the agent is waiting meanwhile).
+Hold = Callable[[Awaitable[PermissionDecision]], Awaitable[PermissionDecision]]
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,11 @@ def answer(params: Any, *, running: bool, policy: PermissionPolicy) -> Answer:
         except Exception as exc:  # a broken policy rejects, it never approves
             why, error = {"reason": "policy_failed"}, repr(exc)
         else:
-            if isinstance(verdict, PermissionDecision):
+            if inspect.isawaitable(verdict):  # answer_later's business: never approves here
+                why = {"reason": "policy_failed"}
+                error = "the policy answered later; use answer_later"
+                _discard(verdict)
+            elif isinstance(verdict, PermissionDecision):
                 approve, why = verdict.approve, verdict.payload()
             else:
                 approve, why = verdict is True, {"reason": "policy"}
@@ -62,3 +73,32 @@ def answer(params: Any, *, running: bool, policy: PermissionPolicy) -> Answer:
         **why,
     }
     return Answer(result, request, payload, error)
+
+
+async def answer_later(
+    params: Any, *, running: bool, policy: PermissionPolicy, hold: Hold
+) -> Answer:
+    """:func:`answer` for a policy that may answer with an awaitable decision: it is awaited
+    through ``hold``; a wait that raises rejects, like a policy that raises."""
+    request = wire.permission_request(params, turn_running=running)
+    if not request.turn_running:
+        return answer(params, running=False, policy=policy)
+    try:
+        verdict = policy(request)
+        if inspect.isawaitable(verdict):
+            verdict = await hold(verdict)
+    except Exception as exc:
+        failure = exc
+
+        def failed(_: PermissionRequest) -> bool:
+            raise failure
+
+        return answer(params, running=True, policy=failed)
+    decided = verdict
+    return answer(params, running=True, policy=lambda _: decided)
+
+
+def _discard(verdict: Awaitable[Any]) -> None:
+    close = getattr(verdict, "close", None)  # an unawaited coroutine: closed, no warning
+    if callable(close):
+        close()

@@ -290,6 +290,9 @@ class Session:
         self.own_phase: OwnPhase | None = None
         self.held: list[AgentFact] = []
         self.usage_split = False
+        #: Permission requests of the running prompt waiting for the owner's answer: the idle
+        #: timeout does not run meanwhile (the hard one does).
+        self.asking = 0
 
     # -- questions -----------------------------------------------------------------------
 
@@ -308,7 +311,8 @@ class Session:
         turn = self.turn
         if turn is None or self.phase not in (Phase.PROMPTING, Phase.CANCELLING):
             return None
-        at = min(turn.last_activity + self.timeouts.idle, turn.hard_deadline)
+        idle = turn.hard_deadline if self.asking else turn.last_activity + self.timeouts.idle
+        at = min(idle, turn.hard_deadline)
         return at if self.cancel_deadline is None else min(at, self.cancel_deadline)
 
     # -- the machine ---------------------------------------------------------------------
@@ -336,6 +340,16 @@ class Session:
         if isinstance(fact, AgentFact):
             return self._agent_fact(fact, now)
         return ()
+
+    def ask_started(self) -> None:
+        """A permission request went to the owner: the agent waits, it is not idle."""
+        self.asking += 1
+
+    def ask_ended(self, now: float) -> None:
+        """The owner's answer (or its absence) came: the idle clock starts again from ``now``."""
+        self.asking = max(0, self.asking - 1)
+        if self.turn is not None:
+            self.turn.last_activity = max(self.turn.last_activity, now)
 
     def may_steer(self) -> bool:
         """Whether a steer may go on the wire now: one steer at a time per running prompt (the

@@ -81,6 +81,9 @@ class PluginConfig:
     agent_user: str | None = None
     #: How the agent's permission requests are answered (``[agent] permissions``).
     permissions: Permissions = "owner"
+    #: Seconds the owner has to answer a permission question (``[agent] ask_timeout``); 0:
+    #: never ask, reject at once what the rule cannot approve.
+    ask_timeout: float = 300.0
     state_dir: Path = Path(".buzz")
     channels: tuple[str, ...] = ()
     kinds: tuple[int, ...] = (CHAT_KIND, PRIVATE_MESSAGE_KIND)
@@ -197,6 +200,7 @@ class PluginConfig:
             agent_env=dict(file.agent.env),
             agent_pass_env=sources.pass_env(pass_env),
             permissions=sources.permissions(permissions),
+            ask_timeout=file.agent.ask_timeout,
             agent_cwd=file.agent.cwd,
             agent_user=file.agent.user,
             state_dir=state_directory(sources, state_dir),

@@ -54,6 +54,7 @@ __all__ = [
     "Refuse",
     "advance",
     "authority_key",
+    "command_of",
     "decide",
     "in_flight_action",
     "owner_command",
@@ -64,7 +65,16 @@ __all__ = [
 
 _LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@\S+)")
 
-CommandName = Literal["cancel", "new", "shutdown"]
+CommandName = Literal["cancel", "new", "shutdown", "allow", "deny"]
+_COMMANDS: Final[dict[str, CommandName]] = {
+    "!cancel": "cancel",
+    "!new": "new",
+    "!shutdown": "shutdown",
+    "!allow": "allow",
+    "!deny": "deny",
+}
+#: The commands that answer a permission question: they take a code.
+APPROVALS: Final = frozenset({"allow", "deny"})
 
 
 @dataclass(frozen=True)
@@ -112,22 +122,34 @@ class Refuse:
 
 @dataclass(frozen=True)
 class Command:
-    """An owner command: obey it once, never queue it."""
+    """An owner command: obey it once, never queue it (``argument``: an approval's code)."""
 
     name: CommandName
+    argument: str = ""
 
 
 Decision = Admit | Refuse | Command
 
 
 def owner_command(content: str) -> CommandName | None:
-    """``cancel``, ``new`` or ``shutdown`` when the content is an owner command, else None."""
+    """The command the content is (after leading mentions), else None; ``allow`` and
+    ``deny`` only with their code (:func:`command_of`)."""
+    command = command_of(content)
+    return command.name if command is not None else None
+
+
+def command_of(content: str) -> Command | None:
+    """The command the content is, with its argument (an approval's code, required)."""
     rest = content
     while (match := _LEADING_MENTION.match(rest)) is not None:
         rest = rest[match.end() :]
-    word = rest.strip().split(maxsplit=1)
-    commands: dict[str, CommandName] = {"!cancel": "cancel", "!new": "new", "!shutdown": "shutdown"}
-    return commands.get(word[0]) if word else None
+    words = rest.split()
+    name = _COMMANDS.get(words[0]) if words else None
+    if name is None:
+        return None
+    if name in APPROVALS:
+        return Command(name, words[1]) if len(words) == 2 else None
+    return Command(name)
 
 
 def refusal(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -> str | None:
@@ -160,14 +182,12 @@ def refusal(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -
 
 def decide(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -> Decision:
     """Command, refusal (with its reason), another shard's (reason None), or admission."""
-    if (
-        event.kind == CHAT_KIND
-        and event.pubkey == gate.owner
-        and gate.agent in nip10.mentions(event)
-    ):
-        command = owner_command(event.content)
-        if command is not None:
-            return Command(command)
+    private = event.kind == PRIVATE_MESSAGE_KIND and isinstance(event, PrivateEvent)
+    addressed = event.kind == CHAT_KIND and gate.agent in nip10.mentions(event)
+    command = command_of(event.content) if private or addressed else None
+    owners = event.pubkey == gate.owner or (command is not None and command.name in APPROVALS)
+    if command is not None and event.pubkey != gate.agent and owners:
+        return command
     reason = refusal(event, gate, known_agents)
     if reason is not None:
         return Refuse(reason)

@@ -290,10 +290,14 @@ def metric_payload(
     triggering: list[Event],
     manifest: Manifest | None,
     started_at: datetime,
+    permissions: tuple[int, int] = (0, 0),
 ) -> MetricPayload:
     """The NIP-AM payload of a turn; when the agent reported no usage, every counter of
-    ``turn`` is unknown (null) and ``turnSeq`` still follows the session's sequence."""
+    ``turn`` is unknown (null) and ``turnSeq`` still follows the session's sequence.
+    ``permissions``: the turn's permission requests approved and rejected (both left out when
+    it asked none)."""
     usage = result.usage
+    approved, rejected = permissions if sum(permissions) else (None, None)
     ref = nip10.thread_ref(triggering[-1])
     return MetricPayload(
         harness=harness,
@@ -318,4 +322,6 @@ def metric_payload(
         context_manifest=manifest,
         context_used_tokens=_occupancy(result.context_used),
         context_window_tokens=_occupancy(result.context_size),
+        permissions_approved=approved,
+        permissions_rejected=rejected,
     )

@@ -88,7 +88,7 @@ class BuzzPlugin:
         self._delivery_stop = asyncio.Event()
         self._wake = asyncio.Event()
         self.standing = SessionStanding(config, self.pool, self.diagnostics)
-        self.turns = RunningTurns(config.permissions, config.owner.hex)  # by queue channel
+        self.turns = RunningTurns.of(config, self.diagnostics, clock)  # by queue channel
         self.supervisor = AgentSupervisor(
             config, self.diagnostics, clock, self._stop, self.standing.freeze, self.turns, agent
         )
@@ -295,7 +295,7 @@ class BuzzPlugin:
             self._commands.append(event.id)
             self._position = intake.advance(self._position, event.created_at, now)
             self.store.remember_command(event.id, self._position)
-            await self._obey(decision.name, event)
+            await self._obey(decision, event)
             return True
         result = self.queue.push(event, prompt_tag, now=now)
         for dropped in result.dropped:
@@ -313,13 +313,13 @@ class BuzzPlugin:
         self._wake.set()
         return True
 
-    async def _obey(self, command: intake.CommandName, event: Event) -> None:
+    async def _obey(self, decision: intake.Command, event: Event) -> None:
         assert self._runner is not None
-        self.diagnostics.emit(
-            "owner_command",
-            channel_id=nip10.channel(event),
-            payload={"command": command, "eventId": event.id},
-        )
+        command = decision.name
+        if command == "allow" or command == "deny":  # anyone's: only the owner's counts
+            return self.turns.answer(event, command, decision.argument)
+        payload = {"command": command, "eventId": event.id}
+        self.diagnostics.emit("owner_command", channel_id=nip10.channel(event), payload=payload)
         if command == "shutdown":
             self.stop()
             return

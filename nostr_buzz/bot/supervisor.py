@@ -98,7 +98,9 @@ def restart_delay(failures: int) -> float:
 class TurnLookup(Protocol):
     """The running turns, as the agent's requests and diagnostics need them."""
 
-    def permission(self, request: PermissionRequest) -> PermissionDecision: ...
+    def permission(
+        self, request: PermissionRequest
+    ) -> PermissionDecision | Awaitable[PermissionDecision]: ...
 
     def locate(self, adapter_session_id: str) -> dict[str, str | None] | None: ...
 

@@ -15,7 +15,10 @@ The agent's permission requests are decided here (:meth:`TurnRunner.permission`,
 :mod:`nostr_buzz.core.permission`): only for a turn that is live in the asking session;
 ``permissions = "owner"`` approves only when every actor whose words reach that turn (its
 batch, the cancelled events riding with it, every steer sent into it) and every actor whose
-words entered the session before is the owner; ``allow`` approves for any live turn.
+words entered the session before is the owner; ``allow`` approves for any live turn; ``ask``
+(and ``owner`` for a request someone else's words stand in the way of) asks the owner by
+private message and waits for the answer (:mod:`.approvals`).  The turn counts its decisions
+for its metric.
 
 Every turn that reached the agent gets a metric, cancelled and failed ones included; a turn
 the agent reported no usage for has every counter unknown.  A failed turn emits
@@ -35,7 +38,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -55,6 +58,7 @@ from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome
 
+from .approvals import Approvals
 from .config import PluginConfig
 from .context import ContextResolver, direct_channel_type
 from .delivery import Delivery, Signed
@@ -136,6 +140,8 @@ class Turn:
     #: Held while a steer of this turn is on the wire: steers wait their turn here (whether
     #: one may go is the agent session's rule, ``acp.state.Session.may_steer``).
     steer_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The agent's permission requests decided in this turn: approved, rejected.
+    permissions: tuple[int, int] = (0, 0)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
@@ -219,13 +225,35 @@ def turn_permission(turn: Turn | None, policy: Policy, owner: str) -> Permission
     return decide(policy, owner, provenance, session)
 
 
+def _counted(turn: Turn | None, decision: PermissionDecision) -> PermissionDecision:
+    """Count ``decision`` in its turn (for the metric)."""
+    if turn is not None:
+        approved, rejected = turn.permissions
+        yes = int(decision.approve)
+        turn.permissions = (approved + yes, rejected + 1 - yes)
+    return decision
+
+
+async def _counted_later(turn: Turn, later: Awaitable[PermissionDecision]) -> PermissionDecision:
+    return _counted(turn, await later)
+
+
 class RunningTurns(dict[str, Turn]):
     """The running turn of each queue channel, and the lookups the agent's requests need
     (by adapter session): made before the supervisor and the runner, and given to both."""
 
-    def __init__(self, policy: Policy, owner: str) -> None:
+    def __init__(self, policy: Policy, owner: str, approvals: Approvals | None = None) -> None:
         super().__init__()
         self.policy, self.owner = policy, owner
+        #: Where a request the owner must decide goes (None: such requests are rejected).
+        self.approvals = approvals
+
+    @classmethod
+    def of(
+        cls, config: PluginConfig, diagnostics: DiagnosticsFeed, clock: Callable[[], float]
+    ) -> RunningTurns:
+        """A bot's running turns, asking its owner through its signer (:mod:`.approvals`)."""
+        return cls(config.permissions, config.owner.hex, Approvals(config, diagnostics, clock))
 
     def in_session(self, adapter_session_id: str) -> Turn | None:
         for turn in self.values():
@@ -234,10 +262,32 @@ class RunningTurns(dict[str, Turn]):
                 return turn
         return None
 
-    def permission(self, request: PermissionRequest) -> PermissionDecision:
+    def permission(
+        self, request: PermissionRequest
+    ) -> PermissionDecision | Awaitable[PermissionDecision]:
         """Approve? Only for a live turn of the asking session; under ``owner``, only when
-        the owner alone spoke in that turn and in its session."""
-        return turn_permission(self.in_session(request.session_id), self.policy, self.owner)
+        the owner alone spoke in that turn and in its session; what the rule leaves to the
+        owner is decided later, by the owner's answer (:mod:`.approvals`)."""
+        turn = self.in_session(request.session_id)
+        decision = turn_permission(turn, self.policy, self.owner)
+        approvals = self.approvals
+        if turn is None or approvals is None or not approvals.enabled:
+            return _counted(turn, decision)
+        if not decision.asks_owner:
+            return _counted(turn, decision)
+        private = nip10.is_private_channel(turn.batch.channel)
+        asked = approvals.ask(request, decision, turn.ids, turn.provenance().actors(), private)
+        return _counted_later(turn, asked)
+
+    def answer(self, event: Event, verdict: Literal["allow", "deny"], code: str) -> None:
+        """An ``!allow``/``!deny`` seen in ``event`` (anyone's: only the owner's decides)."""
+        if self.approvals is not None:
+            self.approvals.answer(event, verdict, code)
+
+    def withdraw(self, turn: Turn) -> None:
+        """``turn`` ends or is being cancelled: the questions it put to the owner are void."""
+        if self.approvals is not None:
+            self.approvals.withdraw(turn.turn_id)
 
     def locate(self, adapter_session_id: str) -> dict[str, str | None] | None:
         """The ids of the turn running in an adapter session (for diagnostics)."""
@@ -362,6 +412,7 @@ class TurnRunner:
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
         finally:
+            self.running.withdraw(turn)
             turn.advance(Phase.SETTLED)
             if self.running.get(batch.channel) is turn:
                 del self.running[batch.channel]
@@ -500,6 +551,7 @@ class TurnRunner:
             result,
             ids,
             started_at,
+            turn.permissions,
         )
         outputs = [main, *followups]
         await self._commit(
@@ -524,6 +576,7 @@ class TurnRunner:
         result: TurnResult,
         ids: TurnIds,
         started_at: datetime,
+        permissions: tuple[int, int] = (0, 0),
     ) -> Output:
         payload: MetricPayload | None = None
         try:
@@ -535,6 +588,7 @@ class TurnRunner:
                 triggering=triggering,
                 manifest=manifest,
                 started_at=started_at,
+                permissions=permissions,
             )
         except MetricError as exc:  # a payload is checked when made; the reply still goes
             self.diagnostics.emit("metric_invalid", **ids.as_kwargs(), payload={"error": str(exc)})
@@ -623,6 +677,7 @@ class TurnRunner:
         """Cancel ``turn`` (the first reason given wins)."""
         if turn.cancel_reason is None:
             turn.cancel_reason = reason
+        self.running.withdraw(turn)
         if turn.may_cancel_at_agent():
             assert turn.session is not None
             await self.supervisor.driver.cancel(turn.session.start.session_id)

@@ -208,6 +208,9 @@ class TurnReporter:
             )
         elif kind == "owner_command":
             self._write(f"buzz: owner command !{payload.get('command')}")
+        elif kind == "permission_asked":
+            sent = "asked the owner" if payload.get("sent") else "could not ask the owner"
+            self._write(f"buzz: {sent} to approve a {payload.get('toolKind') or 'tool'} call")
         elif kind == "reply_failed":
             self._write(
                 f"buzz: no relay accepted the reply to {str(payload.get('inReplyTo'))[:12]}"

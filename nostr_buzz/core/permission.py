@@ -10,6 +10,10 @@ diagnostic.
 what it was told, so a stranger's words in any earlier turn of the session, or in the
 interrupted work a turn carries, could be what the agent acts on.  Thread history (the context
 messages of a turn) is not counted here; docs/bot.md names that residual risk.
+
+``ask`` puts every request of a live turn to the owner, and so does ``owner`` for a request it
+cannot approve because someone else's words reached the session (:attr:`PermissionDecision.
+asks_owner`); the owner's answer, or its absence, becomes the final decision (:func:`answered`).
 """
 
 from __future__ import annotations
@@ -18,14 +22,45 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Part", "PermissionDecision", "Policy", "Reason", "TurnProvenance", "decide"]
+__all__ = [
+    "OwnerAnswer",
+    "Part",
+    "PermissionDecision",
+    "Policy",
+    "Reason",
+    "TurnProvenance",
+    "answered",
+    "decide",
+]
 
 #: ``[agent] permissions``.
-Policy = Literal["owner", "allow", "reject"]
+Policy = Literal["owner", "allow", "reject", "ask"]
 #: Where a non-owner's words were found: the turn's batch, its cancelled (interrupted) events,
 #: a steer sent into it, or an earlier turn of the agent session.
 Part = Literal["batch", "cancelled", "steer", "session"]
-Reason = Literal["allowed", "owner_only", "policy_rejects", "no_live_turn", "not_owner"]
+Reason = Literal[
+    "allowed",
+    "owner_only",
+    "policy_rejects",
+    "no_live_turn",
+    "not_owner",
+    "ask",
+    "owner_allowed",
+    "owner_denied",
+    "ask_timeout",
+    "ask_withdrawn",
+    "ask_unsent",
+]
+#: What became of a question put to the owner: answered ``!allow`` or ``!deny``, no answer in
+#: time, the turn ended (or was cancelled) first, or the question could not be sent.
+OwnerAnswer = Literal["allowed", "denied", "timeout", "withdrawn", "unsent"]
+_ANSWERED: dict[OwnerAnswer, Reason] = {
+    "allowed": "owner_allowed",
+    "denied": "owner_denied",
+    "timeout": "ask_timeout",
+    "withdrawn": "ask_withdrawn",
+    "unsent": "ask_unsent",
+}
 
 
 @dataclass(frozen=True)
@@ -58,18 +93,32 @@ class PermissionDecision:
             fields["actor"] = self.actor
         return fields
 
+    @property
+    def asks_owner(self) -> bool:
+        """The owner may still approve: ``ask``, or ``owner`` with someone else's words in the
+        session."""
+        return self.reason in ("ask", "not_owner")
+
+
+def answered(decision: PermissionDecision, answer: OwnerAnswer) -> PermissionDecision:
+    """The final decision once the owner was asked: only ``!allow`` approves (``part`` and
+    ``actor`` still name whose words made the rule ask)."""
+    return PermissionDecision(answer == "allowed", _ANSWERED[answer], decision.part, decision.actor)
+
 
 def decide(
     policy: Policy, owner: str, turn: TurnProvenance | None, session: Collection[str]
 ) -> PermissionDecision:
     """The decision for a request made during ``turn`` (None: no turn of the asking session is
     live) of a session whose words came from ``session`` (every actor since it started)."""
-    if policy not in ("owner", "allow"):
+    if policy not in ("owner", "allow", "ask"):
         return PermissionDecision(False, "policy_rejects")
     if turn is None or not turn.batch:
         return PermissionDecision(False, "no_live_turn")
     if policy == "allow":
         return PermissionDecision(True, "allowed")
+    if policy == "ask":
+        return PermissionDecision(False, "ask")
     parts: tuple[tuple[Part, Collection[str]], ...] = (
         ("batch", turn.batch),
         ("cancelled", turn.cancelled),

@@ -11,7 +11,7 @@ requests are answered here (:mod:`nostr_buzz.acp.permission`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from acp.exceptions import RequestError
@@ -37,6 +37,7 @@ from nostr_buzz.acp.state import (
     Timeouts,
     count_usage,
 )
+from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind
 
@@ -158,7 +159,7 @@ class SessionHub:
         if is_notification:
             return None
         if method == "session/request_permission":
-            return self._permission_answer(params)
+            return await self._permission_answer(params)
         raise RequestError.method_not_found(method)
 
     def _agent_facts(self, params: Any, facts: Sequence[AgentFact]) -> None:
@@ -175,8 +176,10 @@ class SessionHub:
         for fact in facts:
             self.feed(session_id, session, fact)
 
-    def _permission_answer(self, params: Any) -> dict[str, Any]:
-        """Ask the policy (only while a turn of the session runs), answer, and report."""
+    async def _permission_answer(self, params: Any) -> dict[str, Any]:
+        """Ask the policy (only while a turn of the session runs), answer, and report.  A
+        decision the policy gives later (the owner is asked) is awaited with the session
+        knowing it: its idle timeout waits too."""
         session_id = wire.session_of(params) or ""
         self.read_answer(session_id)
         session = self.sessions.get(session_id)
@@ -185,7 +188,18 @@ class SessionHub:
         # connection has already resolved) and not being cancelled.
         running = session is not None and session.running
         running = running and prompt is not None and not prompt.done()
-        decided = permission.answer(params, running=running, policy=self.policy)
+
+        async def hold(later: Awaitable[PermissionDecision]) -> PermissionDecision:
+            assert session is not None
+            session.ask_started()
+            try:
+                return await later
+            finally:
+                session.ask_ended(asyncio.get_running_loop().time())
+
+        decided = await permission.answer_later(
+            params, running=running, policy=self.policy, hold=hold
+        )
         if running:
             approved = decided.payload["decision"] == "approved"
             self.report(session_id, PermissionAsked(decided.request, approved))

@@ -61,6 +61,8 @@ DiagnosticKind = (
         # what reached the bot
         "event_rejected",
         "owner_command",
+        "permission_asked",  # {title, toolKind, sent}: the owner was asked (never the code)
+        "approval_refused",  # {reason, verdict, eventId, actor?}: an !allow/!deny, no effect
         "standing_context_frozen",
         "replay_completed",
         "relay_cut_off",

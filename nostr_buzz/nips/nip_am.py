@@ -166,6 +166,10 @@ class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
     #: Context occupancy the agent last reported in the turn (ACP ``usage_update``).
     context_used_tokens: int | None = None
     context_window_tokens: int | None = None
+    #: The agent's permission requests decided during the turn, approved and rejected (both
+    #: absent when it asked none).
+    permissions_approved: int | None = None
+    permissions_rejected: int | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in _ENUMS:
@@ -242,6 +246,8 @@ class _WirePayload(msgspec.Struct, rename="camel"):
     context_manifest: Manifest | UnsetType = UNSET
     context_used_tokens: int | UnsetType = UNSET
     context_window_tokens: int | UnsetType = UNSET
+    permissions_approved: int | UnsetType = UNSET
+    permissions_rejected: int | UnsetType = UNSET
 
 
 _wire_decoder = msgspec.json.Decoder(_WirePayload)
@@ -463,7 +469,12 @@ def _validate(p: MetricPayload) -> None:
             raise MetricError(f"{name} must be one of {sorted(allowed)}")
     if p.turn_seq is not None and (not _is_int(p.turn_seq) or not 1 <= p.turn_seq <= _MAX_TOKENS):
         raise MetricError("turn_seq must be an integer >= 1 or null")
-    for name in ("context_used_tokens", "context_window_tokens"):
+    for name in (
+        "context_used_tokens",
+        "context_window_tokens",
+        "permissions_approved",
+        "permissions_rejected",
+    ):
         value = getattr(p, name)
         if value is not None and (not _is_int(value) or not 0 <= value <= _MAX_TOKENS):
             raise MetricError(f"{name} must be an integer >= 0 or absent")

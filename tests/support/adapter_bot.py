@@ -66,6 +66,7 @@ class Bot:
             "state_dir": self.tmp / "state",
             "relay_timeout": 3.0,
             "coalesce_window": 0.1,
+            "ask_timeout": 0.0,  # what the owner rule cannot approve is rejected, not asked
         }
         values.update(changes)
         return PluginConfig(**values)

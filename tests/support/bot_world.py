@@ -9,12 +9,13 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nostr_buzz.bot import PluginConfig
+from nostr_buzz.bot import BuzzPlugin, PluginConfig
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord
@@ -94,6 +95,7 @@ class World:
             state_dir=self.tmp / "state",
             relay_timeout=3.0,
             coalesce_window=0.1,
+            ask_timeout=0.0,  # what the owner rule cannot approve is rejected, not asked
         )
         return replace(base, **changes)
 
@@ -156,3 +158,17 @@ class World:
 
 def manifest_of(record: DiagnosticRecord) -> Manifest:
     return Manifest.from_json(json.dumps(record.payload["contextManifest"]))
+
+
+@asynccontextmanager
+async def serving(world: World, rec: Recorder, **changes: Any) -> AsyncIterator[BuzzPlugin]:
+    """The bot subscribed to the world's relay (``changes`` to its config) until the block
+    ends, once its agent has started."""
+    plugin = BuzzPlugin(world.config(**changes), on_diagnostic=rec)
+    runner = asyncio.create_task(plugin.run())
+    try:
+        await rec.kind("agent_started")
+        yield plugin
+    finally:
+        plugin.stop()
+        await asyncio.wait_for(runner, WAIT)

@@ -58,6 +58,9 @@ class NdkBunker:
     def stop_answering(self) -> None:
         self.process.send_signal(signal.SIGSTOP)
 
+    def answer_again(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
 
 @asynccontextmanager
 async def ndk_bunker(

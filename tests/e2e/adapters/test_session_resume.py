@@ -59,6 +59,7 @@ def write_config(
         f"command = {json.dumps(adapter(name))}\n"
         f"args = {json.dumps(list(adapter_args(name)))}\n"
         f"cwd = {json.dumps(str(work))}\n"
+        "ask_timeout = 0\n"  # a stranger's session: rejected at once, the owner is not asked
         "[agent.env]\n"
         f"{env_lines}"
         "[timeouts]\n"

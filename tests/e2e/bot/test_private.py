@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip44, nip59
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import open_metric_event
-from tests.support.bot_world import WAIT, Recorder, World
+from tests.support.bot_world import WAIT, Recorder, World, serving
 from tests.support.relays import restart_relay, start_relay
 
 
@@ -40,16 +38,7 @@ def sdk_event(event: Event) -> Any:
     return nostr_sdk.Event.from_json(event.to_json())
 
 
-@asynccontextmanager
-async def running(world: World, rec: Recorder, **changes: Any) -> AsyncIterator[BuzzPlugin]:
-    plugin = BuzzPlugin(world.config(**changes), on_diagnostic=rec)
-    runner = asyncio.create_task(plugin.run())
-    try:
-        await rec.kind("agent_started")
-        yield plugin
-    finally:
-        plugin.stop()
-        await asyncio.wait_for(runner, WAIT)
+running = serving
 
 
 def sdk_private_message(sender: SecretKey, to: SecretKey, text: str) -> Event:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 import time
@@ -208,3 +209,57 @@ async def test_commands_sign_encrypt_and_decrypt_through_the_bunker(tmp_path: Pa
         assert bunker.answered("connect") == 3 and bunker.answered("nip44_decrypt") == 1
         assert (tmp_path / ".buzz" / "nip46-client.key").is_file()
         assert bunker.secret not in out + err
+
+
+async def test_a_bunker_that_stops_answering_fails_the_turn_and_nothing_is_lost(
+    tmp_path: Path,
+) -> None:
+    """The bunker hangs while a turn's reply waits for its signature: the turn fails with the
+    signer's typed error (``turn_failed``), nothing is published under the agent's key, and once
+    the bunker answers again the queue runs the turn again: the mention is answered once, with
+    its metric."""
+    agent, owner = SecretKey.generate(), SecretKey.generate()
+    async with (
+        local_relay() as relay,
+        local_relay() as bunker_relay,
+        ndk_bunker([bunker_relay.url], agent) as bunker,
+    ):
+        as_owner = RelayPool([relay.url], secret=owner, timeout=5)
+        (tmp_path / "buzz.toml").write_text(
+            f'owner = "{owner.public_key.bech32}"\nrelays = ["{relay.url}"]\n'
+            'state_dir = "state"\n[signer]\ntimeout = 2\n'
+            f'[agent]\ncommand = "{sys.executable}"\n'
+            'args = ["-m", "nostr_buzz.demo.agent", "--delay", "0"]\n'
+        )
+        (tmp_path / "buzz.toml").chmod(0o600)
+        feed = tmp_path / "state" / "diagnostics.jsonl"
+        async with bot_process(["--bunker", bunker.uri], tmp_path) as (bot, lines):
+            await until("the start line", _line(lines, "buzz: agent "))
+            bunker.stop_answering()
+            mention = chat(owner, int(time.time()), content="hello?", channel="eng", mention=agent)
+            assert (await as_owner.publish(mention)).ok
+
+            async def failed() -> list[dict[str, Any]] | None:
+                text = feed.read_text() if feed.exists() else ""
+                records = [json.loads(line) for line in text.splitlines()]
+                return [r for r in records if r["kind"] == "turn_failed"] or None
+
+            [failure] = await until("the failed turn", failed)
+            assert "SignerError" in failure["payload"]["error"]
+            mine = {"authors": [agent.public_key.hex]}
+            assert (await as_owner.query(mine)).events == []  # nothing half-published
+            bunker.answer_again()
+
+            async def answered() -> list[Event] | None:
+                got = (await as_owner.query(mine)).events
+                replies = [e for e in got if e.kind == 9 and mention.id in e.tag_values("e")]
+                metrics = [e for e in got if e.kind == METRIC_KIND]
+                return got if replies and metrics else None
+
+            published = await until("the retried turn's reply and metric", answered)
+            bot.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(bot.wait(), WAIT) == 0
+    replies = [e for e in published if e.kind == 9 and mention.id in e.tag_values("e")]
+    assert len(replies) == 1
+    [metric] = [open_metric_event(owner, e) for e in published if e.kind == METRIC_KIND]
+    assert metric.outcome == "success" and mention.id in metric.triggering_event_ids

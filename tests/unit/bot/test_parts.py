@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
 from tests.support.events import chat
-from tests.support.keys import AGENT, OWNER, STRANGER
+from tests.support.keys import AGENT, OWNER, STRANGER, offline_config
 from tests.support.sizes import MAX_FUNCTION_LINES, spans
 
 FRIEND = SecretKey.from_str("33" * 32)
@@ -47,16 +46,7 @@ def msg(
 
 
 def gate(**changes: object) -> Gate:
-    config = PluginConfig(
-        agent_secret=AGENT,
-        owner=OWNER.public_key,
-        read_relays=("ws://127.0.0.1:1",),
-        write_relays=("ws://127.0.0.1:1",),
-        agent_command="agent",
-        state_dir=Path("unused"),
-        allowlist=frozenset({FRIEND.public_key.hex}),
-    )
-    return Gate.of(replace(config, **changes))  # type: ignore[arg-type]
+    return Gate.of(offline_config(allowlist=frozenset({FRIEND.public_key.hex}), **changes))
 
 
 def test_owner_commands_follow_leading_mentions_only() -> None:
