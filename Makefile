@@ -12,7 +12,7 @@ AGENTS_STAMP := $(AGENTS)/node_modules/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,relay]'
+	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
 $(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json

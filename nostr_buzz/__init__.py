@@ -23,12 +23,25 @@ if TYPE_CHECKING:
         compile_steer,
         compile_turn,
     )
+    from nostr_buzz.core.context import History, channel_info_of, turn_context
     from nostr_buzz.core.escape import escape_attribute, escape_text
+    from nostr_buzz.core.gate import Admit, Command, Decision, Gate, Refuse, decide
     from nostr_buzz.core.ledger import TurnLedger
     from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
     from nostr_buzz.core.metrics_report import MetricsReport, build_report
     from nostr_buzz.core.queue import Batch, DeadLetter, DispatchQueue, PushResult, QueuedEvent
-    from nostr_buzz.core.turn_input import TurnInput
+    from nostr_buzz.core.reply import build_reply, reply_template
+    from nostr_buzz.core.turn_input import (
+        NO_RETRIEVAL,
+        ChannelInfo,
+        ContextMessage,
+        ProfileInfo,
+        Retrieval,
+        Standing,
+        TurnContext,
+        TurnEvent,
+        TurnInput,
+    )
     from nostr_buzz.core.usage import UsageRecord, UsageTracker
     from nostr_buzz.errors import (
         AgentError,
@@ -47,22 +60,26 @@ if TYPE_CHECKING:
     )
     from nostr_buzz.event import Event, sign_event
     from nostr_buzz.io.agent_driver import AgentDriver
+    from nostr_buzz.io.context import fetch_history, fetch_turn_context
     from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
     from nostr_buzz.io.fetch import FetchResult, fetch_event
     from nostr_buzz.io.metrics_reader import read_metrics
     from nostr_buzz.io.nip46 import Nip46Signer
     from nostr_buzz.io.outbox import Outbox
-    from nostr_buzz.io.pool import RelayPool
+    from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
     from nostr_buzz.io.publisher import MetricPublisher, PublishReport
-    from nostr_buzz.io.relay import RelayClient
+    from nostr_buzz.io.relay import QueryResult, RelayClient, Verdict
     from nostr_buzz.io.sdk_signer import SdkSigner
     from nostr_buzz.keys import PublicKey, SecretKey
+    from nostr_buzz.nips.nip01 import Filter
     from nostr_buzz.nips.nip10 import ThreadRef
     from nostr_buzz.nips.nip_am import (
+        METRIC_KIND,
         MetricPayload,
         PricingIdentity,
         TokenCounts,
         build_metric_event,
+        created_at_of,
         open_metric_event,
     )
     from nostr_buzz.profile import Profile
@@ -80,7 +97,11 @@ _EXPORTS: dict[str, str] = {
         ("CompiledSteer", "CompiledTurn", "compile_steer", "compile_turn"),
         "nostr_buzz.core.compiler",
     ),
+    **dict.fromkeys(("History", "channel_info_of", "turn_context"), "nostr_buzz.core.context"),
     **dict.fromkeys(("escape_attribute", "escape_text"), "nostr_buzz.core.escape"),
+    **dict.fromkeys(
+        ("Admit", "Command", "Decision", "Gate", "Refuse", "decide"), "nostr_buzz.core.gate"
+    ),
     "TurnLedger": "nostr_buzz.core.ledger",
     **dict.fromkeys(("Layer", "Manifest", "manifest_from_layers"), "nostr_buzz.core.manifest"),
     **dict.fromkeys(("MetricsReport", "build_report"), "nostr_buzz.core.metrics_report"),
@@ -88,7 +109,21 @@ _EXPORTS: dict[str, str] = {
         ("Batch", "DeadLetter", "DispatchQueue", "PushResult", "QueuedEvent"),
         "nostr_buzz.core.queue",
     ),
-    "TurnInput": "nostr_buzz.core.turn_input",
+    **dict.fromkeys(("build_reply", "reply_template"), "nostr_buzz.core.reply"),
+    **dict.fromkeys(
+        (
+            "NO_RETRIEVAL",
+            "ChannelInfo",
+            "ContextMessage",
+            "ProfileInfo",
+            "Retrieval",
+            "Standing",
+            "TurnContext",
+            "TurnEvent",
+            "TurnInput",
+        ),
+        "nostr_buzz.core.turn_input",
+    ),
     **dict.fromkeys(("UsageRecord", "UsageTracker"), "nostr_buzz.core.usage"),
     **dict.fromkeys(
         (
@@ -110,22 +145,26 @@ _EXPORTS: dict[str, str] = {
     ),
     **dict.fromkeys(("Event", "sign_event"), "nostr_buzz.event"),
     "AgentDriver": "nostr_buzz.io.agent_driver",
+    **dict.fromkeys(("fetch_history", "fetch_turn_context"), "nostr_buzz.io.context"),
     **dict.fromkeys(("DiagnosticRecord", "DiagnosticsFeed"), "nostr_buzz.io.diagnostics"),
     **dict.fromkeys(("FetchResult", "fetch_event"), "nostr_buzz.io.fetch"),
     "read_metrics": "nostr_buzz.io.metrics_reader",
     "Outbox": "nostr_buzz.io.outbox",
-    "RelayPool": "nostr_buzz.io.pool",
+    **dict.fromkeys(("PoolQueryResult", "PublishResult", "RelayPool"), "nostr_buzz.io.pool"),
     "Nip46Signer": "nostr_buzz.io.nip46",
     **dict.fromkeys(("MetricPublisher", "PublishReport"), "nostr_buzz.io.publisher"),
-    "RelayClient": "nostr_buzz.io.relay",
+    **dict.fromkeys(("QueryResult", "RelayClient", "Verdict"), "nostr_buzz.io.relay"),
+    "Filter": "nostr_buzz.nips.nip01",
     **dict.fromkeys(("PublicKey", "SecretKey"), "nostr_buzz.keys"),
     "ThreadRef": "nostr_buzz.nips.nip10",
     **dict.fromkeys(
         (
+            "METRIC_KIND",
             "MetricPayload",
             "PricingIdentity",
             "TokenCounts",
             "build_metric_event",
+            "created_at_of",
             "open_metric_event",
         ),
         "nostr_buzz.nips.nip_am",
@@ -139,6 +178,9 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "METRIC_KIND",
+    "NO_RETRIEVAL",
+    "Admit",
     "AgentDriver",
     "AgentError",
     "AgentModuleError",
@@ -148,17 +190,24 @@ __all__ = [
     "BuzzConfig",
     "BuzzError",
     "BuzzPlugin",
+    "ChannelInfo",
+    "Command",
     "CompiledSteer",
     "CompiledTurn",
     "ConfigError",
     "ConfigSources",
+    "ContextMessage",
     "DeadLetter",
+    "Decision",
     "DiagnosticRecord",
     "DiagnosticsFeed",
     "DispatchQueue",
     "Event",
     "EventTemplate",
     "FetchResult",
+    "Filter",
+    "Gate",
+    "History",
     "InProcessAgent",
     "InvalidEvent",
     "InvalidKey",
@@ -176,39 +225,57 @@ __all__ = [
     "Outbox",
     "OutboxError",
     "PluginConfig",
+    "PoolQueryResult",
     "PricingIdentity",
     "Profile",
+    "ProfileInfo",
     "PublicKey",
     "PublishReport",
+    "PublishResult",
     "PushResult",
+    "QueryResult",
     "QueueError",
     "QueuedEvent",
+    "Refuse",
     "RelayClient",
     "RelayError",
     "RelayPool",
+    "Retrieval",
     "SdkSigner",
     "SecretKey",
     "Signer",
     "SignerError",
+    "Standing",
     "ThreadRef",
     "TokenCounts",
+    "TurnContext",
+    "TurnEvent",
     "TurnInput",
     "TurnInputError",
     "TurnLedger",
     "UsageRecord",
     "UsageTracker",
+    "Verdict",
     "build_metric_event",
+    "build_reply",
     "build_report",
+    "channel_info_of",
     "compile_steer",
     "compile_turn",
+    "created_at_of",
+    "decide",
     "escape_attribute",
     "escape_text",
     "fetch_event",
+    "fetch_history",
+    "fetch_turn_context",
     "manifest_from_layers",
     "metric_timestamp",
     "open_metric_event",
     "read_metrics",
+    "reply_template",
     "sign_event",
+    "turn_context",
 ]
 
 

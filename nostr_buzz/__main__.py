@@ -1,3 +1,3 @@
-from nostr_buzz.cli.app import run
+from nostr_buzz.cli import main
 
-run()
+main()

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import msgspec
 
+from nostr_buzz.core.gate import AuthorGate, InFlightPolicy
 from nostr_buzz.errors import (
     SECRET_HINT,
     ConfigError,
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_CONFIG_NAME",
     "SETTINGS",
     "AgentSection",
+    "BudgetSection",
     "BuzzConfig",
     "ConfigSources",
     "ContextSection",
@@ -67,8 +69,6 @@ ENV_OWNER: Final = "BUZZ_OWNER"
 ENV_CONFIG: Final = "BUZZ_CONFIG"
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-InFlightPolicy = Literal["queue", "steer", "interrupt"]
-AuthorGate = Literal["owner-only", "allowlist", "anyone"]
 #: How the agent's permission requests (run a command, edit a file) are answered: ``owner``
 #: approves only while a turn runs whose triggering events are all the owner's; ``allow``
 #: approves during any turn; ``reject`` never approves; ``ask`` asks the owner by NIP-17 DM for
@@ -81,6 +81,8 @@ Direction = Literal["read", "write"]
 
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
 _Kind = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+_Cost = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
+BudgetAction = Literal["warn", "stop"]
 
 
 class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -164,6 +166,17 @@ class OutboxSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     local_relays: tuple[str, ...] = ()
 
 
+class BudgetSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """``[budget]``: what the agent may spend per UTC day, week and month (docs/bot.md)."""
+
+    daily_usd: _Cost | None = None
+    weekly_usd: _Cost | None = None
+    monthly_usd: _Cost | None = None
+    daily_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None  # cost-unknown turns too
+    # Over a cap: "warn" tells the owner once per period; "stop" runs no turn until it ends.
+    action: BudgetAction = "warn"
+
+
 class ContextSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """``[context]``: standing context files (paths relative to the config file)."""
 
@@ -211,6 +224,7 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     timeouts: TimeoutsSection = msgspec.field(default_factory=TimeoutsSection)
     private: PrivateSection = msgspec.field(default_factory=PrivateSection)
     outbox: OutboxSection = msgspec.field(default_factory=OutboxSection)
+    budget: BudgetSection = msgspec.field(default_factory=BudgetSection)
     context: ContextSection = msgspec.field(default_factory=ContextSection)
 
     def __repr__(self) -> str:

@@ -1,6 +1,6 @@
 """Events and keys to and from the other Python Nostr libraries: nostr-sdk (``nostr_sdk``, the
 rust-nostr bindings; ``pip install 'nostr-buzz[relay]'`` or ``pip install nostr-sdk``) and
-pynostr (``pip install pynostr``).
+pynostr (a dependency of the library, for bech32).
 
 Neither is needed to import this module: each is imported when a function that makes its
 objects is called, and a missing one raises :class:`ImportError` saying what to install.

@@ -3,12 +3,14 @@
 The package follows the path a turn takes:
 
 * :mod:`.config` — :class:`PluginConfig` and the ``--shard i/n`` split;
-* :mod:`.intake` — pure decisions about an incoming event: owner command, refusal (with its
-  reason), another shard's, or admission to the queue; the position it moves the bot to;
+* :mod:`.intake` — the bot's gate (the decision itself is the public
+  :mod:`nostr_buzz.core.gate`: owner command, refusal with its reason, another shard's, or
+  admission to the queue); the position an event moves the bot to;
 * :mod:`.replay` — the live subscription and the replay of what was missed (paged back to the
   saved position on start and on every reconnect, only authors the gate admits, clock skew);
 * :mod:`.state` — the one SQLite database: queue journal, position, remembered ids, outbox;
-* :mod:`.context` — thread/DM history, profiles and channel metadata for the compiler;
+* :mod:`.context` — thread/DM history (the public :mod:`nostr_buzz.io.context` and
+  :mod:`nostr_buzz.core.context`), profiles and channel metadata for the compiler;
 * :mod:`.standing` — the standing context each new session starts with, frozen for its life
   (configured files, plus a channel's canvas, huddle guidelines and the agent's core memory);
 * :mod:`.turn` — the worker and the running turn (phases preparing → live → ended →
@@ -19,8 +21,8 @@ The package follows the path a turn takes:
 * :mod:`.supervisor` — the agent process and its sessions only, restarts with backoff (the
   agent edge itself is :mod:`nostr_buzz.acp`, without I/O, and
   :mod:`nostr_buzz.io.agent_driver`);
-* :mod:`.outputs` — pure builders of the reply (in parts when too large), the metric payload,
-  the dead-letter notice, secret redaction;
+* :mod:`.outputs` — pure builders of the reply (:mod:`nostr_buzz.core.reply`, in parts when
+  too large), the metric payload, the dead-letter notice, secret redaction;
 * :mod:`.delivery` — stores replies and metrics in the outbox, sends and retries them;
 * :mod:`.plugin` — :class:`BuzzPlugin`, which wires them.
 """

@@ -40,7 +40,15 @@ from .config import PluginConfig
 from .outputs import TurnIds
 from .privacy import tool_kind
 
-__all__ = ["CODE_ALPHABET", "CODE_LENGTH", "Approvals", "Verdict", "new_code", "question_text"]
+__all__ = [
+    "CODE_ALPHABET",
+    "CODE_LENGTH",
+    "Approvals",
+    "Verdict",
+    "new_code",
+    "question_text",
+    "tell_owner",
+]
 
 #: Digits and capitals without 0/O, 1/I/L: a code read on a phone is typed back right.
 CODE_ALPHABET: Final = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
@@ -51,6 +59,32 @@ _TITLE_CHARS: Final = 300
 _SPENT: Final = 256
 
 Verdict = Literal["allow", "deny"]
+
+
+async def tell_owner(config: PluginConfig, text: str, now: int) -> bool:
+    """Send ``text`` to the owner privately (to its DM relays when it has a kind 10050, else
+    to the write relays); True when a relay took the owner's copy."""
+    agent, owner = config.signer.public_key.hex, config.owner.hex
+    try:
+        rumor = nip17.message(agent, [owner], text, created_at=now)
+        relays = await dm_relays_of(
+            [owner, agent],
+            config.read_relays,
+            secret=config.signer,
+            timeout=config.relay_timeout,
+            configured=config.write_relays,
+        )
+        sent = await send_private(
+            config.signer,
+            rumor,
+            write_relays=config.write_relays,
+            dm_relays=relays,
+            now=now,
+            timeout=config.relay_timeout,
+        )
+    except BuzzError:
+        return False
+    return any(d.addressee == owner and d.result.ok for d in sent)
 
 
 def new_code(taken: Collection[str] = ()) -> str:
@@ -145,31 +179,7 @@ class Approvals:
                 future.cancel()
 
     async def _send(self, text: str) -> bool:
-        """Send ``text`` to the owner privately (to its DM relays when it has a kind 10050,
-        else to the write relays); True when a relay took the owner's copy."""
-        config = self.config
-        agent = config.signer.public_key.hex
-        now = int(self._clock())
-        try:
-            rumor = nip17.message(agent, [self.owner], text, created_at=now)
-            relays = await dm_relays_of(
-                [self.owner, agent],
-                config.read_relays,
-                secret=config.signer,
-                timeout=config.relay_timeout,
-                configured=config.write_relays,
-            )
-            sent = await send_private(
-                config.signer,
-                rumor,
-                write_relays=config.write_relays,
-                dm_relays=relays,
-                now=now,
-                timeout=config.relay_timeout,
-            )
-        except BuzzError:
-            return False
-        return any(d.addressee == self.owner and d.result.ok for d in sent)
+        return await tell_owner(self.config, text, int(self._clock()))
 
     def answer(self, event: Event, verdict: Verdict, code: str) -> bool:
         """An ``!allow``/``!deny`` seen in ``event``: True when it decided a question."""

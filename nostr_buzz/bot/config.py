@@ -3,23 +3,19 @@ flags) and the ``--shard i/n`` split of destinations between processes."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, cast
 
-from nostr_buzz.config import (
-    AuthorGate,
-    ConfigSources,
-    InFlightPolicy,
-    Permissions,
-    ReplyMode,
-    state_directory,
-)
+import msgspec
+
+from nostr_buzz.config import ConfigSources, Permissions, ReplyMode, state_directory
+from nostr_buzz.core.budget import Caps
+from nostr_buzz.core.gate import AuthorGate, InFlightPolicy, Shard, shard_of
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
-from nostr_buzz.core.turn_input import Standing
+from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
@@ -33,12 +29,6 @@ __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
 _NO_SIGNER: Final = cast(Signer, None)
 
 
-@dataclass(frozen=True)
-class Shard:
-    index: int
-    count: int
-
-
 def parse_shard(text: str) -> Shard:
     """``"i/n"`` with 0 ≤ i < n; raises :class:`ConfigError`."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
@@ -48,11 +38,6 @@ def parse_shard(text: str) -> Shard:
     if count < 1 or index >= count:
         raise ConfigError("--shard: i/n needs n ≥ 1 and 0 ≤ i < n")
     return Shard(index, count)
-
-
-def shard_of(destination: str, count: int) -> int:
-    """The stable shard of a destination: sha256 of its UTF-8 bytes, as an integer, mod n."""
-    return int.from_bytes(hashlib.sha256(destination.encode("utf-8")).digest(), "big") % count
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,8 +89,8 @@ class PluginConfig:
     reply_mode: ReplyMode = "auto"
     model: str | None = None
     shard: Shard | None = None
-    #: A new event waits this long before its channel is flushed, so that a burst of
-    #: messages sent together becomes one turn (the queue coalesces only what is queued).
+    #: A batch that may still grow flushes once it has been quiet this long, so that a burst
+    #: of messages sent together becomes one turn (``DispatchQueue.flush_next(settle=…)``).
     coalesce_window: float = 0.25
     #: A batch that failed this many times is dead-lettered (a notice goes to its thread).
     max_attempts: int = 10
@@ -122,8 +107,13 @@ class PluginConfig:
     #: Loopback or private relays that people's relay lists (NIP-65) may name besides the
     #: bot's own (``[outbox] local_relays``): any other local address in one is skipped.
     local_relays: tuple[str, ...] = ()
+    #: The spending caps and what being over one does (``[budget]``, docs/bot.md "Budgets").
+    budget: Caps = field(default_factory=Caps)
     #: ``MODULE:ATTR`` of an in-process agent (``[agent] module``), instead of the command.
     agent_module: str | None = None
+    #: How the envelope tells the model to fetch history it was not given: buzz's commands
+    #: by default, ``Retrieval.tool(name)`` for the agent's own tool, ``NO_RETRIEVAL``: none.
+    retrieval: Retrieval = BUZZ_RETRIEVAL
 
     def __post_init__(self) -> None:
         for url in self.local_relays:
@@ -225,6 +215,7 @@ class PluginConfig:
             max_recipients=file.private.max_recipients,
             give_up_after=file.outbox.give_up_after,
             local_relays=file.outbox.local_relays,
+            budget=Caps(**msgspec.structs.asdict(file.budget)),
         )
 
 

@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from nostr_buzz.core.reply import reply_form
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticKind, DiagnosticsFeed
@@ -56,7 +57,6 @@ from .outputs import (
     build_private_reply,
     fitted_parts,
     private_audience,
-    reply_form,
     tagged_parts,
     too_large,
 )

@@ -1,17 +1,10 @@
-"""What a turn leaves behind, built without I/O: the reply's tags and event, the metric payload.
+"""What a turn leaves behind, built without I/O: the reply's parts, the metric payload.
 
-A reply answers the batch's newest event in the kind of that event, so that the client it came
-from shows it:
-
-* kind 9 chat → kind 9: ``h`` (its channel), NIP-10 marked ``e`` tags (root, plus reply when
-  the target is not the root) and ``p`` for the people replied to, never the agent itself
-  (:func:`nostr_buzz.nips.nip10.reply_tags`, shared with ``buzz messages send``);
-* kind 1 note → kind 1 with the same NIP-10 ``e`` and ``p`` tags;
-* kind 1111 comment → kind 1111 with the NIP-22 root scope and parent tags;
-* kind 14 private message → a kind 14 rumor answering it (``p`` to its author, and to the
-  room's other members only when the owner is in the room — :func:`private_audience` —, ``e``
-  to it), which delivery seals and gift-wraps (NIP-17);
-* any other kind → kind 9, as chat.
+A reply answers the batch's newest event in the kind of that event
+(:mod:`nostr_buzz.core.reply`, public: the same functions a bot of its own uses); a kind 14
+private message gets a kind 14 rumor answering it (``p`` to its author, and to the room's
+other members only when the owner is in the room — :func:`private_audience` —, ``e`` to it),
+which delivery seals and gift-wraps (NIP-17).
 """
 
 from __future__ import annotations
@@ -26,27 +19,22 @@ import msgspec
 
 from nostr_buzz.acp.types import TurnResult
 from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
-from nostr_buzz.nips import nip10, nip17, nip22
-from nostr_buzz.nips.nip29 import CHAT_KIND
+from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MAX_TOKENS, MetricPayload, TokenCounts
 from nostr_buzz.signer import EventTemplate, template
 from nostr_buzz.timestamps import rfc3339_ms
 
-_HEX64: Final = re.compile(r"[0-9a-f]{64}")
-
 __all__ = [
     "TurnIds",
     "build_private_reply",
     "dead_letter_notice",
+    "fitted_parts",
+    "frame_size",
     "metric_payload",
     "private_audience",
     "redact",
-    "reply_form",
-    "reply_tags",
-    "reply_template",
     "reply_text",
     "split_text",
     "tagged_parts",
@@ -88,49 +76,12 @@ class TurnIds:
         }
 
 
-def reply_tags(target: Event, agent: str, root: Event | None = None) -> list[list[str]]:
-    """Tags of the agent's reply to ``target`` (``root``: the thread's root, when known)."""
-    channel = nip10.channel(target)
-    tags: list[list[str]] = [["h", channel]] if channel is not None else []
-    return tags + nip10.reply_tags(target, sender=agent, root=root)
-
-
 def reply_text(result: TurnResult) -> str | None:
     """What the agent answered, when the turn succeeded with a non-blank answer."""
     if result.outcome != "success":
         return None
     text = result.final_message or result.reply
     return text if text.strip() else None
-
-
-def reply_form(agent: str, target: Event) -> tuple[int, list[list[str]]]:
-    """The kind and tags of a public reply to ``target`` (private messages: see
-    :func:`build_private_reply`)."""
-    if isinstance(target, PrivateEvent):
-        raise BuzzError("a private message is answered privately (build_private_reply)")
-    if target.kind == nip22.COMMENT_KIND:
-        return nip22.COMMENT_KIND, nip22.reply_tags(target)
-    if target.kind == nip10.TEXT_NOTE_KIND:
-        return nip10.TEXT_NOTE_KIND, _note_reply_tags(target, agent)
-    return CHAT_KIND, reply_tags(target, agent)
-
-
-def reply_template(agent: str, target: Event, text: str, created_at: int) -> EventTemplate:
-    """The unsigned public reply of ``agent`` (hex) to ``target``, in its kind."""
-    kind, tags = reply_form(agent, target)
-    return template(kind=kind, content=text, tags=tags, created_at=created_at)
-
-
-def _note_reply_tags(target: Event, agent: str) -> list[list[str]]:
-    """NIP-10 for a kind 1 reply: the marked ``e`` tags and ``p`` tags, then the note's own
-    ``p`` tags too (everyone in the conversation stays notified), never the agent."""
-    tags = nip10.reply_tags(target, sender=agent)
-    named = {t[1] for t in tags if t[0] == "p"} | {agent}
-    for pubkey in nip10.mentions(target):
-        if _HEX64.fullmatch(pubkey) and pubkey not in named:
-            named.add(pubkey)
-            tags.append(["p", pubkey])
-    return tags
 
 
 def private_audience(

@@ -72,7 +72,7 @@ class BuzzPlugin:
             callback=on_diagnostic,
             include_prompt_text=include_prompt_text,
         )
-        self._gate = intake.Gate.of(config)
+        self._gate = intake.gate_of(config)
         self._known_agents: set[str] = set(config.agents)
         self.queue = DispatchQueue()  # replaced by the stored one at start()
         self._position: int | None = None
@@ -103,6 +103,7 @@ class BuzzPlugin:
             owner=config.owner.hex,
             trusted_authors=self.standing.trusted,
             on_untrusted=self._untrusted_metadata,
+            retrieval=config.retrieval,
         )
         self.store: BotStore | None = None
         self.delivery: Delivery | None = None
@@ -308,7 +309,6 @@ class BuzzPlugin:
             self.store.record_push(self.queue, queued, result.dropped, self._position)
         if not result.accepted:
             return False
-        self._runner.last_push = time.monotonic()
         await self._runner.react(decision.channel, event, prompt_tag)
         self._wake.set()
         return True
@@ -323,7 +323,7 @@ class BuzzPlugin:
         if command == "shutdown":
             self.stop()
             return
-        await self._runner.obey(command, nip10.queue_channel(event))
+        await self._runner.obey(command, event)
 
     # -- the worker ---------------------------------------------------------------------
 

@@ -15,15 +15,14 @@ retired or forgotten, never continued.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from typing import Final, Literal
 
 import msgspec
 
 from nostr_buzz.acp.types import ReopenMethod, StandingStrategy
 from nostr_buzz.core.turn_input import Standing
+
+from .state_table import StateTable
 
 __all__ = [
     "RECEIPTS_SCHEMA",
@@ -85,16 +84,8 @@ def resume_refusal(
 _DECODER: Final = msgspec.json.Decoder(SessionReceipt)
 
 
-class SessionReceipts:
+class SessionReceipts(StateTable):
     """The ``sessions`` table of the bot's state database (joins its transactions)."""
-
-    def __init__(
-        self,
-        execute: Callable[[str, Iterable[object]], sqlite3.Cursor],
-        transaction: Callable[..., AbstractContextManager[None]],
-    ) -> None:
-        self._exec = execute
-        self._transaction = transaction
 
     def get(self, channel: str) -> tuple[SessionReceipt, bool] | None:
         """The channel's receipt and whether it was left in a turn; None when there is none
@@ -128,7 +119,6 @@ class SessionReceipts:
 
     def drop(self, channel: str) -> None:
         self._exec("DELETE FROM sessions WHERE channel = ?", (channel,))
-
 
 
 def _bounded(receipt: SessionReceipt) -> SessionReceipt:

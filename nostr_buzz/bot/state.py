@@ -76,6 +76,7 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 
+from .budget_table import BUDGET_SCHEMA, BudgetTable
 from .receipts import RECEIPTS_SCHEMA, SessionReceipts
 
 __all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "REMEMBERED_REFUSALS", "STATE_DB", "BotStore"]
@@ -158,10 +159,11 @@ class BotStore:
                     f"the bot state {self.path} has schema version {version}; this nostr-buzz "
                     f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
                 )
-            self._db.executescript(_SCHEMA + RECEIPTS_SCHEMA)
+            self._db.executescript(_SCHEMA + RECEIPTS_SCHEMA + BUDGET_SCHEMA)
             self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
             self.outbox = Outbox(self.path, rng=outbox_rng, connection=self._db)
             self.receipts = SessionReceipts(self._exec, self.transaction)
+            self.budget = BudgetTable(self._exec, self.transaction)
         except sqlite3.Error as exc:
             self._db.close()
             raise StateError(f"cannot open the bot state {self.path}: {exc}") from None

@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from typing import Any, Final, Literal
 from nostr_buzz.acp.facts import Ended, PromptSent
 from nostr_buzz.acp.types import PermissionRequest, TurnResult
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, standing_text
+from nostr_buzz.core.context import direct_channel_type
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.permission import PermissionDecision, Policy, TurnProvenance, decide
@@ -59,8 +59,9 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome
 
 from .approvals import Approvals
+from .budget import BudgetGate, stopped_notice
 from .config import PluginConfig
-from .context import ContextResolver, direct_channel_type
+from .context import ContextResolver
 from .delivery import Delivery, Signed
 from .intake import in_flight_action
 from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
@@ -329,25 +330,23 @@ class TurnRunner:
         self._secrets = secret_values(config)
         #: The running turn of each queue channel.
         self.running = running
-        #: When intake last queued an event (monotonic): the worker waits for a quiet moment.
-        self.last_push = 0.0
+        self.budget = BudgetGate(config, store.budget, delivery, diagnostics, clock)
 
     # -- the worker -----------------------------------------------------------------------
 
     async def work(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
         """Flush batches and run each as a turn until ``stop``; ``wake`` says the queue
         changed (backoffs end without one: the queue is looked at every ``_POLL`` s)."""
+        window = self.config.coalesce_window
         while not stop.is_set():
-            quiet_for = time.monotonic() - self.last_push
-            if quiet_for < self.config.coalesce_window:
-                # A burst may still be arriving: a deliberate debounce, bounded by the window.
-                await asyncio.sleep(self.config.coalesce_window - quiet_for)
-                continue
-            batch = self.queue.flush_next(self._clock())
+            now = self._clock()
+            batch = self.queue.flush_next(now, settle=window)
             if batch is None:
+                # Nothing to run, or a burst may still be arriving (bounded by the window).
+                settles = self.queue.next_settle(now, settle=window)
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(_POLL):
+                    async with asyncio.timeout(min(_POLL, settles or _POLL)):
                         await wake.wait()
                 continue
             self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
@@ -365,11 +364,14 @@ class TurnRunner:
         elif action == "interrupt":
             await self.cancel(turn, "interrupt")
 
-    async def obey(self, command: Literal["cancel", "new"], channel: str) -> None:
-        """The owner's ``!cancel`` (:meth:`cancel_for_owner`) or ``!new``: the channel's next turn
-        opens a new agent session, with the standing context as it is then (a running turn
-        ends in the session it has)."""
-        if command == "cancel":
+    async def obey(self, command: Literal["cancel", "new", "budget"], event: Event) -> None:
+        """The owner's ``!cancel`` (:meth:`cancel_for_owner`), ``!new`` (the channel's next turn
+        opens a new agent session, with the standing context as it is then: a running turn
+        ends in the session it has) or ``!budget`` (:meth:`change_budget`)."""
+        channel = nip10.queue_channel(event)
+        if command == "budget":
+            self.change_budget(event.content)
+        elif command == "cancel":
             await self.cancel_for_owner(channel)
         else:
             self.supervisor.end_session(channel, self.store.receipts)
@@ -381,10 +383,38 @@ class TurnRunner:
         for turn in targets:
             await self.cancel(turn, "owner")
 
+    def change_budget(self, content: str) -> None:
+        """The owner's ``!budget CAP VALUE``: the channels the budget held are looked at again."""
+        released = self.budget.change(content) or []
+        with self.store.transaction(durable=True):
+            for channel in released:
+                if self.queue.release(channel):
+                    self.store.sync_channel(self.queue, channel)
+        self._wake()
+
+    async def _within_budget(self, batch: Batch) -> bool:
+        """The budget's word before a turn (:mod:`.budget`): False when ``stop`` held the batch
+        back in the queue (no attempt counted) and told its sender, once per period."""
+        decision = await self.budget.decide()
+        if decision.action == "warn":
+            await self.budget.warn_owner(decision)
+        if decision.action != "stop" or decision.until is None:
+            return True
+        with self.store.transaction(durable=True):
+            self.queue.hold(batch, decision.until)
+            self.store.sync_channel(self.queue, batch.channel)
+            notify = self.budget.hold(batch.channel, [q.event for q in batch.events], decision)
+        if notify:
+            await self._notify(batch.events[-1].event, stopped_notice(decision))
+        self._wake()
+        return False
+
     # -- one turn -------------------------------------------------------------------------
 
     async def run(self, batch: Batch) -> None:
         """Run ``batch`` to its settlement; never raises (but for cancellation)."""
+        if not await self._within_budget(batch):
+            return
         turn = Turn.of(batch)
         self.running[batch.channel] = turn
         started_at = datetime.fromtimestamp(self._clock(), UTC)
@@ -435,10 +465,13 @@ class TurnRunner:
         known once the queue has settled, is signed and stored just after."""
         replies: list[Signed] = []
         metrics: list[Signed] = []
+        spent: list[tuple[str, MetricPayload]] = []  # each turn's spend, for the budget
         for out in outputs:
             if out.payload is not None:
                 metric = await self.delivery.sign_metric(out.payload, out.ids)
                 metrics += [metric] if metric is not None else []
+                key = metric.events[0].id if metric is not None else f"turn:{out.ids.turn_id}"
+                spent.append((key, out.payload))
             if out.reply is not None:
                 replies.append(
                     await self.delivery.sign_reply(out.target, out.reply, out.ids, dm_relays)
@@ -449,6 +482,8 @@ class TurnRunner:
             ]
             notices = settle()
             self.store.sync_channel(self.queue, turn.batch.channel)
+            for key, payload in spent:
+                self.budget.record(key, payload)
         self.delivery.send(stored)
         for target, text in notices:
             await self._notify(target, text)
@@ -697,6 +732,7 @@ class TurnRunner:
             channel_id=turn.channel_id,
             channel_type=turn.channel_type,
             prompt_tag=prompt_tag,
+            retrieval=self.config.retrieval,
         )
         # Its words reach the agent whatever the answer: they count for permissions from now.
         turn.steer_actors.append(event.pubkey)

@@ -17,6 +17,7 @@ import typer
 import typer.core
 import typer.main
 
+from nostr_buzz.cli.extras import missing_extra
 from nostr_buzz.cli.kit import CONTEXT, LazyGroup, LazySpec, load_command
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.errors import SECRET_HINT, BuzzError, looks_secret, redact
@@ -264,6 +265,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyboardInterrupt, typer.Abort):
         note("buzz: interrupted")
         return 130
+    except ImportError as exc:
+        message = missing_extra(exc)  # buzz run or buzz demo without the acp extra
+        if message is None:
+            raise
+        note(message)
+        return ExitCode.BAD_INPUT
     except Exception as exc:
         if not _is_parser_error(exc):
             raise

@@ -41,7 +41,6 @@ from typing import Annotated, Final, Literal
 import msgspec
 import typer
 
-from nostr_buzz.bot.intake import Gate, refusal
 from nostr_buzz.cli.common import (
     DEFAULT_TIMEOUT,
     ConfigOption,
@@ -67,6 +66,7 @@ from nostr_buzz.cli.metrics import (
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import BuzzConfig
 from nostr_buzz.core.audit import Authority, MetricAudit, audit_metric, event_ids
+from nostr_buzz.core.gate import Gate, refusal
 from nostr_buzz.core.metrics_report import OpenedMetric, open_metric
 from nostr_buzz.io.audit import look_up_events
 from nostr_buzz.io.fetch import fetch_event

@@ -211,6 +211,10 @@ class TurnReporter:
         elif kind == "permission_asked":
             sent = "asked the owner" if payload.get("sent") else "could not ask the owner"
             self._write(f"buzz: {sent} to approve a {payload.get('toolKind') or 'tool'} call")
+        elif kind in ("budget_stopped", "budget_warned") and payload.get("notified"):
+            caps = ", ".join(f"{o.get('cap')} {o.get('spent')}" for o in payload.get("over") or [])
+            held = "turns wait" if kind == "budget_stopped" else "the owner was told"
+            self._write(f"buzz: budget reached ({caps}): {held} until the period ends")
         elif kind == "reply_failed":
             self._write(
                 f"buzz: no relay accepted the reply to {str(payload.get('inReplyTo'))[:12]}"

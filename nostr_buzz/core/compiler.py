@@ -32,8 +32,10 @@ from nostr_buzz.core.text import (
     trim,
 )
 from nostr_buzz.core.turn_input import (
+    BUZZ_RETRIEVAL,
     ChannelInfo,
     ProfileInfo,
+    Retrieval,
     Standing,
     TurnContext,
     TurnEvent,
@@ -279,11 +281,10 @@ def _context_status(ti: TurnInput, scope: str, channel_id: str, newest: Event) -
             status = "already delivered"
         else:
             status = "not loaded"
-        if nip10.thread_ref(newest).root is not None:
-            command = f"buzz messages thread --channel {channel_id} --event {newest.id}"
-        else:
-            command = f"buzz messages get --channel {channel_id}"
-        lines.append("History: " + escape_text(f"{status}; retrieve: {command}"))
+        in_thread = nip10.thread_ref(newest).root is not None
+        command = ti.retrieval.command(channel_id, newest.id if in_thread else None)
+        hint = status if command is None else f"{status}; retrieve: {command}"
+        lines.append("History: " + escape_text(hint))
     return "\n".join(lines)
 
 
@@ -529,15 +530,18 @@ def compile_steer(
     channel_id: str,
     channel_type: str = "stream",
     prompt_tag: str = "@mention",
+    retrieval: Retrieval = BUZZ_RETRIEVAL,
 ) -> CompiledSteer:
     """Wrap one event arriving mid-turn as a steer (docs/bot.md, "Steering").
 
     The event is compiled alone with ``channel = {id, type}`` of the running turn and an empty
     name, no profiles, context or standing sections; a slash-command block is never produced.
+    ``retrieval``: the history hint, as the running turn's (:class:`Retrieval`).
     """
     ti = TurnInput(
         events=(TurnEvent(event, prompt_tag),),
         channel=ChannelInfo(name="", id=channel_id, type=channel_type),
+        retrieval=retrieval,
     )
     compiled = compile_turn(ti)
     sections = compiled.sections

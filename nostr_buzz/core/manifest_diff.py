@@ -39,12 +39,18 @@ class LayerKey(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class AddedLayer(msgspec.Struct, frozen=True, rename="camel"):
+    """A layer only the second manifest has: its name, which occurrence of that name, and
+    the layer itself."""
+
     layer: str
     occurrence: int
     after: Layer
 
 
 class RemovedLayer(msgspec.Struct, frozen=True, rename="camel"):
+    """A layer only the first manifest has: its name, which occurrence of that name, and the
+    layer itself."""
+
     layer: str
     occurrence: int
     before: Layer

@@ -149,6 +149,11 @@ class UnknownAgentRow(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class MetricsReport(msgspec.Struct, frozen=True, rename="camel"):
+    """The owner's usage report (``buzz metrics``, :func:`build_report`): totals per agent,
+    model and UTC day, every turn in session order, the events ignored by reason (forgeries,
+    undecryptable, invalid payloads), how many manifests do not match their hash, and the
+    metrics of keys that are not the owner's agents."""
+
     totals: tuple[TotalRow, ...]
     turns: tuple[TurnRow, ...]
     #: Ignored events per reason (only reasons that occurred).

@@ -56,6 +56,8 @@ _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
 REMEMBERED_IDS: Final = 10_000
 #: The bot's bound on the channels strangers (any actor but the owner) hold events in at once.
 MAX_STRANGER_CHANNELS: Final = 64
+#: A channel held back for quiet flushes anyway once its oldest event waited this many windows.
+SETTLE_LIMIT: Final = 8
 _SNAPSHOT_VERSION: Final = 1
 _BACKOFF_BASE: Final = 5.0
 _BACKOFF_CAP: Final = 300.0
@@ -63,6 +65,9 @@ _BACKOFF_CAP: Final = 300.0
 
 @dataclass(frozen=True)
 class QueuedEvent:
+    """A verified event in the queue: the prompt tag it arrived under (``@mention``, …) and
+    when it was received (the caller's ``now`` at :meth:`DispatchQueue.push`)."""
+
     event: Event
     prompt_tag: str
     received_at: float
@@ -70,6 +75,10 @@ class QueuedEvent:
 
 @dataclass(frozen=True)
 class PushResult:
+    """What :meth:`DispatchQueue.push` did: queued it (``accepted``), or not because it was a
+    ``duplicate`` (pending, in flight, delivered or dead-lettered already) or ``refused``;
+    ``dropped``: ids of pending events the channel's cap evicted to make room."""
+
     accepted: bool
     duplicate: bool
     dropped: list[str]
@@ -95,6 +104,9 @@ class Batch:
 
 @dataclass(frozen=True)
 class DeadLetter:
+    """A batch given up after ``attempts`` failures (:meth:`DispatchQueue.fail`): its channel,
+    events and the cancelled events it carried; the bot posts a short notice to its thread."""
+
     channel: str
     events: list[QueuedEvent]
     cancelled_events: list[QueuedEvent]
@@ -226,6 +238,12 @@ def _is_finite_number(x: object) -> TypeGuard[float]:
         return math.isfinite(x)
     except OverflowError:  # an int beyond the float range
         return False
+
+
+def _check_settle(settle: float) -> float:
+    if not _is_finite_number(settle) or settle < 0:
+        raise QueueError("settle must be a finite, non-negative number of seconds")
+    return float(settle)
 
 
 def _check_now(now: object) -> float:
@@ -371,9 +389,15 @@ class DispatchQueue:
 
     # --- flushing -----------------------------------------------------------------------------
 
-    def flush_next(self, now: float) -> Batch | None:
-        """Expire overdue batches, then start the batch of the channel waiting longest."""
+    def flush_next(self, now: float, *, settle: float = 0.0) -> Batch | None:
+        """Expire overdue batches, then start the batch of the channel waiting longest.
+
+        ``settle``: seconds a channel must have been quiet before it flushes — its newest
+        event received at least that long before ``now`` — so that a burst of messages sent
+        together becomes one turn (docs/queue.md, "Settling").  :meth:`next_settle` says when
+        to ask again."""
         now = _check_now(now)
+        settle = _check_settle(settle)
         for ch in self._channels.values():
             fl = ch.flight
             if fl is not None and now - fl.flushed_at > self.deadline:
@@ -386,11 +410,44 @@ class DispatchQueue:
                 continue
             if ch.backoff_until is not None and now < ch.backoff_until:
                 continue
+            if self._unsettled_for(ch, now, settle) > 0:
+                continue
             if best is None or ch.wait() < best.wait():
                 best = ch
         if best is None:
             return None
         return self._start(best, now)
+
+    def next_settle(self, now: float, *, settle: float) -> float | None:
+        """Seconds until the first channel :meth:`flush_next` holds back for ``settle`` may
+        flush (at most ``settle``); None when no channel is held back."""
+        now, settle = _check_now(now), _check_settle(settle)
+        waits = [
+            wait
+            for ch in self._channels.values()
+            if ch.flight is None and (wait := self._unsettled_for(ch, now, settle)) > 0
+        ]
+        return min(waits) if waits else None
+
+    def _unsettled_for(self, ch: _Channel, now: float, settle: float) -> float:
+        """How long ``ch`` must still wait for quiet (0: it may flush).  A channel waits until
+        its newest event was received ``settle`` seconds ago, but its oldest waiting event
+        never waits more than ``SETTLE_LIMIT`` windows (a flood cannot hold it).  A retried
+        set or a full batch does not wait; a ``now`` before the events (a clock stepped back)
+        holds nothing."""
+        if settle <= 0 or not ch.pending or ch.retry_size:
+            return 0.0
+        head = ch.pending[0].key
+        run = 1
+        while run < len(ch.pending) and run < self.max_batch and ch.pending[run].key == head:
+            run += 1
+        if run >= self.max_batch:
+            return 0.0
+        received = [e.queued.received_at for e in ch.pending]
+        quiet, held, limit = now - max(received), now - min(received), SETTLE_LIMIT * settle
+        if not 0 <= quiet < settle or not 0 <= held < limit:
+            return 0.0
+        return min(settle - quiet, limit - held)
 
     def _start(self, ch: _Channel, now: float) -> Batch:
         ch.backoff_until = None
@@ -491,6 +548,28 @@ class DispatchQueue:
         self._return(ch, fl, attempt)
         ch.backoff_until = now + delay
         return None
+
+    def hold(self, batch: Batch, until: float) -> None:
+        """The turn was not run (the agent is paused, docs/bot.md "Budgets"): the batch goes
+        back as it was, no attempt counted, and the channel waits until ``until`` (or until
+        :meth:`release`)."""
+        until = _check_now(until)
+        found = self._flight_of(batch)
+        if found is None:
+            return None
+        ch, fl = found
+        ch.flight = None
+        self._return(ch, fl, fl.batch.attempt - 1)
+        ch.backoff_until = until
+        return None
+
+    def release(self, channel: str) -> bool:
+        """End the channel's wait (a hold or a backoff) now; False when it has none."""
+        ch = self._channels.get(channel)
+        if ch is None or ch.backoff_until is None:
+            return False
+        ch.backoff_until = None
+        return True
 
     def requeue_cancelled(self, batch: Batch, reason: CancelReason) -> None:
         """Store a cancelled (interrupted or failed-to-steer) batch for the channel's next one."""

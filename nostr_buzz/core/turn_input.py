@@ -11,17 +11,19 @@ that is otherwise valid.  Every other problem raises :class:`TurnInputError`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Literal
 
 import msgspec
 
-from nostr_buzz.core.text import ascii_lower, is_utf8_encodable, utf8_document
+from nostr_buzz.core.text import LINE_BREAKS, ascii_lower, is_utf8_encodable, utf8_document
 from nostr_buzz.errors import InvalidEvent, TurnInputError
 from nostr_buzz.event import Event, WireEvent, check_structure
 from nostr_buzz.nips import nip10
 
 _HEX = frozenset("0123456789abcdefABCDEF")
+_LINE_BREAK = re.compile("[" + LINE_BREAKS + "]")
 CancelReason = Literal["interrupt", "steer"]
 ContextKind = Literal["thread", "dm"]
 
@@ -71,8 +73,55 @@ class TurnContext(msgspec.Struct, frozen=True):
 
 
 class ProfileInfo(msgspec.Struct, frozen=True):
+    """What the compiler knows of a person: the label shown (a kind 0 profile's name), and
+    whether the key is an agent's (a NIP-24 ``bot`` profile or the bot's own list)."""
+
     label: str | None = None
     is_agent: bool = False
+
+
+#: The ``{channel}`` and ``{event}`` placeholders of a :class:`Retrieval` template.
+CHANNEL_PLACEHOLDER = "{channel}"
+EVENT_PLACEHOLDER = "{event}"
+
+
+class Retrieval(msgspec.Struct, frozen=True):
+    """How the envelope tells the model to fetch history it was not given: the ``History: …;
+    retrieve: …`` line of docs/envelope.md.  ``thread`` is the command or tool call for the
+    rest of a thread, ``channel`` the one for a channel's or a conversation's recent messages;
+    ``{channel}`` becomes the turn's channel id and ``{event}`` the newest event's id.  None
+    (the default of each) leaves the hint out: the line then says only what the history is.
+    :data:`BUZZ_RETRIEVAL` names buzz's own commands (the compiler's default),
+    :data:`NO_RETRIEVAL` none, :meth:`tool` a bot's own tool."""
+
+    thread: str | None = None
+    channel: str | None = None
+
+    @classmethod
+    def tool(cls, name: str) -> Retrieval:
+        """The hint naming a bot's own tool ``name``, called with the channel (and the event,
+        in a thread): ``name(channel=…, event=…)``."""
+        return cls(
+            thread=f"{name}(channel={CHANNEL_PLACEHOLDER}, event={EVENT_PLACEHOLDER})",
+            channel=f"{name}(channel={CHANNEL_PLACEHOLDER})",
+        )
+
+    def command(self, channel_id: str, event_id: str | None) -> str | None:
+        """The hint for a thread (``event_id``: the newest event's) or a channel (None)."""
+        template = self.thread if event_id is not None else self.channel
+        if template is None:
+            return None
+        rendered = template.replace(CHANNEL_PLACEHOLDER, channel_id)
+        return rendered.replace(EVENT_PLACEHOLDER, event_id or "")
+
+
+#: buzz's own commands (the default: the reference goldens and hash vectors use it).
+BUZZ_RETRIEVAL = Retrieval(
+    thread="buzz messages thread --channel {channel} --event {event}",
+    channel="buzz messages get --channel {channel}",
+)
+#: No retrieval hint at all.
+NO_RETRIEVAL = Retrieval()
 
 
 class Standing(msgspec.Struct, frozen=True, rename="camel"):
@@ -139,6 +188,8 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     #: The owner's public key (hex).  When given, only the owner's messages can carry a slash
     #: command; None (a hand-written turn file) keeps the rule of any single event.
     owner: str | None = None
+    #: How the model may fetch the history it was not given (default: buzz's commands).
+    retrieval: Retrieval = BUZZ_RETRIEVAL
 
     def __post_init__(self) -> None:
         if not self.events:
@@ -178,6 +229,12 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
                 s.workspace,
             ),
         )
+        if not isinstance(self.retrieval, Retrieval):
+            raise TurnInputError("retrieval must be a Retrieval (or left out)")
+        hints = (self.retrieval.thread, self.retrieval.channel)
+        _require_utf8("the retrieval hint", hints)
+        if any(h is not None and _LINE_BREAK.search(h) for h in hints):
+            raise TurnInputError("the retrieval hint must be one line (no line breaks)")
         resolve_channel_id(self.channel, nip10.channel(self.events[-1].event))
 
     @property
@@ -243,6 +300,11 @@ class _WireProfile(msgspec.Struct, rename="camel"):
     is_agent: bool | None = None
 
 
+class _WireRetrieval(msgspec.Struct):
+    thread: str | None = None
+    channel: str | None = None
+
+
 class _WireTurnInput(msgspec.Struct, rename="camel"):
     events: list[_WireTurnEvent]
     cancelled_events: list[_WireTurnEvent] | None = None
@@ -255,6 +317,7 @@ class _WireTurnInput(msgspec.Struct, rename="camel"):
     system_prompt_support: bool | None = None
     standing_context_sent: bool | None = None
     owner: str | None = None
+    retrieval: _WireRetrieval | None = None
 
 
 _decode_file = msgspec.json.Decoder(_WireTurnInput).decode
@@ -371,6 +434,11 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
         system_prompt_support=bool(w.system_prompt_support),
         standing_context_sent=bool(w.standing_context_sent),
         owner=w.owner,
+        retrieval=(
+            BUZZ_RETRIEVAL
+            if w.retrieval is None
+            else Retrieval(thread=w.retrieval.thread, channel=w.retrieval.channel)
+        ),
     )
 
 

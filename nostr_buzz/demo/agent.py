@@ -27,7 +27,8 @@ turn waits up to that many seconds, ended early by a steer or a cancel; 0, the d
 instant agent with no artificial wait, for load tests), ``--answer-time`` (after that wait, the
 turn spends this many seconds writing its answer, announced by an ``agent_thought_chunk``
 "writing the answer": a steer arriving then starts a turn of its own), ``--crash-on TEXT``
-(exit abruptly when a prompt contains TEXT), ``--never-answer`` (never respond to a prompt,
+(exit abruptly when a prompt contains TEXT), ``--turn-cost USD`` (each turn adds USD to the
+reported cost, for budgets), ``--never-answer`` (never respond to a prompt,
 even when cancelled), ``--decreasing`` (cumulative counters go down after the first turn),
 ``--legacy`` (no system-prompt support), ``--no-steering`` (advertise no steering) and
 ``--record PATH`` (append one JSON line per new session ``{"session", "systemPrompt"}`` and
@@ -72,6 +73,7 @@ class DemoOptions:
     steering: bool = True
     goose: bool = False
     record: str | None = None
+    turn_cost: float = 0.0  # USD added to the reported cost by every turn
 
 
 @dataclass
@@ -286,7 +288,8 @@ class DemoAgent:
         reported_in, reported_out = state.input_total, state.output_total
         if self._options.decreasing and state.turns > 1:
             reported_in, reported_out = input_tokens, output_tokens  # a counter that went down
-        cost = round((reported_in * 3 + reported_out * 15) / 1_000_000, 9)
+        cost = (reported_in * 3 + reported_out * 15) / 1_000_000
+        cost = round(cost + state.turns * self._options.turn_cost, 9)
         await self._client.session_update(
             session_id,
             schema.UsageUpdate(
@@ -406,6 +409,7 @@ def _parse(argv: Sequence[str] | None) -> DemoOptions:
             "seconds each turn spends writing its answer once composed (steers arriving "
             "then start a turn of their own); default 0",
         ),
+        ("--turn-cost", "TURN_COST", "USD each turn adds to the reported cost; default 0"),
     ):
         seconds = float(os.environ.get(_ENV_PREFIX + env, "0") or 0)
         parser.add_argument(flag, type=float, default=seconds, help=text)
@@ -428,8 +432,8 @@ def _parse(argv: Sequence[str] | None) -> DemoOptions:
     ):
         parser.add_argument(flag, action="store_true", default=_env_flag(env), help=text)
     args = parser.parse_args(argv)
-    if args.delay < 0 or args.answer_time < 0:
-        parser.error("--delay and --answer-time must not be negative")
+    if args.delay < 0 or args.answer_time < 0 or args.turn_cost < 0:
+        parser.error("--delay, --answer-time and --turn-cost must not be negative")
     return DemoOptions(
         delay=args.delay,
         answer_time=args.answer_time,
@@ -440,6 +444,7 @@ def _parse(argv: Sequence[str] | None) -> DemoOptions:
         steering=not args.no_steering,
         goose=args.goose,
         record=args.record,
+        turn_cost=args.turn_cost,
     )
 
 

@@ -58,6 +58,11 @@ DiagnosticKind = (
         "turn_failed",
         "turn_ended",  # {}: the turn left the running turns (settled, cancelled, abandoned)
         "event_dead_lettered",
+        # budgets (docs/bot.md, "Budgets"): {decision, over: [{cap, limit, spent, period}], …}
+        "budget_warned",  # over a cap under action "warn": the turn runs, the owner is told
+        "budget_stopped",  # over a cap under "stop": the turn is held {eventIds, until, notified}
+        "budget_changed",  # the owner's !budget {cap, value} (null: no cap)
+        "budget_spend_unread",  # {error}: other shards' metrics could not be read this time
         # what reached the bot
         "event_rejected",
         "owner_command",
@@ -97,6 +102,11 @@ MAX_FEED_BYTES: Final = 10 << 20
 
 
 class DiagnosticRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """One line of the diagnostics feed (docs/bot.md): its sequence number in the feed, when
+    (RFC 3339, UTC), what happened (``kind``: ``turn_started``, ``metric_published``, …), the
+    channel, agent session and turn it concerns when any, and the kind's own ``payload``
+    (never a secret; never prompt text unless asked for)."""
+
     seq: int
     timestamp: str
     kind: DiagnosticKind

@@ -163,9 +163,10 @@ class OkMessage(msgspec.Struct, frozen=True):
 
 
 class EoseMessage(msgspec.Struct, frozen=True):
-    """``["EOSE", sub]``, or with NIP-67's completeness hints: ``["EOSE", sub, ["finish"]]``
-    (also read as a single string, ``["EOSE", sub, "finish"]``).  ``hints``: the known ones
-    (:data:`EOSE_HINTS`) only; unknown hints are ignored, as NIP-67 asks."""
+    """``["EOSE", sub]``: the relay has sent every stored event that matches; with NIP-67's
+    completeness hints, ``["EOSE", sub, ["finish"]]`` (also read as a single string,
+    ``["EOSE", sub, "finish"]``).  ``hints``: the known ones (:data:`EOSE_HINTS`) only;
+    unknown hints are ignored, as NIP-67 asks."""
 
     subscription_id: str
     hints: tuple[str, ...] = ()
@@ -182,11 +183,16 @@ class EoseMessage(msgspec.Struct, frozen=True):
 
 
 class ClosedMessage(msgspec.Struct, frozen=True):
+    """``["CLOSED", sub, message]``: the relay ended the subscription (the message says why,
+    with a machine-readable prefix such as ``auth-required:``)."""
+
     subscription_id: str
     message: str
 
 
 class NoticeMessage(msgspec.Struct, frozen=True):
+    """``["NOTICE", message]``: a human-readable message from the relay."""
+
     message: str
 
 

@@ -182,6 +182,9 @@ def conversation_key(secret: SecretKey | str, public: PublicKey | str) -> bytes:
 
 
 class MessageKeys(NamedTuple):
+    """The per-message keys NIP-44 v2 derives from the conversation key and the nonce (their
+    repr never shows them)."""
+
     chacha_key: bytes
     chacha_nonce: bytes
     hmac_key: bytes

@@ -35,6 +35,7 @@ from nostr_buzz.signer import EventTemplate, Signer, check_signed
 __all__ = [
     "KIND",
     "MAX_PAYLOAD_BYTES",
+    "METRIC_KIND",
     "OUTCOMES",
     "STOP_REASONS",
     "TERMINAL_EVIDENCE",
@@ -49,9 +50,12 @@ __all__ = [
     "build_metric_event_async",
     "created_at_of",
     "open_metric_event",
+    "open_own_metric_event",
 ]
 
 KIND: Final = 44200
+#: The metric event's kind, by the name the package exports (``nostr_buzz.METRIC_KIND``).
+METRIC_KIND: Final = KIND
 #: Application cap on the UTF-8 JSON plaintext (the NIP-44 codec itself allows far more).
 MAX_PAYLOAD_BYTES: Final = 65535
 
@@ -606,6 +610,35 @@ def open_metric_event(owner_secret: SecretKey | str, event: Event) -> MetricPayl
     the manifest hash is not checked (``payload.context_manifest.hash_matches()`` tells).
     """
     owner = _secret(owner_secret, "owner")
+    _check_layout(owner.public_key.hex, event)
+    try:
+        plaintext = nip44.decrypt(event.content, nip44.conversation_key(owner, event.pubkey))
+    except Nip44Error as exc:
+        raise MetricError(f"cannot decrypt the metric with this owner's key: {exc}") from None
+    return _decode_payload(plaintext.encode("utf-8"))
+
+
+async def open_own_metric_event(
+    signer: Signer, owner_public: PublicKey | str, event: Event
+) -> MetricPayload:
+    """:func:`open_metric_event` from the other side: a metric the signer's key sent to the
+    owner, decrypted through the signer (NIP-44's conversation key is the same for sender
+    and recipient).  The shards of one agent key read each other's metrics this way.  Raises
+    :class:`MetricError` as :func:`open_metric_event` does, and when the event is not the
+    signer's; :class:`~nostr_buzz.signer.SignerError` when the signer fails."""
+    owner = _public(owner_public, "owner")
+    _check_layout(owner.hex, event)
+    if event.pubkey != signer.public_key.hex:
+        raise MetricError("the metric was not sent by this signer's key")
+    try:
+        plaintext = await signer.nip44_decrypt(owner, event.content)
+    except Nip44Error as exc:
+        raise MetricError(f"cannot decrypt the metric with the agent's key: {exc}") from None
+    return _decode_payload(plaintext.encode("utf-8"))
+
+
+def _check_layout(owner_hex: str, event: object) -> None:
+    """A kind-44200 event's tags and size, as both openers require them."""
     if not isinstance(event, Event):
         raise MetricError(not_an_event(event))
     if event.kind != KIND:
@@ -613,7 +646,7 @@ def open_metric_event(owner_secret: SecretKey | str, event: Event) -> MetricPayl
     p_tags = _tags_named(event.tags, "p")
     if len(p_tags) != 1:
         raise MetricError(f"a metric event has exactly one p tag, found {len(p_tags)}")
-    if len(p_tags[0]) < 2 or p_tags[0][1] != owner.public_key.hex:
+    if len(p_tags[0]) < 2 or p_tags[0][1] != owner_hex:
         raise MetricError("the p tag does not name this owner's public key")
     agent_tags = _tags_named(event.tags, "agent")
     if len(agent_tags) != 1:
@@ -626,8 +659,3 @@ def open_metric_event(owner_secret: SecretKey | str, event: Event) -> MetricPayl
         raise MetricError(
             f"metric content is too long: its plaintext exceeds {MAX_PAYLOAD_BYTES} bytes"
         )
-    try:
-        plaintext = nip44.decrypt(event.content, nip44.conversation_key(owner, event.pubkey))
-    except Nip44Error as exc:
-        raise MetricError(f"cannot decrypt the metric with this owner's key: {exc}") from None
-    return _decode_payload(plaintext.encode("utf-8"))

@@ -418,6 +418,23 @@ def nip22_comment_and_positional_reply() -> dict[str, Any]:
     }
 
 
+def own_retrieval_tool() -> dict[str, Any]:
+    """A bot's own history tool named in the hint instead of buzz's commands."""
+    case = thread_truncated_history()
+    case["retrieval"] = {
+        "thread": "read_thread(channel={channel}, event={event})",
+        "channel": "read_channel(channel={channel})",
+    }
+    return case
+
+
+def no_retrieval_hint() -> dict[str, Any]:
+    """The hint turned off: the History line says only what the history is."""
+    case = thread_already_delivered()
+    case["retrieval"] = {}
+    return case
+
+
 CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "channel_top_level_mention": channel_top_level_mention,
     "thread_reply_with_history": thread_reply_with_history,
@@ -437,6 +454,8 @@ CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "long_description": long_description,
     "injection_attempts": injection_attempts,
     "nip22_comment_and_positional_reply": nip22_comment_and_positional_reply,
+    "own_retrieval_tool": own_retrieval_tool,
+    "no_retrieval_hint": no_retrieval_hint,
 }
 
 

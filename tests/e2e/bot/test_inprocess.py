@@ -1,7 +1,8 @@
 """In-process agents end to end: a real LocalRelay and ``BuzzPlugin(config, agent=obj)``.
 
 * A mention is answered with the object's text, and its metric carries the object's usage and
-  model; the object got the compiled sections, the standing text and the queue channel.
+  model; the object got the compiled sections, the standing text and the queue channel; the
+  envelope names the agent's own history tool when the configuration does.
 * An agent reporting usage no metric can carry (2^60 tokens, a negative count, a cost of
   1e300 USD) still gets its answer posted and a valid metric, its counters unknown.
 * A ``prompt`` that raises fails the turn like an ACP agent's error: retried (answered once),
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from nostr_buzz import AgentReply, AgentTurn, BuzzPlugin, TokenCounts
+from nostr_buzz import AgentReply, AgentTurn, BuzzPlugin, Retrieval, TokenCounts
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.nips import nip17, nip59
 from tests.support.bot_world import Recorder, World
@@ -68,8 +69,22 @@ async def test_a_mention_is_answered_with_the_objects_text_and_metered_with_its_
     assert turn.channel == "eng"
     assert "please summarise the deploy" in turn.text
     assert "You are a careful bot." not in turn.text  # standing travels as system only
+    assert "retrieve: buzz messages get --channel eng" in turn.text  # the default hint
     assert metric.adapter_session_id == turn.session_id
     assert [r.payload["agentName"] for r in rec.of("agent_started")] == ["test-answerer"]
+
+
+async def test_the_agents_own_history_tool_is_named_in_the_envelope(world: World) -> None:
+    rec, agent = Recorder(), Answerer()
+    config = world.config(retrieval=Retrieval.tool("read_history"))
+    async with BuzzPlugin(config, on_diagnostic=rec, agent=agent) as plugin:
+        await plugin.handle_event(world.message(world.owner, "what did I miss?"))
+        await rec.kind("metric_published")
+    [turn] = agent.turns
+    assert "History: not loaded; retrieve: read_history(channel=eng)" in turn.text
+    assert "buzz messages" not in turn.text
+    [metric] = await world.metrics()
+    assert metric.context_manifest is not None and metric.context_manifest.hash_matches()
 
 
 async def test_absurd_usage_costs_the_counters_never_the_answer_or_its_metric(

@@ -16,7 +16,7 @@ from typing import Any
 import nostr_sdk
 
 from nostr_buzz.bot import BuzzPlugin, PluginConfig
-from nostr_buzz.bot.intake import Gate, Refuse, decide
+from nostr_buzz.bot.intake import Refuse, decide, gate_of
 from nostr_buzz.bot.replay import listen_filters
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event, sign_event
@@ -306,7 +306,7 @@ async def test_wraps_dated_two_days_back_are_served_once_and_unwrapped_kind_14_i
 
 
 def test_subscriptions_name_the_kinds_and_private_messages_are_on_by_default(world: World) -> None:
-    gate = Gate.of(world.config())
+    gate = gate_of(world.config())
     agent = world.agent.public_key.hex
     assert gate.kinds == frozenset({9, 14})
     owner = world.owner.public_key.hex  # owner-only: only the owner's public events are asked for
@@ -314,11 +314,11 @@ def test_subscriptions_name_the_kinds_and_private_messages_are_on_by_default(wor
         {"kinds": [9], "since": 1_000_000, "authors": [owner], "#p": [agent]},
         {"kinds": [1059, 21059], "#p": [agent], "since": 1_000_000 - 2 * 24 * 3600},
     ]
-    only_private = Gate.of(world.config(kinds=(14,)))
+    only_private = gate_of(world.config(kinds=(14,)))
     assert [f.to_wire() for f in listen_filters(only_private, 5, ())] == [
         {"kinds": [1059, 21059], "#p": [agent], "since": 0}
     ]
-    public = Gate.of(world.config(kinds=(1, 1111)))
+    public = gate_of(world.config(kinds=(1, 1111)))
     assert [f.to_wire() for f in listen_filters(public, 5, ())] == [
         {"kinds": [1, 1111], "since": 5, "authors": [owner], "#p": [agent]}
     ]

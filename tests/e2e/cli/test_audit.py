@@ -208,5 +208,5 @@ def test_audit_loads_the_gate_but_not_the_agent_protocol() -> None:
     env = {"BUZZ_PRIVATE_KEY": OWNER.hex}
     code, modules = imported_by("audit", "--relay", dead_url(), "--timeout", "1", env=env)
     assert code == 2
-    assert {"nostr_buzz.io.audit", "nostr_buzz.bot.intake"} <= modules
+    assert {"nostr_buzz.io.audit", "nostr_buzz.core.gate"} <= modules  # the public gate
     assert heavy_in(modules) == [] and "nostr_buzz.bot.plugin" not in modules

@@ -16,7 +16,7 @@ from nostr_buzz.acp.profiles import GENERIC
 from nostr_buzz.acp.state import Session, Timeouts
 from nostr_buzz.acp.types import PermissionRequest
 from nostr_buzz.bot.approvals import CODE_ALPHABET, CODE_LENGTH, Approvals, new_code
-from nostr_buzz.bot.intake import Command, Gate, decide
+from nostr_buzz.bot.intake import Command, decide, gate_of
 from nostr_buzz.bot.outputs import TurnIds
 from nostr_buzz.core.permission import PermissionDecision, TurnProvenance, answered
 from nostr_buzz.core.permission import decide as rule
@@ -33,7 +33,7 @@ IDS = TurnIds("eng", "metric-session", "turn-1")
 
 
 def test_allow_and_deny_need_exactly_one_code_and_anyones_is_a_command_never_queued() -> None:
-    gate = Gate.of(offline_config())
+    gate = gate_of(offline_config())
     said = {
         "!allow K7M2QX": Command("allow", "K7M2QX"),
         "nostr:npub1abc  !deny k7m2qx": Command("deny", "k7m2qx"),
@@ -60,7 +60,7 @@ def test_the_owner_commands_by_private_message_too() -> None:
             AGENT, nip59.gift_wrap(OWNER, AGENT.public_key, rumor, now=9)
         ).as_event()
 
-    gate = Gate.of(offline_config())
+    gate = gate_of(offline_config())
     assert decide(private("!allow K7M2QX"), gate, set()) == Command("allow", "K7M2QX")
     assert decide(private("!cancel"), gate, set()) == Command("cancel")
 

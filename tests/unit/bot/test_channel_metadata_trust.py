@@ -3,7 +3,7 @@ for the metadata that relay served itself (the selection, pure)."""
 
 from __future__ import annotations
 
-from nostr_buzz.bot.context import channel_info
+from nostr_buzz.core.context import channel_info
 from nostr_buzz.core.turn_input import ChannelInfo
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey

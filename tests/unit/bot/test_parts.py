@@ -8,12 +8,21 @@ from pathlib import Path
 import pytest
 
 from nostr_buzz.bot import PluginConfig, parse_shard, shard_of
-from nostr_buzz.bot.context import select_dm_history, select_thread_history
-from nostr_buzz.bot.intake import Admit, Command, Gate, Refuse, advance, decide, owner_command
-from nostr_buzz.bot.outputs import reply_tags
+from nostr_buzz.bot.intake import (
+    Admit,
+    Command,
+    Gate,
+    Refuse,
+    advance,
+    decide,
+    gate_of,
+    owner_command,
+)
 from nostr_buzz.bot.turn import Phase, Turn
+from nostr_buzz.core.context import select_dm_history, select_thread_history
 from nostr_buzz.core.permission import TurnProvenance
 from nostr_buzz.core.queue import DispatchQueue
+from nostr_buzz.core.reply import chat_reply_tags as reply_tags
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
@@ -46,7 +55,7 @@ def msg(
 
 
 def gate(**changes: object) -> Gate:
-    return Gate.of(offline_config(allowlist=frozenset({FRIEND.public_key.hex}), **changes))
+    return gate_of(offline_config(allowlist=frozenset({FRIEND.public_key.hex}), **changes))
 
 
 def test_owner_commands_follow_leading_mentions_only() -> None:
@@ -56,6 +65,7 @@ def test_owner_commands_follow_leading_mentions_only() -> None:
     assert owner_command("!cancelled") is None
     assert owner_command("@bot !new") == "new"
     assert owner_command("!newer") is None and owner_command("") is None
+    assert owner_command("@bot !budget daily_usd 20") == "budget"
 
 
 def test_decide_commands_refusals_shards_and_admission() -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from nostr_buzz.bot.context import channel_info, direct_channel_type
 from nostr_buzz.bot.intake import private_before
 from nostr_buzz.bot.privacy import private_driver_payload, result_error_class
 from nostr_buzz.bot.state import STATE_DB, BotStore
 from nostr_buzz.core.compiler import compile_turn
+from nostr_buzz.core.context import channel_info, direct_channel_type
 from nostr_buzz.core.queue import QueuedEvent
 from nostr_buzz.core.turn_input import TurnEvent, TurnInput
 from nostr_buzz.errors import StateError

@@ -2828,3 +2828,18 @@ def test_owner_and_stranger_channel_limits_are_checked() -> None:
     with pytest.raises(QueueError, match="owner"):
         DispatchQueue(owner=OWNER.public_key)  # type: ignore[arg-type]
     assert DispatchQueue(owner=OWNER_HEX, max_stranger_channels=1).max_stranger_channels == 1
+
+
+def test_a_held_batch_waits_with_its_attempt_uncounted_until_released() -> None:
+    q = DispatchQueue(max_attempts=1, rng=random.Random(1))
+    a1 = chat(ALICE, 1, thread=ROOT_1)
+    q.push(a1, now=0)
+    b = flush(q, 1)
+    q.hold(b, 1000)  # not run (a budget): back in the queue, no attempt, no dead letter
+    assert q.flush_next(999) is None and q.pending(b.channel) == 1
+    again = flush(q, 1000)
+    assert ids(again.events) == [a1.id] and again.attempt == 1
+    q.hold(again, 5000)
+    assert q.release(again.channel) and not q.release(again.channel)
+    assert flush(q, 2).attempt == 1
+    assert not q.release("no-such-channel")

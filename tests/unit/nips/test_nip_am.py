@@ -1849,3 +1849,19 @@ def test_every_key_problem_is_invalid_key(key: Any) -> None:
         build_metric_event(AGENT, key, p)
     with pytest.raises(InvalidKey, match="owner secret key"):
         open_metric_event(key, build_metric_event(AGENT, OWNER.public_key, p))
+
+
+async def test_the_agent_opens_its_own_metrics_and_no_one_elses() -> None:
+    from nostr_buzz.nips.nip_am import open_own_metric_event
+    from nostr_buzz.signer import LocalSigner
+
+    p = MetricPayload(harness="goose", timestamp=TS, turn=TokenCounts(1, 2, 3, 0.5))
+    own = build_metric_event(AGENT, OWNER.public_key, p)
+    assert await open_own_metric_event(LocalSigner(AGENT), OWNER.public_key, own) == p
+    # Another key's metric (a stranger posing as a shard of this agent) is refused.
+    forged = build_metric_event(STRANGER, OWNER.public_key, p)
+    with pytest.raises(MetricError, match="not sent by this signer"):
+        await open_own_metric_event(LocalSigner(AGENT), OWNER.public_key, forged)
+    # A metric to another owner does not name this owner.
+    with pytest.raises(MetricError, match="p tag"):
+        await open_own_metric_event(LocalSigner(AGENT), STRANGER.public_key, own)

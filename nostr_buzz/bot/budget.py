@@ -1,0 +1,221 @@
+"""The bot's budget: the caps of ``[budget]`` checked before each turn (docs/bot.md, "Budgets").
+
+The spend compared with the caps (:mod:`nostr_buzz.core.budget`) is the agent's own settled
+turns, recorded with each turn's metric when its outcome commits, plus the metrics that other
+shards of the same agent key published: read from the write relays and opened through the
+agent's signer (a metric is NIP-44 encrypted from the agent's key to the owner's, and that
+conversation key is the sender's as much as the owner's).  Each turn counts once, by metric id
+and turn id.
+
+Over a cap, ``warn`` runs the turn and tells the owner once per period by NIP-17 private
+message; ``stop`` holds the batch in the queue (no attempt counted) until the period ends or
+the owner raises the cap (``!budget daily_usd 20``), and tells the sender once per period, in
+the turn's own kind.  The state database keeps the spend, the notices given, the owner's caps
+and the channels held (the ``budget_*`` tables, :mod:`.budget_table`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Final
+
+from nostr_buzz.core.budget import (
+    CAP_NAMES,
+    BudgetDecision,
+    BudgetLedger,
+    CapName,
+    Caps,
+    Spend,
+    kept_since,
+    parse_cap_value,
+)
+from nostr_buzz.errors import BuzzError
+from nostr_buzz.event import Event
+from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.nips.nip01 import Filter
+from nostr_buzz.nips.nip_am import KIND, MetricPayload, created_at_of, open_own_metric_event
+
+from .approvals import tell_owner
+from .budget_table import BudgetTable
+from .config import PluginConfig
+from .delivery import Delivery
+
+__all__ = ["BudgetGate", "spend_of", "stopped_notice"]
+
+#: Metrics of other shards asked for per decision (one page per relay): past it the spend read
+#: from the relays is a lower bound (docs/bot.md, "Budgets").
+PAGE_LIMIT: Final = 500
+
+
+def spend_of(metric_id: str, payload: MetricPayload) -> Spend:
+    """What one metric counts: the turn's cost and tokens (total, else input + output)."""
+    turn = payload.turn
+    cost = turn.cost_usd if turn is not None else None
+    tokens = turn.total_tokens if turn is not None else None
+    if tokens is None and turn is not None and turn.input_tokens is not None:
+        tokens = turn.input_tokens + (turn.output_tokens or 0)
+    at = float(created_at_of(payload.timestamp))
+    return Spend(metric_id, at, cost, tokens, payload.turn_id)
+
+
+def stopped_notice(decision: BudgetDecision) -> str:
+    caps = ", ".join(f"{o.cap} = {o.limit:g}" for o in decision.over)
+    return (
+        f"This agent is paused: its budget ({caps}) is spent for this period. Your message "
+        "stays queued and is answered when the period ends or the owner raises the budget."
+    )
+
+
+def warning_text(decision: BudgetDecision) -> str:
+    spent = "; ".join(f"{o.cap}: {o.spent:g} of {o.limit:g} ({o.period})" for o in decision.over)
+    return f"Budget reached (action = warn, turns still run): {spent}."
+
+
+class BudgetGate:
+    """Decides, before each turn, whether it runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        table: BudgetTable,
+        delivery: Delivery,
+        diagnostics: DiagnosticsFeed,
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.table = table
+        self.delivery = delivery
+        self.diagnostics = diagnostics
+        self._clock = clock
+        caps = config.budget
+        for name, text in table.notes("cap:").items():  # the owner's !budget outlives restarts
+            with contextlib.suppress(ValueError):  # (checked when given: never expected)
+                caps = _with(caps, name, text)
+        self.ledger = BudgetLedger(caps, notified=table.notices())
+        self.ledger.add_all(table.spends())
+
+    @property
+    def caps(self) -> Caps:
+        return self.ledger.caps
+
+    @property
+    def held(self) -> list[str]:
+        """The queue channels held by ``stop``."""
+        return list(self.table.notes("held:"))
+
+    def record(self, metric_id: str, payload: MetricPayload) -> None:
+        """A settled turn's metric (called inside the transaction that commits it)."""
+        spend = spend_of(metric_id, payload)
+        if self.ledger.add(spend):
+            self.table.add_spend(spend)
+
+    async def decide(self) -> BudgetDecision:
+        """Run, warn or stop: the caps against the spend, other shards' read first."""
+        if not self.caps.active:
+            return BudgetDecision("run")
+        now = self._clock()
+        self.ledger.forget_before(now)
+        self.table.forget_before(kept_since(now), now)
+        start = self.caps.earliest_start(now)
+        if start is not None:
+            await self._read_shards(int(start))
+        return self.ledger.decide(self._clock())
+
+    async def _read_shards(self, since: int) -> None:
+        """Add the agent key's metrics on the write relays (other shards', and our own)."""
+        config = self.config
+        agent = config.signer.public_key.hex
+        wanted = Filter(
+            kinds=(KIND,),
+            authors=(agent,),
+            since=since,
+            limit=PAGE_LIMIT,
+            tags={"p": (config.owner.hex,)},
+        )
+        try:
+            result = await self.delivery.write_pool.query(wanted)
+        except Exception as exc:  # the relays' trouble never stops a turn by itself
+            self.diagnostics.emit("budget_spend_unread", payload={"error": str(exc)})
+            return
+        if not result.any_finished:
+            errors = sorted({r.error or "?" for r in result.per_relay.values()})
+            self.diagnostics.emit("budget_spend_unread", payload={"error": ", ".join(errors)})
+        for event in result.events:
+            if self.ledger.knows(event.id):
+                continue
+            try:
+                payload = await open_own_metric_event(config.signer, config.owner, event)
+            except BuzzError:
+                continue  # not a metric this agent can read: counts nothing
+            self.ledger.add(spend_of(event.id, payload))
+
+    def first_notice(self, name: str, until: float) -> bool:
+        """True (and remembered until ``until``) the first time ``name`` is asked for."""
+        if not self.ledger.first_notice(name, until):
+            return False
+        self.table.note("notice:" + name, repr(until))
+        return True
+
+    async def warn_owner(self, decision: BudgetDecision) -> None:
+        """``warn``: a private message to the owner (:func:`.approvals.tell_owner`), once per
+        period: a message no relay took is tried again before the next turn."""
+        name = "warn:" + decision.period
+        told = name not in self.ledger.notified
+        if told:
+            told = await tell_owner(self.config, warning_text(decision), int(self._clock()))
+            if told:
+                self.first_notice(name, decision.until or 0.0)
+        self.diagnostics.emit("budget_warned", payload={**_report(decision), "notified": told})
+
+    def hold(self, channel: str, events: list[Event], decision: BudgetDecision) -> bool:
+        """``stop``: remember the held channel; True when its sender is to be told (once per
+        sender and period)."""
+        self.table.note("held:" + channel, "1")
+        sender = events[-1].pubkey
+        told = self.first_notice(f"stop:{sender}:{decision.period}", decision.until or 0.0)
+        payload = {**_report(decision), "eventIds": [e.id for e in events], "notified": told}
+        self.diagnostics.emit("budget_stopped", channel_id=channel, payload=payload)
+        return told
+
+    def change(self, content: str) -> list[str] | None:
+        """The owner's ``!budget CAP VALUE`` (``off``: no cap; ``action warn|stop``): the
+        channels to release now, or None when the command was not understood (reported)."""
+        words = content.split()
+        at = next((i for i, w in enumerate(words) if w == "!budget"), len(words))
+        args = words[at + 1 : at + 3]
+        try:
+            if len(args) != 2:
+                raise ValueError("expected !budget CAP VALUE, e.g. !budget daily_usd 20")
+            caps = _with(self.caps, args[0], args[1])
+        except ValueError as exc:
+            self.diagnostics.emit("budget_changed", payload={"error": str(exc)})
+            return None
+        self.ledger.caps = caps
+        self.table.note("cap:" + args[0], args[1])
+        value = getattr(caps, args[0])
+        self.diagnostics.emit("budget_changed", payload={"cap": args[0], "value": value})
+        held = self.held
+        for channel in held:
+            self.table.note("held:" + channel, None)
+        return held
+
+
+def _with(caps: Caps, name: str, text: str) -> Caps:
+    """``caps`` with one cap (or the action) set from the owner's text; ValueError if bad."""
+    if name == "action":
+        if text not in ("warn", "stop"):
+            raise ValueError(f"action: expected warn or stop, got {text[:20]!r}")
+        return replace(caps, action="warn" if text == "warn" else "stop")
+    value = parse_cap_value(name, text)
+    cap: CapName = next(c for c in CAP_NAMES if c == name)
+    return caps.with_cap(cap, value)
+
+
+def _report(decision: BudgetDecision) -> dict[str, object]:
+    over = [
+        {"cap": o.cap, "limit": o.limit, "spent": o.spent, "period": o.period}
+        for o in decision.over
+    ]
+    return {"decision": decision.action, "over": over, "until": decision.until}

@@ -1,0 +1,187 @@
+"""Budgets against a real relay and real ``buzz run`` processes (docs/bot.md, "Budgets").
+
+The demo agent reports a cost of 0.02 USD per turn (``--turn-cost``) and the bots run with
+``daily_usd = 0.01`` and ``action = "stop"``, given as ``buzz run`` flags: the first turn runs,
+the turns after it are held in the queue and their sender is told once; the owner's
+``!budget daily_usd 1`` lets them run.  With two shards of one agent key, the metric one shard
+published stops the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from nostr_buzz.bot import shard_of
+from nostr_buzz.event import Event
+from nostr_buzz.nips import nip10, nip59
+from tests.support.fault_harness import (
+    BotProcess,
+    Cast,
+    Counter44200,
+    DiagnosticsTail,
+    fetch_all,
+    mention,
+    publish,
+    write_config,
+)
+from tests.support.relays import local_relay
+
+CAP = ("--budget-daily-usd", "0.01")
+STOP = (*CAP, "--budget-action", "stop")
+COSTLY = ("--turn-cost", "0.02")
+WAIT = 20.0
+
+
+class Bot:
+    def __init__(self, tmp: Path, name: str, cast: Cast, url: str, *args: str) -> None:
+        directory = tmp / name
+        config = write_config(directory, cast, [url], agent_args=COSTLY)
+        self.process = BotProcess(config, tmp / f"{name}.log", *args)
+        self.tail = DiagnosticsTail(directory / "state" / "diagnostics.jsonl")
+
+    async def start(self) -> None:
+        await self.process.start()
+        await self.record("agent_started", lambda p: True)
+
+    async def record(
+        self, kind: str, match: Callable[[dict[str, Any]], bool], after: int = 0
+    ) -> dict[str, Any]:
+        def wanted(record: dict[str, Any]) -> bool:
+            return record.get("kind") == kind and match(record.get("payload") or {})
+
+        try:
+            return await self.tail.next_record(wanted, WAIT, kind, after)
+        except AssertionError:
+            raise AssertionError(f"no {kind}; the bot's log:\n{self.process.log_tail()}") from None
+
+    def turns_for(self, event: Event) -> int:
+        started = self.tail.of("turn_started")
+        return sum(
+            event.id in (r.get("payload") or {}).get("triggeringEventIds", []) for r in started
+        )
+
+
+@asynccontextmanager
+async def bots(
+    tmp: Path, cast: Cast, url: str, *shards: str, budget: Sequence[str] = STOP
+) -> AsyncIterator[list[Bot]]:
+    running = [
+        Bot(tmp, f"bot{i}", cast, url, *budget, *(("--shard", s) if s else ()))
+        for i, s in enumerate(shards)
+    ]
+    try:
+        await asyncio.gather(*(b.start() for b in running))
+        yield running
+    finally:
+        for bot in running:
+            with contextlib.suppress(Exception):
+                await bot.process.stop()
+
+
+async def metrics_on_relay(counter: Counter44200, count: int) -> None:
+    deadline = time.monotonic() + WAIT
+    while len(await counter.metrics()) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} metrics on the relay"
+        await asyncio.sleep(0.2)
+
+
+def notices_to(replies: Sequence[Event], event: Event) -> list[Event]:
+    return [r for r in replies if event.id in r.tag_values("e") and "paused" in r.content]
+
+
+async def test_stop_holds_turns_past_the_cap_until_the_owner_raises_it(tmp_path: Path) -> None:
+    cast = Cast.generate()
+    async with local_relay() as relay, bots(tmp_path, cast, relay.url, "") as (bot,):
+        counter = Counter44200(cast, [relay.url])
+        first = mention(cast, cast.friend, "first, within the budget", channel="room-a")
+        await publish([relay.url], [first])
+        await bot.record("turn_completed", lambda p: True)
+        await metrics_on_relay(counter, 1)  # 0.02 USD spent: past daily_usd = 0.01
+
+        second = mention(cast, cast.friend, "second, past the cap", channel="room-a")
+        await publish([relay.url], [second])
+        held = await bot.record("budget_stopped", lambda p: second.id in p["eventIds"])
+        assert held["payload"]["notified"] is True
+        assert held["payload"]["over"][0]["cap"] == "daily_usd"
+        third = mention(cast, cast.friend, "third, elsewhere", channel="room-b")
+        await publish([relay.url], [third])
+        again = await bot.record("budget_stopped", lambda p: third.id in p["eventIds"])
+        assert again["payload"]["notified"] is False  # one notice per sender and period
+        deadline = time.monotonic() + WAIT
+        while not notices_to(await counter.replies(), second):
+            assert time.monotonic() < deadline, "the sender was not told the agent is paused"
+            await asyncio.sleep(0.2)
+        replies = await counter.replies()
+        assert len(notices_to(replies, second)) == 1
+        assert not notices_to(replies, third)
+        assert bot.turns_for(second) == bot.turns_for(third) == 0
+
+        # An attacker's !budget changes nothing: only the owner's is a command.
+        forged = mention(cast, cast.friend, "!budget daily_usd 100", channel="room-a")
+        raise_cap = mention(cast, cast.owner, "!budget daily_usd 1", channel="room-c")
+        mark = bot.tail.mark()
+        await publish([relay.url], [forged, raise_cap])
+        changed = await bot.record("budget_changed", lambda p: True, mark)
+        assert changed["payload"] == {"cap": "daily_usd", "value": 1.0}
+        for event in (second, third):
+            await bot.record("turn_started", lambda p, e=event: e.id in p["triggeringEventIds"])
+        assert len(bot.tail.of("budget_changed")) == 1
+
+
+async def test_two_shards_stop_once_the_relays_show_the_cap_spent(tmp_path: Path) -> None:
+    cast = Cast.generate()
+
+    def for_shard(index: int, text: str) -> Event:
+        """A message that shard ``index`` of 2 serves (a thread's root is its own destination)."""
+        for n in range(64):
+            event = mention(cast, cast.friend, text, channel=f"room-{n}")
+            if shard_of(nip10.destination(event), 2) == index:
+                return event
+        raise AssertionError("no message for this shard")
+
+    async with local_relay() as relay, bots(tmp_path, cast, relay.url, "0/2", "1/2") as shards:
+        counter = Counter44200(cast, [relay.url])
+        first = for_shard(0, "spend the budget")
+        await publish([relay.url], [first])
+        await metrics_on_relay(counter, 1)  # shard 0 spent 0.02 USD
+        assert shards[0].turns_for(first) == 1
+
+        other = for_shard(1, "the other shard")
+        same = for_shard(0, "the same shard")
+        await publish([relay.url], [other, same])
+        await shards[1].record("budget_stopped", lambda p: other.id in p["eventIds"])
+        await shards[0].record("budget_stopped", lambda p: same.id in p["eventIds"])
+        assert shards[1].turns_for(other) == 0 and shards[0].turns_for(same) == 0
+        assert len(await counter.metrics()) == 1
+
+
+async def test_warn_runs_every_turn_and_tells_the_owner_once(tmp_path: Path) -> None:
+    cast = Cast.generate()
+    async with local_relay() as relay, bots(tmp_path, cast, relay.url, "", budget=CAP) as (bot,):
+        counter = Counter44200(cast, [relay.url])
+        first = mention(cast, cast.friend, "first", channel="room-a")
+        await publish([relay.url], [first])
+        await metrics_on_relay(counter, 1)
+        second = mention(cast, cast.friend, "second, past the cap", channel="room-a")
+        await publish([relay.url], [second])
+        warned = await bot.record("budget_warned", lambda p: True)
+        assert warned["payload"]["notified"] is True
+        await metrics_on_relay(counter, 2)  # the turn ran all the same
+        third = mention(cast, cast.friend, "third", channel="room-b")
+        mark = bot.tail.mark()
+        await publish([relay.url], [third])
+        again = await bot.record("budget_warned", lambda p: True, mark)
+        assert again["payload"]["notified"] is False  # once per period
+        assert again["payload"]["over"][0]["cap"] == "daily_usd"
+        await metrics_on_relay(counter, 3)
+        wraps = await fetch_all([relay.url], {"kinds": [1059], "#p": [cast.owner.public_key.hex]})
+        opened = [nip59.open_gift_wrap(cast.owner, w) for w in wraps]
+        assert all(o.sender == cast.agent.public_key.hex for o in opened)
+        told = [o.rumor.content for o in opened]
+        assert len([t for t in told if t.startswith("Budget reached")]) == 1, told
