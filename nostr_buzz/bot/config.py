@@ -151,9 +151,8 @@ class PluginConfig:
     ) -> PluginConfig:
         """Resolve flags › environment › ``buzz.toml``; every problem is a ConfigError.
 
-        ``signer``: the agent's key is held there (ready: a started
-        :class:`~nostr_buzz.io.nip46.Nip46Signer`, say), and the sources must name no secret
-        key; else they must name one."""
+        ``signer``: the agent's key is held there (ready: a started ``Nip46Signer``, say), and
+        the sources must name no secret key; else they must name one."""
         file = sources.file
         secret = _agent_secret(sources, key, signer)
         owner_key = sources.require_owner(owner)
