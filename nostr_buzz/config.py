@@ -163,6 +163,9 @@ class OutboxSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
 
     # Seconds after which an event no relay accepted is given up (default: 7 days).
     give_up_after: _Positive = 7 * 86400.0
+    # Loopback or private relays that people's relay lists (NIP-65) may send replies to,
+    # besides the bot's own relays: any other local address in such a list is skipped.
+    local_relays: tuple[str, ...] = ()
 
 
 class BudgetSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -20,6 +20,7 @@ from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
+from nostr_buzz.nips.relay_url import check_relay_url
 from nostr_buzz.signer import LocalSigner, Signer
 
 __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
@@ -105,6 +106,9 @@ class PluginConfig:
     #: Channels in which actors other than the owner may hold queued events at once
     #: (docs/queue.md): a stranger's event for one more is refused, ``queue_channels_full``.
     max_stranger_channels: int = MAX_STRANGER_CHANNELS
+    #: Loopback or private relays that people's relay lists (NIP-65) may name besides the
+    #: bot's own (``[outbox] local_relays``): any other local address in one is skipped.
+    local_relays: tuple[str, ...] = ()
     #: The spending caps and what being over one does (``[budget]``, docs/bot.md "Budgets").
     budget: Caps = field(default_factory=Caps)
     #: ``MODULE:ATTR`` of an in-process agent (``[agent] module``), instead of the command.
@@ -114,6 +118,8 @@ class PluginConfig:
     retrieval: Retrieval = BUZZ_RETRIEVAL
 
     def __post_init__(self) -> None:
+        for url in self.local_relays:
+            check_relay_url(url)  # RelayError naming it
         secret, signer = self.agent_secret, cast(Signer | None, self.signer)
         if signer is None:
             if secret is None:
@@ -147,9 +153,8 @@ class PluginConfig:
     ) -> PluginConfig:
         """Resolve flags › environment › ``buzz.toml``; every problem is a ConfigError.
 
-        ``signer``: the agent's key is held there (ready: a started
-        :class:`~nostr_buzz.io.nip46.Nip46Signer`, say), and the sources must name no secret
-        key; else they must name one."""
+        ``signer``: the agent's key is held there (ready: a started ``Nip46Signer``, say), and
+        the sources must name no secret key; else they must name one."""
         file = sources.file
         secret = _agent_secret(sources, key, signer)
         owner_key = sources.require_owner(owner)
@@ -211,6 +216,7 @@ class PluginConfig:
             clock_skew=file.subscriptions.clock_skew,
             max_recipients=file.private.max_recipients,
             give_up_after=file.outbox.give_up_after,
+            local_relays=file.outbox.local_relays,
             budget=Caps(**msgspec.structs.asdict(file.budget)),
         )
 

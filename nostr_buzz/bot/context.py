@@ -28,11 +28,13 @@ from nostr_buzz.core.turn_input import (
 )
 from nostr_buzz.event import Event
 from nostr_buzz.io.context import fetch_history
-from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.pool import MAX_HINT_RELAYS, RelayPool
 from nostr_buzz.io.relay_info import relay_pubkeys
+from nostr_buzz.io.relay_lists import RelayDirectory
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND
+from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.profile import METADATA_KIND, Profile
 from nostr_buzz.signer import Signer
 
@@ -108,8 +110,21 @@ class ContextResolver:
         self.timeout = timeout
         #: Agents known from configuration or a NIP-24 ``bot`` profile seen (shared, grows).
         self.known_agents = known_agents
+        #: People's relay lists (NIP-65): history and profiles are also read on the write
+        #: relays of the people concerned (None: only on the read relays).
+        self.directory: RelayDirectory | None = None
+
+    async def _their_relays(self, people: Iterable[str]) -> tuple[str, ...]:
+        """The write relays of ``people`` (:class:`RelayDirectory` bounds them), asked as
+        hint relays besides the read relays (at most :data:`MAX_HINT_RELAYS`)."""
+        if self.directory is None:
+            return ()
+        return (await self.directory.write_relays_of(people))[:MAX_HINT_RELAYS]
 
     async def history(self, newest: Event) -> History:
+        # The write relays of the author and the people tagged: where their thread is.
+        private = isinstance(newest, PrivateEvent)
+        people = [] if private else [newest.pubkey, *nip10.mentions(newest)]
         return await fetch_history(
             self.pool,
             newest,
@@ -118,6 +133,7 @@ class ContextResolver:
             kinds=self.kinds,
             timeout=self.timeout,
             signer=self.signer,
+            extra_urls=await self._their_relays(people),
         )
 
     async def resolve(self, batch: Batch, session: ChannelSession) -> tuple[TurnInput, list[str]]:
@@ -181,7 +197,8 @@ class ContextResolver:
         filters = [Filter(authors=tuple(people), kinds=(METADATA_KIND,))]
         if channel is not None:
             filters.append(Filter(kinds=(GROUP_METADATA_KIND,), tags={"d": (channel,)}))
-        result = await self.pool.query(filters, timeout=self.timeout)
+        extra = await self._their_relays(people)
+        result = await self.pool.query(filters, timeout=self.timeout, extra_urls=extra)
         found = result.events
         newest = newest_profiles(found, people)
         profiles: dict[str, ProfileInfo] = {}

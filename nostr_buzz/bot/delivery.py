@@ -11,7 +11,7 @@ later process after a crash; a re-send is the same signed event (same id), so a 
 already has it answers ``duplicate:`` and nothing is ever published twice.
 
 A reply that no relay accepted because it is too large (the relay's refusal says so) is
-replaced, in one transaction, by ordered parts that fit (:func:`.outputs.reply_parts`).  Every
+replaced, in one transaction, by ordered parts that fit (:func:`.outputs.tagged_parts`).  Every
 refusal reason reaches the ``reply_failed`` diagnostic.
 
 A private message (NIP-17) is answered privately: the kind 14 answer is sealed and wrapped to
@@ -37,13 +37,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from nostr_buzz.core.reply import reply_form
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticKind, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import dm_relays_of
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
-from nostr_buzz.nips import nip10, nip17, nip59
+from nostr_buzz.io.relay_lists import RelayDirectory
+from nostr_buzz.nips import nip10, nip17, nip59, nip65
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event_async
@@ -53,8 +55,8 @@ from .config import PluginConfig
 from .outputs import (
     TurnIds,
     build_private_reply,
+    fitted_parts,
     private_audience,
-    reply_parts,
     tagged_parts,
     too_large,
 )
@@ -72,7 +74,8 @@ class Signed:
 
     events: list[Event]
     ids: TurnIds | None = None
-    #: Event id → the relays it goes to, when not the write relays (a wrap's DM relays).
+    #: Event id → the relays it goes to, when not the write relays (a wrap's DM relays; the
+    #: write relays and the read relays of the people a reply or metric is for).
     relays: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: Wrap id → (answer id, message answered, addressee) for a private answer's reports.
     wraps: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
@@ -120,6 +123,15 @@ class Delivery:
             give_up_after=config.give_up_after,
             pool=self.pool,
         )
+        #: People's relay lists (NIP-65) and relays' limits (NIP-11), cached.
+        self.directory = RelayDirectory(
+            config.read_relays,
+            [*config.write_relays, *config.local_relays],
+            signer=self.signer,
+            timeout=config.relay_timeout,
+            clock=clock,
+            pool=self.pool,
+        )
         #: Where stored events go when not to the write relays (until their first send).
         self._relays: dict[str, tuple[str, ...]] = {}
         #: What each private answer's wrap carries: (answer id, message answered, addressee).
@@ -146,7 +158,8 @@ class Delivery:
             self._diagnostics.emit("metric_invalid", **ids.as_kwargs(), payload={"error": str(exc)})
             return None
         cost = payload.turn.cost_usd if payload.turn is not None else None
-        return Signed([event], ids, metric=True, cost_usd=cost)
+        relays = await self._outbox_relays([self.config.owner.hex])
+        return Signed([event], ids, self._routes([event], relays), metric=True, cost_usd=cost)
 
     async def sign_reply(
         self,
@@ -160,8 +173,42 @@ class Delivery:
         created_at = int(self._clock())
         if isinstance(target, PrivateEvent):
             return await self._sign_private(target, text, created_at, ids, dm_relays or {})
-        parts = reply_parts(self.agent, target, text, created_at, 1 << 30)
-        return Signed(await self._sign_all(parts), ids)
+        kind, tags = reply_form(self.agent, target)
+        # NIP-65: the author answered and the people the reply tags read on their read relays.
+        people = [target.pubkey, *(t[1] for t in tags if len(t) >= 2 and t[0] == "p")]
+        relays = await self._outbox_relays(people)
+        events = await self._sign_all(await self._parts(kind, tags, text, created_at, relays))
+        return Signed(events, ids, self._routes(events, relays))
+
+    async def _outbox_relays(self, people: Iterable[str]) -> tuple[str, ...]:
+        """Where an event for ``people`` goes: the write relays, then the read relays of each
+        of them but the agent (NIP-65: where they look for what is addressed to them)."""
+        write = tuple(self.config.write_relays)
+        others = [p for p in people if p != self.agent]
+        extra = await self.directory.read_relays_of(others) if others else ()
+        return tuple(dict.fromkeys([*write, *extra]))
+
+    def _routes(self, events: list[Event], relays: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+        """The ``relays`` entry of :class:`Signed`: nothing when it is the write relays alone."""
+        if relays == tuple(self.config.write_relays):
+            return {}
+        return {event.id: relays for event in events}
+
+    async def _parts(
+        self, kind: int, tags: list[list[str]], text: str, created_at: int, relays: Iterable[str]
+    ) -> list[EventTemplate]:
+        """The reply as parts that fit every relay it goes to (NIP-11 ``limitation``)."""
+        limits = (await self.directory.limits(relays)).values()
+        messages = [m for lim in limits if (m := lim.max_message_length) is not None]
+        contents = [c for lim in limits if (c := lim.max_content_length) is not None]
+        return fitted_parts(
+            kind,
+            tags,
+            text,
+            created_at,
+            max_message=min(messages, default=None),
+            max_content=min(contents, default=None),
+        )
 
     async def sign_or_report(
         self, signing: Awaitable[T], target: Event, payload: dict[str, Any]
@@ -363,10 +410,12 @@ class Delivery:
         parts = await self.sign_or_report(self._sign_all(unsigned), event, {"eventId": event.id})
         if parts is None:  # the whole reply stays in the outbox
             return
+        entry = self.store.outbox.get(event.id)
+        relays = entry.relays if entry is not None else ()
         with self.store.transaction(durable=True):
             self.store.outbox.remove(event.id)
             for part in parts:
-                self._add(part)
+                self._add(part, relays)
                 if ids is not None:
                     self._ids[part.id] = ids
         self._ids.pop(event.id, None)
@@ -377,20 +426,45 @@ class Delivery:
         )
         self.send(parts)
 
-    # -- the agent's DM relays --------------------------------------------------------------
+    # -- the agent's relay lists -------------------------------------------------------------
+
+    async def publish_relay_lists(self) -> None:
+        """Publish the agent's kind 10002 and, when it reads private messages, its kind
+        10050 (concurrently)."""
+        lists = [self.publish_relay_list()]
+        if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
+            lists.append(self.publish_dm_relays())
+        await asyncio.gather(*lists)
+
+    async def publish_relay_list(self) -> None:
+        """Publish the agent's kind 10002 (NIP-65): it writes to its write relays and reads on
+        its read relays, so that clients know where to find its replies and to address it."""
+        config = self.config
+        unsigned = nip65.relay_list_template(
+            config.read_relays, config.write_relays, created_at=int(self._clock())
+        )
+        await self._publish_own(unsigned, ("relay_list_published", "relay_list_failed"))
 
     async def publish_dm_relays(self) -> None:
         """Publish the agent's kind 10050: its read relays are where it reads private
         messages."""
         relays = self.config.read_relays
         unsigned = nip17.dm_relay_list_template(relays, created_at=int(self._clock()))
+        await self._publish_own(unsigned, ("dm_relays_published", "dm_relays_failed"))
+
+    async def _publish_own(
+        self, unsigned: EventTemplate, report: tuple[DiagnosticKind, DiagnosticKind]
+    ) -> None:
+        """Sign and publish one of the agent's own lists, reported as ``report``'s first
+        diagnostic (published) or second (failed)."""
+        published, failed = report
         try:
             event = await signed(self.signer, unsigned)
         except BuzzError as exc:
-            self._diagnostics.emit("dm_relays_failed", payload={"error": str(exc)})
+            self._diagnostics.emit(failed, payload={"error": str(exc)})
             return
         result = await self.write_pool.publish(event)
         self._diagnostics.emit(
-            "dm_relays_published" if result.ok else "dm_relays_failed",
+            published if result.ok else failed,
             payload={"eventId": event.id, "relays": result.accepted},
         )

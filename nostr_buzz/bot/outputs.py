@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+import msgspec
+
 from nostr_buzz.acp.types import TurnResult
 from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.reply import reply_form
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
@@ -29,10 +30,11 @@ __all__ = [
     "TurnIds",
     "build_private_reply",
     "dead_letter_notice",
+    "fitted_parts",
+    "frame_size",
     "metric_payload",
     "private_audience",
     "redact",
-    "reply_parts",
     "reply_text",
     "split_text",
     "tagged_parts",
@@ -147,15 +149,6 @@ def split_text(text: str, max_bytes: int) -> list[str]:
     return [p for p in parts if p] or [""]
 
 
-def reply_parts(
-    agent: str, target: Event, text: str, created_at: int, max_bytes: int
-) -> list[EventTemplate]:
-    """The public reply of ``agent`` (hex) to ``target`` as ordered unsigned parts that each
-    fit ``max_bytes`` of content (one event when it fits)."""
-    kind, tags = reply_form(agent, target)
-    return tagged_parts(kind, tags, text, created_at, max_bytes)
-
-
 def tagged_parts(
     kind: int, tags: Sequence[Sequence[str]], text: str, created_at: int, max_bytes: int
 ) -> list[EventTemplate]:
@@ -169,6 +162,52 @@ def tagged_parts(
         return template(kind=kind, content=content, tags=tags, created_at=created_at + k - 1)
 
     return [part(k, chunk) for k, chunk in enumerate(chunks, start=1)]
+
+
+#: Fewest content bytes a part is cut to, however large a relay says its frames may be.
+_MIN_PART: Final = 256
+_encode_frame = msgspec.json.Encoder().encode
+
+
+def frame_size(unsigned: EventTemplate) -> int:
+    """Bytes of the ``["EVENT", …]`` frame that carries ``unsigned`` once signed."""
+    event = {
+        "id": "0" * 64,
+        "pubkey": "0" * 64,
+        "created_at": unsigned.created_at,
+        "kind": unsigned.kind,
+        "tags": unsigned.tags,
+        "content": unsigned.content,
+        "sig": "0" * 128,
+    }
+    return len(_encode_frame(["EVENT", event]))
+
+
+def fitted_parts(
+    kind: int,
+    tags: Sequence[Sequence[str]],
+    text: str,
+    created_at: int,
+    *,
+    max_message: int | None = None,
+    max_content: int | None = None,
+) -> list[EventTemplate]:
+    """:func:`tagged_parts` whose every ``EVENT`` frame is at most ``max_message`` bytes and
+    whose content is at most ``max_content`` bytes (NIP-11 ``limitation``): one event when the
+    text fits.  The content budget shrinks until every part fits (JSON escaping can make a
+    frame longer than its text)."""
+    budget = max_content if max_content is not None else 1 << 30
+    if max_message is None:
+        return tagged_parts(kind, tags, text, created_at, max(_MIN_PART, budget))
+    empty = frame_size(template(kind=kind, content="", tags=tags, created_at=created_at))
+    budget = min(budget, max_message - empty)
+    while True:
+        budget = max(_MIN_PART, budget)
+        parts = tagged_parts(kind, tags, text, created_at, budget)
+        worst = max(frame_size(part) for part in parts)
+        if worst <= max_message or budget == _MIN_PART:
+            return parts
+        budget -= worst - max_message + 16
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:

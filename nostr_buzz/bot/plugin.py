@@ -25,7 +25,7 @@ from nostr_buzz.errors import BuzzError, Nip59Error, RelayError, StateError
 from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.nips import nip10, nip17, nip59
+from nostr_buzz.nips import nip10, nip59
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.signer import Signer, SignerError
 
@@ -152,8 +152,7 @@ class BuzzPlugin:
             wake=self._wake.set,
             running=self.turns,
         )
-        if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
-            self._spawn(delivery.publish_dm_relays(), "buzz-dm-relays")
+        self._spawn(delivery.publish_relay_lists(), "buzz-relay-lists")
         await self.supervisor.start()
         self._loops = [
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
@@ -264,15 +263,16 @@ class BuzzPlugin:
 
     async def handle_event(self, event: Event, prompt_tag: str = "@mention") -> bool:
         """Gate, route and queue one verified event; True when it was queued (or was an owner
-        command).  A gift wrap (kind 1059) addressed to the agent is opened and checked first;
-        its private message then goes the way of any event.  Starts the plugin on first use."""
+        command).  A gift wrap (kind 1059, or the ephemeral 21059) addressed to the agent is
+        opened and checked first; its private message then goes the way of any event.  Starts
+        the plugin on first use."""
         if not isinstance(event, Event):
             raise BuzzError(f"handle_event: {not_an_event(event)}")
         if self._closed:
             return False
         await self.start()
         assert self.store is not None and self._runner is not None
-        if event.kind == nip59.GIFT_WRAP_KIND:
+        if event.kind in nip59.WRAP_KINDS:
             opened = await _open_wrap(event, self, self.store)
             if opened is None:
                 return False

@@ -46,6 +46,10 @@ def admissible_authors(gate: Gate) -> list[str] | None:
     return None
 
 
+#: Gift wraps, stored (1059) and ephemeral (21059: live only, never replayed by a relay).
+_WRAP_KINDS: Final = (nip59.GIFT_WRAP_KIND, nip59.EPHEMERAL_GIFT_WRAP_KIND)
+
+
 def listen_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[Filter]:
     """What the bot asks the relays for, from ``since`` on.  Private messages arrive as gift
     wraps addressed to the agent, dated up to two days back by their senders: that filter
@@ -53,7 +57,7 @@ def listen_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[Fi
     the gate judges the sender once the wrap is opened)."""
     filters: list[Filter] = []
     if PRIVATE_MESSAGE_KIND in gate.kinds:
-        wraps = Filter(kinds=(nip59.GIFT_WRAP_KIND,), tags={"p": (gate.agent,)})
+        wraps = Filter(kinds=_WRAP_KINDS, tags={"p": (gate.agent,)})
         filters.append(wraps.with_since(since))  # two days back: see Filter.with_since
     public = tuple(sorted(gate.kinds - {PRIVATE_MESSAGE_KIND}))
     if not public:

@@ -539,12 +539,12 @@ class BotStore:
         for (text,) in self._exec("SELECT event FROM queued ORDER BY channel, seq"):
             with contextlib.suppress(InvalidEvent):  # load_queue reports a broken row
                 event = Event.from_json(text)
-                wraps += [event] if event.kind == nip59.GIFT_WRAP_KIND else []
+                wraps += [event] if event.kind in nip59.WRAP_KINDS else []
         return wraps
 
     def _load_event(self, text: str, opened: Mapping[str, Event]) -> Event:
         event = Event.from_json(text)
-        if event.kind != nip59.GIFT_WRAP_KIND:
+        if event.kind not in nip59.WRAP_KINDS:
             return event
         if event.id in opened:
             return opened[event.id]

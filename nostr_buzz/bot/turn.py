@@ -320,6 +320,9 @@ class TurnRunner:
         self.supervisor = supervisor
         self.resolver = resolver
         self.delivery = delivery
+        # One cache of people's relay lists (NIP-65): replies go to where they read, history
+        # is read where they write.
+        resolver.directory = delivery.directory
         self.diagnostics = diagnostics
         self._clock = clock
         self._spawn = spawn

@@ -45,13 +45,16 @@ async def fetch_history(
     kinds: Sequence[int] | None = None,
     timeout: float | None = None,
     signer: SecretKey | Signer | None = None,
+    extra_urls: Sequence[str] = (),
 ) -> History:
     """The history ``event`` is part of, from ``pool``'s relays (see the module docstring).
 
     ``agent``: the bot's public key (hex); ``kinds``: the kinds a thread or conversation is
     made of (default: ``event``'s own; a private message's kind is never fetched in
     plaintext); ``signer``: the agent's key or signer, which opens a private conversation's
-    gift wraps (without it a private message has no history).
+    gift wraps (without it a private message has no history); ``extra_urls``: relays asked
+    too, as hints (:meth:`RelayPool.query`; the bot gives the NIP-65 write relays of the
+    people concerned).
     """
     if isinstance(event, PrivateEvent):
         if signer is None:
@@ -70,7 +73,9 @@ async def fetch_history(
         if channel is not None:
             tags["h"] = (channel,)
         replies = Filter(kinds=wanted, limit=limit + 1, tags=tags)
-        found = await pool.query([Filter(ids=(root_id,)), replies], timeout=timeout)
+        found = await pool.query(
+            [Filter(ids=(root_id,)), replies], timeout=timeout, extra_urls=extra_urls
+        )
         return select_thread_history(found.events, root_id, channel, limit)
     if channel is not None:
         return NO_HISTORY
@@ -82,6 +87,7 @@ async def fetch_history(
             for author, to in between
         ],
         timeout=timeout,
+        extra_urls=extra_urls,
     )
     return select_dm_history(found.events, limit)
 

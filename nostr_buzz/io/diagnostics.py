@@ -92,6 +92,8 @@ DiagnosticKind = (
         "private_room_narrowed",  # {inReplyTo, reason, room, maxRecipients}: sender only
         "dm_relays_published",
         "dm_relays_failed",
+        "relay_list_published",
+        "relay_list_failed",
     ]
 )
 

@@ -251,11 +251,13 @@ class Outbox:
         *,
         rng: Rng | None = None,
         error: str | None = None,
+        not_before: float | None = None,
     ) -> OutboxEntry | None:
         """Record one send attempt: remember which relays have the event, count the attempt
-        and schedule the next one after :func:`backoff_delay`.  ``error``: what went wrong,
-        kept as the entry's ``last_error`` (default: the relays' refusals).  None when
-        ``event_id`` is not in the outbox (already removed)."""
+        and schedule the next one after :func:`backoff_delay`, not before ``not_before`` (a
+        rate-limited relay's pause).  ``error``: what went wrong, kept as the entry's
+        ``last_error`` (default: the relays' refusals).  None when ``event_id`` is not in the
+        outbox (already removed)."""
         listed = list(verdicts.values() if isinstance(verdicts, Mapping) else verdicts)
         u = (rng or self._rng).uniform(0.0, 1.0)
         try:
@@ -278,7 +280,7 @@ class Outbox:
                     "last_error = ? WHERE id = ?",
                     (
                         attempts,
-                        now + backoff_delay(attempts, u),
+                        max(now + backoff_delay(attempts, u), not_before or 0.0),
                         json.dumps(accepted),
                         _clip(error) if error else _summarise(listed),
                         event_id,

@@ -434,8 +434,9 @@ class RelayPool:
                 collected.rejected.extend(result.rejected)
                 collected.rejected_count += result.rejected_count
                 collected.error, collected.finished = result.error, result.finished
-                if result.error is not None or not result.events:
-                    break
+                collected.complete = result.complete
+                if result.error is not None or not result.events or result.complete:
+                    break  # NIP-67 "finish": the relay sent all there is
                 oldest = min(e.created_at for e in result.events)
                 if oldest <= floor:
                     break

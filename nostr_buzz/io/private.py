@@ -193,7 +193,8 @@ async def read_inbox(
 
 def _wraps_to(me: str, limit: int) -> Filter:
     """The gift wraps addressed to ``me``."""
-    return Filter(kinds=(nip59.GIFT_WRAP_KIND,), limit=limit, tags={"p": (me,)})
+    kinds = (nip59.GIFT_WRAP_KIND, nip59.EPHEMERAL_GIFT_WRAP_KIND)
+    return Filter(kinds=kinds, limit=limit, tags={"p": (me,)})
 
 
 def in_conversation(opened: Opened, me: str, peer: str) -> bool:

@@ -12,6 +12,11 @@ publisher has one.  An entry still waiting ``give_up_after`` seconds after it wa
 default) is removed by the next flush and reported once as given up
 (``PublishReport.given_up``); it is never sent again.
 
+A relay that refuses with ``rate-limited:`` is backed off: nothing is sent to it for
+:data:`RATE_LIMIT_PAUSE` seconds (doubling with each refusal in a row, up to the outbox's backoff
+cap), and an entry that only such relays could take is retried once the pause ends, not at
+once (even an entry a reconnect made due sends nothing to a relay still paused).
+
 The agent's key is a secret key (then the publisher signs and authenticates), a
 :class:`~nostr_buzz.signer.Signer` (it signs, encrypts and answers NIP-42), or only the
 public key (events signed elsewhere go in through
@@ -31,7 +36,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
@@ -43,11 +48,17 @@ from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
 from nostr_buzz.nips.nip_am import KIND, MetricPayload, build_metric_event, build_metric_event_async
 from nostr_buzz.signer import Signer
 
-from .outbox import GIVE_UP_AFTER, Outbox
+from .outbox import BACKOFF_CAP, GIVE_UP_AFTER, Outbox
 from .pool import PublishResult, RelayPool
 from .relay import Verdict
 
-__all__ = ["MetricPublisher", "PoolFactory", "PublishReport", "PublishingPool"]
+__all__ = [
+    "RATE_LIMIT_PAUSE",
+    "MetricPublisher",
+    "PoolFactory",
+    "PublishReport",
+    "PublishingPool",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +69,10 @@ _GRACE: Final = 2.0
 _MIN_WAIT: Final = 0.5
 #: Due entries re-sent at the same time by one flush.
 _FLUSH_CONCURRENCY: Final = 8
+#: Seconds nothing is sent to a relay after its first ``rate-limited:`` refusal in a row.
+RATE_LIMIT_PAUSE: Final = 30.0
+#: Relays whose pause is remembered (the oldest forgotten first).
+_MAX_PAUSED: Final = 1_000
 
 
 class PublishingPool(Protocol):
@@ -187,15 +202,18 @@ class MetricPublisher:
             self._pool_factory: PoolFactory = relays
         else:
             urls = [relays] if isinstance(relays, str) else list(relays)
-            pool = self._pool(urls)  # checks URLs
-            if not pool.urls:
+            checked = self._pool(urls).urls  # checks URLs
+            if not checked:
                 raise RelayError("a metric publisher needs at least one write relay")
-            if min_ok > len(pool.urls):
+            if min_ok > len(checked):
                 raise RelayError(
-                    f"min_ok is {min_ok} but only {len(pool.urls)} write relay(s) are configured"
+                    f"min_ok is {min_ok} but only {len(checked)} write relay(s) are configured"
                 )
-            self._pool_factory = lambda: self._pool(pool.urls)
+            self._pool_factory = lambda: self._pool(checked)
+        self._urls: tuple[str, ...] = () if callable(relays) else tuple(checked)
         self._in_flight: set[str] = set()
+        #: Relay → (end of its pause, ``rate-limited:`` refusals in a row).
+        self._paused: dict[str, tuple[float, int]] = {}
 
     def _pool(self, urls: Sequence[str]) -> RelayPool:
         """A pool of ``urls`` that answers NIP-42 with the agent's key or signer, if any: on
@@ -353,9 +371,21 @@ class MetricPublisher:
     async def _send(
         self, event: Event, relays: tuple[str, ...] = ()
     ) -> tuple[dict[str, Verdict], str | None]:
+        now = self._clock()
+        targets = relays or self._urls
+        waiting = {
+            url: Verdict(url, event.id, False, False, "rate-limited:", "rate-limited: backing off")
+            for url in targets
+            if self._paused.get(url, (0.0, 0))[0] > now
+        }
+        sendable = tuple(u for u in targets if u not in waiting)
+        if waiting and not sendable:
+            return waiting, _refusals(waiting)
         try:
             async with asyncio.timeout(self.timeout + _GRACE):
-                pool: PublishingPool = self._pool(relays) if relays else self._pool_factory()
+                pool: PublishingPool = (
+                    self._pool(sendable) if relays or waiting else self._pool_factory()
+                )
                 result = await pool.publish(event, min_ok=self.min_ok, timeout=self.timeout)
         except TimeoutError:
             return {}, f"no answer within {self.timeout + _GRACE:g} s"
@@ -363,7 +393,31 @@ class MetricPublisher:
             # The relay edge reports network trouble as verdicts; anything raised is a bug
             # or a misconfigured factory, still never the turn's problem.
             return {}, f"send failed: {type(exc).__name__}: {exc}"
-        return dict(result.verdicts), _refusals(result.verdicts)
+        self._note_rate_limits(result.verdicts.values(), now)
+        verdicts = {**result.verdicts, **waiting}
+        return verdicts, _refusals(verdicts)
+
+    def _note_rate_limits(self, verdicts: Iterable[Verdict], now: float) -> None:
+        """Pause each relay that answered ``rate-limited:``; one that took the event is
+        forgiven."""
+        for verdict in verdicts:
+            if verdict.ok:
+                self._paused.pop(verdict.relay, None)
+            elif verdict.prefix == "rate-limited:":
+                strikes = self._paused.get(verdict.relay, (0.0, 0))[1] + 1
+                pause = min(BACKOFF_CAP, RATE_LIMIT_PAUSE * 2 ** min(strikes - 1, 16))
+                self._paused.pop(verdict.relay, None)
+                self._paused[verdict.relay] = (now + pause, strikes)
+                while len(self._paused) > _MAX_PAUSED:
+                    self._paused.pop(next(iter(self._paused)))
+
+    def _resume_at(self, verdicts: dict[str, Verdict]) -> float | None:
+        """When the first relay paused for ``rate-limited:`` may be asked again, when no relay
+        took the event and one of them refused so; else None."""
+        if any(v.ok for v in verdicts.values()):
+            return None
+        ends = [self._paused[url][0] for url in verdicts if url in self._paused]
+        return min(ends, default=None)
 
     def _settle(
         self, event: Event, stored: bool, verdicts: dict[str, Verdict], problem: str | None
@@ -374,7 +428,12 @@ class MetricPublisher:
             return PublishReport(event, False, delivered, verdicts, 1, None, problem)
         try:
             entry = self.outbox.record_attempt(
-                event.id, self._clock(), verdicts, rng=self._rng, error=problem
+                event.id,
+                self._clock(),
+                verdicts,
+                rng=self._rng,
+                error=problem,
+                not_before=self._resume_at(verdicts),
             )
             if entry is None:  # removed meanwhile (another publisher on the same file)
                 return PublishReport(event, True, True, verdicts, 1, None, problem)

@@ -112,6 +112,9 @@ class QueryResult:
     rejected: list[str] = field(default_factory=list)
     rejected_count: int = 0
     malformed_frames: int = 0
+    #: NIP-67: True when the relay's ``EOSE`` said ``finish`` (it sent every stored event
+    #: that matches), False when it said ``more``, None when it said neither.
+    complete: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -383,6 +386,7 @@ class _Query:
             result.error = "timeout"
         elif how == "eose" or (how == "closed" and not detail):
             result.finished = True
+            result.complete = _COMPLETE.get(detail) if how == "eose" else None
         elif how == "closed":
             result.error = f"closed: {detail}"
         elif how == "overflow":
@@ -988,7 +992,7 @@ class RelayClient:
             if isinstance(msg, nip01.ClosedMessage):
                 sub.finish("closed", msg.message)
             elif not sub.live:
-                sub.finish("eose")
+                sub.finish("eose", _eose_detail(msg))
             elif sub.on_eose is not None:
                 sub.on_eose()
         elif isinstance(msg, nip01.AuthMessage):
@@ -1037,6 +1041,15 @@ async def _auth_event(signer: Signer, url: str, challenge: str, deadline: float)
         return "the signer did not sign the AUTH event in time"
     except BuzzError as exc:  # SignerError, or an event that fails verification
         return f"the signer did not sign the AUTH event: {exc}"
+
+
+#: What an ``EOSE``'s NIP-67 hint (kept as its detail) says about completeness.
+_COMPLETE: Final = {"finish": True, "more": False}
+
+
+def _eose_detail(msg: nip01.EoseMessage) -> str:
+    complete = msg.complete
+    return "" if complete is None else "finish" if complete else "more"
 
 
 def _describe_close(ws: ClientConnection) -> str:

@@ -1,4 +1,4 @@
-"""A relay's own public key, from its NIP-11 information document.
+"""A relay's own public key and its limits, from its NIP-11 information document.
 
 Relays that manage groups (NIP-29) sign channel documents with their own key and announce it as
 ``pubkey`` in the information document served over HTTP(S) at the relay's URL (``Accept:
@@ -8,6 +8,11 @@ The key says nothing about anyone else's events: it counts only for the channel 
 (kind 39000) that same relay served itself (``nips/nip29.py``), never for canvases, huddle
 guidelines or core memory, and never for what another relay served.  A ``ws://`` relay's
 document travels over plain HTTP, which is no weaker than the relay's own unencrypted events.
+
+The document's ``limitation`` object is read by :func:`relay_limits`: ``max_message_length``
+(the longest frame the relay takes: a longer reply is split into parts that fit, docs/bot.md),
+``max_content_length``, ``max_subscriptions`` and ``auth_required`` (recorded for the pool).
+Values that are not positive integers (or booleans) are ignored.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
 from nostr_buzz.errors import InvalidKey
 from nostr_buzz.keys import PublicKey
 
-__all__ = ["MAX_DOCUMENT", "relay_pubkey", "relay_pubkeys"]
+__all__ = ["MAX_DOCUMENT", "RelayLimits", "relay_limits", "relay_pubkey", "relay_pubkeys"]
 
 #: The whole response (headers and body) a relay may send; information documents are small.
 MAX_DOCUMENT: Final = 64 * 1024
@@ -70,8 +76,53 @@ def _body(response: bytes) -> bytes | None:
     return body
 
 
+@dataclass(frozen=True)
+class RelayLimits:
+    """What a relay's NIP-11 ``limitation`` announces (None: not announced)."""
+
+    max_message_length: int | None = None
+    max_content_length: int | None = None
+    max_subscriptions: int | None = None
+    auth_required: bool = False
+
+
+def limits_of(document: object) -> RelayLimits:
+    """The :class:`RelayLimits` of a decoded NIP-11 document (anything else: no limits)."""
+    limitation = document.get("limitation") if isinstance(document, dict) else None
+    if not isinstance(limitation, dict):
+        return RelayLimits()
+
+    def positive(name: str) -> int | None:
+        value = limitation.get(name)
+        return value if type(value) is int and value > 0 else None
+
+    return RelayLimits(
+        max_message_length=positive("max_message_length"),
+        max_content_length=positive("max_content_length"),
+        max_subscriptions=positive("max_subscriptions"),
+        auth_required=limitation.get("auth_required") is True,
+    )
+
+
+async def relay_limits(url: str, *, timeout: float = 3.0) -> RelayLimits:
+    """The limits the relay at ``url`` announces; none when it serves no document."""
+    return limits_of(await _document(url, timeout))
+
+
 async def relay_pubkey(url: str, *, timeout: float = 3.0) -> str | None:
     """The hex public key the relay at ``url`` (ws:// or wss://) announces, or None."""
+    document = await _document(url, timeout)
+    key = document.get("pubkey") if isinstance(document, dict) else None
+    if not isinstance(key, str) or len(key) != 64:
+        return None
+    try:
+        return PublicKey.from_str(key).hex
+    except InvalidKey:
+        return None
+
+
+async def _document(url: str, timeout: float) -> object:
+    """The relay's decoded NIP-11 document, or None (one bounded GET, see the docstring)."""
     try:
         host, port, secure, request = _request(url)
     except ValueError:
@@ -100,15 +151,8 @@ async def relay_pubkey(url: str, *, timeout: float = 3.0) -> str | None:
         return None
     body = _body(response)
     try:
-        document = json.loads(body) if body else None
+        return json.loads(body) if body else None
     except (ValueError, RecursionError):
-        return None
-    key = document.get("pubkey") if isinstance(document, dict) else None
-    if not isinstance(key, str) or len(key) != 64:
-        return None
-    try:
-        return PublicKey.from_str(key).hex
-    except InvalidKey:
         return None
 
 

@@ -32,6 +32,14 @@ PREFIXES: Final = (
 _TAG_KEY: Final = re.compile(r"#[A-Za-z]")
 #: NIP-59: gift wraps, and how far back (seconds) their senders may date them.
 GIFT_WRAP_KIND: Final = 1059
+#: NIP-59's ephemeral gift wrap: the same wrap, which relays pass on without storing.
+EPHEMERAL_GIFT_WRAP_KIND: Final = 21059
+#: Both kinds of gift wrap.
+WRAP_KINDS: Final = frozenset((GIFT_WRAP_KIND, EPHEMERAL_GIFT_WRAP_KIND))
+#: NIP-67: the ``EOSE`` hints understood (``finish``: every stored event was sent; ``more``:
+#: the relay holds more than it sent) and how many hints of one ``EOSE`` are looked at.
+EOSE_HINTS: Final = ("finish", "more")
+MAX_EOSE_HINTS: Final = 16
 GIFT_WRAP_BACKDATE: Final = 2 * 24 * 60 * 60
 _PLAIN_KEYS: Final = ("ids", "authors", "kinds", "since", "until", "limit")
 
@@ -89,7 +97,7 @@ class Filter(msgspec.Struct, frozen=True, omit_defaults=True):
         filter that asks for them, ``since`` moves only to two days before ``since``, so that a
         wrap sent after the last event seen is still found.
         """
-        if self.kinds is not None and GIFT_WRAP_KIND in self.kinds:
+        if self.kinds is not None and not WRAP_KINDS.isdisjoint(self.kinds):
             since = max(0, since - GIFT_WRAP_BACKDATE)
         current = self.since if self.since is not None else since
         return msgspec.structs.replace(self, since=max(current, since))
@@ -155,9 +163,23 @@ class OkMessage(msgspec.Struct, frozen=True):
 
 
 class EoseMessage(msgspec.Struct, frozen=True):
-    """``["EOSE", sub]``: the relay has sent every stored event that matches."""
+    """``["EOSE", sub]``: the relay has sent every stored event that matches; with NIP-67's
+    completeness hints, ``["EOSE", sub, ["finish"]]`` (also read as a single string,
+    ``["EOSE", sub, "finish"]``).  ``hints``: the known ones (:data:`EOSE_HINTS`) only;
+    unknown hints are ignored, as NIP-67 asks."""
 
     subscription_id: str
+    hints: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool | None:
+        """NIP-67: True when the relay says it sent every stored event (``finish``), False
+        when it says it holds more (``more``), None when it says nothing."""
+        if "finish" in self.hints:
+            return True
+        if "more" in self.hints:
+            return False
+        return None
 
 
 class ClosedMessage(msgspec.Struct, frozen=True):
@@ -222,8 +244,8 @@ def parse_relay_message(data: str | bytes) -> RelayMessage:
                 return OkMessage(frame[1], frame[2], message)
         return Malformed("OK needs an event id, a boolean and a message")
     if kind == "EOSE":
-        if rest == 1 and isinstance(frame[1], str):
-            return EoseMessage(frame[1])
+        if 1 <= rest <= 2 and isinstance(frame[1], str):
+            return EoseMessage(frame[1], _eose_hints(frame[2] if rest == 2 else ()))
         return Malformed("EOSE needs a subscription id")
     if kind == "CLOSED":
         if 1 <= rest <= 2 and isinstance(frame[1], str):
@@ -240,6 +262,13 @@ def parse_relay_message(data: str | bytes) -> RelayMessage:
             return AuthMessage(frame[1])
         return Malformed("AUTH needs a challenge string")
     return Malformed("unknown message type")
+
+
+def _eose_hints(value: object) -> tuple[str, ...]:
+    """NIP-67's hints of an ``EOSE``: the known ones among a list of strings (or one string);
+    anything else says nothing (a legacy or confused relay still ends the stored events)."""
+    listed = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return tuple(h for h in EOSE_HINTS if h in listed[:MAX_EOSE_HINTS])
 
 
 def split_prefix(message: str) -> tuple[str | None, str]:

@@ -30,9 +30,11 @@ from nostr_buzz.nips import nip01, nip44
 from nostr_buzz.signer import Signer, signed, template
 
 __all__ = [
+    "EPHEMERAL_GIFT_WRAP_KIND",
     "GIFT_WRAP_KIND",
     "MAX_BACKDATE",
     "SEAL_KIND",
+    "WRAP_KINDS",
     "Opened",
     "PrivateEvent",
     "Randomness",
@@ -49,6 +51,10 @@ __all__ = [
 
 SEAL_KIND: Final = 13
 GIFT_WRAP_KIND: Final = nip01.GIFT_WRAP_KIND
+#: The ephemeral gift wrap (relays pass it on without storing it): opened like kind 1059.
+EPHEMERAL_GIFT_WRAP_KIND: Final = nip01.EPHEMERAL_GIFT_WRAP_KIND
+#: Both kinds of gift wrap, each opened and checked the same way.
+WRAP_KINDS: Final = nip01.WRAP_KINDS
 #: Seals and wraps are dated up to this many seconds (two days) before the sending time.
 MAX_BACKDATE: Final = nip01.GIFT_WRAP_BACKDATE
 
@@ -247,17 +253,21 @@ def wrap_seal(
     randbelow: Randomness = secrets.randbelow,
     one_time_key: SecretKey | None = None,
     relay_hint: str | None = None,
+    kind: int = GIFT_WRAP_KIND,
 ) -> Event:
     """The kind 1059 gift wrap of ``sealed`` for ``recipient`` (``p`` tag), dated up to two
     days before ``now`` and signed by ``one_time_key``, a fresh key unless a test pins it: the
-    sender's own key (or signer) is never needed for this layer."""
+    sender's own key (or signer) is never needed for this layer.  ``kind``: 21059 for the
+    ephemeral wrap, which relays pass on without storing."""
+    if kind not in WRAP_KINDS:
+        raise Nip59Error("not_a_gift_wrap", f"kind {kind} is not a gift wrap kind")
     recipient_hex = _recipient_hex(recipient)
     wrapper = one_time_key if one_time_key is not None else SecretKey.generate()
     key = nip44.conversation_key(wrapper, recipient_hex)
     p_tag = ["p", recipient_hex] if not relay_hint else ["p", recipient_hex, relay_hint]
     return sign_event(
         wrapper,
-        kind=GIFT_WRAP_KIND,
+        kind=kind,
         content=nip44.encrypt(sealed.to_json(), key),
         tags=[p_tag],
         created_at=random_past(now, randbelow),
@@ -311,8 +321,8 @@ async def gift_wrap_with(
 def open_gift_wrap(recipient: SecretKey, wrap: Event) -> Opened:
     """Open a gift wrap addressed to ``recipient`` and check every layer, in this order:
 
-    the wrap is kind 1059 (``not_a_gift_wrap``) and ``p``-tags the recipient
-    (``not_for_this_key``); its content decrypts (``undecryptable_wrap``) to a well-formed
+    the wrap is kind 1059 or its ephemeral twin 21059 (``not_a_gift_wrap``) and ``p``-tags the
+    recipient (``not_for_this_key``); its content decrypts (``undecryptable_wrap``) to a well-formed
     (``malformed_seal``), correctly signed (``bad_seal_signature``) kind 13 event
     (``not_a_seal``); the seal's content decrypts (``undecryptable_seal``) to a well-formed
     rumor (``malformed_rumor``) whose id matches (``bad_rumor_id``) and whose author is the
@@ -350,8 +360,11 @@ async def open_gift_wrap_with(signer: Signer, wrap: Event) -> Opened:
 
 
 def _check_wrap(wrap: Event, recipient: PublicKey) -> None:
-    if wrap.kind != GIFT_WRAP_KIND:
-        raise Nip59Error("not_a_gift_wrap", f"kind {wrap.kind}, expected {GIFT_WRAP_KIND}")
+    if wrap.kind not in WRAP_KINDS:
+        raise Nip59Error(
+            "not_a_gift_wrap",
+            f"kind {wrap.kind}, expected {GIFT_WRAP_KIND} or {EPHEMERAL_GIFT_WRAP_KIND}",
+        )
     if recipient.hex not in wrap.tag_values("p"):
         raise Nip59Error("not_for_this_key", "the wrap's p tags do not name this key")
 

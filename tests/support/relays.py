@@ -150,15 +150,28 @@ async def local_relay(**kwargs: Any) -> AsyncIterator[RunningRelay]:
 async def announcing_relay(upstream: str, key: str) -> AsyncIterator[str]:
     """A relay front that announces ``key`` in its NIP-11 document and forwards WebSocket
     traffic to the real relay at ``upstream``."""
+    async with fronted_relay(upstream, {"pubkey": key}) as url:
+        yield url
+
+
+@asynccontextmanager
+async def fronted_relay(
+    upstream: str, document: dict[str, Any], max_size: int | None = None
+) -> AsyncIterator[str]:
+    """A relay front that serves ``document`` as its NIP-11 information and forwards WebSocket
+    traffic to the real relay at ``upstream``; a client frame over ``max_size`` bytes closes
+    the connection (1009, as a relay with that ``max_message_length`` does)."""
 
     def nip11(connection: ServerConnection, request: Request) -> Response | None:
         if "application/nostr+json" not in request.headers.get("Accept", ""):
             return None
-        response = connection.respond(HTTPStatus.OK, json.dumps({"pubkey": key}))
+        response = connection.respond(HTTPStatus.OK, json.dumps(document))
         response.headers["Content-Type"] = "application/nostr+json"
         return response
 
-    async with serve(_forwarder(upstream), "127.0.0.1", 0, process_request=nip11) as server:
+    async with serve(
+        _forwarder(upstream), "127.0.0.1", 0, process_request=nip11, max_size=max_size or 2**20
+    ) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         yield f"ws://127.0.0.1:{port}"
 

@@ -312,11 +312,11 @@ def test_subscriptions_name_the_kinds_and_private_messages_are_on_by_default(wor
     owner = world.owner.public_key.hex  # owner-only: only the owner's public events are asked for
     assert [f.to_wire() for f in listen_filters(gate, 1_000_000, ())] == [
         {"kinds": [9], "since": 1_000_000, "authors": [owner], "#p": [agent]},
-        {"kinds": [1059], "#p": [agent], "since": 1_000_000 - 2 * 24 * 3600},
+        {"kinds": [1059, 21059], "#p": [agent], "since": 1_000_000 - 2 * 24 * 3600},
     ]
     only_private = gate_of(world.config(kinds=(14,)))
     assert [f.to_wire() for f in listen_filters(only_private, 5, ())] == [
-        {"kinds": [1059], "#p": [agent], "since": 0}
+        {"kinds": [1059, 21059], "#p": [agent], "since": 0}
     ]
     public = gate_of(world.config(kinds=(1, 1111)))
     assert [f.to_wire() for f in listen_filters(public, 5, ())] == [

@@ -10,7 +10,7 @@ import pytest
 from nostr_buzz.bot.config import PluginConfig
 from nostr_buzz.bot.outputs import private_audience
 from nostr_buzz.config import ConfigSources
-from nostr_buzz.errors import ConfigError
+from nostr_buzz.errors import ConfigError, RelayError
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17
 from tests.support.keys import AGENT, ALICE, BOB, OWNER, STRANGER
@@ -49,13 +49,16 @@ def test_a_room_over_max_recipients_is_answered_to_its_sender_only() -> None:
     assert private_audience(agent, owner, big, 11) == ([alice, owner, bob, *many[:8]], None)
 
 
+MINIMAL_ENV = {
+    "BUZZ_PRIVATE_KEY": AGENT.hex,
+    "BUZZ_OWNER": owner,
+    "BUZZ_RELAYS": "wss://relay.example",
+    "BUZZ_AGENT_COMMAND": "agent",
+}
+
+
 def test_the_settings_reach_the_bot_from_their_variables(tmp_path: Path) -> None:
-    environ = {
-        "BUZZ_PRIVATE_KEY": AGENT.hex,
-        "BUZZ_OWNER": owner,
-        "BUZZ_RELAYS": "wss://relay.example",
-        "BUZZ_AGENT_COMMAND": "agent",
-    }
+    environ = dict(MINIMAL_ENV)
     default = PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path))
     assert (default.max_recipients, default.give_up_after) == (10, 7 * 86400)
     environ |= {"BUZZ_PRIVATE_MAX_RECIPIENTS": "4", "BUZZ_OUTBOX_GIVE_UP_AFTER": "3600"}
@@ -65,3 +68,16 @@ def test_the_settings_reach_the_bot_from_their_variables(tmp_path: Path) -> None
     assert PluginConfig.from_sources(flags).max_recipients == 2
     with pytest.raises(ConfigError, match="BUZZ_PRIVATE_MAX_RECIPIENTS"):
         _ = ConfigSources(environ={"BUZZ_PRIVATE_MAX_RECIPIENTS": "0"}, cwd=tmp_path).file
+
+
+def test_local_relays_for_relay_lists_come_from_the_outbox_section(tmp_path: Path) -> None:
+    environ = dict(MINIMAL_ENV)
+    assert (
+        PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path)).local_relays == ()
+    )
+    (tmp_path / "buzz.toml").write_text('[outbox]\nlocal_relays = ["ws://10.0.0.7:7777"]\n')
+    chosen = PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path))
+    assert chosen.local_relays == ("ws://10.0.0.7:7777",)
+    (tmp_path / "buzz.toml").write_text('[outbox]\nlocal_relays = ["http://10.0.0.7"]\n')
+    with pytest.raises(RelayError):
+        PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path))

@@ -217,3 +217,14 @@ def test_encode_client_messages() -> None:
 def test_event_frame_keeps_non_ascii_raw() -> None:
     ev = sign_event(SECRET, kind=1, content="é \u2028 </script>", created_at=1)
     assert "é \u2028 </script>" in nip01.encode_event(ev)
+
+
+def test_nip67_eose_hints_are_read_and_unknown_ones_ignored() -> None:
+    p = nip01.parse_relay_message
+    assert p('["EOSE","s",["finish"]]') == nip01.EoseMessage("s", ("finish",))
+    assert p('["EOSE","s","finish"]').complete is True  # type: ignore[union-attr]
+    assert p('["EOSE","s",["more","later"]]') == nip01.EoseMessage("s", ("more",))
+    assert p('["EOSE","s",["more"]]').complete is False  # type: ignore[union-attr]
+    assert p('["EOSE","s",["soon",7,{}]]') == nip01.EoseMessage("s", ())
+    assert p('["EOSE","s",{"finish":1}]').complete is None  # type: ignore[union-attr]
+    assert isinstance(p('["EOSE","s",["finish"],"x"]'), nip01.Malformed)

@@ -409,3 +409,17 @@ def test_a_seal_through_a_signer_still_carries_only_its_own_rumors() -> None:
             nip59.seal_with(LocalSigner(MALLORY), BOB.public_key, _rumor(ALICE), created_at=NOW)
         )
     assert caught.value.reason == "author_mismatch"
+
+
+def test_an_ephemeral_wrap_kind_21059_opens_like_a_stored_one() -> None:
+    rumor = nip17.message(ALICE.public_key.hex, [BOB.public_key.hex], "brief", created_at=NOW)
+    sealed = nip59.seal(ALICE, BOB.public_key, rumor, created_at=NOW)
+    wrap = nip59.wrap_seal(sealed, BOB.public_key, now=NOW, kind=nip59.EPHEMERAL_GIFT_WRAP_KIND)
+    assert wrap.kind == 21059
+    opened = nip59.open_gift_wrap(BOB, wrap)
+    assert opened.rumor.id == rumor.id and opened.sender == ALICE.public_key.hex
+    # Any other kind is still not a gift wrap.
+    other = sign_event(MALLORY, kind=20059, content=wrap.content, tags=wrap.tags, created_at=NOW)
+    with pytest.raises(Nip59Error) as err:
+        nip59.open_gift_wrap(BOB, other)
+    assert err.value.reason == "not_a_gift_wrap"
