@@ -43,6 +43,8 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip17, nip59
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bot_bench import _percentile  # bench/ is on sys.path when run as a script
+
 from tests.support.relays import local_relay
 from tests.support.wan import ONE_WAY, Site, Wan, wan
 
@@ -292,11 +294,6 @@ async def _measure(quick: bool) -> dict[str, tuple[Phase, Phase]]:
 
 def _urls(sites: list[Site], *, tls: bool) -> list[str]:
     return [s.wss if tls else s.ws for s in sites]
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def wan_lines(*, quick: bool = False) -> list[str]:
