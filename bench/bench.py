@@ -260,6 +260,11 @@ def main() -> int:
     print("\nthe bot, end to end in one process (real SQLite state, real demo agent):")
     for line in bot_lines(quick=QUICK):
         print(line)
+    from wan_bench import wan_lines
+
+    print("\nthe bot across a WAN, next to a minimal nostr-sdk bot (in-process instant agent):")
+    for line in wan_lines(quick=QUICK):
+        print(line)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 The figures of a ``--quick`` run mean nothing and are not checked; what is checked is that
 every row of the real benchmark still runs to the end (the peers, start-up, the bot against a
-real relay with the demo agent) and prints its line.
+real relay with the demo agent, the bot and a nostr-sdk bot across the WAN of
+tests/support/wan.py) and prints its line.
 """
 
 from __future__ import annotations
@@ -43,3 +44,7 @@ def test_make_bench_runs_every_row() -> None:
         assert re.search(rf"^\s+{re.escape(peer)}\s+[\d.]+\s+[\d.]+x$", out, re.M), peer
     assert len(re.findall(r"^bot intake .* events/s in one burst$", out, re.M)) == 2
     assert re.search(r"^mention → prompt on loopback, instant agent \(n=3\): p50 \d+ ms", out, re.M)
+    for relays in ("clean", "bad"):  # the WAN rows: the bot and its nostr-sdk peer
+        for who in ("thread reply, bot", "private message, bot", "thread reply, nostr-sdk peer"):
+            row = rf"^{who} \(n=1\)\s+{relays}\s+[\d.]+\s+[\d.]+\s.*\s[\d.]+\s*(\s[\d.]+x)?$"
+            assert re.search(row, out, re.M), (who, relays)
