@@ -161,24 +161,7 @@ class PluginConfig:
         read = sources.require_relays(relays, direction="read")
         write = sources.relays(relays, direction="write") or read
         _check_agent_choice(file.agent.command, file.agent.module, file.agent.user)
-        base_dir = sources.path.parent if sources.path is not None else Path.cwd()
-
-        def read_text(name: str, value: str | None) -> str | None:
-            if value is None:
-                return None
-            path = Path(value).expanduser()
-            path = path if path.is_absolute() else base_dir / path
-            try:
-                return path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-                raise ConfigError(f"context.{name}: cannot read {path} ({why})") from None
-
-        standing = Standing(
-            base=read_text("base", file.context.base),
-            persona=read_text("persona", file.context.persona),
-            team_instructions=read_text("team_instructions", file.context.team_instructions),
-        )
+        standing = _standing_files(sources)
         return cls(
             agent_secret=secret,
             signer=signer if signer is not None else _NO_SIGNER,
@@ -219,6 +202,29 @@ class PluginConfig:
             local_relays=file.outbox.local_relays,
             budget=Caps(**msgspec.structs.asdict(file.budget)),
         )
+
+
+def _standing_files(sources: ConfigSources) -> Standing:
+    """``[context]``'s files (relative to the config file's directory), read now."""
+    context = sources.file.context
+    base_dir = sources.path.parent if sources.path is not None else Path.cwd()
+
+    def read_text(name: str, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError(f"context.{name}: cannot read {path} ({why})") from None
+
+    return Standing(
+        base=read_text("base", context.base),
+        persona=read_text("persona", context.persona),
+        team_instructions=read_text("team_instructions", context.team_instructions),
+    )
 
 
 def _agent_secret(
