@@ -22,7 +22,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args, get_origin
 
 import typer
 
@@ -157,6 +157,10 @@ def start_line(settings: PluginConfig, config_file: Path | None) -> str:
     )
 
 
+#: Seconds a turn's stderr line waits, at most, for the turn's metric to be stored.
+METRIC_WAIT: Final = 10.0
+
+
 class TurnReporter:
     """Turns the plugin's diagnostic records into one line per turn (and a few others)."""
 
@@ -172,8 +176,9 @@ class TurnReporter:
         self._pending: dict[str, str] = {}  # turn id → its line, until its metric is known
         #: True once the bot is shutting down: the agent's exit is then expected, not news.
         self.stopping: Callable[[], bool] = lambda: False
-        #: Seconds a turn's line waits for its metric (a signer in a bunker signs it later).
-        self.metric_wait = 0.0
+        #: Seconds a turn's line waits, at most, for its metric (built and signed through the
+        #: agent's signer after the turn's end; a signer in a bunker takes round trips more).
+        self.metric_wait = METRIC_WAIT
 
     def __call__(self, record: DiagnosticRecord) -> None:
         kind, payload, turn = record.kind, record.payload, record.turn_id or ""
@@ -187,9 +192,8 @@ class TurnReporter:
                 f"buzz: turn in {record.channel_id or 'a direct channel'} for {shown or '?'}: "
                 f"{payload.get('outcome', '?')}, {{tokens}}, {self._clock() - began:.1f} s"
             )
-            # The metric (with the token counts) follows within the same step, if the agent
-            # reported usage (a remote signer's round trips later: ``metric_wait``): print
-            # once it is here, or then.
+            # The metric (with the token counts) follows once the signer has sealed it: print
+            # the line once it is here, or after ``metric_wait`` without it.
             asyncio.get_running_loop().call_later(self.metric_wait, self._flush, turn)
         elif kind == "metric_queued":
             line = self._pending.pop(turn, None)
@@ -316,7 +320,7 @@ def _run(
     _warn_about_the_agent(cfg.file.agent.module, cfg.file.agent.user, bunker is not None)
     reporter = TurnReporter(note, state, time.monotonic)
     if bunker is not None:
-        reporter.metric_wait = cfg.file.signer.timeout
+        reporter.metric_wait = METRIC_WAIT + cfg.file.signer.timeout
 
     async def body() -> None:
         signer = None if bunker is None else await connect_bunker(bunker, cfg)
