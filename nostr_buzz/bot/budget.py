@@ -16,8 +16,8 @@ and the channels held (the ``budget_*`` tables, :mod:`.budget_table`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Final
 
 from nostr_buzz.core.budget import (
     BudgetDecision,
@@ -39,7 +39,12 @@ from .budget_table import BudgetTable
 from .config import PluginConfig
 from .delivery import Delivery
 
-__all__ = ["BudgetGate", "spend_of", "stopped_notice"]
+if TYPE_CHECKING:
+    from nostr_buzz.core.queue import Batch, DispatchQueue
+
+    from .state import BotStore
+
+__all__ = ["BudgetGate", "admit", "release_held", "spend_of", "stopped_notice"]
 
 #: Metrics of other shards asked for per decision (one page per relay): past it the spend read
 #: from the relays is a lower bound (docs/bot.md, "Budgets").
@@ -203,3 +208,37 @@ def _report(decision: BudgetDecision) -> dict[str, object]:
         for o in decision.over
     ]
     return {"decision": decision.action, "over": over, "until": decision.until}
+
+
+def release_held(gate: BudgetGate, content: str, queue: DispatchQueue, store: BotStore) -> None:
+    """The owner's ``!budget CAP VALUE`` applied: the channels it no longer holds are released
+    in the queue, durably."""
+    released = gate.change(content) or []
+    with store.transaction(durable=True):
+        for channel in released:
+            if queue.release(channel):
+                store.sync_channel(queue, channel)
+
+
+async def admit(
+    gate: BudgetGate,
+    batch: Batch,
+    queue: DispatchQueue,
+    store: BotStore,
+    notify: Callable[[Event, str], Awaitable[None]],
+) -> bool:
+    """The budget's word before a turn: True to run it; False when ``stop`` held the batch
+    back in the queue (no attempt counted) and told its sender (``notify``), once per
+    period.  ``warn`` tells the owner and runs it."""
+    decision = await gate.decide()
+    if decision.action == "warn":
+        await gate.warn_owner(decision)
+    if decision.action != "stop" or decision.until is None:
+        return True
+    with store.transaction(durable=True):
+        queue.hold(batch, decision.until)
+        store.sync_channel(queue, batch.channel)
+        tell = gate.hold(batch.channel, [q.event for q in batch.events], decision)
+    if tell:
+        await notify(batch.events[-1].event, stopped_notice(decision))
+    return False

@@ -308,6 +308,16 @@ class Delivery:
             self._diagnostics.emit("outbox_nudged", payload={"waiting": waiting})
             self._spawn(self.publisher.flush(), "buzz-send")
 
+    async def notify(self, target: Event, text: str) -> None:
+        """Sign, store and send a notice in ``target``'s thread (a signer that fails is
+        reported; the notice is then not sent)."""
+        signing = self.sign_reply(target, text)
+        notice = await self.sign_or_report(signing, target, {"inReplyTo": target.id})
+        if notice is None:
+            return
+        with self.store.transaction(durable=True):
+            self.send(self.store_signed(notice))
+
     def send(self, events: Iterable[Event]) -> None:
         """Send stored events in the background, one after the other, in order."""
         listed = list(events)

@@ -59,7 +59,7 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome
 
 from .approvals import Approvals
-from .budget import BudgetGate, stopped_notice
+from .budget import BudgetGate, admit, release_held
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery, Signed
@@ -385,29 +385,15 @@ class TurnRunner:
 
     def change_budget(self, content: str) -> None:
         """The owner's ``!budget CAP VALUE``: the channels the budget held are looked at again."""
-        released = self.budget.change(content) or []
-        with self.store.transaction(durable=True):
-            for channel in released:
-                if self.queue.release(channel):
-                    self.store.sync_channel(self.queue, channel)
+        release_held(self.budget, content, self.queue, self.store)
         self._wake()
 
     async def _within_budget(self, batch: Batch) -> bool:
-        """The budget's word before a turn (:mod:`.budget`): False when ``stop`` held the batch
-        back in the queue (no attempt counted) and told its sender, once per period."""
-        decision = await self.budget.decide()
-        if decision.action == "warn":
-            await self.budget.warn_owner(decision)
-        if decision.action != "stop" or decision.until is None:
-            return True
-        with self.store.transaction(durable=True):
-            self.queue.hold(batch, decision.until)
-            self.store.sync_channel(self.queue, batch.channel)
-            notify = self.budget.hold(batch.channel, [q.event for q in batch.events], decision)
-        if notify:
-            await self._notify(batch.events[-1].event, stopped_notice(decision))
-        self._wake()
-        return False
+        """The budget's word before a turn: False when ``stop`` held the batch back."""
+        admitted = await admit(self.budget, batch, self.queue, self.store, self.delivery.notify)
+        if not admitted:
+            self._wake()
+        return admitted
 
     # -- one turn -------------------------------------------------------------------------
 
@@ -486,17 +472,7 @@ class TurnRunner:
                 self.budget.record(key, payload)
         self.delivery.send(stored)
         for target, text in notices:
-            await self._notify(target, text)
-
-    async def _notify(self, target: Event, text: str) -> None:
-        """Sign, store and send a notice in ``target``'s thread (a signer that fails is
-        reported; the notice is then not sent)."""
-        signing = self.delivery.sign_reply(target, text)
-        notice = await self.delivery.sign_or_report(signing, target, {"inReplyTo": target.id})
-        if notice is None:
-            return
-        with self.store.transaction(durable=True):
-            self.delivery.send(self.delivery.store_signed(notice))
+            await self.delivery.notify(target, text)
 
     def _report_failure(
         self, turn: Turn, error: str, result: TurnResult | None, error_class: str | None = None

@@ -410,7 +410,7 @@ class DispatchQueue:
                 continue
             if ch.backoff_until is not None and now < ch.backoff_until:
                 continue
-            if self._unsettled_for(ch, now, settle) > 0:
+            if _quiet_wait(ch, now, settle, self.max_batch) > 0:
                 continue
             if best is None or ch.wait() < best.wait():
                 best = ch
@@ -422,32 +422,9 @@ class DispatchQueue:
         """Seconds until the first channel :meth:`flush_next` holds back for ``settle`` may
         flush (at most ``settle``); None when no channel is held back."""
         now, settle = _check_now(now), _check_settle(settle)
-        waits = [
-            wait
-            for ch in self._channels.values()
-            if ch.flight is None and (wait := self._unsettled_for(ch, now, settle)) > 0
-        ]
+        idle = [ch for ch in self._channels.values() if ch.flight is None]
+        waits = [w for ch in idle if (w := _quiet_wait(ch, now, settle, self.max_batch)) > 0]
         return min(waits) if waits else None
-
-    def _unsettled_for(self, ch: _Channel, now: float, settle: float) -> float:
-        """How long ``ch`` must still wait for quiet (0: it may flush).  A channel waits until
-        its newest event was received ``settle`` seconds ago, but its oldest waiting event
-        never waits more than ``SETTLE_LIMIT`` windows (a flood cannot hold it).  A retried
-        set or a full batch does not wait; a ``now`` before the events (a clock stepped back)
-        holds nothing."""
-        if settle <= 0 or not ch.pending or ch.retry_size:
-            return 0.0
-        head = ch.pending[0].key
-        run = 1
-        while run < len(ch.pending) and run < self.max_batch and ch.pending[run].key == head:
-            run += 1
-        if run >= self.max_batch:
-            return 0.0
-        received = [e.queued.received_at for e in ch.pending]
-        quiet, held, limit = now - max(received), now - min(received), SETTLE_LIMIT * settle
-        if not 0 <= quiet < settle or not 0 <= held < limit:
-            return 0.0
-        return min(settle - quiet, limit - held)
 
     def _start(self, ch: _Channel, now: float) -> Batch:
         ch.backoff_until = None
@@ -561,7 +538,6 @@ class DispatchQueue:
         ch.flight = None
         self._return(ch, fl, fl.batch.attempt - 1)
         ch.backoff_until = until
-        return None
 
     def release(self, channel: str) -> bool:
         """End the channel's wait (a hold or a backoff) now; False when it has none."""
@@ -647,29 +623,7 @@ class DispatchQueue:
     def channel_state(self, channel: str) -> ChannelState | None:
         """``channel``'s state as a restart must see it (None when the channel is idle)."""
         ch = self._channels.get(_check_channel(channel))
-        if ch is None:
-            return None
-        pending, cancelled = ch.pending, ch.cancelled
-        retry_size, retry_count = ch.retry_size, ch.retry_count
-        reason, count = ch.cancel_reason, ch.cancelled_count
-        fl = ch.flight
-        if fl is not None:
-            cancelled, reason = fl.cancelled, fl.reason
-            if fl.redispatch:
-                count = fl.batch.attempt - 1
-            else:
-                pending = [*fl.events, *pending]
-                retry_size, retry_count = len(fl.events), fl.batch.attempt - 1
-        return ChannelState(
-            name=ch.name,
-            pending=[StoredEvent(e.queued, e.seq) for e in pending],
-            retry_size=retry_size,
-            retry_count=retry_count,
-            cancelled=[StoredEvent(e.queued, e.seq) for e in cancelled],
-            cancel_reason=reason,
-            cancelled_count=count,
-            backoff_until=ch.backoff_until,
-        )
+        return None if ch is None else _state_of(ch)
 
     def is_remembered(self, event_id: str) -> bool:
         """Whether ``event_id`` is among the remembered delivered or dead-lettered ids."""
@@ -780,20 +734,9 @@ class DispatchQueue:
             ch = _Channel(wc.name)
             ch.pending = [entry(w, wc.name) for w in wc.pending]
             ch.cancelled = [entry(w, wc.name) for w in wc.cancelled]
-            if not ch.pending and not ch.cancelled:
-                raise corrupt(f"channel {wc.name!r} is empty")
-            if not 0 <= wc.retry_size <= len(ch.pending) or wc.retry_count < 0:
-                raise corrupt(f"channel {wc.name!r} has a bad retry set")
-            if wc.retry_size == 0 and wc.retry_count != 0:
-                raise corrupt(f"channel {wc.name!r} counts attempts of no set")
-            if len({e.key for e in ch.pending[: wc.retry_size]}) > 1:
-                raise corrupt(f"channel {wc.name!r} has a retry set with several authority keys")
-            if (wc.cancel_reason is None) != (not ch.cancelled):
-                raise corrupt(f"channel {wc.name!r} has cancelled events without a reason")
-            if wc.cancelled_count < 0 or (wc.cancelled_count and not ch.cancelled):
-                raise corrupt(f"channel {wc.name!r} has a bad cancelled attempt count")
-            if wc.backoff_until is not None and not math.isfinite(wc.backoff_until):
-                raise corrupt("backoff_until is not finite")
+            problem = _check_wire_channel(wc, ch)
+            if problem is not None:
+                raise corrupt(problem)
             ch.retry_size, ch.retry_count = wc.retry_size, wc.retry_count
             ch.cancel_reason, ch.cancelled_count = wc.cancel_reason, wc.cancelled_count
             ch.backoff_until = wc.backoff_until
@@ -812,6 +755,73 @@ class DispatchQueue:
             self._remembered.append(event_id)
             self._remembered_set.add(event_id)
         self._next_seq = snap.next_seq
+
+
+def _state_of(ch: _Channel) -> ChannelState:
+    """A channel as a restart must see it: a batch in flight is back at the front (or, for a
+    redispatch, its cancelled events are still stored)."""
+    pending, cancelled = ch.pending, ch.cancelled
+    retry_size, retry_count = ch.retry_size, ch.retry_count
+    reason, count = ch.cancel_reason, ch.cancelled_count
+    fl = ch.flight
+    if fl is not None:
+        cancelled, reason = fl.cancelled, fl.reason
+        if fl.redispatch:
+            count = fl.batch.attempt - 1
+        else:
+            pending = [*fl.events, *pending]
+            retry_size, retry_count = len(fl.events), fl.batch.attempt - 1
+    return ChannelState(
+        name=ch.name,
+        pending=[StoredEvent(e.queued, e.seq) for e in pending],
+        retry_size=retry_size,
+        retry_count=retry_count,
+        cancelled=[StoredEvent(e.queued, e.seq) for e in cancelled],
+        cancel_reason=reason,
+        cancelled_count=count,
+        backoff_until=ch.backoff_until,
+    )
+
+
+def _quiet_wait(ch: _Channel, now: float, settle: float, max_batch: int) -> float:
+    """How long ``ch`` must still wait for quiet (0: it may flush).  A channel waits until
+    its newest event was received ``settle`` seconds ago, but its oldest waiting event never
+    waits more than ``SETTLE_LIMIT`` windows (a flood cannot hold it).  A retried set or a
+    full batch does not wait; a ``now`` before the events (a clock stepped back) holds
+    nothing."""
+    if settle <= 0 or not ch.pending or ch.retry_size:
+        return 0.0
+    head = ch.pending[0].key
+    run = 1
+    while run < len(ch.pending) and run < max_batch and ch.pending[run].key == head:
+        run += 1
+    if run >= max_batch:
+        return 0.0
+    received = [e.queued.received_at for e in ch.pending]
+    quiet, held, limit = now - max(received), now - min(received), SETTLE_LIMIT * settle
+    if not 0 <= quiet < settle or not 0 <= held < limit:
+        return 0.0
+    return min(settle - quiet, limit - held)
+
+
+def _check_wire_channel(wc: _WireChannel, ch: _Channel) -> str | None:
+    """What is wrong with a stored channel (its entries already read into ``ch``), if
+    anything."""
+    if not ch.pending and not ch.cancelled:
+        return f"channel {wc.name!r} is empty"
+    if not 0 <= wc.retry_size <= len(ch.pending) or wc.retry_count < 0:
+        return f"channel {wc.name!r} has a bad retry set"
+    if wc.retry_size == 0 and wc.retry_count != 0:
+        return f"channel {wc.name!r} counts attempts of no set"
+    if len({e.key for e in ch.pending[: wc.retry_size]}) > 1:
+        return f"channel {wc.name!r} has a retry set with several authority keys"
+    if (wc.cancel_reason is None) != (not ch.cancelled):
+        return f"channel {wc.name!r} has cancelled events without a reason"
+    if wc.cancelled_count < 0 or (wc.cancelled_count and not ch.cancelled):
+        return f"channel {wc.name!r} has a bad cancelled attempt count"
+    if wc.backoff_until is not None and not math.isfinite(wc.backoff_until):
+        return "backoff_until is not finite"
+    return None
 
 
 def _check_limits(**limits: object) -> None:
