@@ -186,7 +186,9 @@ async def test_restart_does_not_rerun_handled_events_and_replays_missed_mentions
     plugin = BuzzPlugin(world.config(), on_diagnostic=rec1)
     runner = asyncio.create_task(plugin.run())
     await world.publish(first)
-    await rec1.kind("turn_completed")
+    # Handled once its outcome is committed with its metric (signing comes after the turn's
+    # end: a stop before the commit runs the batch again, as a crash would).
+    await rec1.kind("metric_queued")
     plugin.stop()
     await asyncio.wait_for(runner, WAIT)
     assert rec1.started_with(first.id)
