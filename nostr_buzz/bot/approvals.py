@@ -68,7 +68,7 @@ CODE_LENGTH: Final = 6
 TITLE_CHARS: Final = 300
 KIND_CHARS: Final = 40
 CHANNEL_CHARS: Final = 100
-#: The most speakers a question names one by one (the rest are counted).
+#: The most people a question names one by one in a line (the rest are counted).
 _SPEAKERS_SHOWN: Final = 10
 #: Where a speaker's words came in, as the question says it.
 _WHERE: Final[dict[Part, str]] = {
@@ -143,15 +143,19 @@ def _field(name: str, text: str, limit: int) -> str:
     return f"{name} (cut: the first {len(shown)} of {whole} characters): {shown}…"
 
 
+def _first_few(said: list[str], separator: str) -> str:
+    """At most ``_SPEAKERS_SHOWN`` of ``said``, the rest counted."""
+    more = len(said) - _SPEAKERS_SHOWN
+    return separator.join(said[:_SPEAKERS_SHOWN] + ([f"and {more} more"] if more > 0 else []))
+
+
 def _speakers_line(speakers: Sequence[Speaker]) -> str:
     said = [
         f"{nip19.encode('npub', s.actor)} ({', '.join(_WHERE[p] for p in s.parts)})"
-        for s in speakers[:_SPEAKERS_SHOWN]
+        for s in speakers
     ]
-    if len(speakers) > _SPEAKERS_SHOWN:
-        said.append(f"and {len(speakers) - _SPEAKERS_SHOWN} more")
     return "Others whose words reached this turn or its session: " + (
-        "; ".join(said) or "none, only yours"
+        _first_few(said, "; ") or "none, only yours"
     )
 
 
@@ -167,13 +171,13 @@ def question_text(
     """The private message that asks the owner (``triggers``: hex pubkeys; ``speakers``: who
     else's words reached the turn or its session, and where; ``last``: the turn may ask no
     more)."""
-    who = ", ".join(nip19.encode("npub", p) for p in dict.fromkeys(triggers)) or "(nobody)"
+    who = _first_few([nip19.encode("npub", p) for p in dict.fromkeys(triggers)], ", ")
     lines = [
         "The agent asks for permission to run a tool.",
         _field("Tool", request.title, TITLE_CHARS),
         _field("Kind", request.kind or "unknown", KIND_CHARS),
         _field("Channel", channel or "(none)", CHANNEL_CHARS),
-        f"Turn triggered by: {who}",
+        f"Turn triggered by: {who or '(nobody)'}",
         _speakers_line(speakers),
         f"Answer !allow {code} or !deny {code} within {timeout:g} s; no answer rejects it.",
     ]

@@ -36,6 +36,7 @@ from nostr_buzz.core.permission import (
 from nostr_buzz.core.permission import decide as rule
 from nostr_buzz.errors import MetricError
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
+from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
 from nostr_buzz.nips.nip_am import MetricPayload
 from tests.support.events import chat
@@ -247,3 +248,13 @@ async def test_a_turn_asks_at_most_max_questions_and_the_rest_are_told_once_it_e
     assert limited.payload == {"unasked": 3, "maxQuestions": 2, "sent": True}
     assert quiet.end_turn(IDS) is None  # forgotten once told
     assert (await quiet.ask(REQUEST, ASKING, IDS, [])).reason == "ask_timeout"
+
+
+def test_a_question_names_ten_people_a_line_and_counts_the_rest() -> None:
+    many = [SecretKey.generate().public_key.hex for _ in range(30)]
+    crowd = [Speaker(p, ("batch",)) for p in many]
+    text = question_text(REQUEST, "eng", many, "K7M2QX", 5, crowd)
+    triggered, others = text.split("\n")[4:6]
+    assert triggered.count("npub1") == 10 and triggered.endswith(", and 20 more")
+    assert others.count("npub1") == 10 and others.endswith("; and 20 more")
+    assert len(text) < 3000
