@@ -24,8 +24,10 @@ from nostr_buzz.bot.approvals import (
     one_line,
     question_text,
 )
+from nostr_buzz.bot.config import PluginConfig
 from nostr_buzz.bot.intake import Command, decide, gate_of
 from nostr_buzz.bot.outputs import TurnIds
+from nostr_buzz.config import ConfigSources
 from nostr_buzz.core.permission import (
     PermissionDecision,
     Speaker,
@@ -34,7 +36,7 @@ from nostr_buzz.core.permission import (
     speakers,
 )
 from nostr_buzz.core.permission import decide as rule
-from nostr_buzz.errors import MetricError
+from nostr_buzz.errors import ConfigError, MetricError
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
@@ -258,3 +260,25 @@ def test_a_question_names_ten_people_a_line_and_counts_the_rest() -> None:
     assert triggered.count("npub1") == 10 and triggered.endswith(", and 20 more")
     assert others.count("npub1") == 10 and others.endswith("; and 20 more")
     assert len(text) < 3000
+
+
+def test_max_questions_comes_from_buzz_toml_and_is_checked_in_python_too(tmp_path: Path) -> None:
+    environ = {
+        "BUZZ_PRIVATE_KEY": AGENT.hex,
+        "BUZZ_OWNER": OWNER.public_key.hex,
+        "BUZZ_RELAYS": "wss://relay.example",
+        "BUZZ_AGENT_COMMAND": "agent",
+    }
+    default = PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path))
+    assert default.max_questions == 3
+    (tmp_path / "buzz.toml").write_text("[agent]\nmax_questions = 5\n")
+    assert (
+        PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path)).max_questions == 5
+    )
+    for bad in ("0", "101", '"many"'):
+        (tmp_path / "buzz.toml").write_text(f"[agent]\nmax_questions = {bad}\n")
+        with pytest.raises(ConfigError, match="max_questions"):
+            PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path))
+    for wrong in (0, 101, "3", True):
+        with pytest.raises(ConfigError, match="max_questions"):
+            offline_config(max_questions=wrong)
