@@ -120,27 +120,27 @@ def new_code(taken: Collection[str] = ()) -> str:
             return code
 
 
-def one_line(text: str, limit: int) -> tuple[str, int | None]:
+def one_line(text: str, limit: int) -> tuple[str, bool]:
     """``text`` on one line: every hidden character (:func:`~nostr_buzz.core.text.is_hidden`:
     controls, line breaks, format and bidirectional characters) as an escape, cut to at most
-    ``limit`` characters (an escape is never split); with the length of the whole escaped text
-    when it was cut (None: shown whole)."""
-    pieces = [(_ESCAPES.get(c) or backslash_escape(c)) if is_hidden(c) else c for c in text]
+    ``limit`` characters (an escape is never split); and whether it was cut.  What is not
+    shown is not looked at: a title of megabytes costs no more than a short one."""
     shown: list[str] = []
     used = 0
-    for piece in pieces:
-        if used + len(piece) > limit:
-            return "".join(shown), sum(map(len, pieces))
-        shown.append(piece)
+    for c in text:
+        piece = (_ESCAPES.get(c) or backslash_escape(c)) if is_hidden(c) else c
         used += len(piece)
-    return "".join(shown), None
+        if used > limit:
+            return "".join(shown), True
+        shown.append(piece)
+    return "".join(shown), False
 
 
 def _field(name: str, text: str, limit: int) -> str:
-    shown, whole = one_line(text, limit)
-    if whole is None:
+    shown, cut = one_line(text, limit)
+    if not cut:
         return f"{name}: {shown}"
-    return f"{name} (cut: the first {len(shown)} of {whole} characters): {shown}…"
+    return f"{name} (cut to {len(shown)} characters, of {len(text)} in all): {shown}…"
 
 
 def _first_few(said: list[str], separator: str) -> str:

@@ -192,21 +192,22 @@ def test_the_metric_counts_decisions_and_leaves_them_out_when_there_were_none() 
 
 
 def test_a_question_shows_hidden_characters_as_escapes_on_one_line_cut_to_a_stated_length() -> None:
-    assert one_line("git status\n# ok\r\tx", 100) == ("git status\\n# ok\\r\\tx", None)
+    assert one_line("git status\n# ok\r\tx", 100) == ("git status\\n# ok\\r\\tx", False)
     # bidirectional overrides, zero-width and other controls: escaped, never rendered
     assert one_line("a\u202eb\u200bc\x1bd\u2028e", 100) == (
         "a\\u202eb\\u200bc\\x1bd\\u2028e",
-        None,
+        False,
     )
-    # cut to the limit, an escape never split, with the whole escaped length
-    assert one_line("ab\ncd", 3) == ("ab", 6)
-    assert one_line("x" * 400, TITLE_CHARS) == ("x" * TITLE_CHARS, 400)
+    # cut to the limit, an escape never split
+    assert one_line("ab\ncd", 3) == ("ab", True)
+    assert one_line("x" * 400, TITLE_CHARS) == ("x" * TITLE_CHARS, True)
+    assert one_line("x" * 10_000_000, 5) == ("xxxxx", True)  # the rest never looked at
     title = "ls" + "\n" * 200 + "rm -rf /"
     request = PermissionRequest("sess-1", title, "exe\u202ecute", "c", True)
     text = question_text(request, "eng\nChannel: fake", [OWNER.public_key.hex], "K7M2QX", 5)
     lines = text.split("\n")
     assert len(lines) == 7, lines
-    cut = f"Tool (cut: the first {TITLE_CHARS} of 410 characters): "
+    cut = f"Tool (cut to {TITLE_CHARS} characters, of 210 in all): "
     assert lines[1] == cut + "ls" + "\\n" * 149 + "…"
     assert lines[2] == "Kind: exe\\u202ecute"
     assert lines[3] == "Channel: eng\\nChannel: fake"
