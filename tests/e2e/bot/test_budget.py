@@ -231,6 +231,22 @@ async def test_a_cap_raised_in_buzz_toml_runs_every_held_turn_once_on_its_shard_
                 await shards[index].record(
                     "budget_stopped", lambda p, e=event: e.id in p["eventIds"]
                 )
+        # A restart under the same cap decides again, and holds again: nothing runs, and no
+        # sender is told twice.
+        marks = [bot.tail.mark() for bot in shards]
+        for bot in shards:
+            await bot.process.stop()
+        await asyncio.gather(*(bot.start() for bot in shards))
+        for index, events in held.items():
+            for event in events:
+                again = await shards[index].record(
+                    "budget_stopped", lambda p, e=event: e.id in p["eventIds"], marks[index]
+                )
+                assert again["payload"]["notified"] is False
+        assert len(await counter.metrics()) == 1
+        notices = [r for r in await counter.replies() if "paused" in r.content]
+        assert len(notices) == 2  # one per shard, at the first hold
+
         for bot in shards:
             await bot.process.stop()
             raised = bot.config.read_text(encoding="utf-8").replace(
@@ -256,4 +272,4 @@ async def test_a_cap_raised_in_buzz_toml_runs_every_held_turn_once_on_its_shard_
         other = shards[1 - index]
         assert [shards[index].turns_for(e) for e in events] == [1] * 5
         assert [other.turns_for(e) for e in events] == [0] * 5
-        assert len(shards[index].tail.of("budget_released")) == 1
+        assert len(shards[index].tail.of("budget_released")) == 2  # at each restart
