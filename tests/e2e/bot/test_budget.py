@@ -207,6 +207,32 @@ async def test_warn_runs_every_turn_and_tells_the_owner_once(tmp_path: Path) -> 
         assert len([t for t in told if t.startswith("Budget reached")]) == 1, told
 
 
+CAPPED = '[budget]\ndaily_usd = 0.01\naction = "stop"\n'
+
+
+async def hold_ten(cast: Cast, url: str, shards: list[Bot]) -> dict[int, list[Event]]:
+    """Shard 0 spends the day's budget; then 5 messages for each shard, each in a channel of
+    its own, are held (counted in each shard's feed)."""
+    counter = Counter44200(cast, [url])
+    first = for_shard(cast, 0, "spend the budget")
+    await publish([url], [first])
+    await metrics_on_relay(counter, 1)  # 0.02 USD spent: past daily_usd = 0.01
+    held = spread(cast, 5, taken=first.tag_values("h")[0])
+    await publish([url], [*held[0], *held[1]])
+    for index, events in held.items():
+        for event in events:
+            await shards[index].record("budget_stopped", lambda p, e=event: e.id in p["eventIds"])
+    return held
+
+
+async def restart(shards: list[Bot], change: Callable[[str], str] = lambda text: text) -> None:
+    """Stop every shard, ``change`` its buzz.toml, start them all again."""
+    for bot in shards:
+        await bot.process.stop()
+        bot.config.write_text(change(bot.config.read_text(encoding="utf-8")), encoding="utf-8")
+    await asyncio.gather(*(bot.start() for bot in shards))
+
+
 async def test_a_cap_raised_in_buzz_toml_runs_every_held_turn_once_on_its_shard_after_a_restart(
     tmp_path: Path,
 ) -> None:
@@ -214,46 +240,13 @@ async def test_a_cap_raised_in_buzz_toml_runs_every_held_turn_once_on_its_shard_
     under ``daily_usd = 0.01``, every held turn runs once the cap is raised in buzz.toml and the
     shards restarted, each on its own shard (counted on the relay and in each shard's feed)."""
     cast = Cast.generate()
-    capped = '[budget]\ndaily_usd = 0.01\naction = "stop"\n'
     async with (
         local_relay() as relay,
-        bots(tmp_path, cast, relay.url, "0/2", "1/2", budget=(), toml=capped) as shards,
+        bots(tmp_path, cast, relay.url, "0/2", "1/2", budget=(), toml=CAPPED) as shards,
     ):
         counter = Counter44200(cast, [relay.url])
-        first = for_shard(cast, 0, "spend the budget")
-        await publish([relay.url], [first])
-        await metrics_on_relay(counter, 1)  # 0.02 USD spent: past daily_usd = 0.01
-
-        held = spread(cast, 5, taken=first.tag_values("h")[0])
-        await publish([relay.url], [*held[0], *held[1]])
-        for index, events in held.items():
-            for event in events:
-                await shards[index].record(
-                    "budget_stopped", lambda p, e=event: e.id in p["eventIds"]
-                )
-        # A restart under the same cap decides again, and holds again: nothing runs, and no
-        # sender is told twice.
-        marks = [bot.tail.mark() for bot in shards]
-        for bot in shards:
-            await bot.process.stop()
-        await asyncio.gather(*(bot.start() for bot in shards))
-        for index, events in held.items():
-            for event in events:
-                again = await shards[index].record(
-                    "budget_stopped", lambda p, e=event: e.id in p["eventIds"], marks[index]
-                )
-                assert again["payload"]["notified"] is False
-        assert len(await counter.metrics()) == 1
-        notices = [r for r in await counter.replies() if "paused" in r.content]
-        assert len(notices) == 2  # one per shard, at the first hold
-
-        for bot in shards:
-            await bot.process.stop()
-            raised = bot.config.read_text(encoding="utf-8").replace(
-                "daily_usd = 0.01", "daily_usd = 10"
-            )
-            bot.config.write_text(raised, encoding="utf-8")
-        await asyncio.gather(*(bot.start() for bot in shards))
+        held = await hold_ten(cast, relay.url, shards)
+        await restart(shards, lambda text: text.replace("daily_usd = 0.01", "daily_usd = 10"))
 
         every = [*held[0], *held[1]]
         replies = [r for r in await counter.replies() if "paused" not in r.content]
@@ -272,4 +265,30 @@ async def test_a_cap_raised_in_buzz_toml_runs_every_held_turn_once_on_its_shard_
         other = shards[1 - index]
         assert [shards[index].turns_for(e) for e in events] == [1] * 5
         assert [other.turns_for(e) for e in events] == [0] * 5
-        assert len(shards[index].tail.of("budget_released")) == 2  # at each restart
+        assert len(shards[index].tail.of("budget_released")) == 1
+
+
+async def test_a_restart_under_the_same_cap_holds_every_held_turn_again_and_tells_no_one_twice(
+    tmp_path: Path,
+) -> None:
+    """The hold decided again at start still holds when the cap is still spent: no turn runs,
+    and the senders told at the first hold are not told again."""
+    cast = Cast.generate()
+    async with (
+        local_relay() as relay,
+        bots(tmp_path, cast, relay.url, "0/2", "1/2", budget=(), toml=CAPPED) as shards,
+    ):
+        counter = Counter44200(cast, [relay.url])
+        held = await hold_ten(cast, relay.url, shards)
+        marks = [bot.tail.mark() for bot in shards]
+        await restart(shards)
+        for index, events in held.items():
+            for event in events:
+                again = await shards[index].record(
+                    "budget_stopped", lambda p, e=event: e.id in p["eventIds"], marks[index]
+                )
+                assert again["payload"]["notified"] is False
+        assert len(await counter.metrics()) == 1
+        notices = [r for r in await counter.replies() if "paused" in r.content]
+        assert len(notices) == 2  # one per shard, at the first hold
+        assert [len(bot.tail.of("budget_released")) for bot in shards] == [1, 1]
