@@ -98,6 +98,9 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     # Seconds the owner has to answer a permission question (!allow / !deny CODE); 0: never
     # ask (a request the rule cannot approve is rejected at once).
     ask_timeout: Annotated[float, msgspec.Meta(ge=0)] = 300.0
+    # Questions one turn may put to the owner; the agent's further requests in that turn are
+    # rejected without asking, and the owner is told how many at the turn's end.
+    max_questions: Annotated[int, msgspec.Meta(ge=1, le=100)] = 3
     cwd: str | None = None  # the agent's working directory, used exactly as written
     model: str | None = None  # the model the agent runs, reported in metrics when known
     # Run the agent as this OS user (buzz run starts as root and drops to it for the agent):

@@ -4,7 +4,14 @@
 When the rule asks the owner (``permissions = "ask"``, or ``owner`` with someone else's words in
 the session: :attr:`~nostr_buzz.core.permission.PermissionDecision.asks_owner`) and ``[agent]
 ask_timeout`` is above 0, the bot sends the owner a NIP-17 private message naming the tool (its
-title and kind), the channel, who triggered the turn and a short code.  The owner answers
+title and kind), the channel, who triggered the turn, everyone but the owner whose words
+reached the turn or its session and where (:func:`~nostr_buzz.core.permission.speakers`), and
+a short code.  What the agent or a sender wrote (title, kind, channel) is shown on one line
+each, every hidden character (controls, line breaks, format and bidirectional characters) as
+an escape, cut to a stated length (:func:`one_line`).  A turn asks at most ``[agent]
+max_questions``: its further requests are rejected unasked (``ask_limit``) and, at the turn's
+end, one more private message tells the owner how many (:meth:`Approvals.end_turn`).  The
+owner answers
 ``!allow CODE`` or ``!deny CODE``, by private message or in a channel (mentioning the agent);
 no answer within ``ask_timeout`` rejects, and so does the turn ending (or being cancelled)
 first, or a question that could not be sent.
@@ -24,12 +31,13 @@ import asyncio
 import contextlib
 import secrets
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from nostr_buzz.acp.types import PermissionRequest
-from nostr_buzz.core.permission import OwnerAnswer, PermissionDecision, answered
+from nostr_buzz.core.permission import OwnerAnswer, Part, PermissionDecision, Speaker, answered
+from nostr_buzz.core.text import backslash_escape, is_hidden
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
@@ -45,7 +53,9 @@ __all__ = [
     "CODE_LENGTH",
     "Approvals",
     "Verdict",
+    "limit_note",
     "new_code",
+    "one_line",
     "question_text",
     "tell_owner",
 ]
@@ -53,8 +63,23 @@ __all__ = [
 #: Digits and capitals without 0/O, 1/I/L: a code read on a phone is typed back right.
 CODE_ALPHABET: Final = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
 CODE_LENGTH: Final = 6
-#: The longest tool title quoted in a question (the agent writes it).
-_TITLE_CHARS: Final = 300
+#: The most characters (escapes included) of a tool's title, its kind and the channel shown in
+#: a question (the agent and the senders write them).
+TITLE_CHARS: Final = 300
+KIND_CHARS: Final = 40
+CHANNEL_CHARS: Final = 100
+#: The most people a question names one by one in a line (the rest are counted).
+_SPEAKERS_SHOWN: Final = 10
+#: Where a speaker's words came in, as the question says it.
+_WHERE: Final[dict[Part, str]] = {
+    "batch": "this turn's messages",
+    "cancelled": "interrupted messages this turn carries",
+    "steer": "a message steered into this turn",
+    "session": "an earlier turn of this session",
+}
+#: Line breaks and tabs shown as people write them; every other hidden character as \xNN,
+#: \uNNNN or \UNNNNNNNN.
+_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 #: Spent codes remembered, so that a reuse is told apart from a wrong code.
 _SPENT: Final = 256
 
@@ -95,25 +120,81 @@ def new_code(taken: Collection[str] = ()) -> str:
             return code
 
 
+def one_line(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` on one line: every hidden character (:func:`~nostr_buzz.core.text.is_hidden`:
+    controls, line breaks, format and bidirectional characters) as an escape, cut to at most
+    ``limit`` characters (an escape is never split); and whether it was cut.  What is not
+    shown is not looked at: a title of megabytes costs no more than a short one."""
+    shown: list[str] = []
+    used = 0
+    for c in text:
+        piece = (_ESCAPES.get(c) or backslash_escape(c)) if is_hidden(c) else c
+        used += len(piece)
+        if used > limit:
+            return "".join(shown), True
+        shown.append(piece)
+    return "".join(shown), False
+
+
+def _field(name: str, text: str, limit: int) -> str:
+    shown, cut = one_line(text, limit)
+    if not cut:
+        return f"{name}: {shown}"
+    return f"{name} (cut to {len(shown)} characters, of {len(text)} in all): {shown}…"
+
+
+def _first_few(said: list[str], separator: str) -> str:
+    """At most ``_SPEAKERS_SHOWN`` of ``said``, the rest counted."""
+    more = len(said) - _SPEAKERS_SHOWN
+    return separator.join(said[:_SPEAKERS_SHOWN] + ([f"and {more} more"] if more > 0 else []))
+
+
+def _speakers_line(speakers: Sequence[Speaker]) -> str:
+    said = [
+        f"{nip19.encode('npub', s.actor)} ({', '.join(_WHERE[p] for p in s.parts)})"
+        for s in speakers
+    ]
+    return "Others whose words reached this turn or its session: " + (
+        _first_few(said, "; ") or "none, only yours"
+    )
+
+
 def question_text(
     request: PermissionRequest,
     channel: str | None,
     triggers: Iterable[str],
     code: str,
     timeout: float,
+    speakers: Sequence[Speaker] = (),
+    last: bool = False,
 ) -> str:
-    """The private message that asks the owner (``triggers``: hex pubkeys)."""
-    title = (
-        request.title if len(request.title) <= _TITLE_CHARS else request.title[:_TITLE_CHARS] + "…"
-    )
-    who = ", ".join(nip19.encode("npub", p) for p in dict.fromkeys(triggers)) or "(nobody)"
+    """The private message that asks the owner (``triggers``: hex pubkeys; ``speakers``: who
+    else's words reached the turn or its session, and where; ``last``: the turn may ask no
+    more)."""
+    who = _first_few([nip19.encode("npub", p) for p in dict.fromkeys(triggers)], ", ")
+    lines = [
+        "The agent asks for permission to run a tool.",
+        _field("Tool", request.title, TITLE_CHARS),
+        _field("Kind", request.kind or "unknown", KIND_CHARS),
+        _field("Channel", channel or "(none)", CHANNEL_CHARS),
+        f"Turn triggered by: {who or '(nobody)'}",
+        _speakers_line(speakers),
+        f"Answer !allow {code} or !deny {code} within {timeout:g} s; no answer rejects it.",
+    ]
+    if last:
+        lines.append(
+            "This turn may ask no more: the agent's further requests in it are rejected "
+            "without asking you."
+        )
+    return "\n".join(lines)
+
+
+def limit_note(channel: str | None, unasked: int, limit: int) -> str:
+    """The private message that tells the owner, at a turn's end, what it did not ask."""
+    shown, _ = one_line(channel or "(none)", CHANNEL_CHARS)
     return (
-        "The agent asks for permission to run a tool.\n"
-        f"Tool: {title}\n"
-        f"Kind: {request.kind or 'unknown'}\n"
-        f"Channel: {channel or '(none)'}\n"
-        f"Turn triggered by: {who}\n"
-        f"Answer !allow {code} or !deny {code} within {timeout:g} s; no answer rejects it."
+        f"{unasked} more permission request(s) of the agent's turn in {shown} were rejected "
+        f"without asking you: a turn asks at most {limit} question(s) ([agent] max_questions)."
     )
 
 
@@ -138,8 +219,13 @@ class Approvals:
         self.owner = config.owner.hex
         self.timeout = config.ask_timeout
         self._diagnostics = diagnostics
+        self.max_questions = config.max_questions
         self._open: dict[str, _Question] = {}
         self._spent: deque[str] = deque(maxlen=_SPENT)
+        #: Per running turn: the questions it put to the owner and the requests it could not
+        #: ask (forgotten at the turn's end, :meth:`end_turn`).
+        self._asked: dict[str, int] = {}
+        self._unasked: dict[str, int] = {}
 
     @property
     def enabled(self) -> bool:
@@ -152,19 +238,31 @@ class Approvals:
         ids: TurnIds,
         triggers: Iterable[str],
         private: bool = False,
+        speakers: Sequence[Speaker] = (),
     ) -> PermissionDecision:
         """Ask the owner, wait (at most ``ask_timeout``) and give the final decision
-        (``private``: a private conversation's turn, whose diagnostic names no title)."""
+        (``private``: a private conversation's turn, whose diagnostic names no title;
+        ``speakers``: who else's words reached the turn or its session).  Past the turn's
+        ``max_questions`` the request is rejected without asking (``ask_limit``)."""
+        assert ids.turn_id is not None
+        turn_id = ids.turn_id
+        asked = self._asked.get(turn_id, 0)
+        if asked >= self.max_questions:
+            self._unasked[turn_id] = self._unasked.get(turn_id, 0) + 1
+            return answered(decision, "limit")
+        self._asked[turn_id] = asked + 1
+        last = asked + 1 == self.max_questions
         code = new_code(self._open.keys() | set(self._spent))
         future: asyncio.Future[OwnerAnswer] = asyncio.get_running_loop().create_future()
-        assert ids.turn_id is not None
-        self._open[code] = _Question(request.session_id, ids.turn_id, request.tool_call_id, future)
-        text = question_text(request, ids.channel_id, triggers, code, self.timeout)
+        self._open[code] = _Question(request.session_id, turn_id, request.tool_call_id, future)
+        text = question_text(
+            request, ids.channel_id, triggers, code, self.timeout, speakers, last=last
+        )
         try:
             sent = await self._send(text)
-            asked: dict[str, object] = {"toolKind": tool_kind(request.kind), "sent": sent}
-            asked |= {} if private else {"title": request.title, "toolKind": request.kind}
-            self._diagnostics.emit("permission_asked", **ids.as_kwargs(), payload=asked)
+            said: dict[str, object] = {"toolKind": tool_kind(request.kind), "sent": sent}
+            said |= {} if private else {"title": request.title, "toolKind": request.kind}
+            self._diagnostics.emit("permission_asked", **ids.as_kwargs(), payload=said)
             if not sent:
                 return answered(decision, "unsent")
             try:
@@ -177,6 +275,19 @@ class Approvals:
             self._spent.append(code)
             if not future.done():
                 future.cancel()
+
+    def end_turn(self, ids: TurnIds) -> Coroutine[Any, Any, None] | None:
+        """The turn ended: forget what it asked; when it left requests unasked, the private
+        message that tells the owner how many (to run; None: nothing to tell)."""
+        turn_id = ids.turn_id or ""
+        self._asked.pop(turn_id, None)
+        unasked = self._unasked.pop(turn_id, 0)
+        return self._tell_limit(ids, unasked) if unasked else None
+
+    async def _tell_limit(self, ids: TurnIds, unasked: int) -> None:
+        sent = await self._send(limit_note(ids.channel_id, unasked, self.max_questions))
+        payload = {"unasked": unasked, "maxQuestions": self.max_questions, "sent": sent}
+        self._diagnostics.emit("permission_limit", **ids.as_kwargs(), payload=payload)
 
     async def _send(self, text: str) -> bool:
         return await tell_owner(self.config, text, int(self._clock()))

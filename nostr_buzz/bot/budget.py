@@ -10,7 +10,10 @@ and turn id.
 Over a cap, ``warn`` runs the turn and tells the owner once per period by NIP-17 private
 message; ``stop`` holds the batch in the queue (no attempt counted) until the period ends or
 the owner raises the cap (``!budget daily_usd 20``), and tells the sender once per period, in
-the turn's own kind.  The state database keeps the spend, the notices given, the owner's caps
+the turn's own kind.  A hold is only as good as the caps it was decided under: at every start
+(``buzz.toml``'s caps may have changed) and every owner's ``!budget`` the held channels are
+released, and their next turn is decided again under the caps in force and the spend
+(:func:`release_holds`).  The state database keeps the spend, the notices given, the owner's caps
 and the channels held (the ``budget_*`` tables, :mod:`.budget_table`).
 """
 
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
 
     from .state import BotStore
 
-__all__ = ["BudgetGate", "admit", "release_held", "spend_of", "stopped_notice"]
+__all__ = ["BudgetGate", "admit", "release_held", "release_holds", "spend_of", "stopped_notice"]
 
 #: Metrics of other shards asked for per decision (one page per relay): past it the spend read
 #: from the relays is a lower bound (docs/bot.md, "Budgets").
@@ -196,6 +199,10 @@ class BudgetGate:
         self.table.note("cap:" + args[0], args[1])
         value = getattr(caps, args[0])
         self.diagnostics.emit("budget_changed", payload={"cap": args[0], "value": value})
+        return self.unhold()
+
+    def unhold(self) -> list[str]:
+        """Forget every hold (the caller releases the channels): the held channels."""
         held = self.held
         for channel in held:
             self.table.note("held:" + channel, None)
@@ -213,9 +220,22 @@ def _report(decision: BudgetDecision) -> dict[str, object]:
 def release_held(gate: BudgetGate, content: str, queue: DispatchQueue, store: BotStore) -> None:
     """The owner's ``!budget CAP VALUE`` applied: the channels it no longer holds are released
     in the queue, durably."""
-    released = gate.change(content) or []
+    _release(gate.change(content) or [], queue, store)
+
+
+def release_holds(gate: BudgetGate, queue: DispatchQueue, store: BotStore) -> None:
+    """At start: every channel held by the budget (a hold decided under the caps of an earlier
+    run, until its period's end) is released, durably; its next turn is decided again under
+    the caps in force (``budget_released``)."""
+    held = gate.unhold()
+    if held:
+        _release(held, queue, store)
+        gate.diagnostics.emit("budget_released", payload={"channels": len(held)})
+
+
+def _release(channels: list[str], queue: DispatchQueue, store: BotStore) -> None:
     with store.transaction(durable=True):
-        for channel in released:
+        for channel in channels:
             if queue.release(channel):
                 store.sync_channel(queue, channel)
 

@@ -69,6 +69,9 @@ class PluginConfig:
     #: Seconds the owner has to answer a permission question (``[agent] ask_timeout``); 0:
     #: never ask, reject at once what the rule cannot approve.
     ask_timeout: float = 300.0
+    #: Questions one turn may put to the owner (``[agent] max_questions``); its further
+    #: requests are rejected without asking (docs/bot.md, "Asking the owner").
+    max_questions: int = 3
     state_dir: Path = Path(".buzz")
     channels: tuple[str, ...] = ()
     kinds: tuple[int, ...] = (CHAT_KIND, PRIVATE_MESSAGE_KIND)
@@ -118,6 +121,8 @@ class PluginConfig:
     retrieval: Retrieval = BUZZ_RETRIEVAL
 
     def __post_init__(self) -> None:
+        if type(self.max_questions) is not int or not 1 <= self.max_questions <= 100:
+            raise ConfigError(f"max_questions: expected 1 to 100, got {self.max_questions!r}")
         for url in self.local_relays:
             check_relay_url(url)  # RelayError naming it
         secret, signer = self.agent_secret, cast(Signer | None, self.signer)
@@ -175,6 +180,7 @@ class PluginConfig:
             agent_pass_env=sources.pass_env(pass_env),
             permissions=sources.permissions(permissions),
             ask_timeout=file.agent.ask_timeout,
+            max_questions=file.agent.max_questions,
             agent_cwd=file.agent.cwd,
             agent_user=file.agent.user,
             state_dir=state_directory(sources, state_dir),

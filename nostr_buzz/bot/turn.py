@@ -48,7 +48,13 @@ from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, 
 from nostr_buzz.core.context import direct_channel_type
 from nostr_buzz.core.ledger import TurnLedger
 from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.permission import PermissionDecision, Policy, TurnProvenance, decide
+from nostr_buzz.core.permission import (
+    PermissionDecision,
+    Policy,
+    TurnProvenance,
+    decide,
+    speakers,
+)
 from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import MetricError, QueueError
@@ -59,7 +65,7 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome
 
 from .approvals import Approvals
-from .budget import BudgetGate, admit, release_held
+from .budget import BudgetGate, admit, release_held, release_holds
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery, Signed
@@ -143,6 +149,8 @@ class Turn:
     steer_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The agent's permission requests decided in this turn: approved, rejected.
     permissions: tuple[int, int] = (0, 0)
+    #: The session's actors when this turn's prompt went out: whose words reached it earlier.
+    earlier_actors: frozenset[str] = frozenset()
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
@@ -277,7 +285,9 @@ class RunningTurns(dict[str, Turn]):
         if not decision.asks_owner:
             return _counted(turn, decision)
         private = nip10.is_private_channel(turn.batch.channel)
-        asked = approvals.ask(request, decision, turn.ids, turn.provenance().actors(), private)
+        provenance = turn.provenance()
+        others = speakers(self.owner, provenance, turn.earlier_actors)
+        asked = approvals.ask(request, decision, turn.ids, provenance.batch, private, others)
         return _counted_later(turn, asked)
 
     def answer(self, event: Event, verdict: Literal["allow", "deny"], code: str) -> None:
@@ -289,6 +299,11 @@ class RunningTurns(dict[str, Turn]):
         """``turn`` ends or is being cancelled: the questions it put to the owner are void."""
         if self.approvals is not None:
             self.approvals.withdraw(turn.turn_id)
+
+    def ended(self, turn: Turn) -> Coroutine[Any, Any, None] | None:
+        """``turn`` ended: what tells the owner the requests it could not ask (to run; None:
+        nothing to tell, :meth:`.approvals.Approvals.end_turn`)."""
+        return self.approvals.end_turn(turn.ids) if self.approvals is not None else None
 
     def locate(self, adapter_session_id: str) -> dict[str, str | None] | None:
         """The ids of the turn running in an adapter session (for diagnostics)."""
@@ -331,6 +346,8 @@ class TurnRunner:
         #: The running turn of each queue channel.
         self.running = running
         self.budget = BudgetGate(config, store.budget, delivery, diagnostics, clock)
+        # A hold of an earlier run was decided under the caps of then: decided again now.
+        release_holds(self.budget, queue, store)
 
     # -- the worker -----------------------------------------------------------------------
 
@@ -429,6 +446,8 @@ class TurnRunner:
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
         finally:
             self.running.withdraw(turn)
+            if (note := self.running.ended(turn)) is not None:
+                self._spawn(note, "buzz-limit-note")
             turn.advance(Phase.SETTLED)
             if self.running.get(batch.channel) is turn:
                 del self.running[batch.channel]
@@ -522,6 +541,7 @@ class TurnRunner:
         assert turn.session is not None
         driver = self.supervisor.driver
         session_id = turn.session.start.session_id
+        turn.earlier_actors = frozenset(turn.session.actors)  # named in the owner's question
         turn.session.actors.update(turn.provenance().actors())  # before the agent can ask
         if self.supervisor.continues_sessions:  # docs/bot.md, "Sessions that survive a restart"
             self.store.receipts.begin_turn(turn.batch.channel, turn.session.receipt())

@@ -14,6 +14,9 @@ messages of a turn) is not counted here; docs/bot.md names that residual risk.
 ``ask`` puts every request of a live turn to the owner, and so does ``owner`` for a request it
 cannot approve because someone else's words reached the session (:attr:`PermissionDecision.
 asks_owner`); the owner's answer, or its absence, becomes the final decision (:func:`answered`).
+The question names every actor other than the owner whose words reached the turn or its
+session, and where (:func:`speakers`); a turn puts at most ``[agent] max_questions`` to the
+owner, the rest are rejected unasked (``ask_limit``).
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ __all__ = [
     "PermissionDecision",
     "Policy",
     "Reason",
+    "Speaker",
     "TurnProvenance",
     "answered",
     "decide",
+    "speakers",
 ]
 
 #: ``[agent] permissions``.
@@ -50,16 +55,19 @@ Reason = Literal[
     "ask_timeout",
     "ask_withdrawn",
     "ask_unsent",
+    "ask_limit",
 ]
 #: What became of a question put to the owner: answered ``!allow`` or ``!deny``, no answer in
-#: time, the turn ended (or was cancelled) first, or the question could not be sent.
-OwnerAnswer = Literal["allowed", "denied", "timeout", "withdrawn", "unsent"]
+#: time, the turn ended (or was cancelled) first, the question could not be sent, or it was
+#: never sent because the turn had asked ``[agent] max_questions`` already.
+OwnerAnswer = Literal["allowed", "denied", "timeout", "withdrawn", "unsent", "limit"]
 _ANSWERED: dict[OwnerAnswer, Reason] = {
     "allowed": "owner_allowed",
     "denied": "owner_denied",
     "timeout": "ask_timeout",
     "withdrawn": "ask_withdrawn",
     "unsent": "ask_unsent",
+    "limit": "ask_limit",
 }
 
 
@@ -73,6 +81,32 @@ class TurnProvenance:
 
     def actors(self) -> frozenset[str]:
         return frozenset((*self.batch, *self.cancelled, *self.steers))
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """An actor other than the owner whose words reached a turn or its agent session, and every
+    part where they did (``session``: an earlier turn of the session)."""
+
+    actor: str
+    parts: tuple[Part, ...]
+
+
+def speakers(owner: str, turn: TurnProvenance, earlier: Collection[str]) -> tuple[Speaker, ...]:
+    """Everyone but ``owner`` whose words reach ``turn`` or reached its session before it
+    (``earlier``: the session's actors when the turn's prompt went out), in the order found."""
+    found: dict[str, list[Part]] = {}
+    parts: tuple[tuple[Part, Collection[str]], ...] = (
+        ("batch", turn.batch),
+        ("cancelled", turn.cancelled),
+        ("steer", turn.steers),
+        ("session", sorted(earlier)),
+    )
+    for part, actors in parts:
+        for actor in actors:
+            if actor != owner and part not in found.setdefault(actor, []):
+                found[actor].append(part)
+    return tuple(Speaker(actor, tuple(where)) for actor, where in found.items())
 
 
 @dataclass(frozen=True)

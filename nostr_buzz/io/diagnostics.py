@@ -62,11 +62,13 @@ DiagnosticKind = (
         "budget_warned",  # over a cap under action "warn": the turn runs, the owner is told
         "budget_stopped",  # over a cap under "stop": the turn is held {eventIds, until, notified}
         "budget_changed",  # the owner's !budget {cap, value} (null: no cap)
+        "budget_released",  # {channels}: the holds of an earlier run, decided again at start
         "budget_spend_unread",  # {error}: other shards' metrics could not be read this time
         # what reached the bot
         "event_rejected",
         "owner_command",
         "permission_asked",  # {title, toolKind, sent}: the owner was asked (never the code)
+        "permission_limit",  # {unasked, maxQuestions, sent}: requests a turn could not ask
         "approval_refused",  # {reason, verdict, eventId, actor?}: an !allow/!deny, no effect
         "standing_context_frozen",
         "replay_completed",

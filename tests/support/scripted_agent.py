@@ -3,7 +3,8 @@
 It logs every message it receives before it answers, so a test can check exactly what went on
 the wire.  ``Scripted(tmp, config)`` writes the program and its config into a test's folder.
 A turn's ``ask`` (a tool title) makes the agent ask ``session/request_permission`` for that tool
-first and run it only when an allow option is chosen (:meth:`Scripted.tools_run` lists what ran).
+first and run it only when an allow option is chosen (:meth:`Scripted.tools_run` lists what ran);
+``asks`` (a list of titles) asks for each in turn, each once the previous one is answered.
 """
 
 from __future__ import annotations
@@ -34,15 +35,17 @@ def update(sid, upd):
     params = {"sessionId": sid, "update": upd}
     send({"jsonrpc": "2.0", "method": "session/update", "params": params})
 
-STATE = {"turn": 0, "prompt": None, "wake": None, "steered": False, "cancelled": False}
+STATE = {"turn": 0, "prompt": None, "wake": None, "steered": False, "cancelled": False,
+         "asked": 0}
 ASKED = {}  # our request id -> the future of the client's answer
 
 async def ask_permission(sid, title, kind="execute"):
-    rid = "perm-%d" % STATE["turn"]
+    STATE["asked"] += 1
+    rid = "perm-%d" % STATE["asked"]
     answered = ASKED[rid] = asyncio.get_running_loop().create_future()
     options = [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
                {"optionId": "no", "name": "Reject", "kind": "reject_once"}]
-    tool = {"toolCallId": "call-%d" % STATE["turn"], "title": title, "kind": kind}
+    tool = {"toolCallId": "call-%d" % STATE["asked"], "title": title, "kind": kind}
     send({"jsonrpc": "2.0", "id": rid, "method": "session/request_permission",
           "params": {"sessionId": sid, "toolCall": tool, "options": options}})
     answer = (await answered).get("result", {}).get("outcome", {})
@@ -60,8 +63,8 @@ async def run_prompt(msg):
     if marker and not os.path.exists(marker):
         open(marker, "w").close()
         script = {"updates": script.get("updates", []), "then": "exit"}
-    if "ask" in script:
-        await ask_permission(sid, script["ask"])
+    for title in script.get("asks", [script["ask"]] if "ask" in script else []):
+        await ask_permission(sid, title)
     for upd in script.get("updates", []):
         update(sid, upd)
     then = script.get("then", "answer")

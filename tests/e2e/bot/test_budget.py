@@ -28,6 +28,7 @@ from tests.support.fault_harness import (
     fetch_all,
     mention,
     publish,
+    tally,
     write_config,
 )
 from tests.support.relays import local_relay
@@ -39,15 +40,19 @@ WAIT = 20.0
 
 
 class Bot:
-    def __init__(self, tmp: Path, name: str, cast: Cast, url: str, *args: str) -> None:
+    def __init__(
+        self, tmp: Path, name: str, cast: Cast, url: str, *args: str, toml: str = ""
+    ) -> None:
         directory = tmp / name
-        config = write_config(directory, cast, [url], agent_args=COSTLY)
-        self.process = BotProcess(config, tmp / f"{name}.log", *args)
+        self.config = write_config(directory, cast, [url], agent_args=COSTLY)
+        self.config.write_text(self.config.read_text(encoding="utf-8") + toml, encoding="utf-8")
+        self.process = BotProcess(self.config, tmp / f"{name}.log", *args)
         self.tail = DiagnosticsTail(directory / "state" / "diagnostics.jsonl")
 
     async def start(self) -> None:
+        mark = self.tail.mark()
         await self.process.start()
-        await self.record("agent_started", lambda p: True)
+        await self.record("agent_started", lambda p: True, mark)
 
     async def record(
         self, kind: str, match: Callable[[dict[str, Any]], bool], after: int = 0
@@ -69,10 +74,10 @@ class Bot:
 
 @asynccontextmanager
 async def bots(
-    tmp: Path, cast: Cast, url: str, *shards: str, budget: Sequence[str] = STOP
+    tmp: Path, cast: Cast, url: str, *shards: str, budget: Sequence[str] = STOP, toml: str = ""
 ) -> AsyncIterator[list[Bot]]:
     running = [
-        Bot(tmp, f"bot{i}", cast, url, *budget, *(("--shard", s) if s else ()))
+        Bot(tmp, f"bot{i}", cast, url, *budget, *(("--shard", s) if s else ()), toml=toml)
         for i, s in enumerate(shards)
     ]
     try:
@@ -134,26 +139,41 @@ async def test_stop_holds_turns_past_the_cap_until_the_owner_raises_it(tmp_path:
         assert len(bot.tail.of("budget_changed")) == 1
 
 
+def for_shard(cast: Cast, index: int, text: str) -> Event:
+    """A message that shard ``index`` of 2 serves (a thread's root is its own destination)."""
+    for n in range(64):
+        event = mention(cast, cast.friend, text, channel=f"room-{n}")
+        if shard_of(nip10.destination(event), 2) == index:
+            return event
+    raise AssertionError("no message for this shard")
+
+
+def spread(cast: Cast, count: int, taken: str) -> dict[int, list[Event]]:
+    """``count`` messages for each of 2 shards, each in a channel of its own (not ``taken``)."""
+    found: dict[int, list[Event]] = {0: [], 1: []}
+    for n in range(1024):
+        channel = f"room-{n}"
+        event = mention(cast, cast.friend, f"held in {channel}", channel=channel)
+        index = shard_of(nip10.destination(event), 2)
+        if channel != taken and len(found[index]) < count:
+            found[index].append(event)
+        if all(len(events) == count for events in found.values()):
+            return found
+    raise AssertionError("too few messages for the shards")
+
+
 async def test_two_shards_stop_once_the_relays_show_the_cap_spent(tmp_path: Path) -> None:
     cast = Cast.generate()
 
-    def for_shard(index: int, text: str) -> Event:
-        """A message that shard ``index`` of 2 serves (a thread's root is its own destination)."""
-        for n in range(64):
-            event = mention(cast, cast.friend, text, channel=f"room-{n}")
-            if shard_of(nip10.destination(event), 2) == index:
-                return event
-        raise AssertionError("no message for this shard")
-
     async with local_relay() as relay, bots(tmp_path, cast, relay.url, "0/2", "1/2") as shards:
         counter = Counter44200(cast, [relay.url])
-        first = for_shard(0, "spend the budget")
+        first = for_shard(cast, 0, "spend the budget")
         await publish([relay.url], [first])
         await metrics_on_relay(counter, 1)  # shard 0 spent 0.02 USD
         assert shards[0].turns_for(first) == 1
 
-        other = for_shard(1, "the other shard")
-        same = for_shard(0, "the same shard")
+        other = for_shard(cast, 1, "the other shard")
+        same = for_shard(cast, 0, "the same shard")
         await publish([relay.url], [other, same])
         await shards[1].record("budget_stopped", lambda p: other.id in p["eventIds"])
         await shards[0].record("budget_stopped", lambda p: same.id in p["eventIds"])
@@ -185,3 +205,90 @@ async def test_warn_runs_every_turn_and_tells_the_owner_once(tmp_path: Path) -> 
         assert all(o.sender == cast.agent.public_key.hex for o in opened)
         told = [o.rumor.content for o in opened]
         assert len([t for t in told if t.startswith("Budget reached")]) == 1, told
+
+
+CAPPED = '[budget]\ndaily_usd = 0.01\naction = "stop"\n'
+
+
+async def hold_ten(cast: Cast, url: str, shards: list[Bot]) -> dict[int, list[Event]]:
+    """Shard 0 spends the day's budget; then 5 messages for each shard, each in a channel of
+    its own, are held (counted in each shard's feed)."""
+    counter = Counter44200(cast, [url])
+    first = for_shard(cast, 0, "spend the budget")
+    await publish([url], [first])
+    await metrics_on_relay(counter, 1)  # 0.02 USD spent: past daily_usd = 0.01
+    held = spread(cast, 5, taken=first.tag_values("h")[0])
+    await publish([url], [*held[0], *held[1]])
+    for index, events in held.items():
+        for event in events:
+            await shards[index].record("budget_stopped", lambda p, e=event: e.id in p["eventIds"])
+    return held
+
+
+async def restart(shards: list[Bot], change: Callable[[str], str] = lambda text: text) -> None:
+    """Stop every shard, ``change`` its buzz.toml, start them all again."""
+    for bot in shards:
+        await bot.process.stop()
+        bot.config.write_text(change(bot.config.read_text(encoding="utf-8")), encoding="utf-8")
+    await asyncio.gather(*(bot.start() for bot in shards))
+
+
+async def test_a_cap_raised_in_buzz_toml_runs_every_held_turn_once_on_its_shard_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A hold is decided again under the caps in force at start: held until the end of the day
+    under ``daily_usd = 0.01``, every held turn runs once the cap is raised in buzz.toml and the
+    shards restarted, each on its own shard (counted on the relay and in each shard's feed)."""
+    cast = Cast.generate()
+    async with (
+        local_relay() as relay,
+        bots(tmp_path, cast, relay.url, "0/2", "1/2", budget=(), toml=CAPPED) as shards,
+    ):
+        counter = Counter44200(cast, [relay.url])
+        held = await hold_ten(cast, relay.url, shards)
+        await restart(shards, lambda text: text.replace("daily_usd = 0.01", "daily_usd = 10"))
+
+        every = [*held[0], *held[1]]
+        replies = [r for r in await counter.replies() if "paused" not in r.content]
+        deadline = time.monotonic() + WAIT
+        while len(found := tally(every, [], await counter.metrics(), replies).answered) < 10:
+            assert time.monotonic() < deadline, f"{len(found)} of 10 held turns ran"
+            await asyncio.sleep(0.5)
+            replies = [r for r in await counter.replies() if "paused" not in r.content]
+        for bot in shards:
+            await bot.tail.quiet(1.5, timeout=10.0)  # late duplicates are counted too
+        replies = [r for r in await counter.replies() if "paused" not in r.content]
+        result = tally(every, [], await counter.metrics(), replies)
+
+    assert result.ok and result.turns == 11, result.summary()
+    for index, events in held.items():
+        other = shards[1 - index]
+        assert [shards[index].turns_for(e) for e in events] == [1] * 5
+        assert [other.turns_for(e) for e in events] == [0] * 5
+        assert len(shards[index].tail.of("budget_released")) == 1
+
+
+async def test_a_restart_under_the_same_cap_holds_every_held_turn_again_and_tells_no_one_twice(
+    tmp_path: Path,
+) -> None:
+    """The hold decided again at start still holds when the cap is still spent: no turn runs,
+    and the senders told at the first hold are not told again."""
+    cast = Cast.generate()
+    async with (
+        local_relay() as relay,
+        bots(tmp_path, cast, relay.url, "0/2", "1/2", budget=(), toml=CAPPED) as shards,
+    ):
+        counter = Counter44200(cast, [relay.url])
+        held = await hold_ten(cast, relay.url, shards)
+        marks = [bot.tail.mark() for bot in shards]
+        await restart(shards)
+        for index, events in held.items():
+            for event in events:
+                again = await shards[index].record(
+                    "budget_stopped", lambda p, e=event: e.id in p["eventIds"], marks[index]
+                )
+                assert again["payload"]["notified"] is False
+        assert len(await counter.metrics()) == 1
+        notices = [r for r in await counter.replies() if "paused" in r.content]
+        assert len(notices) == 2  # one per shard, at the first hold
+        assert [len(bot.tail.of("budget_released")) for bot in shards] == [1, 1]

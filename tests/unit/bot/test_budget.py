@@ -7,13 +7,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nostr_buzz.bot.budget import BudgetGate, spend_of
+from nostr_buzz.bot.budget import BudgetGate, release_holds, spend_of
 from nostr_buzz.bot.delivery import Delivery
 from nostr_buzz.bot.state import BotStore
 from nostr_buzz.core.budget import Caps
+from nostr_buzz.core.queue import QueuedEvent
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
-from tests.support.keys import offline_config
+from tests.support.events import chat
+from tests.support.keys import ALICE, offline_config
 
 NOW = datetime(2026, 12, 4, 18, 30, tzinfo=UTC).timestamp()
 TS = "2026-12-04T18:29:00.000Z"
@@ -58,6 +60,39 @@ def test_spend_caps_notices_and_held_channels_survive_a_restart(tmp_path: Path) 
     assert third.change("!budget action warn") == [] and third.caps.action == "warn"
     errors = [r.payload.get("error") for r in records if r.kind == "budget_changed"]
     assert len([e for e in errors if e]) == 4
+    store.close()
+
+
+def test_a_hold_of_an_earlier_run_is_released_at_start_and_decided_again(tmp_path: Path) -> None:
+    """A hold lasts to its period's end in the queue: at the next start it is released (its
+    backoff gone from the state database too), so the caps in force decide the next turn."""
+    records: list[DiagnosticRecord] = []
+    _, store = gate(tmp_path / "state", records)
+    queue = store.load_queue()
+    event = chat(ALICE, int(NOW), content="held")
+    assert queue.push(event, now=NOW).accepted
+    store.record_push(queue, QueuedEvent(event, "@mention", NOW), [], 1)
+    batch = queue.flush_next(NOW)
+    assert batch is not None
+    with store.transaction(durable=True):
+        queue.hold(batch, NOW + 3600)
+        store.sync_channel(queue, batch.channel)
+    store.budget.note("held:" + batch.channel, "1")
+    assert queue.flush_next(NOW + 60) is None  # held
+    store.close()
+
+    again, store = gate(tmp_path / "state", records)
+    queue = store.load_queue()
+    assert queue.flush_next(NOW + 60) is None  # the stored hold, until the period's end
+    release_holds(again, queue, store)
+    assert again.held == [] and queue.flush_next(NOW + 60) is not None
+    [released] = [r for r in records if r.kind == "budget_released"]
+    assert released.payload == {"channels": 1}
+    store.close()
+    third, store = gate(tmp_path / "state", records)
+    assert store.load_queue().flush_next(NOW + 60) is not None  # released durably
+    release_holds(third, store.load_queue(), store)  # nothing held: nothing said
+    assert len([r for r in records if r.kind == "budget_released"]) == 1
     store.close()
 
 
