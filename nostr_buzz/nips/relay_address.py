@@ -74,7 +74,7 @@ LOCAL_NETWORKS: Final = tuple(
 
 _NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
 _COMPATIBLE: Final = ipaddress.ip_network("::/96")
-_INET_PART: Final = re.compile(r"0x[0-9a-f]*|0[0-7]*|[1-9][0-9]*")
+_INET_PART: Final = re.compile(r"0x[0-9a-f]+|0[0-7]*|[1-9][0-9]*")
 
 
 def resolver_host(host: str) -> str:
@@ -102,7 +102,7 @@ def ip_literal(host: str) -> IpAddress | None:
     if len(parts) > 4 or not all(_INET_PART.fullmatch(part) for part in parts):
         return None
     values = [
-        int(p[2:] or "0", 16) if p[:2] == "0x" else int(p, 8 if p[0] == "0" else 10) for p in parts
+        int(p[2:], 16) if p[:2] == "0x" else int(p, 8 if p[0] == "0" else 10) for p in parts
     ]
     *head, last = values
     if any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
