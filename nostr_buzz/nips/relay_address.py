@@ -101,9 +101,7 @@ def ip_literal(host: str) -> IpAddress | None:
     parts = host.split(".")
     if len(parts) > 4 or not all(_INET_PART.fullmatch(part) for part in parts):
         return None
-    values = [
-        int(p[2:], 16) if p[:2] == "0x" else int(p, 8 if p[0] == "0" else 10) for p in parts
-    ]
+    values = [int(p[2:], 16) if p[:2] == "0x" else int(p, 8 if p[0] == "0" else 10) for p in parts]
     *head, last = values
     if any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
         return None
