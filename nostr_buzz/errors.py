@@ -126,6 +126,11 @@ class RelayError(BuzzError):
     """A relay URL, filter or relay-protocol argument is unusable (not a network failure)."""
 
 
+class LocalAddressError(RelayError):
+    """A relay that someone else named is on this host or its networks (its host's spelling
+    or an address it resolves to), and is not one of the relays configured to be there."""
+
+
 class AgentError(BuzzError):
     """The ACP agent could not be started, initialized or asked for a session, or was misused
     (no agent running, a second prompt in one session)."""

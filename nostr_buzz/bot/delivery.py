@@ -60,6 +60,7 @@ from .outputs import (
     tagged_parts,
     too_large,
 )
+from .relays import trust_configured
 from .state import BotStore
 
 __all__ = ["Delivery"]
@@ -108,8 +109,14 @@ class Delivery:
         self.pool = (
             pool
             if pool is not None
-            else RelayPool(config.read_relays, signer=self.signer, timeout=config.relay_timeout)
+            else RelayPool(
+                config.read_relays,
+                signer=self.signer,
+                timeout=config.relay_timeout,
+                guard_local=True,
+            )
         )
+        trust_configured(self.pool, config)
         self.write_pool = self.pool.using(config.write_relays)
         # MetricPublisher keeps and sends every stored event, answering NIP-42 through the signer.
         self.publisher = MetricPublisher(
@@ -131,6 +138,7 @@ class Delivery:
             timeout=config.relay_timeout,
             clock=clock,
             pool=self.pool,
+            own=(config.owner.hex, self.agent),
         )
         #: Where stored events go when not to the write relays (until their first send).
         self._relays: dict[str, tuple[str, ...]] = {}
@@ -287,7 +295,7 @@ class Delivery:
         if not people:
             return {}
         try:
-            return await dm_relays_of(
+            found = await dm_relays_of(
                 people,
                 self.pool,
                 secret=self.signer,
@@ -296,6 +304,11 @@ class Delivery:
             )
         except BuzzError:
             return {}
+        # NIP-42 only on the owner's and the agent's own DM relays, never a stranger's.
+        self.pool.answer_auth(
+            u for p in (self.config.owner.hex, self.agent) for u in found.get(p, ())
+        )
+        return found
 
     def nudge(self) -> None:
         """A relay connection came back: what waits in the outbox is sent now, not when its

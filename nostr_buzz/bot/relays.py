@@ -13,13 +13,16 @@ from .config import PluginConfig
 def bot_pool(config: PluginConfig, diagnostics: DiagnosticsFeed) -> RelayPool:
     """The pool of ``config``'s read relays (NIP-42 through its signer), reporting a relay cut
     off (``relay_cut_off``) and one that refused, timed out or was left behind by a query's
-    grace period and is skipped for a while (``relay_backing_off``)."""
+    grace period and is skipped for a while (``relay_backing_off``).  It trusts the
+    configured relays (:func:`trust_configured`) and no one else's (``guard_local``)."""
     pool = RelayPool(
         config.read_relays,
         signer=config.signer,
         timeout=config.relay_timeout,
         grace=config.relay_grace,
+        guard_local=True,
     )
+    trust_configured(pool, config)
 
     def cut_off(url: str, why: str) -> None:
         diagnostics.emit("relay_cut_off", payload={"relay": url, "reason": why})
@@ -31,3 +34,13 @@ def bot_pool(config: PluginConfig, diagnostics: DiagnosticsFeed) -> RelayPool:
     pool.on_cut_off = cut_off
     pool.on_backoff = backing_off
     return pool
+
+
+def trust_configured(pool: RelayPool, config: PluginConfig) -> None:
+    """What the bot's configuration vouches for: its read and write relays (answered NIP-42,
+    allowed on a local address) and ``[outbox] local_relays`` (allowed on a local address
+    only: a relay there that someone's list names is still someone else's relay, docs/bot.md
+    "Addresses, not spellings").  The owner's and the agent's listed relays are added to the
+    NIP-42 ones as they are looked up (io/relay_lists.py, bot/delivery.py)."""
+    pool.trust([*config.read_relays, *config.write_relays])
+    pool.trust_local(config.local_relays)

@@ -78,7 +78,7 @@ class RelayConnections:
         self.idle_timeout = float(idle_timeout)
         self.on_cut_off = on_cut_off
         self.on_backoff = on_backoff
-        self._conns: dict[tuple[str, bool], _Connection] = {}
+        self._conns: dict[tuple[str, bool, bool], _Connection] = {}
         self._health: dict[str, _Health] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
@@ -86,21 +86,24 @@ class RelayConnections:
     # -- use -------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def use(self, url: str, *, auth: bool, req: bool = False) -> AsyncIterator[RelayClient]:
-        """The kept client for ``url`` (``auth``: answers NIP-42), for the ``async with`` body;
+    async def use(
+        self, url: str, *, auth: bool, allow_local: bool = True, req: bool = False
+    ) -> AsyncIterator[RelayClient]:
+        """The kept client for ``url`` (``auth``: answers NIP-42; ``allow_local``: may be on
+        this host or its networks, see :class:`RelayClient`), for the ``async with`` body;
         ``req``: the body runs a query, which waits for one of the connection's slots."""
         if self._closed:  # a late caller (a send at shutdown): a connection of its own
-            client = self._new_client(url, auth)
+            client = self._new_client(url, auth, allow_local)
             try:
                 yield client
             finally:
                 await client.close()
             return
         self._start_reaper()
-        key = (normalize_relay_url(url), auth)
+        key = (normalize_relay_url(url), auth, allow_local)
         conn = self._conns.get(key)
         if conn is None:
-            conn = self._conns[key] = _Connection(self._new_client(url, auth))
+            conn = self._conns[key] = _Connection(self._new_client(url, auth, allow_local))
         conn.users += 1
         try:
             if req:
@@ -112,10 +115,15 @@ class RelayConnections:
             conn.users -= 1
             conn.last_used = _now()
 
-    def _new_client(self, url: str, auth: bool) -> RelayClient:
+    def _new_client(self, url: str, auth: bool, allow_local: bool) -> RelayClient:
         signer = self.signer if auth else None
         return RelayClient(
-            url, signer=signer, timeout=self.timeout, auth=auth, on_cut_off=self._cut_off
+            url,
+            signer=signer,
+            timeout=self.timeout,
+            auth=auth,
+            allow_local=allow_local,
+            on_cut_off=self._cut_off,
         )
 
     def _cut_off(self, url: str, why: str) -> None:
@@ -141,7 +149,7 @@ class RelayConnections:
     def _reconnected_since(self, key: str, health: _Health) -> bool:
         return any(
             conn.client.connections > health.connections and conn.client.connected
-            for (url, _), conn in self._conns.items()
+            for (url, *_), conn in self._conns.items()
             if url == key
         )
 
@@ -158,7 +166,7 @@ class RelayConnections:
         health.until = _now() + delay
         health.why = problem
         health.connections = max(
-            (c.client.connections for (u, _), c in self._conns.items() if u == key), default=0
+            (c.client.connections for (u, *_), c in self._conns.items() if u == key), default=0
         )
         if self.on_backoff is not None:
             self.on_backoff(url, problem, delay)

@@ -24,6 +24,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip01, nip10
 from nostr_buzz.nips.nip01 import FilterLike
+from nostr_buzz.nips.relay_address import is_local_url
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 from nostr_buzz.signer import Signer, signer_of
 
@@ -151,7 +152,15 @@ class RelayPool:
     """A set of relays.  Bad URLs raise :class:`~nostr_buzz.errors.RelayError` here.
 
     NIP-42: the configured relays are answered with ``secret`` or through ``signer`` (at most
-    one; a :class:`~nostr_buzz.signer.Signer` keeps the key out of this process).
+    one; a :class:`~nostr_buzz.signer.Signer` keeps the key out of this process).  The pool's
+    own ``urls`` and those given to :meth:`trust` or :meth:`answer_auth` are answered; the
+    relays of a pool :meth:`using` makes (someone else's list) and hints are not.
+
+    ``guard_local``: a relay neither in ``urls`` nor given to :meth:`trust` or
+    :meth:`trust_local` is never contacted on this host or its networks: a hint whose host is
+    spelt as a local one is skipped (:func:`~nostr_buzz.nips.relay_address.is_local_url`), and
+    every such connection goes only to an address checked when it is made
+    (``io/addresses.py``), so a name that resolves to ``127.0.0.1`` fails to connect.
 
     Used as ``async with RelayPool(urls) as pool:``, the pool keeps one connection per relay
     (io/connections.py), shared by its queries, publishes and subscriptions and by the pools
@@ -174,8 +183,14 @@ class RelayPool:
         total_budget: Budget = TOTAL_QUERY_BUDGET,
         grace: float | None = DEFAULT_GRACE,
         idle_timeout: float = IDLE_TIMEOUT,
+        guard_local: bool = False,
     ) -> None:
         self.urls = _unique_urls(urls)
+        #: Relays outside :meth:`trust` never reached at a local address (see the class).
+        self.guard_local = guard_local
+        keys = {normalize_relay_url(u) for u in self.urls}
+        self._auth_relays: set[str] = set(keys)
+        self._local_relays: set[str] = set(keys)
         self.signer = signer_of(secret, signer)
         self.timeout = float(timeout)
         #: What all relays of one :meth:`query` may send together (one budget they share).
@@ -216,8 +231,9 @@ class RelayPool:
             await connections.close()
 
     def using(self, urls: Iterable[str]) -> RelayPool:
-        """A pool of ``urls`` sharing this pool's kept connections, health, signer, timeout
-        and grace (a one-shot pool when this one keeps none)."""
+        """A pool of ``urls`` sharing this pool's kept connections, health, signer, timeout,
+        grace and trust (a one-shot pool when this one keeps none): ``urls`` are answered
+        NIP-42, or reached at a local address, only as far as this pool trusts them."""
         pool = RelayPool(
             urls,
             signer=self.signer,
@@ -229,6 +245,29 @@ class RelayPool:
         pool._root = self._root
         pool._connections = self._connections
         return pool
+
+    def trust(self, urls: Iterable[str]) -> None:
+        """Relays configured with this pool's own (a bot's write relays): answered NIP-42 and
+        allowed at a local address, in every pool :meth:`using` makes."""
+        self.answer_auth(urls)
+        self.trust_local(urls)
+
+    def trust_local(self, urls: Iterable[str]) -> None:
+        """Relays allowed at a local address (a bot's ``local_relays``), never answered NIP-42
+        for that."""
+        self._root._local_relays.update(normalize_relay_url(u) for u in _unique_urls(urls))
+
+    def answer_auth(self, urls: Iterable[str]) -> None:
+        """Relays whose NIP-42 challenges are answered (the owner's and the bot's own listed
+        relays), in every pool :meth:`using` makes."""
+        self._root._auth_relays.update(normalize_relay_url(u) for u in _unique_urls(urls))
+
+    def _answers_auth(self, url: str) -> bool:
+        return normalize_relay_url(url) in self._root._auth_relays
+
+    def _allows_local(self, url: str) -> bool:
+        root = self._root
+        return not root.guard_local or normalize_relay_url(url) in root._local_relays
 
     @property
     def open_relays(self) -> list[str]:
@@ -249,9 +288,12 @@ class RelayPool:
     async def _client(
         self, url: str, *, auth: bool, limit: float, req: bool = False
     ) -> AsyncIterator[RelayClient]:
-        """A client for ``url``: the kept one, else one of its own closed afterwards."""
+        """A client for ``url``: the kept one, else one of its own closed afterwards
+        (``auth``: may answer NIP-42, when the pool trusts ``url`` for it)."""
+        auth = auth and self._answers_auth(url)
+        local = self._allows_local(url)
         if self._connections is not None:
-            async with self._connections.use(url, auth=auth, req=req) as client:
+            async with self._connections.use(url, auth=auth, allow_local=local, req=req) as client:
                 yield client
             return
         client = RelayClient(
@@ -259,12 +301,17 @@ class RelayPool:
             signer=self.signer if auth else None,
             timeout=limit,
             auth=auth,
+            allow_local=local,
             on_cut_off=self._cut_off,
         )
         try:
             yield client
         finally:
             await client.close()
+
+    def _may_ask(self, hint: str) -> bool:
+        """False for a hint spelt as a local host that this pool may not reach there."""
+        return self._allows_local(hint) or not is_local_url(hint)
 
     def _skipped(self, url: str) -> str | None:
         """Why ``url`` is not asked now (backing off), or ``None``."""
@@ -342,7 +389,7 @@ class RelayPool:
         configured = {normalize_relay_url(u) for u in self.urls}
         # Hints come from untrusted nevents: ones that are not ws/wss URLs are skipped
         # (docs/cli.md).
-        usable = _unique_urls(u for u in extra_urls if is_usable_url(u))
+        usable = _unique_urls(u for u in extra_urls if is_usable_url(u) and self._may_ask(u))
         hints = [u for u in usable if normalize_relay_url(u) not in configured][:max_hints]
         targets = [(u, True) for u in self.urls] + [(u, False) for u in hints]
         shared = SharedBudget(self.total_budget)

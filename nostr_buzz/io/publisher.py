@@ -163,7 +163,9 @@ class MetricPublisher:
     ``on_report``: called with every :class:`PublishReport` (its exceptions are swallowed).
     ``give_up_after``: seconds after which an entry no relay took is given up (None: never).
     ``pool``: a :class:`RelayPool` whose kept connections (and signer, which answers NIP-42)
-    every attempt uses (:meth:`RelayPool.using`), instead of a pool made per attempt.
+    every attempt uses (:meth:`RelayPool.using`), instead of a pool made per attempt; the
+    write relays are trusted on it (:meth:`RelayPool.trust`), the other relays an event is
+    routed to (people's read relays) only as far as the pool trusts them.
     Bad keys (:class:`InvalidKey`), URLs or ``min_ok`` raise here, at set-up, never during a
     turn.
     """
@@ -209,6 +211,8 @@ class MetricPublisher:
                 raise RelayError(
                     f"min_ok is {min_ok} but only {len(checked)} write relay(s) are configured"
                 )
+            if self._shared is not None:  # its own write relays: answered NIP-42 on the pool
+                self._shared.trust(checked)
             self._pool_factory = lambda: self._pool(checked)
         self._urls: tuple[str, ...] = () if callable(relays) else tuple(checked)
         self._in_flight: set[str] = set()

@@ -15,13 +15,16 @@ import contextlib
 import itertools
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
+from urllib.parse import urlsplit
 
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.proxy import get_proxy
+from websockets.uri import parse_uri
 
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.errors import BuzzError, InvalidEvent
@@ -31,6 +34,8 @@ from nostr_buzz.nips import nip01, nip42
 from nostr_buzz.nips.nip01 import Filter, FilterLike
 from nostr_buzz.nips.relay_url import check_relay_url
 from nostr_buzz.signer import Signer, signed, signer_of
+
+from .addresses import first_to_connect, resolve
 
 #: Largest frame accepted from a relay; LocalRelay refuses events over 64 KiB, so 1 MiB is ample.
 MAX_FRAME_BYTES: Final = 1 << 20
@@ -479,6 +484,32 @@ class _Nip42:
             return False
         return True
 
+    async def answer(
+        self,
+        signer: Signer,
+        url: str,
+        request_ok: Callable[[str, str, float], Awaitable[_Ok | _Lost]],
+        deadline: float,
+    ) -> str | None:
+        """Sign and send the ``AUTH`` for this connection's challenge (``request_ok`` sends a
+        frame and waits for its ``OK``); ``None`` once done, else what went wrong."""
+        async with self.lock:
+            if self.authenticated:
+                return None
+            if not await self.challenge_by(deadline):
+                return "relay sent no AUTH challenge"
+            assert self.challenge is not None
+            event = await _auth_event(signer, url, self.challenge, deadline)
+            if isinstance(event, str):
+                return event
+            limit = min(deadline, _now() + AUTH_OK_TIMEOUT)
+            answer = await request_ok(event.id, nip01.encode_auth(event), limit)
+            if isinstance(answer, _Ok) and not answer.accepted:
+                return f"AUTH refused: {answer.message or 'no reason given'}"
+            # No OK at all: some relays never acknowledge AUTH; proceed, let the retry tell.
+            self.authenticated = isinstance(answer, _Ok)
+            return None
+
 
 class _OkWaiters:
     """``EVENT`` and ``AUTH`` frames waiting for their ``OK`` (NIP-01), by event id."""
@@ -532,18 +563,37 @@ def _describe(exc: BaseException) -> str:
     return text[:200]
 
 
-async def _dial(url: str, timeout: float, max_frame_bytes: int) -> ClientConnection:
-    """Open the WebSocket within ``timeout``: frames bounded, a short incoming queue, pings on."""
+#: What opening a connection may raise (a local address refused: ``LocalAddressError``).
+_DIAL_ERRORS: Final = (OSError, TimeoutError, ValueError, websockets.exceptions.WebSocketException)
+
+
+async def _dial(
+    url: str, timeout: float, max_frame_bytes: int, *, allow_local: bool = True
+) -> ClientConnection:
+    """Open the WebSocket within ``timeout``: frames bounded, a short incoming queue, pings on.
+
+    The host is resolved here, once (io/addresses.py: unless ``allow_local``, a local name or
+    address raises :class:`~nostr_buzz.errors.LocalAddressError`), and the connection goes to
+    one of the addresses checked, in order; the URL's name stays the TLS server name and the
+    ``Host``.  Through a proxy of the environment, the proxy connects by name."""
+    ws_uri = parse_uri(url)
     async with asyncio.timeout(timeout):
-        return await connect(
-            url,
-            open_timeout=timeout,
-            max_size=max_frame_bytes,
-            max_queue=16,
-            close_timeout=CLOSE_TIMEOUT,
-            ping_interval=20,
-            ping_timeout=20,
-            compression=None,
+        addresses = await resolve(
+            urlsplit(url).hostname or "", ws_uri.port, allow_local=allow_local
+        )
+        options: dict[str, Any] = {
+            "open_timeout": timeout,
+            "max_size": max_frame_bytes,
+            "max_queue": 16,
+            "close_timeout": CLOSE_TIMEOUT,
+            "ping_interval": 20,
+            "ping_timeout": 20,
+            "compression": None,
+        }
+        if get_proxy(ws_uri) is not None:
+            return await connect(url, **options)
+        return await first_to_connect(
+            addresses, lambda address: connect(url, host=address, port=ws_uri.port, **options)
         )
 
 
@@ -588,6 +638,9 @@ class RelayClient:
     ``secret`` or ``signer`` (at most one) and ``auth``: NIP-42 answers challenges only with
     this key (a :class:`~nostr_buzz.signer.Signer` signs the AUTH event), and only when
     ``auth`` is true (pass ``auth=False`` for relays the user did not list, e.g. nevent hints).
+    ``allow_local``: the relay may be on this host or its networks; pass ``False`` for a relay
+    someone else named, which is then connected to only at an address checked public
+    (io/addresses.py), else the connection fails with the reason.
     ``timeout`` bounds connecting plus each operation.  A bad URL raises
     :class:`~nostr_buzz.errors.RelayError`; network trouble never raises.
     """
@@ -600,6 +653,7 @@ class RelayClient:
         signer: Signer | None = None,
         timeout: float = 10.0,
         auth: bool = True,
+        allow_local: bool = True,
         max_events: int = MAX_QUERY_EVENTS,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_query_bytes: int = MAX_QUERY_BYTES,
@@ -610,6 +664,7 @@ class RelayClient:
         self.signer = signer_of(secret, signer)
         self.timeout = float(timeout)
         self.auth = auth
+        self.allow_local = allow_local
         self.max_events = max_events
         self.max_frame_bytes = max_frame_bytes
         self.query_budget = Budget(max_events, max_query_bytes, max_query_tags)
@@ -856,8 +911,15 @@ class RelayClient:
                 self.last_error = "timeout"
                 return "timeout"
             try:
-                ws = await _dial(self.url, remaining, self.max_frame_bytes)
-            except (OSError, TimeoutError, websockets.exceptions.WebSocketException) as exc:
+                ws = await _dial(
+                    self.url, remaining, self.max_frame_bytes, allow_local=self.allow_local
+                )
+            except (
+                OSError,
+                TimeoutError,
+                ValueError,
+                websockets.exceptions.WebSocketException,
+            ) as exc:
                 self.last_error = _describe(exc)
                 return self.last_error
             self._ws = ws
@@ -931,25 +993,9 @@ class RelayClient:
         share one AUTH); ``None`` on success, else what went wrong."""
         if not self.auth:
             return "authentication disabled for this relay"
-        nip42 = self._nip42
-        async with nip42.lock:
-            if nip42.authenticated:
-                return None
-            if self.signer is None or self._ws is None:
-                return "not connected" if self.signer else "no key configured to authenticate"
-            if not await nip42.challenge_by(deadline):
-                return "relay sent no AUTH challenge"
-            assert nip42.challenge is not None
-            event = await _auth_event(self.signer, self.url, nip42.challenge, deadline)
-            if isinstance(event, str):
-                return event
-            limit = min(deadline, _now() + AUTH_OK_TIMEOUT)
-            answer = await self._request_ok(event.id, nip01.encode_auth(event), limit)
-            if isinstance(answer, _Ok) and not answer.accepted:
-                return f"AUTH refused: {answer.message or 'no reason given'}"
-            # No OK at all: some relays never acknowledge AUTH; proceed, let the retry tell.
-            nip42.authenticated = isinstance(answer, _Ok)
-            return None
+        if self.signer is None or self._ws is None:
+            return "not connected" if self.signer else "no key configured to authenticate"
+        return await self._nip42.answer(self.signer, self.url, self._request_ok, deadline)
 
     async def _read(self, ws: ClientConnection) -> None:
         reason = "connection dropped"

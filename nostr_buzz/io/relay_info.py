@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
 from nostr_buzz.errors import InvalidKey
 from nostr_buzz.keys import PublicKey
+
+from .addresses import first_to_connect, resolve
 
 __all__ = ["MAX_DOCUMENT", "RelayLimits", "relay_limits", "relay_pubkey", "relay_pubkeys"]
 
@@ -104,9 +106,10 @@ def limits_of(document: object) -> RelayLimits:
     )
 
 
-async def relay_limits(url: str, *, timeout: float = 3.0) -> RelayLimits:
-    """The limits the relay at ``url`` announces; none when it serves no document."""
-    return limits_of(await _document(url, timeout))
+async def relay_limits(url: str, *, timeout: float = 3.0, allow_local: bool = True) -> RelayLimits:
+    """The limits the relay at ``url`` announces; none when it serves no document (nor when,
+    without ``allow_local``, it is on this host or its networks: io/addresses.py)."""
+    return limits_of(await _document(url, timeout, allow_local=allow_local))
 
 
 async def relay_pubkey(url: str, *, timeout: float = 3.0) -> str | None:
@@ -121,8 +124,10 @@ async def relay_pubkey(url: str, *, timeout: float = 3.0) -> str | None:
         return None
 
 
-async def _document(url: str, timeout: float) -> object:
-    """The relay's decoded NIP-11 document, or None (one bounded GET, see the docstring)."""
+async def _document(url: str, timeout: float, *, allow_local: bool = True) -> object:
+    """The relay's decoded NIP-11 document, or None (one bounded GET, see the docstring), from
+    the first address of the host that answers (io/addresses.py: checked, unless
+    ``allow_local``; the name stays the TLS server name and the ``Host``)."""
     try:
         host, port, secure, request = _request(url)
     except ValueError:
@@ -131,9 +136,7 @@ async def _document(url: str, timeout: float) -> object:
         return None
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(
-                host, port, ssl=secure or None, server_hostname=host if secure else None
-            )
+            reader, writer = await _open(host, port, secure, allow_local)
             try:
                 writer.write(request)
                 await writer.drain()
@@ -145,7 +148,7 @@ async def _document(url: str, timeout: float) -> object:
                     response += more
             finally:
                 writer.close()
-    except (OSError, TimeoutError, ValueError):
+    except (OSError, TimeoutError, ValueError):  # a local address refused: a RelayError
         return None
     if len(response) > MAX_DOCUMENT:
         return None
@@ -154,6 +157,20 @@ async def _document(url: str, timeout: float) -> object:
         return json.loads(body) if body else None
     except (ValueError, RecursionError):
         return None
+
+
+async def _open(
+    host: str, port: int, secure: bool, allow_local: bool
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the first of ``host``'s checked addresses that accepts one."""
+
+    def to(address: str) -> Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+        server_hostname = host if secure else None
+        return asyncio.open_connection(
+            address, port, ssl=secure or None, server_hostname=server_hostname
+        )
+
+    return await first_to_connect(await resolve(host, port, allow_local=allow_local), to)
 
 
 async def relay_pubkeys(urls: Iterable[str], *, timeout: float = 3.0) -> dict[str, str]:

@@ -22,6 +22,7 @@ from nostr_buzz.errors import BuzzError
 from nostr_buzz.nips import nip65
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip65 import RelayList
+from nostr_buzz.nips.relay_url import normalize_relay_url
 from nostr_buzz.signer import Signer
 
 from .pool import RelayPool
@@ -68,6 +69,9 @@ class RelayDirectory:
 
     ``configured``: the bot's own relays (a local address in someone's list is used only when
     it is one of them, or one of ``local``: loopback or private relays the operator allows).
+    ``own``: the keys whose listed relays the bot answers NIP-42 on (the owner and the agent:
+    :meth:`RelayPool.answer_auth <nostr_buzz.io.pool.RelayPool.answer_auth>` of ``pool``);
+    anyone else's relays are never authenticated to.
     """
 
     def __init__(
@@ -80,8 +84,10 @@ class RelayDirectory:
         clock: Callable[[], float],
         ttl: float = DEFAULT_TTL,
         pool: RelayPool | None = None,
+        own: Iterable[str] = (),
     ) -> None:
         self.read_relays = tuple(read_relays)
+        self.own = frozenset(own)
         #: Where lookups go: the connections a kept ``pool`` holds, else one-shot ones.
         self._pool = pool
         self.configured = (*read_relays, *configured)
@@ -117,10 +123,12 @@ class RelayDirectory:
         out = {p: RelayList() for p in people} if result.any_finished else {}
         for pubkey, event in nip65.newest(result.events, people).items():
             listed = nip65.relay_list(event)
-            out[pubkey] = RelayList(
+            found = out[pubkey] = RelayList(
                 read=nip65.relays_to_use(listed.read, self.configured),
                 write=nip65.relays_to_use(listed.write, self.configured),
             )
+            if pubkey in self.own and self._pool is not None:
+                self._pool.answer_auth([*found.read, *found.write])
         return out
 
     async def read_relays_of(self, people: Iterable[str]) -> tuple[str, ...]:
@@ -138,7 +146,13 @@ class RelayDirectory:
         asked = list(dict.fromkeys(urls))
         missing = [u for u in asked if self._limits.get(u) is None]
         timeout = min(self.timeout, LIMITS_TIMEOUT)
-        found = await asyncio.gather(*(relay_limits(u, timeout=timeout) for u in missing))
+        ours = {normalize_relay_url(u) for u in self.configured}
+        found = await asyncio.gather(
+            *(
+                relay_limits(u, timeout=timeout, allow_local=normalize_relay_url(u) in ours)
+                for u in missing
+            )
+        )
         for url, limits in zip(missing, found, strict=True):
             self._limits.put(url, limits)
         return {u: self._limits.get(u) or RelayLimits() for u in asked}

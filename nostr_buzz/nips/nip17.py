@@ -14,17 +14,16 @@ That list is written by whoever owns the key, so a sender only ever uses the fir
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import secrets
 from collections.abc import Iterable, Sequence
 from typing import Final
-from urllib.parse import urlsplit
 
 from nostr_buzz.errors import Nip17Error, RelayError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.nip59 import Randomness, Rumor, gift_wrap, gift_wrap_with
+from nostr_buzz.nips.relay_address import is_local_url
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 from nostr_buzz.signer import EventTemplate, Signer, template
 
@@ -207,62 +206,13 @@ def dm_relays(event: Event) -> tuple[str, ...]:
     return tuple(dict.fromkeys(urls))
 
 
-_INET_PART: Final = re.compile(r"0x[0-9a-f]*|0[0-7]*|[1-9][0-9]*")
-_LOCAL_NETWORKS: Final = tuple(
-    ipaddress.ip_network(n)
-    for n in (
-        "127.0.0.0/8",
-        "10.0.0.0/8",
-        "172.16.0.0/12",
-        "192.168.0.0/16",
-        "169.254.0.0/16",
-        "0.0.0.0/8",
-        "::1/128",
-        "::/128",
-        "fc00::/7",
-        "fe80::/10",
-    )
-)
-
-
 def is_local_address(url: str) -> bool:
-    """True when a relay URL's host is ``localhost`` (or a name under it) or an IP literal on
-    the loopback, private or link-local networks (an IPv4-mapped IPv6 address as its IPv4).
-    Names are not resolved: any other host name counts as public."""
-    host = (urlsplit(url.strip()).hostname or "").lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    address = _ip_literal(host)
-    if address is None:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return any(address in network for network in _LOCAL_NETWORKS)
-
-
-def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The address a host that is an IP literal names; the resolver also reads the short and
-    numeric IPv4 forms (``127.1``, ``2130706433``, ``0x7f.1``), so they count too.  Pure: a
-    parse, never a lookup."""
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    # inet_aton's forms: one to four parts, each decimal, octal (0…) or hex (0x…); the last
-    # part fills the bytes the others leave.
-    parts = host.split(".")
-    if len(parts) > 4 or not all(_INET_PART.fullmatch(part) for part in parts):
-        return None
-    values = [
-        int(p[2:] or "0", 16) if p[:2] == "0x" else int(p, 8 if p[0] == "0" else 10) for p in parts
-    ]
-    *head, last = values
-    if any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
-        return None
-    number = 0
-    for value in head:
-        number = number << 8 | value
-    return ipaddress.IPv4Address(number << 8 * (4 - len(head)) | last)
+    """True when a relay URL's host, read as the WebSocket client resolves it (IDNA, NFKC,
+    every IP literal form), names this host or its networks: ``localhost`` and the names under
+    it, loopback, private, carrier-grade NAT, link-local and the other addresses of
+    :data:`~nostr_buzz.nips.relay_address.LOCAL_NETWORKS` (:mod:`~nostr_buzz.nips.relay_address`).
+    Names are not resolved here: the connection checks what they resolve to."""
+    return is_local_url(url)
 
 
 def dm_relays_to_use(

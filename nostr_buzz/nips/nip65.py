@@ -9,8 +9,9 @@ write relays (the "outbox model").
 Anyone can publish a relay list, so reading one is strict and bounded: only the first
 :data:`MAX_TAGS` tags are looked at, a URL that is not ws:// or wss:// or a marker that is
 neither ``read`` nor ``write`` is skipped, and :func:`relays_to_use` keeps at most
-:data:`MAX_RELAYS_PER_PERSON` of them, never a loopback, private or link-local address the
-reader has not configured itself (:func:`~nostr_buzz.nips.nip17.dm_relays_to_use`): one list of
+:data:`MAX_RELAYS_PER_PERSON` of them, never an address on the reader's own host or networks,
+however spelt (:mod:`~nostr_buzz.nips.relay_address`), that the reader has not configured
+itself (:func:`~nostr_buzz.nips.nip17.dm_relays_to_use`): one list of
 300 relays, or of addresses on the bot's own network, cannot make it open hundreds of
 connections or reach its own services.
 """

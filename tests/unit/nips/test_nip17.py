@@ -39,6 +39,13 @@ NOW = 1_700_000_000
         "ws://0300.0250.1.1",
         "ws://3232235777",
         "ws://10.1",
+        # as the WebSocket client resolves them: IDNA's NFKC, NAT64, carrier-grade NAT
+        "ws://１２７.０.０.１:7777",
+        "ws://ｌｏｃａｌｈｏｓｔ:4869",
+        "ws://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ",
+        "ws://１６９.２５４.１６９.２５４",
+        "ws://[64:ff9b::7f00:1]",
+        "ws://100.64.0.1",
     ],
 )
 def test_loopback_private_and_link_local_hosts_are_local(url: str) -> None:
