@@ -157,7 +157,9 @@ class AgentDriver:
     ``BUZZ_PRIVATE_KEY`` never reaches the agent, whatever is asked.  ``user``: run the agent as
     that OS user (see :mod:`nostr_buzz.io.run_as`), so it cannot read the bot's key or state.
     ``on_spawn`` gets each new agent's process group record right after the spawn; a
-    :class:`BuzzError` from it stops the agent and fails the start.
+    :class:`BuzzError` from it stops the agent and fails the start.  ``max_reply_bytes``: the
+    UTF-8 bytes of text a turn keeps (None: all); what the agent streams past it is counted in
+    ``TurnResult.reply_dropped_bytes`` and dropped as it arrives.
     """
 
     def __init__(
@@ -180,6 +182,7 @@ class AgentDriver:
         clock: Callable[[], datetime] = _utc_now,
         user: str | None = None,
         on_spawn: Callable[[GroupRecord], None] | None = None,
+        max_reply_bytes: int | None = None,
     ) -> None:
         self.agent = AgentProcess(
             command,
@@ -205,7 +208,12 @@ class AgentDriver:
         )
         self.usage = usage if usage is not None else UsageTracker()
         self.hub = SessionHub(
-            self.usage, self.timeouts, policy, on_diagnostic, lambda: self.agent.generation
+            self.usage,
+            self.timeouts,
+            policy,
+            on_diagnostic,
+            lambda: self.agent.generation,
+            max_reply_bytes,
         )
         self._clock = clock
         self._info: AgentInfo | None = None
