@@ -1,10 +1,11 @@
 """A tiny scripted ACP agent: a raw JSON-RPC 2.0 program over stdio, driven by a JSON config.
 
 It logs every message it receives before it answers, so a test can check exactly what went on
-the wire.  A turn's ``stream`` (``{"bytes": N, "count": M}``) makes the agent stream M text
-chunks of N bytes each before the rest of the turn (a flood of reply text).  ``Scripted(tmp, config)`` writes the program and its config into a test's folder.
-A turn's ``ask`` (a tool title) makes the agent ask ``session/request_permission`` for that tool
-first and run it only when an allow option is chosen (:meth:`Scripted.tools_run` lists what ran).
+the wire.  ``Scripted(tmp, config)`` writes the program and its config into a test's folder.
+A turn's ``stream`` (``{"bytes": N, "count": M}``) makes the agent stream M text chunks of N
+bytes each before the rest of the turn (a flood of reply text).  A turn's ``ask`` (a tool
+title) makes the agent ask ``session/request_permission`` for that tool first and run it only
+when an allow option is chosen (:meth:`Scripted.tools_run` lists what ran).
 """
 
 from __future__ import annotations

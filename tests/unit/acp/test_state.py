@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -258,6 +259,31 @@ def test_text_after_a_tool_call_starts_a_paragraph_and_a_new_message_resets_the_
     s.receive(RunId("run-1"), 1.0)
     assert (s.turn.context_used, s.turn.context_size, s.turn.run_id) == (10, 100, "run-1")
     assert s.run_id == "run-1"
+
+
+def test_text_past_the_reply_cap_is_counted_and_dropped_as_it_arrives() -> None:
+    s = Session(GENERIC, T, max_reply_bytes=8)
+    s.receive(PromptSent(), 0.0)
+    reported = [s.receive(Text(t, "m1"), 1.0) for t in ("héllo", "wörld!", "more", "é")]
+    record = s.turn
+    assert record is not None
+    # 6 + 7 = 13 bytes > 8: "w" is kept, not "wö" (9 bytes): never half of a character.
+    assert record.reply == "héllow" and "".join(record.final) == "héllow"
+    assert (record.kept, record.dropped) == (7, 6 + 4 + 2)
+    # What goes on to the turn's stream is what was kept, never the dropped text.
+    texts = [a.fact.text for acts in reported for a in acts if isinstance(a, Report)]  # type: ignore[attr-defined]
+    assert texts == ["héllo", "w", "", ""]
+    s.receive(PromptAnswered("end_turn"), 2.0)
+    ending, _ = s.settle(SPENT, 2.0)
+    now = datetime.now(UTC)
+    result = record.result(ending, SPENT, 1, "sess", now, now)
+    assert result.reply == "héllow" and result.reply_dropped_bytes == 12
+
+
+def test_without_a_cap_every_byte_is_kept() -> None:
+    s = session(PromptSent())
+    s.receive(Text("x" * 100_000), 1.0)
+    assert s.turn is not None and len(s.turn.reply) == 100_000 and s.turn.dropped == 0
 
 
 # (name, profile, facts of the turn, usage, seconds, settled ending, retire?)
