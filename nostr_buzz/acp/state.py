@@ -199,9 +199,11 @@ class TurnRecord:
             self.final = []
         if self.paragraph_break and text.strip():
             self.paragraph_break = False
-            for part in (self.chunks, self.final):
-                if "".join(part).strip():
-                    part.append(self._keep("\n\n"))
+            if "".join(self.chunks).strip():  # (the final message is the end of the chunks)
+                brk = self._keep("\n\n")
+                self.chunks.append(brk)
+                if "".join(self.final).strip():
+                    self.final.append(brk)
         text = self._keep(text)
         self.chunks.append(text)
         self.final.append(text)
