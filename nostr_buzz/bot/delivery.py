@@ -16,10 +16,11 @@ transaction, by ordered parts that fit (:func:`.outputs.tagged_parts`).  A relay
 limits cannot hold a part of ``PART_FLOOR`` bytes is skipped for the reply
 (:func:`.outputs.too_small`).  Every refusal reason reaches the ``reply_failed`` diagnostic.
 
-A private message (NIP-17) is answered privately: the kind 14 answer is sealed and wrapped to
-its sender — to each member of the room only when the owner is in the room and it has at most
-``[private] max_recipients`` members besides the agent (:func:`.outputs.private_audience`; a
-narrowed room is a ``private_room_narrowed`` diagnostic) — and to the agent itself.  Each wrap
+A private message (NIP-17) is answered privately: the kind 14 answer (ordered ``[k/n]`` parts
+when it is long, :func:`.outputs.private_parts`) is sealed and wrapped to its sender — to each
+member of the room only when the owner is in the room and it has at most ``[private]
+max_recipients`` members besides the agent (:func:`.outputs.private_audience`; a narrowed room
+is a ``private_room_narrowed`` diagnostic) — and to the agent itself.  Each wrap
 goes to its addressee's DM relays (kind 10050, looked up before the commit: the first three,
 a loopback or private address only when it is one of the bot's relays) when known, else to the
 write relays.  The wraps are stored in the outbox with those relays, in the same transaction,
@@ -57,9 +58,9 @@ from .config import PluginConfig
 from .outputs import (
     PART_FLOOR,
     TurnIds,
-    build_private_reply,
     fitted_parts,
     private_audience,
+    private_parts,
     tagged_parts,
     too_large,
     too_small,
@@ -282,14 +283,16 @@ class Delivery:
                     "maxRecipients": self.config.max_recipients,
                 },
             )
-        answer = build_private_reply(self.agent, target, text, created_at, audience)
-        wraps = await nip17.wrap_for_room_with(self.signer, answer, now=created_at)
+        wraps: list[tuple[str, str, Event]] = []  # (answer id, addressee, wrap)
+        for answer in private_parts(self.agent, target, text, created_at, audience):
+            room = await nip17.wrap_for_room_with(self.signer, answer, now=created_at)
+            wraps += [(answer.id, to, wrap) for to, wrap in room]
         write = tuple(self.config.write_relays)
         return Signed(
-            [wrap for _, wrap in wraps],
+            [wrap for _, _, wrap in wraps],
             ids,
-            relays={wrap.id: dm_relays.get(to) or write for to, wrap in wraps},
-            wraps={wrap.id: (answer.id, target.id, to) for to, wrap in wraps},
+            relays={wrap.id: dm_relays.get(to) or write for _, to, wrap in wraps},
+            wraps={wrap.id: (answer, target.id, to) for answer, to, wrap in wraps},
         )
 
     def _audience(self, target: PrivateEvent) -> tuple[list[str], str | None]:

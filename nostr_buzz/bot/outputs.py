@@ -39,7 +39,9 @@ __all__ = [
     "fitted_parts",
     "frame_size",
     "metric_payload",
+    "numbered",
     "private_audience",
+    "private_parts",
     "redact",
     "reply_text",
     "split_text",
@@ -148,6 +150,24 @@ def build_private_reply(
     return nip17.reply(agent, target.rumor(), text, created_at=created_at, to=to)
 
 
+def private_parts(
+    agent: str,
+    target: PrivateEvent,
+    text: str,
+    created_at: int,
+    to: Iterable[str] | None = None,
+) -> list[Rumor]:
+    """The kind 14 rumors answering a private message, in order: one, or ``[k/n]`` parts of
+    at most :data:`DEFAULT_PART_BYTES` each, part k dated ``created_at + k - 1`` — a gift wrap
+    is about twice its text (two encryptions in base64), and must fit a relay that takes
+    64 KiB events."""
+    audience = None if to is None else list(to)
+    return [
+        build_private_reply(agent, target, content, created_at + k, audience)
+        for k, content in enumerate(numbered(text, DEFAULT_PART_BYTES))
+    ]
+
+
 def too_large(refusal: str, size: int = 0) -> int | None:
     """When a relay's refusal says the event is too large: the content size to split to (its
     stated limit with room for tags and signature, else a default; never under
@@ -182,21 +202,27 @@ def split_text(text: str, max_bytes: int) -> list[str]:
     return [p for p in parts if p] or [""]
 
 
-def tagged_parts(
-    kind: int, tags: Sequence[Sequence[str]], text: str, created_at: int, max_bytes: int
-) -> list[EventTemplate]:
-    """Unsigned events of ``kind`` with ``tags`` carrying ``text`` in order: ``[k/n]`` leads
-    each part, and part k is dated ``created_at + k - 1`` so that readers keep the order.
-    No part is cut to less than :data:`PART_FLOOR` bytes (``max_bytes`` is raised to it)."""
+def numbered(text: str, max_bytes: int) -> list[str]:
+    """The contents of ordered parts carrying ``text``, each at most ``max_bytes`` UTF-8 bytes
+    (never less than :data:`PART_FLOOR`): ``text`` itself when it fits, else ``[k/n]`` leads
+    each part."""
     max_bytes = max(max_bytes, PART_FLOOR)
     chunks = split_text(text, max_bytes - 16) if len(text.encode("utf-8")) > max_bytes else [text]
     total = len(chunks)
+    if total == 1:
+        return chunks
+    return [f"[{k}/{total}]\n{chunk}" for k, chunk in enumerate(chunks, start=1)]
 
-    def part(k: int, chunk: str) -> EventTemplate:
-        content = chunk if total == 1 else f"[{k}/{total}]\n{chunk}"
-        return template(kind=kind, content=content, tags=tags, created_at=created_at + k - 1)
 
-    return [part(k, chunk) for k, chunk in enumerate(chunks, start=1)]
+def tagged_parts(
+    kind: int, tags: Sequence[Sequence[str]], text: str, created_at: int, max_bytes: int
+) -> list[EventTemplate]:
+    """Unsigned events of ``kind`` with ``tags`` carrying ``text`` in order (:func:`numbered`),
+    part k dated ``created_at + k - 1`` so that readers keep the order."""
+    return [
+        template(kind=kind, content=content, tags=tags, created_at=created_at + k)
+        for k, content in enumerate(numbered(text, max_bytes))
+    ]
 
 
 _encode_frame = msgspec.json.Encoder().encode

@@ -118,3 +118,40 @@ async def test_a_reply_that_makes_the_relay_drop_the_connection_is_sent_once_in_
     cut = rec.of("reply_cut")
     assert len(cut) == 1 and cut[0].payload["droppedBytes"] > 1_500_000
     assert rec.of("reply_split")
+
+
+async def test_a_long_private_answer_reaches_its_reader_in_parts_that_fit(world: World) -> None:
+    """A private answer larger than a relay takes in one gift wrap (nostr-sdk's relay: 64 KiB)
+    goes as ordered kind 14 parts, each in wraps that fit, once."""
+    from nostr_buzz.nips import nip17, nip59
+
+    owner, bot = world.owner.public_key.hex, world.agent.public_key.hex
+    text = "\n\n".join(f"paragraph {i}: " + "secret word " * 900 for i in range(10))  # ~110 kB
+    agent = Scripted(world.tmp, {"turns": [{"updates": [chunk(text)], "usage": USAGE}]})
+    rec = Recorder()
+    async with serving(world, rec, agent_args=agent.args):
+        await rec.kind("dm_relays_published")
+        now = int(time.time())
+        question = nip17.message(owner, [bot], "privately: everything", created_at=now)
+        await world.publish(
+            nip59.wrap_seal(nip59.seal(world.owner, bot, question, created_at=now), bot, now=now)
+        )
+        first = await rec.kind("reply_published")
+        await rec.kind("metric_published")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            wraps = await world.query({"kinds": [1059], "#p": [owner]})
+            rumors = [nip59.open_gift_wrap(world.owner, w).rumor for w in wraps]
+            if rumors and len(rumors) >= int(rumors[0].content[1:].split("]", 1)[0].split("/")[1]):
+                break
+            await asyncio.sleep(0.2)
+    assert first.payload["private"] is True
+    ordered = sorted(rumors, key=lambda r: r.created_at)
+    total = len(ordered)
+    assert total >= 2
+    assert [r.content.split("\n", 1)[0] for r in ordered] == [
+        f"[{k}/{total}]" for k in range(1, total + 1)
+    ]
+    assert "".join(r.content.split("\n", 1)[1] for r in ordered) == text
+    assert all(r.tag_values("e") == [question.id] for r in ordered)
+    assert not rec.of("outbox_given_up")
