@@ -324,6 +324,8 @@ class Session:
         self.own: TurnRecord | None = None
         self.own_phase: OwnPhase | None = None
         self.held: list[AgentFact] = []
+        #: UTF-8 bytes of text held, and dropped past the reply cap while held.
+        self.held_text, self.held_dropped = 0, 0
         self.usage_split = False
         #: Permission requests of the running prompt waiting for the owner's answer: the idle
         #: timeout does not run meanwhile (the hard one does).
@@ -486,7 +488,9 @@ class Session:
 
     def _agent_fact(self, fact: AgentFact, now: float) -> tuple[Action, ...]:
         if self.own_phase == "pending" and self._answered():
-            self.held.append(fact)  # whether it starts the agent's own turn is not known yet
+            # Whether it starts the agent's own turn is not known yet.
+            if (held := self._hold(fact)) is not None:
+                self.held.append(held)
             return ()
         actions: list[Action] = []
         record = self.turn
@@ -511,6 +515,19 @@ class Session:
             actions.append(Count(fact))
         return tuple(actions)
 
+    def _hold(self, fact: AgentFact) -> AgentFact | None:
+        """``fact`` as held: text past the reply cap is dropped (counted) here too; None when
+        nothing of it is kept."""
+        if not isinstance(fact, Text) or self.max_reply_bytes is None:
+            return fact
+        kept = utf8_head(fact.text, max(0, self.max_reply_bytes - self.held_text))
+        size, kept_size = utf8_size(fact.text), utf8_size(kept)
+        self.held_text += kept_size
+        self.held_dropped += size - kept_size
+        if kept_size == size:
+            return fact
+        return Text(kept, fact.message_id) if kept else None
+
     def _steer_answered(self, fact: SteerAnswered, now: float) -> tuple[Action, ...]:
         self.steering = False
         actions: list[Action] = [Report(fact)] if self.turn is not None else []
@@ -522,6 +539,10 @@ class Session:
             held, self.held = self.held, []
             for update in held:  # now that it is known where they belong
                 actions += self._agent_fact(update, now)
+            record = self.own if self.own_phase == "active" else self.turn
+            if record is not None:
+                record.dropped += self.held_dropped
+            self.held_text, self.held_dropped = 0, 0
         if fact.outcome == "injected" and self.turn is not None and not self._answered():
             self.turn.hard_deadline = now + self.timeouts.hard  # docs/bot.md: renewed
             self.turn.last_activity = now

@@ -417,6 +417,20 @@ def test_a_steer_that_starts_the_agents_own_turn() -> None:
     s.receive(PromptSent(), 5.0)
 
 
+def test_text_held_for_a_steers_answer_is_capped_too() -> None:
+    s = Session(GENERIC, T, max_reply_bytes=8)
+    for fact in (PromptSent(), SteerSent(), PromptAnswered("end_turn")):
+        s.receive(fact, 1.0)
+    for _ in range(1000):  # a flood while the steer's answer is awaited
+        s.receive(Text("0123456789"), 2.0)
+    assert [f.text for f in s.held] == ["01234567"]  # type: ignore[attr-defined]
+    s.receive(SteerAnswered("started_new_turn"), 3.0)
+    s.settle(SPENT, 3.0)
+    own = s.begin_own()
+    assert own is not None and own.reply == "01234567"
+    assert own.dropped == 1000 * 10 - 8
+
+
 def test_a_steer_answered_otherwise_gives_the_held_updates_to_the_prompt() -> None:
     s = session(PromptSent())
     s.receive(SteerSent(), 1.0)
