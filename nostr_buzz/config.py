@@ -79,6 +79,12 @@ PERMISSIONS: Final[tuple[Permissions, ...]] = ("owner", "allow", "reject", "ask"
 ReplyMode = Literal["auto", "agent"]
 Direction = Literal["read", "write"]
 
+#: ``[agent] max_reply_bytes``: its default (256 KiB, a long model answer) and bounds (one
+#: reply part's floor, docs/bot.md "Relay limits"; 1 MiB).
+DEFAULT_REPLY_BYTES: Final = 256 * 1024
+MIN_REPLY_BYTES: Final = 4096
+MAX_REPLY_BYTES: Final = 1 << 20
+
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
 _Kind = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 _Cost = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
@@ -101,6 +107,11 @@ class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     # Questions one turn may put to the owner; the agent's further requests in that turn are
     # rejected without asking, and the owner is told how many at the turn's end.
     max_questions: Annotated[int, msgspec.Meta(ge=1, le=100)] = 3
+    # UTF-8 bytes of the agent's text a reply keeps; the rest is dropped as it streams in and
+    # the reply says where it was cut (docs/bot.md, "Bounded replies").
+    max_reply_bytes: Annotated[int, msgspec.Meta(ge=MIN_REPLY_BYTES, le=MAX_REPLY_BYTES)] = (
+        DEFAULT_REPLY_BYTES
+    )
     cwd: str | None = None  # the agent's working directory, used exactly as written
     model: str | None = None  # the model the agent runs, reported in metrics when known
     # Run the agent as this OS user (buzz run starts as root and drops to it for the agent):

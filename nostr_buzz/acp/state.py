@@ -28,6 +28,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from nostr_buzz.core.text import utf8_head, utf8_size
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 
 from .facts import (
@@ -168,11 +169,19 @@ class TurnRecord:
     heard: bool = False
     #: The agent reported the model call failed: its text is the error.
     model_failed: bool = False
+    #: UTF-8 bytes of text the turn keeps (None: no cap); what comes past it is counted in
+    #: ``dropped`` and not kept, so that a flood of text cannot grow the bot's memory.
+    max_text: int | None = None
+    kept: int = 0
+    dropped: int = 0
 
-    def apply(self, fact: AgentFact, now: float) -> None:
+    def apply(self, fact: AgentFact, now: float) -> AgentFact:
+        """Take ``fact`` in; what of it the turn kept (a ``Text`` past the cap: its kept
+        start, possibly empty)."""
         self.last_activity = now
         if isinstance(fact, Text):
-            self._text(fact.text, fact.message_id)
+            kept = self._text(fact.text, fact.message_id)
+            return fact if kept is fact.text else Text(kept, fact.message_id)
         elif isinstance(fact, ToolCall):
             self.tool_calls += 1
             self.paragraph_break = True
@@ -182,18 +191,39 @@ class TurnRecord:
             self.run_id = fact.run_id
         elif isinstance(fact, ModelFailed):
             self.model_failed = True
+        return fact
 
-    def _text(self, text: str, message_id: str | None) -> None:
+    def _text(self, text: str, message_id: str | None) -> str:
         if message_id is not None and message_id != self.message_id:
             self.message_id = message_id
             self.final = []
         if self.paragraph_break and text.strip():
             self.paragraph_break = False
-            for part in (self.chunks, self.final):
-                if "".join(part).strip():
-                    part.append("\n\n")
+            if "".join(self.chunks).strip():  # (the final message is the end of the chunks)
+                brk = self._keep("\n\n")
+                self.chunks.append(brk)
+                if "".join(self.final).strip():
+                    self.final.append(brk)
+        text = self._keep(text)
         self.chunks.append(text)
         self.final.append(text)
+        return text
+
+    def _keep(self, text: str) -> str:
+        """What of ``text`` fits under the cap (counted); the rest is counted as dropped."""
+        if self.max_text is None:
+            return text
+        if self.dropped:  # already cut: nothing more is kept
+            self.dropped += utf8_size(text)
+            return ""
+        size = utf8_size(text)
+        if self.kept + size <= self.max_text:
+            self.kept += size
+            return text
+        kept = utf8_head(text, self.max_text - self.kept)
+        self.kept += utf8_size(kept)
+        self.dropped += size - utf8_size(kept)
+        return kept
 
     @property
     def reply(self) -> str:
@@ -225,6 +255,7 @@ class TurnRecord:
             context_used=self.context_used,
             context_size=self.context_size,
             turn_seq=turn_seq,
+            reply_dropped_bytes=self.dropped,
         )
 
 
@@ -275,9 +306,13 @@ OwnPhase = Literal["pending", "active", "running"]
 class Session:
     """One ACP session of one agent process (see the module docstring)."""
 
-    def __init__(self, profile: AdapterProfile, timeouts: Timeouts) -> None:
+    def __init__(
+        self, profile: AdapterProfile, timeouts: Timeouts, max_reply_bytes: int | None = None
+    ) -> None:
         self.profile = profile
         self.timeouts = timeouts
+        #: UTF-8 bytes of text a turn keeps (``TurnRecord.max_text``).
+        self.max_reply_bytes = max_reply_bytes
         self.phase = Phase.IDLE
         self.turn: TurnRecord | None = None  # the prompt's, from PromptSent to settle
         self.cancel_deadline: float | None = None
@@ -289,6 +324,8 @@ class Session:
         self.own: TurnRecord | None = None
         self.own_phase: OwnPhase | None = None
         self.held: list[AgentFact] = []
+        #: UTF-8 bytes of text held, and dropped past the reply cap while held.
+        self.held_text, self.held_dropped = 0, 0
         self.usage_split = False
         #: Permission requests of the running prompt waiting for the owner's answer: the idle
         #: timeout does not run meanwhile (the hard one does).
@@ -357,7 +394,7 @@ class Session:
         return not (self.steering and self.turn is not None)
 
     def _record(self, now: float) -> TurnRecord:
-        return TurnRecord(now, now, now + self.timeouts.hard)
+        return TurnRecord(now, now, now + self.timeouts.hard, max_text=self.max_reply_bytes)
 
     def _prompt_sent(self, now: float) -> tuple[Action, ...]:
         if self.phase == Phase.RETIRED:
@@ -451,7 +488,9 @@ class Session:
 
     def _agent_fact(self, fact: AgentFact, now: float) -> tuple[Action, ...]:
         if self.own_phase == "pending" and self._answered():
-            self.held.append(fact)  # whether it starts the agent's own turn is not known yet
+            # Whether it starts the agent's own turn is not known yet.
+            if (held := self._hold(fact)) is not None:
+                self.held.append(held)
             return ()
         actions: list[Action] = []
         record = self.turn
@@ -469,12 +508,25 @@ class Session:
         if isinstance(fact, RunId):
             self.run_id = fact.run_id
         if record is not None:
-            record.apply(fact, now)
+            kept = record.apply(fact, now)
             if record is self.turn:
-                actions.append(Report(fact))
+                actions.append(Report(kept))  # never the dropped text: the stream stays small
         if isinstance(fact, Cost | CumulativeUsage | PromptUsage):
             actions.append(Count(fact))
         return tuple(actions)
+
+    def _hold(self, fact: AgentFact) -> AgentFact | None:
+        """``fact`` as held: text past the reply cap is dropped (counted) here too; None when
+        nothing of it is kept."""
+        if not isinstance(fact, Text) or self.max_reply_bytes is None:
+            return fact
+        kept = utf8_head(fact.text, max(0, self.max_reply_bytes - self.held_text))
+        size, kept_size = utf8_size(fact.text), utf8_size(kept)
+        self.held_text += kept_size
+        self.held_dropped += size - kept_size
+        if kept_size == size:
+            return fact
+        return Text(kept, fact.message_id) if kept else None
 
     def _steer_answered(self, fact: SteerAnswered, now: float) -> tuple[Action, ...]:
         self.steering = False
@@ -487,6 +539,10 @@ class Session:
             held, self.held = self.held, []
             for update in held:  # now that it is known where they belong
                 actions += self._agent_fact(update, now)
+            record = self.own if self.own_phase == "active" else self.turn
+            if record is not None:
+                record.dropped += self.held_dropped
+            self.held_text, self.held_dropped = 0, 0
         if fact.outcome == "injected" and self.turn is not None and not self._answered():
             self.turn.hard_deadline = now + self.timeouts.hard  # docs/bot.md: renewed
             self.turn.last_activity = now

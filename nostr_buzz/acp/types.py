@@ -128,3 +128,6 @@ class TurnResult:
     #: The failure's class when the agent raised (an in-process agent's exception): all that a
     #: private conversation's ``turn_failed`` shows of it.
     error_class: str | None = None
+    #: UTF-8 bytes of the agent's text dropped past the reply cap (``[agent] max_reply_bytes``):
+    #: the reply is cut there, and says so (docs/bot.md, "Bounded replies").
+    reply_dropped_bytes: int = 0

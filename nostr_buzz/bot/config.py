@@ -11,7 +11,15 @@ from typing import Final, cast
 
 import msgspec
 
-from nostr_buzz.config import ConfigSources, Permissions, ReplyMode, state_directory
+from nostr_buzz.config import (
+    DEFAULT_REPLY_BYTES,
+    MAX_REPLY_BYTES,
+    MIN_REPLY_BYTES,
+    ConfigSources,
+    Permissions,
+    ReplyMode,
+    state_directory,
+)
 from nostr_buzz.core.budget import Caps
 from nostr_buzz.core.gate import AuthorGate, InFlightPolicy, Shard, shard_of
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
@@ -119,10 +127,14 @@ class PluginConfig:
     #: How the envelope tells the model to fetch history it was not given: buzz's commands
     #: by default, ``Retrieval.tool(name)`` for the agent's own tool, ``NO_RETRIEVAL``: none.
     retrieval: Retrieval = BUZZ_RETRIEVAL
+    #: UTF-8 bytes of the agent's text a reply keeps (``[agent] max_reply_bytes``); the rest
+    #: is dropped as it streams in, and the reply ends with a notice of the cut.
+    max_reply_bytes: int = DEFAULT_REPLY_BYTES
 
     def __post_init__(self) -> None:
         if type(self.max_questions) is not int or not 1 <= self.max_questions <= 100:
             raise ConfigError(f"max_questions: expected 1 to 100, got {self.max_questions!r}")
+        _check_reply_cap(self.max_reply_bytes)
         for url in self.local_relays:
             check_relay_url(url)  # RelayError naming it
         secret, signer = self.agent_secret, cast(Signer | None, self.signer)
@@ -181,6 +193,7 @@ class PluginConfig:
             permissions=sources.permissions(permissions),
             ask_timeout=file.agent.ask_timeout,
             max_questions=file.agent.max_questions,
+            max_reply_bytes=file.agent.max_reply_bytes,
             agent_cwd=file.agent.cwd,
             agent_user=file.agent.user,
             state_dir=state_directory(sources, state_dir),
@@ -244,6 +257,15 @@ def _agent_secret(
             f"the agent's key is held by a signer: give no secret key ({sources.KEY_SOURCES})"
         )
     return None
+
+
+def _check_reply_cap(value: object) -> None:
+    """``max_reply_bytes`` is checked as buzz.toml checks ``[agent] max_reply_bytes``."""
+    if type(value) is not int or not MIN_REPLY_BYTES <= value <= MAX_REPLY_BYTES:
+        raise ConfigError(
+            f"PluginConfig max_reply_bytes: expected a whole number of bytes from "
+            f"{MIN_REPLY_BYTES} to {MAX_REPLY_BYTES}, got {value!r}"
+        )
 
 
 def _signs_as(signer: Signer, secret: SecretKey) -> bool:

@@ -10,14 +10,17 @@ relay accepted yet stays in the outbox and is re-sent with backoff by the retry 
 later process after a crash; a re-send is the same signed event (same id), so a relay that
 already has it answers ``duplicate:`` and nothing is ever published twice.
 
-A reply that no relay accepted because it is too large (the relay's refusal says so) is
-replaced, in one transaction, by ordered parts that fit (:func:`.outputs.tagged_parts`).  Every
-refusal reason reaches the ``reply_failed`` diagnostic.
+A reply that no relay accepted because it is too large (the relay's refusal says so, or the
+relay dropped the connection while a reply larger than a part was sent) is replaced, in one
+transaction, by ordered parts that fit (:func:`.outputs.tagged_parts`).  A relay whose NIP-11
+limits cannot hold a part of ``PART_FLOOR`` bytes is skipped for the reply
+(:func:`.outputs.too_small`).  Every refusal reason reaches the ``reply_failed`` diagnostic.
 
-A private message (NIP-17) is answered privately: the kind 14 answer is sealed and wrapped to
-its sender — to each member of the room only when the owner is in the room and it has at most
-``[private] max_recipients`` members besides the agent (:func:`.outputs.private_audience`; a
-narrowed room is a ``private_room_narrowed`` diagnostic) — and to the agent itself.  Each wrap
+A private message (NIP-17) is answered privately: the kind 14 answer (ordered ``[k/n]`` parts
+when it is long, :func:`.outputs.private_parts`) is sealed and wrapped to its sender — to each
+member of the room only when the owner is in the room and it has at most ``[private]
+max_recipients`` members besides the agent (:func:`.outputs.private_audience`; a narrowed room
+is a ``private_room_narrowed`` diagnostic) — and to the agent itself.  Each wrap
 goes to its addressee's DM relays (kind 10050, looked up before the commit: the first three,
 a loopback or private address only when it is one of the bot's relays) when known, else to the
 write relays.  The wraps are stored in the outbox with those relays, in the same transaction,
@@ -53,12 +56,14 @@ from nostr_buzz.signer import EventTemplate, signed
 
 from .config import PluginConfig
 from .outputs import (
+    PART_FLOOR,
     TurnIds,
-    build_private_reply,
     fitted_parts,
     private_audience,
+    private_parts,
     tagged_parts,
     too_large,
+    too_small,
 )
 from .relays import trust_configured
 from .state import BotStore
@@ -185,7 +190,8 @@ class Delivery:
         # NIP-65: the author answered and the people the reply tags read on their read relays.
         people = [target.pubkey, *(t[1] for t in tags if len(t) >= 2 and t[0] == "p")]
         relays = await self._outbox_relays(people)
-        events = await self._sign_all(await self._parts(kind, tags, text, created_at, relays))
+        parts, relays = await self._parts(kind, tags, text, created_at, relays)
+        events = await self._sign_all(parts)
         return Signed(events, ids, self._routes(events, relays))
 
     async def _outbox_relays(self, people: Iterable[str]) -> tuple[str, ...]:
@@ -203,13 +209,27 @@ class Delivery:
         return {event.id: relays for event in events}
 
     async def _parts(
-        self, kind: int, tags: list[list[str]], text: str, created_at: int, relays: Iterable[str]
-    ) -> list[EventTemplate]:
-        """The reply as parts that fit every relay it goes to (NIP-11 ``limitation``)."""
-        limits = (await self.directory.limits(relays)).values()
+        self,
+        kind: int,
+        tags: list[list[str]],
+        text: str,
+        created_at: int,
+        relays: tuple[str, ...],
+    ) -> tuple[list[EventTemplate], tuple[str, ...]]:
+        """The reply as parts that fit every relay it goes to (NIP-11 ``limitation``), and
+        those relays: one whose limits cannot hold a part of ``PART_FLOOR`` bytes is skipped
+        for this reply (``reply_relay_skipped``), unless no other relay is left."""
+        found = await self.directory.limits(relays)
+        small = too_small(found, kind, tags, created_at)
+        if small and len(small) < len(relays):
+            relays = tuple(url for url in relays if url not in small)
+            payload = {"relays": small, "partFloor": PART_FLOOR}
+            channel = nip10.channel_from_tags(kind, tags)
+            self._diagnostics.emit("reply_relay_skipped", channel_id=channel, payload=payload)
+        limits = [found[url] for url in relays]
         messages = [m for lim in limits if (m := lim.max_message_length) is not None]
         contents = [c for lim in limits if (c := lim.max_content_length) is not None]
-        return fitted_parts(
+        parts = fitted_parts(
             kind,
             tags,
             text,
@@ -217,6 +237,7 @@ class Delivery:
             max_message=min(messages, default=None),
             max_content=min(contents, default=None),
         )
+        return parts, relays
 
     async def sign_or_report(
         self, signing: Awaitable[T], target: Event, payload: dict[str, Any]
@@ -270,14 +291,16 @@ class Delivery:
                     "maxRecipients": self.config.max_recipients,
                 },
             )
-        answer = build_private_reply(self.agent, target, text, created_at, audience)
-        wraps = await nip17.wrap_for_room_with(self.signer, answer, now=created_at)
+        wraps: list[tuple[str, str, Event]] = []  # (answer id, addressee, wrap)
+        for answer in private_parts(self.agent, target, text, created_at, audience):
+            room = await nip17.wrap_for_room_with(self.signer, answer, now=created_at)
+            wraps += [(answer.id, to, wrap) for to, wrap in room]
         write = tuple(self.config.write_relays)
         return Signed(
-            [wrap for _, wrap in wraps],
+            [wrap for _, _, wrap in wraps],
             ids,
-            relays={wrap.id: dm_relays.get(to) or write for to, wrap in wraps},
-            wraps={wrap.id: (answer.id, target.id, to) for to, wrap in wraps},
+            relays={wrap.id: dm_relays.get(to) or write for _, to, wrap in wraps},
+            wraps={wrap.id: (answer, target.id, to) for answer, to, wrap in wraps},
         )
 
     def _audience(self, target: PrivateEvent) -> tuple[list[str], str | None]:
@@ -419,7 +442,8 @@ class Delivery:
         refusals = {url: v.reason for url, v in report.verdicts.items() if not v.ok}
         payload.update(error=report.error, refusals=refusals, attempts=report.attempts)
         self._diagnostics.emit("reply_failed", **kwargs, payload=payload)
-        sizes = [size for r in refusals.values() if (size := too_large(r)) is not None]
+        content = len(event.content.encode("utf-8"))
+        sizes = [s for r in refusals.values() if (s := too_large(r, content)) is not None]
         if sizes and report.stored:
             self._spawn(self._split(event, min(sizes), ids), "buzz-split")
 

@@ -70,8 +70,6 @@ def gate_of(config: PluginConfig) -> Gate:
     )
 
 
-
-
 def advance(position: int | None, created_at: int, now: float) -> int:
     """The position after handling an event dated ``created_at``: the newest date handled,
     capped at the clock, so that an event dated in the future never makes a restart or a
@@ -102,5 +100,3 @@ def refusal_scope(gate: Gate) -> str:
     fields = [[f.name, getattr(gate, f.name)] for f in dataclasses.fields(gate)]
     text = json.dumps(fields, default=plain, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-

@@ -10,7 +10,7 @@ which delivery seals and gift-wraps (NIP-17).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -18,8 +18,11 @@ from typing import Final
 import msgspec
 
 from nostr_buzz.acp.types import TurnResult
+from nostr_buzz.config import MAX_REPLY_BYTES
 from nostr_buzz.core.manifest import Manifest
+from nostr_buzz.core.text import utf8_size
 from nostr_buzz.event import Event
+from nostr_buzz.io.relay_info import RelayLimits
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MAX_TOKENS, MetricPayload, TokenCounts
@@ -27,18 +30,24 @@ from nostr_buzz.signer import EventTemplate, template
 from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [
+    "MAX_PARTS",
+    "PART_FLOOR",
     "TurnIds",
     "build_private_reply",
+    "cut_notice",
     "dead_letter_notice",
     "fitted_parts",
     "frame_size",
     "metric_payload",
+    "numbered",
     "private_audience",
+    "private_parts",
     "redact",
     "reply_text",
     "split_text",
     "tagged_parts",
     "too_large",
+    "too_small",
 ]
 #: What a relay's refusal says when an event is over its size limit (strfry, nostr-rs-relay,
 #: nostr-sdk's relay, khatru…): "too large", "too big", "exceeds maximum allowed size", ….
@@ -47,9 +56,18 @@ _TOO_LARGE: Final = re.compile(
     re.IGNORECASE,
 )
 _MAX_BYTES: Final = re.compile(r"max\w*[^()\d]*\(?(\d{3,9}) ?bytes", re.IGNORECASE)
+#: A send that lost the connection: some relays drop it on a frame over their limit instead
+#: of answering ``OK false`` (nostr-sdk's relay past a few MB).
+_DROPPED: Final = re.compile(r"connection (?:dropped|lost)|closed by relay", re.IGNORECASE)
 #: Bytes of a reply part's content when the relay did not say its limit.
 DEFAULT_PART_BYTES: Final = 16_384
-_MIN_PART_BYTES: Final = 512
+#: Fewest content bytes a reply part carries (docs/bot.md, "Relay limits"): a relay whose
+#: NIP-11 limits leave less is skipped for the reply, and no split cuts finer, so a reply
+#: never has more than :data:`MAX_PARTS` parts.
+PART_FLOOR: Final = 4096
+#: Most parts of one reply: the largest reply (``[agent] max_reply_bytes`` ≤ 1 MiB, with its
+#: notice) cut at the floor, less each part's ``[k/n]`` line.
+MAX_PARTS: Final = -(-(MAX_REPLY_BYTES + 256) // (PART_FLOOR - 16))
 _SECRET_PATTERNS: Final = re.compile(
     r"nsec1[0-9a-z]{20,}|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{12,}|\bBearer\s+[A-Za-z0-9._~+/=-]{8,}"
     r"|\b[0-9a-fA-F]{64}\b",
@@ -77,11 +95,24 @@ class TurnIds:
 
 
 def reply_text(result: TurnResult) -> str | None:
-    """What the agent answered, when the turn succeeded with a non-blank answer."""
+    """What the agent answered, when the turn succeeded with a non-blank answer; an answer
+    cut at the reply cap ends with a notice of the cut (:func:`cut_notice`)."""
     if result.outcome != "success":
         return None
     text = result.final_message or result.reply
-    return text if text.strip() else None
+    if not text.strip():
+        return None
+    if result.reply_dropped_bytes:
+        text += cut_notice(utf8_size(result.reply), result.reply_dropped_bytes)
+    return text
+
+
+def cut_notice(kept: int, dropped: int) -> str:
+    """The line that ends a reply cut at the cap: where, and how much was left out."""
+    return (
+        f"\n\n[reply cut at {kept:,} bytes: {dropped:,} more bytes of the agent's answer were "
+        "left out]"
+    )
 
 
 def private_audience(
@@ -119,15 +150,37 @@ def build_private_reply(
     return nip17.reply(agent, target.rumor(), text, created_at=created_at, to=to)
 
 
-def too_large(refusal: str) -> int | None:
+def private_parts(
+    agent: str,
+    target: PrivateEvent,
+    text: str,
+    created_at: int,
+    to: Iterable[str] | None = None,
+) -> list[Rumor]:
+    """The kind 14 rumors answering a private message, in order: one, or ``[k/n]`` parts of
+    at most :data:`DEFAULT_PART_BYTES` each, part k dated ``created_at + k - 1`` — a gift wrap
+    is about twice its text (two encryptions in base64), and must fit a relay that takes
+    64 KiB events."""
+    audience = None if to is None else list(to)
+    return [
+        build_private_reply(agent, target, content, created_at + k, audience)
+        for k, content in enumerate(numbered(text, DEFAULT_PART_BYTES))
+    ]
+
+
+def too_large(refusal: str, size: int = 0) -> int | None:
     """When a relay's refusal says the event is too large: the content size to split to (its
-    stated limit with room for tags and signature, else a default); otherwise None."""
+    stated limit with room for tags and signature, else a default; never under
+    :data:`PART_FLOOR`); otherwise None.  ``size``: the event's content bytes — a lost
+    connection while sending more than :data:`DEFAULT_PART_BYTES` counts as too large too, or
+    the reply would be sent again on every reconnect, and lost again."""
     if not _TOO_LARGE.search(refusal):
-        return None
+        dropped = size > DEFAULT_PART_BYTES and _DROPPED.search(refusal) is not None
+        return DEFAULT_PART_BYTES if dropped else None
     stated = _MAX_BYTES.search(refusal)
     if stated is None:
         return DEFAULT_PART_BYTES
-    return max(_MIN_PART_BYTES, int(stated.group(1)) * 3 // 4 - 1_024)
+    return max(PART_FLOOR, int(stated.group(1)) * 3 // 4 - 1_024)
 
 
 def split_text(text: str, max_bytes: int) -> list[str]:
@@ -149,23 +202,29 @@ def split_text(text: str, max_bytes: int) -> list[str]:
     return [p for p in parts if p] or [""]
 
 
+def numbered(text: str, max_bytes: int) -> list[str]:
+    """The contents of ordered parts carrying ``text``, each at most ``max_bytes`` UTF-8 bytes
+    (never less than :data:`PART_FLOOR`): ``text`` itself when it fits, else ``[k/n]`` leads
+    each part."""
+    max_bytes = max(max_bytes, PART_FLOOR)
+    chunks = split_text(text, max_bytes - 16) if len(text.encode("utf-8")) > max_bytes else [text]
+    total = len(chunks)
+    if total == 1:
+        return chunks
+    return [f"[{k}/{total}]\n{chunk}" for k, chunk in enumerate(chunks, start=1)]
+
+
 def tagged_parts(
     kind: int, tags: Sequence[Sequence[str]], text: str, created_at: int, max_bytes: int
 ) -> list[EventTemplate]:
-    """Unsigned events of ``kind`` with ``tags`` carrying ``text`` in order: ``[k/n]`` leads
-    each part, and part k is dated ``created_at + k - 1`` so that readers keep the order."""
-    chunks = split_text(text, max_bytes - 16) if len(text.encode("utf-8")) > max_bytes else [text]
-    total = len(chunks)
-
-    def part(k: int, chunk: str) -> EventTemplate:
-        content = chunk if total == 1 else f"[{k}/{total}]\n{chunk}"
-        return template(kind=kind, content=content, tags=tags, created_at=created_at + k - 1)
-
-    return [part(k, chunk) for k, chunk in enumerate(chunks, start=1)]
+    """Unsigned events of ``kind`` with ``tags`` carrying ``text`` in order (:func:`numbered`),
+    part k dated ``created_at + k - 1`` so that readers keep the order."""
+    return [
+        template(kind=kind, content=content, tags=tags, created_at=created_at + k)
+        for k, content in enumerate(numbered(text, max_bytes))
+    ]
 
 
-#: Fewest content bytes a part is cut to, however large a relay says its frames may be.
-_MIN_PART: Final = 256
 _encode_frame = msgspec.json.Encoder().encode
 
 
@@ -198,16 +257,29 @@ def fitted_parts(
     frame longer than its text)."""
     budget = max_content if max_content is not None else 1 << 30
     if max_message is None:
-        return tagged_parts(kind, tags, text, created_at, max(_MIN_PART, budget))
+        return tagged_parts(kind, tags, text, created_at, max(PART_FLOOR, budget))
     empty = frame_size(template(kind=kind, content="", tags=tags, created_at=created_at))
     budget = min(budget, max_message - empty)
     while True:
-        budget = max(_MIN_PART, budget)
+        budget = max(PART_FLOOR, budget)
         parts = tagged_parts(kind, tags, text, created_at, budget)
         worst = max(frame_size(part) for part in parts)
-        if worst <= max_message or budget == _MIN_PART:
+        if worst <= max_message or budget == PART_FLOOR:
             return parts
         budget -= worst - max_message + 16
+
+
+def too_small(
+    limits: Mapping[str, RelayLimits], kind: int, tags: Sequence[Sequence[str]], created_at: int
+) -> list[str]:
+    """The relays whose NIP-11 limits leave a part of a reply (``kind``, ``tags``) less than
+    :data:`PART_FLOOR` content bytes: the reply skips them rather than flood them."""
+    empty = frame_size(template(kind=kind, content="", tags=tags, created_at=created_at))
+    return [
+        url
+        for url, limit in limits.items()
+        if (room := limit.room(empty)) is not None and room < PART_FLOOR
+    ]
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:

@@ -173,6 +173,7 @@ class AgentSupervisor:
             on_diagnostic=self._on_driver_diagnostic,
             permission=turns.permission if turns is not None else reject_always,
             on_spawn=self._remember_group,
+            max_reply_bytes=config.max_reply_bytes,
             # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
             clock=lambda: datetime.fromtimestamp(clock(), UTC),
         )
@@ -186,6 +187,7 @@ class AgentSupervisor:
                 on_diagnostic=self._on_driver_diagnostic,
                 clock=lambda: datetime.fromtimestamp(clock(), UTC),
                 channel_of=self._channel_of,
+                max_reply_bytes=config.max_reply_bytes,
             )
         self.sessions: dict[str, ChannelSession] = {}  # by queue channel
         #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,

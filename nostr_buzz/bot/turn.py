@@ -623,6 +623,12 @@ class TurnRunner:
             )
         except MetricError as exc:  # a payload is checked when made; the reply still goes
             self.diagnostics.emit("metric_invalid", **ids.as_kwargs(), payload={"error": str(exc)})
+        if result.reply_dropped_bytes:  # the agent said more than a reply keeps
+            cut = {
+                "droppedBytes": result.reply_dropped_bytes,
+                "maxReplyBytes": self.config.max_reply_bytes,
+            }
+            self.diagnostics.emit("reply_cut", **ids.as_kwargs(), payload=cut)
         reply = reply_text(result) if self.config.reply_mode == "auto" else None
         return Output(target, reply, payload, ids)
 

@@ -25,6 +25,8 @@ __all__ = [
     "split_lines",
     "trim",
     "utf8_document",
+    "utf8_head",
+    "utf8_size",
 ]
 
 #: The Unicode White_Space property set, as listed in docs/envelope.md.
@@ -166,3 +168,18 @@ def split_lines(s: str) -> list[str]:
     result with ``"\\n"`` only normalizes the breaks and loses nothing else.
     """
     return _LINE_BREAK.split(s)
+
+
+def utf8_size(s: str) -> int:
+    """Bytes of ``s`` in UTF-8 (a lone surrogate, which JSON text may carry, counts 3)."""
+    return len(s.encode("utf-8", "surrogatepass"))
+
+
+def utf8_head(s: str, max_bytes: int) -> str:
+    """The longest start of ``s`` whose UTF-8 encoding has at most ``max_bytes`` bytes (never
+    half a character)."""
+    head = s[: max(0, max_bytes)]  # a character is at least one byte: the cut is in here
+    raw = head.encode("utf-8", "surrogatepass")
+    if len(raw) <= max_bytes:
+        return head
+    return raw[:max_bytes].decode("utf-8", "ignore")

@@ -157,7 +157,8 @@ class AgentDriver:
     ``BUZZ_PRIVATE_KEY`` never reaches the agent, whatever is asked.  ``user``: run the agent as
     that OS user (see :mod:`nostr_buzz.io.run_as`), so it cannot read the bot's key or state.
     ``on_spawn`` gets each new agent's process group record right after the spawn; a
-    :class:`BuzzError` from it stops the agent and fails the start.
+    :class:`BuzzError` from it stops the agent and fails the start.  ``max_reply_bytes``: see
+    :class:`~nostr_buzz.acp.state.TurnRecord` (``max_text``: the rest is dropped, counted).
     """
 
     def __init__(
@@ -180,6 +181,7 @@ class AgentDriver:
         clock: Callable[[], datetime] = _utc_now,
         user: str | None = None,
         on_spawn: Callable[[GroupRecord], None] | None = None,
+        max_reply_bytes: int | None = None,
     ) -> None:
         self.agent = AgentProcess(
             command,
@@ -204,9 +206,9 @@ class AgentDriver:
             else permission
         )
         self.usage = usage if usage is not None else UsageTracker()
-        self.hub = SessionHub(
-            self.usage, self.timeouts, policy, on_diagnostic, lambda: self.agent.generation
-        )
+        generation = lambda: self.agent.generation  # noqa: E731
+        self.hub = SessionHub(self.usage, self.timeouts, policy, on_diagnostic, generation)
+        self.hub.max_reply_bytes = max_reply_bytes
         self._clock = clock
         self._info: AgentInfo | None = None
         self._own_started: dict[str, datetime] = {}

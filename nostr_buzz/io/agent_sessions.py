@@ -57,9 +57,11 @@ class SessionHub:
         policy: PermissionPolicy,
         on_diagnostic: DiagnosticCallback | None,
         generation: Callable[[], int],
+        max_reply_bytes: int | None = None,
     ) -> None:
         self.usage = usage
         self.timeouts = timeouts
+        self.max_reply_bytes = max_reply_bytes
         self.policy = policy
         self.profile: AdapterProfile = GENERIC
         self._on_diagnostic = on_diagnostic
@@ -80,7 +82,8 @@ class SessionHub:
         """The session's state machine (a new one for an id not seen yet)."""
         session = self.sessions.get(session_id)
         if session is None:
-            session = self.sessions[session_id] = Session(self.profile, self.timeouts)
+            session = Session(self.profile, self.timeouts, self.max_reply_bytes)
+            self.sessions[session_id] = session
             self.wakes[session_id] = asyncio.Event()
         return session
 

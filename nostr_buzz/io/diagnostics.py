@@ -86,6 +86,8 @@ DiagnosticKind = (
         "reply_published",
         "reply_failed",
         "reply_split",
+        "reply_cut",  # {keptBytes, droppedBytes, maxReplyBytes}: past [agent] max_reply_bytes
+        "reply_relay_skipped",  # {relays, partFloor}: their NIP-11 limits cannot hold a part
         "metric_queued",  # {eventId, costUsd}: the turn's cost, null when not reported
         "metric_published",
         "metric_invalid",

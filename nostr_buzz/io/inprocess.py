@@ -36,7 +36,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -56,6 +56,7 @@ from nostr_buzz.agent import (
     InProcessAgent,
     parse_spec,
 )
+from nostr_buzz.core.text import utf8_head, utf8_size
 from nostr_buzz.core.usage import UsageRecord, checked_counts
 from nostr_buzz.errors import AgentError
 from nostr_buzz.io.agent_sessions import DiagnosticCallback
@@ -160,8 +161,11 @@ class InProcessDriver:
         on_diagnostic: DiagnosticCallback | None = None,
         clock: Callable[[], datetime] = _utc_now,
         channel_of: Callable[[str], str | None] = lambda _: None,
+        max_reply_bytes: int | None = None,
     ) -> None:
         self.agent = checked_agent(agent, "BuzzPlugin(agent=…)")
+        #: UTF-8 bytes of a reply kept (None: all): the rest is dropped, and counted.
+        self.max_reply_bytes = max_reply_bytes
         self.name = str(getattr(agent, "name", None) or type(agent).__name__)
         self.prompt_timeout = min(idle_timeout, hard_timeout)
         self.cancel_grace = cancel_grace
@@ -248,11 +252,15 @@ class InProcessDriver:
             yield PromptSent()
             outcome = await self._end(running)
             session.turns += 1
+            text, dropped = self._capped(outcome.reply.text if outcome.reply is not None else "")
             if outcome.reply is not None:
                 session.standing = None  # the session has it now
-                if outcome.reply.text:
-                    yield Text(outcome.reply.text)
-            yield Ended(self._result(outcome, session, session_id, started_at))
+                if text:
+                    yield Text(text)
+            result = self._result(outcome, session, session_id, started_at)
+            yield Ended(
+                replace(result, reply=text, final_message=text, reply_dropped_bytes=dropped)
+            )
         finally:
             del self._running[session_id]
             await _abandon(running.task, self.cancel_grace)
@@ -285,6 +293,14 @@ class InProcessDriver:
         await asyncio.wait({task}, timeout=self.cancel_grace)
         evidence: TerminalEvidence = "cancel_response" if task.done() else "timeout"
         return _Outcome(Ending("cancelled", "cancelled", evidence))
+
+    def _capped(self, text: str) -> tuple[str, int]:
+        """``text`` cut to the reply cap, and the UTF-8 bytes cut off."""
+        cap = self.max_reply_bytes
+        if cap is None or len(text) <= cap // 4:  # surely within the cap
+            return text, 0
+        kept = utf8_head(text, cap)
+        return kept, utf8_size(text) - utf8_size(kept)
 
     def _result(
         self,

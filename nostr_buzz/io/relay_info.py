@@ -12,7 +12,9 @@ document travels over plain HTTP, which is no weaker than the relay's own unencr
 The document's ``limitation`` object is read by :func:`relay_limits`: ``max_message_length``
 (the longest frame the relay takes: a longer reply is split into parts that fit, docs/bot.md),
 ``max_content_length``, ``max_subscriptions`` and ``auth_required`` (recorded for the pool).
-Values that are not positive integers (or booleans) are ignored.
+Values that are not positive integers (or booleans) are ignored.  A relay whose limits leave a
+reply's part less room than the part floor (``bot/outputs.py`` ``PART_FLOOR``) is skipped for
+that reply rather than sent a flood of tiny parts (:meth:`RelayLimits.room`).
 """
 
 from __future__ import annotations
@@ -86,6 +88,16 @@ class RelayLimits:
     max_content_length: int | None = None
     max_subscriptions: int | None = None
     auth_required: bool = False
+
+    def room(self, empty_frame: int) -> int | None:
+        """Content bytes one event can carry here: at most ``max_content_length``, and what
+        ``max_message_length`` leaves beside the event's ``["EVENT", …]`` frame with no
+        content (``empty_frame`` bytes); None when neither is announced."""
+        rooms = [self.max_content_length]
+        if self.max_message_length is not None:
+            rooms.append(self.max_message_length - empty_frame)
+        announced = [room for room in rooms if room is not None]
+        return min(announced) if announced else None
 
 
 def limits_of(document: object) -> RelayLimits:

@@ -235,7 +235,7 @@ class HostileRelay:
         await self._send(ws, ["EOSE", sub])
 
 
-def _nip11_responder(document: dict[str, Any] | None) -> Any:
+def nip11_responder(document: dict[str, Any] | None) -> Any:
     """A ``process_request`` hook that answers NIP-11 requests with ``document``."""
 
     def respond(connection: ServerConnection, request: Any) -> Any:
@@ -260,7 +260,7 @@ async def hostile_relay(
         0,
         max_size=None,
         compression=None,
-        process_request=_nip11_responder(nip11),
+        process_request=nip11_responder(nip11),
     ) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         relay.url = f"ws://127.0.0.1:{port}"

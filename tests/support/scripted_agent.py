@@ -2,9 +2,11 @@
 
 It logs every message it receives before it answers, so a test can check exactly what went on
 the wire.  ``Scripted(tmp, config)`` writes the program and its config into a test's folder.
-A turn's ``ask`` (a tool title) makes the agent ask ``session/request_permission`` for that tool
-first and run it only when an allow option is chosen (:meth:`Scripted.tools_run` lists what ran);
-``asks`` (a list of titles) asks for each in turn, each once the previous one is answered.
+A turn's ``stream`` (``{"bytes": N, "count": M}``) makes the agent stream M text chunks of N
+bytes each before the rest of the turn (a flood of reply text).  A turn's ``ask`` (a tool
+title) makes the agent ask ``session/request_permission`` for that tool first and run it only
+when an allow option is chosen (:meth:`Scripted.tools_run` lists what ran); ``asks`` (a list
+of titles) asks for each in turn, each once the previous one is answered.
 """
 
 from __future__ import annotations
@@ -65,6 +67,15 @@ async def run_prompt(msg):
         script = {"updates": script.get("updates", []), "then": "exit"}
     for title in script.get("asks", [script["ask"]] if "ask" in script else []):
         await ask_permission(sid, title)
+    stream = script.get("stream")
+    if stream:  # hostile: `count` text chunks of `bytes` bytes each, as fast as the pipe goes
+        text = "x" * (stream["bytes"] - 1) + "\n"
+        upd = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+        line = json.dumps({"jsonrpc": "2.0", "method": "session/update",
+                           "params": {"sessionId": sid, "update": upd}}) + "\n"
+        for _ in range(stream["count"]):
+            sys.stdout.write(line)
+        sys.stdout.flush()
     for upd in script.get("updates", []):
         update(sid, upd)
     then = script.get("then", "answer")

@@ -19,6 +19,8 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from tests.support.hostile_relay import nip11_responder
+
 
 class Conn:
     """One client connection, as the script sees it."""
@@ -86,10 +88,21 @@ def serving(events: list[Any]) -> Script:
 
 @asynccontextmanager
 async def scripted_relay(
-    script: Script = _ignore, on_connect: OnConnect | None = None
+    script: Script = _ignore,
+    on_connect: OnConnect | None = None,
+    *,
+    document: dict[str, Any] | None = None,
 ) -> AsyncIterator[ScriptedRelay]:
+    """The relay; ``document``: the NIP-11 information document it serves over HTTP."""
     relay = ScriptedRelay(script, on_connect)
-    async with serve(relay.handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
+    async with serve(
+        relay.handler,
+        "127.0.0.1",
+        0,
+        max_size=None,
+        compression=None,
+        process_request=nip11_responder(document),
+    ) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         relay.url = f"ws://127.0.0.1:{port}"
         yield relay

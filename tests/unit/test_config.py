@@ -331,6 +331,8 @@ def _sample(setting: Setting) -> tuple[str, object]:
         return f"{PUB_HEX}, {NPUB}", (PUB_HEX, NPUB)
     if setting.name == "signer.bunker":
         return BUNKER_ENV, BUNKER_ENV
+    if setting.name == "agent.max_reply_bytes":  # bounded: 4096 to 1 MiB
+        return "8192", 8192
     base = setting.base
     if get_origin(base) is Literal:
         choice = get_args(base)[-1]
@@ -359,6 +361,8 @@ def _flag_sample(setting: Setting, env_value: object) -> tuple[object, object]:
         return [PUB_HEX], (PUB_HEX,)
     if setting.name == "signer.bunker":
         return BUNKER_FLAG, BUNKER_FLAG
+    if setting.name == "agent.max_reply_bytes":
+        return 16384, 16384
     if get_origin(base) is Literal:
         choice = next(c for c in get_args(base) if c != env_value)
         return choice, choice

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -260,6 +261,31 @@ def test_text_after_a_tool_call_starts_a_paragraph_and_a_new_message_resets_the_
     assert s.run_id == "run-1"
 
 
+def test_text_past_the_reply_cap_is_counted_and_dropped_as_it_arrives() -> None:
+    s = Session(GENERIC, T, max_reply_bytes=8)
+    s.receive(PromptSent(), 0.0)
+    reported = [s.receive(Text(t, "m1"), 1.0) for t in ("héllo", "wörld!", "more", "é")]
+    record = s.turn
+    assert record is not None
+    # 6 + 7 = 13 bytes > 8: "w" is kept, not "wö" (9 bytes): never half of a character.
+    assert record.reply == "héllow" and "".join(record.final) == "héllow"
+    assert (record.kept, record.dropped) == (7, 6 + 4 + 2)
+    # What goes on to the turn's stream is what was kept, never the dropped text.
+    texts = [a.fact.text for acts in reported for a in acts if isinstance(a, Report)]  # type: ignore[attr-defined]
+    assert texts == ["héllo", "w", "", ""]
+    s.receive(PromptAnswered("end_turn"), 2.0)
+    ending, _ = s.settle(SPENT, 2.0)
+    now = datetime.now(UTC)
+    result = record.result(ending, SPENT, 1, "sess", now, now)
+    assert result.reply == "héllow" and result.reply_dropped_bytes == 12
+
+
+def test_without_a_cap_every_byte_is_kept() -> None:
+    s = session(PromptSent())
+    s.receive(Text("x" * 100_000), 1.0)
+    assert s.turn is not None and len(s.turn.reply) == 100_000 and s.turn.dropped == 0
+
+
 # (name, profile, facts of the turn, usage, seconds, settled ending, retire?)
 SETTLEMENTS = [
     ("an answer keeps the session", GENERIC, (), SPENT, 1.0, OK, False),
@@ -389,6 +415,20 @@ def test_a_steer_that_starts_the_agents_own_turn() -> None:
     s.end_own()
     assert s.begin_own() is None
     s.receive(PromptSent(), 5.0)
+
+
+def test_text_held_for_a_steers_answer_is_capped_too() -> None:
+    s = Session(GENERIC, T, max_reply_bytes=8)
+    for fact in (PromptSent(), SteerSent(), PromptAnswered("end_turn")):
+        s.receive(fact, 1.0)
+    for _ in range(1000):  # a flood while the steer's answer is awaited
+        s.receive(Text("0123456789"), 2.0)
+    assert [f.text for f in s.held] == ["01234567"]  # type: ignore[attr-defined]
+    s.receive(SteerAnswered("started_new_turn"), 3.0)
+    s.settle(SPENT, 3.0)
+    own = s.begin_own()
+    assert own is not None and own.reply == "01234567"
+    assert own.dropped == 1000 * 10 - 8
 
 
 def test_a_steer_answered_otherwise_gives_the_held_updates_to_the_prompt() -> None:

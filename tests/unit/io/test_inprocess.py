@@ -128,6 +128,15 @@ async def test_a_reply_is_the_turns_text_usage_and_model() -> None:
     assert records[0][2]["agentName"] == "Echo"
 
 
+async def test_a_reply_past_the_cap_is_cut_and_the_cut_counted() -> None:
+    driver, session = await started(Echo(), max_reply_bytes=8)
+    facts = await run(driver, session, "ünïcode")  # "echo ünïcode": 14 bytes
+    assert facts[1] == Text("echo ün")  # 8 bytes, never half of "ï"
+    result = ended(facts)
+    assert result.reply == result.final_message == "echo ün"
+    assert result.reply_dropped_bytes == 6
+
+
 async def test_an_exception_fails_the_turn_with_its_class_and_the_retry_gets_the_standing() -> None:
     class Flaky(Echo):
         async def prompt(self, turn: AgentTurn) -> AgentReply:
