@@ -147,6 +147,13 @@ def _reporter(
     return report
 
 
+def _policy(permission: Literal["allow", "reject"] | PermissionPolicy) -> PermissionPolicy:
+    """The policy a driver's ``permission`` names: its own, or one of the two plain ones."""
+    if permission == "allow":
+        return allow_during_turn
+    return reject_always if permission == "reject" else permission
+
+
 class AgentDriver:
     """One ACP agent subprocess; see the module docstring.
 
@@ -198,17 +205,15 @@ class AgentDriver:
         self._cwd = cwd
         self.timeouts = Timeouts(idle_timeout, hard_timeout, cancel_grace)
         self.request_timeout = request_timeout
-        policy: PermissionPolicy = (
-            allow_during_turn
-            if permission == "allow"
-            else reject_always
-            if permission == "reject"
-            else permission
-        )
         self.usage = usage if usage is not None else UsageTracker()
-        generation = lambda: self.agent.generation  # noqa: E731
-        self.hub = SessionHub(self.usage, self.timeouts, policy, on_diagnostic, generation)
-        self.hub.max_reply_bytes = max_reply_bytes
+        self.hub = SessionHub(
+            self.usage,
+            self.timeouts,
+            _policy(permission),
+            on_diagnostic,
+            lambda: self.agent.generation,
+            max_reply_bytes,
+        )
         self._clock = clock
         self._info: AgentInfo | None = None
         self._own_started: dict[str, datetime] = {}
