@@ -11,9 +11,16 @@ from typing import Final, cast
 
 import msgspec
 
-from nostr_buzz.config import ConfigSources, Permissions, ReplyMode, state_directory
-from nostr_buzz.core.budget import Caps
-from nostr_buzz.core.gate import AuthorGate, InFlightPolicy, Shard, shard_of
+from nostr_buzz.config import (
+    ConfigSources,
+    check_channels,
+    check_gate_allowlist,
+    check_given,
+    state_directory,
+)
+from nostr_buzz.core.budget import CAP_NAMES, Caps
+from nostr_buzz.core.choices import AuthorGate, InFlightPolicy, Permissions, ReplyMode
+from nostr_buzz.core.gate import Shard, shard_of
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
 from nostr_buzz.errors import ConfigError
@@ -27,6 +34,30 @@ __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
 
 #: PluginConfig's ``signer`` until ``__post_init__`` makes one from ``agent_secret``.
 _NO_SIGNER: Final = cast(Signer, None)
+
+
+#: PluginConfig's fields that ``buzz.toml`` also gives, and the file's name for each: a value
+#: given in Python is checked as the file's would be (docs/bot.md, "Values are checked where
+#: they are given").
+_AS_IN_FILE: Final = {
+    "permissions": "agent.permissions",
+    "ask_timeout": "agent.ask_timeout",
+    "channels": "subscriptions.channels",
+    "kinds": "subscriptions.kinds",
+    "mentions_required": "subscriptions.mentions_required",
+    "plaintext_dm": "subscriptions.plaintext_dm",
+    "clock_skew": "subscriptions.clock_skew",
+    "gate": "gate.mode",
+    "in_flight": "in_flight",
+    "context_message_limit": "context_message_limit",
+    "reply_mode": "reply_mode",
+    "relay_timeout": "timeouts.relay",
+    "relay_grace": "timeouts.grace",
+    "idle_timeout": "timeouts.idle",
+    "hard_timeout": "timeouts.hard",
+    "max_recipients": "private.max_recipients",
+    "give_up_after": "outbox.give_up_after",
+}
 
 
 def parse_shard(text: str) -> Shard:
@@ -118,6 +149,7 @@ class PluginConfig:
     retrieval: Retrieval = BUZZ_RETRIEVAL
 
     def __post_init__(self) -> None:
+        self._check_values()
         for url in self.local_relays:
             check_relay_url(url)  # RelayError naming it
         secret, signer = self.agent_secret, cast(Signer | None, self.signer)
@@ -130,6 +162,17 @@ class PluginConfig:
         elif secret is not None and not _signs_as(signer, secret):
             # (dataclasses.replace passes both back: the LocalSigner made from the same key)
             raise ConfigError("PluginConfig takes agent_secret or signer, not both")
+
+    def _check_values(self) -> None:
+        """Every value ``buzz.toml`` would check, checked the same way (a misspelt gate mode
+        would otherwise admit everyone): a :class:`ConfigError` naming the field, the choices
+        or the rule, and the value."""
+        for name, setting in _AS_IN_FILE.items():
+            check_given(setting, getattr(self, name), f"PluginConfig {name}")
+        for cap in (*CAP_NAMES, "action"):
+            check_given(f"budget.{cap}", getattr(self.budget, cap), f"PluginConfig budget.{cap}")
+        check_gate_allowlist(self.gate, self.allowlist, "PluginConfig")
+        check_channels(self.channels, "PluginConfig channels")
 
     def __repr__(self) -> str:  # never the secret key
         return (

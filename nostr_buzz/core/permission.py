@@ -22,6 +22,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from nostr_buzz.core.choices import Permissions
+
 __all__ = [
     "OwnerAnswer",
     "Part",
@@ -33,8 +35,8 @@ __all__ = [
     "decide",
 ]
 
-#: ``[agent] permissions``.
-Policy = Literal["owner", "allow", "reject", "ask"]
+#: ``[agent] permissions`` (:mod:`nostr_buzz.core.choices`).
+Policy = Permissions
 #: Where a non-owner's words were found: the turn's batch, its cancelled (interrupted) events,
 #: a steer sent into it, or an earlier turn of the agent session.
 Part = Literal["batch", "cancelled", "steer", "session"]

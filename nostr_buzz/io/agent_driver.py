@@ -94,6 +94,7 @@ from nostr_buzz.acp.types import (
     SteerOutcome,
     TurnResult,
 )
+from nostr_buzz.core.choices import check_choice
 from nostr_buzz.core.usage import UsageTracker
 from nostr_buzz.errors import AgentError
 from nostr_buzz.io import agent_open
@@ -196,6 +197,8 @@ class AgentDriver:
         self._cwd = cwd
         self.timeouts = Timeouts(idle_timeout, hard_timeout, cancel_grace)
         self.request_timeout = request_timeout
+        if isinstance(permission, str):  # any other word would be called as a policy
+            check_choice(permission, ("allow", "reject"), "AgentDriver permission")
         policy: PermissionPolicy = (
             allow_during_turn
             if permission == "allow"
