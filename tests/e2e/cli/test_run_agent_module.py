@@ -60,7 +60,7 @@ def test_a_file_planted_next_to_the_agent_module_is_not_importable_by_the_bot(
         try:
             assert bot.stderr is not None
             stderr = Lines(bot.stderr)
-            stderr.until("buzz: agent ")
+            stderr.until("buzz: agent ", timeout=60)  # a loaded machine starts slowly
             owner_env = {"BUZZ_RELAYS": relay, "BUZZ_PRIVATE_KEY": OWNER.bech32}
             to_eng = ["messages", "send", "--channel", "eng", "--mention", AGENT.public_key.hex]
             sent = buzz(*to_eng, "are you there?", env=owner_env)
