@@ -29,6 +29,7 @@ from nostr_buzz.core.choices import (
     Permissions,
     ReplyMode,
     check_choice,
+    refuse_choice,
 )
 from nostr_buzz.errors import (
     SECRET_HINT,
@@ -864,10 +865,7 @@ class ConfigSources:
             for known in PERMISSIONS:
                 if flag.strip().lower() == known:
                     return known
-            shown = flag.strip()[:20]
-            raise ConfigError(
-                f"--permissions: expected one of {', '.join(PERMISSIONS)}, got {shown!r}"
-            )
+            refuse_choice(flag.strip(), PERMISSIONS, "--permissions")
         return self.file.agent.permissions
 
     def state_dir(self, flag: str | None = None) -> Path:

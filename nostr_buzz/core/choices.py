@@ -13,7 +13,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final, Literal, get_args
+from typing import Final, Literal, NoReturn, get_args
 
 from nostr_buzz.errors import ConfigError, describe_input
 
@@ -25,6 +25,7 @@ __all__ = [
     "Permissions",
     "ReplyMode",
     "check_choice",
+    "refuse_choice",
 ]
 
 #: Whose events start a turn: the owner's only, the owner's and an allowlist's, anyone's.
@@ -57,6 +58,12 @@ def check_choice(value: object, choices: Sequence[str], where: str) -> str:
     :class:`ConfigError` that says ``where``, the choices and the value given."""
     if isinstance(value, str) and value in choices:
         return value
+    refuse_choice(value, choices, where)
+
+
+def refuse_choice(value: object, choices: Sequence[str], where: str) -> NoReturn:
+    """The :class:`ConfigError` for a value that is none of ``choices``; the value is shown
+    cut short, and never when it looks like a secret key."""
     if isinstance(value, str):
         shown = describe_input(value, limit=40, hex_may_be_secret=True)
     else:
