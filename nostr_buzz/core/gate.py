@@ -100,7 +100,8 @@ class Gate:
     """What the gate decides with: the agent's and the owner's keys (hex), the subscribed
     ``kinds`` and ``channels`` (empty: every channel), whether a mention is required, whose
     events count (``mode``, ``allowlist``), this process's ``shard`` and whether a plaintext
-    kind 9 outside any channel is served as a direct message (``plaintext_dm``)."""
+    kind 9 outside any channel is served as a direct message (``plaintext_dm``).  A ``mode``
+    other than :data:`~nostr_buzz.core.choices.AuthorGate`'s is a ``ConfigError`` here."""
 
     agent: str  # hex pubkeys
     owner: str
