@@ -14,14 +14,23 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import msgspec
 
-from nostr_buzz.core.gate import AuthorGate, InFlightPolicy
+from nostr_buzz.core.choices import (
+    CHOICES,
+    AuthorGate,
+    BudgetAction,
+    InFlightPolicy,
+    Permissions,
+    ReplyMode,
+    check_choice,
+    refuse_choice,
+)
 from nostr_buzz.errors import (
     SECRET_HINT,
     ConfigError,
@@ -53,6 +62,10 @@ __all__ = [
     "SignerSection",
     "SubscriptionsSection",
     "TimeoutsSection",
+    "check_channels",
+    "check_gate_allowlist",
+    "check_given",
+    "check_setting",
     "load_config_file",
     "parse_bunker",
     "parse_env_names",
@@ -69,14 +82,8 @@ ENV_OWNER: Final = "BUZZ_OWNER"
 ENV_CONFIG: Final = "BUZZ_CONFIG"
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-#: How the agent's permission requests (run a command, edit a file) are answered: ``owner``
-#: approves only while a turn runs whose triggering events are all the owner's; ``allow``
-#: approves during any turn; ``reject`` never approves; ``ask`` asks the owner by NIP-17 DM for
-#: each request (so does ``owner`` when someone else's words reached the session), and only the
-#: owner's ``!allow CODE`` approves.  Outside a turn: always rejected.
-Permissions = Literal["owner", "allow", "reject", "ask"]
-PERMISSIONS: Final[tuple[Permissions, ...]] = ("owner", "allow", "reject", "ask")
-ReplyMode = Literal["auto", "agent"]
+#: ``[agent] permissions``' choices (:data:`nostr_buzz.core.choices.Permissions`).
+PERMISSIONS: Final[tuple[Permissions, ...]] = get_args(Permissions)
 Direction = Literal["read", "write"]
 
 #: ``[agent] max_reply_bytes``: its default (256 KiB, a long model answer) and bounds (one
@@ -88,7 +95,6 @@ MAX_REPLY_BYTES: Final = 1 << 20
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
 _Kind = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 _Cost = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
-BudgetAction = Literal["warn", "stop"]
 
 
 class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -333,6 +339,12 @@ def _check_agent(config: BuzzConfig, where: str) -> None:
         raise ConfigError(f"{where}: agent.user must be the name of an OS user other than root")
 
 
+def check_gate_allowlist(mode: str, allowlist: Collection[str], where: str) -> None:
+    """``allowlist`` mode with nobody on the list is a mistake, not "the owner only"."""
+    if mode == "allowlist" and not allowlist:
+        raise ConfigError(f'{where}: gate.mode = "allowlist" needs a non-empty gate.allowlist')
+
+
 def _validate(config: BuzzConfig, where: str) -> None:
     """Checks the types alone cannot express."""
     for name in ("relays", "read_relays", "write_relays"):
@@ -357,20 +369,32 @@ def _validate(config: BuzzConfig, where: str) -> None:
     for i, key in enumerate(config.gate.trusted):
         _check_public_key(key, f"{where}: gate.trusted[{i}]")
     _check_agent(config, where)
-    if config.gate.mode == "allowlist" and not config.gate.allowlist:
-        raise ConfigError(f'{where}: gate.mode = "allowlist" needs a non-empty gate.allowlist')
+    check_gate_allowlist(config.gate.mode, config.gate.allowlist, where)
     parse_env_names(config.agent.pass_env, source=f"{where}: agent.pass_env")
-    for i, channel_id in enumerate(config.subscriptions.channels):
+    check_channels(config.subscriptions.channels, f"{where}: subscriptions.channels")
+
+
+def check_channels(channels: Iterable[str], where: str) -> None:
+    """Channel ids (``h`` tag values) to subscribe to, each a valid one."""
+    for i, channel_id in enumerate(channels):
         if looks_secret(channel_id):
-            raise ConfigError(
-                f"{where}: subscriptions.channels[{i}]: expected a channel id; the value "
-                f"{SECRET_HINT}"
-            )
+            raise ConfigError(f"{where}[{i}]: expected a channel id; the value {SECRET_HINT}")
         if not is_valid_channel_id(channel_id):
             raise ConfigError(
-                f"{where}: subscriptions.channels[{i}] is not a valid channel id "
-                "(1-128 characters from A-Z a-z 0-9 _ -)"
+                f"{where}[{i}] is not a valid channel id (1-128 characters from A-Z a-z 0-9 _ -)"
             )
+
+
+def _check_choices(raw: Mapping[str, Any], where: str) -> None:
+    """Each enumerated setting the file gives, against :data:`CHOICES` (the message names
+    them all, as for a flag, a variable or a value given in Python)."""
+    for name, choices in CHOICES.items():
+        *sections, leaf = name.split(".")
+        table: Any = raw
+        for section in sections:
+            table = table.get(section) if isinstance(table, dict) else None
+        if isinstance(table, dict) and leaf in table:
+            check_choice(table[leaf], choices, f"{where}: {name}")
 
 
 def load_config_file(path: str | Path) -> BuzzConfig:
@@ -391,6 +415,7 @@ def load_config_file(path: str | Path) -> BuzzConfig:
     unknown = _unknown_keys(BuzzConfig, raw, "")
     if unknown:
         raise ConfigError(f"{where}: unknown key(s): {', '.join(unknown)}")
+    _check_choices(raw, where)
     try:
         config = msgspec.convert(raw, BuzzConfig)
     except msgspec.ValidationError as exc:
@@ -550,11 +575,28 @@ def check_setting(setting: Setting, value: Any, source: str) -> Any:
     """``value`` converted to the setting's type; a :class:`ConfigError` naming ``source``."""
     if isinstance(value, list) and get_origin(setting.base) is dict:
         value = _pairs(value, source)
+    if setting.name in CHOICES:
+        return check_choice(value, CHOICES[setting.name], source)
     try:
         return msgspec.convert(value, setting.type, strict=False)
     except msgspec.ValidationError as exc:
         detail = str(exc).replace(" - at `$`", "").split(" - at `$")[0]
         raise ConfigError(f"{source}: {detail}") from None
+
+
+def check_given(name: str, value: Any, where: str) -> None:
+    """A value for setting ``name`` given in Python (a :class:`~nostr_buzz.bot.config.
+    PluginConfig` field), checked as the file's would be but strictly: nothing is converted,
+    so a value that would need converting is refused too."""
+    setting = SETTINGS_BY_NAME[name]
+    if name in CHOICES:
+        check_choice(value, CHOICES[name], where)
+        return
+    try:
+        msgspec.convert(value, setting.type, strict=True)
+    except msgspec.ValidationError as exc:
+        detail = str(exc).replace(" - at `$`", "").split(" - at `$")[0]
+        raise ConfigError(f"{where}: {detail}") from None
 
 
 def _pairs(items: Iterable[str], source: str) -> dict[str, str]:
@@ -837,10 +879,7 @@ class ConfigSources:
             for known in PERMISSIONS:
                 if flag.strip().lower() == known:
                     return known
-            shown = flag.strip()[:20]
-            raise ConfigError(
-                f"--permissions: expected one of {', '.join(PERMISSIONS)}, got {shown!r}"
-            )
+            refuse_choice(flag.strip(), PERMISSIONS, "--permissions")
         return self.file.agent.permissions
 
     def state_dir(self, flag: str | None = None) -> Path:

@@ -9,7 +9,9 @@ agent gets the profile of the first known adapter its ``initialize`` name mentio
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Final, Literal
+from typing import Final, Literal, get_args
+
+from nostr_buzz.core.choices import check_choice
 
 from .types import AgentInfo, ReopenMethod, StandingStrategy
 
@@ -73,6 +75,11 @@ class AdapterProfile:
     #: sessions are known not to hold their history (docs/acp-adapters.md, "Sessions that
     #: survive a restart").
     resumes_sessions: bool = True
+
+    def __post_init__(self) -> None:
+        if self.standing is not None:
+            check_choice(self.standing, get_args(StandingStrategy), "AdapterProfile standing")
+        check_choice(self.usage, get_args(UsageMeaning), "AdapterProfile usage")
 
 
 GENERIC: Final = AdapterProfile("generic")

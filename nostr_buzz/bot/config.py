@@ -13,15 +13,15 @@ import msgspec
 
 from nostr_buzz.config import (
     DEFAULT_REPLY_BYTES,
-    MAX_REPLY_BYTES,
-    MIN_REPLY_BYTES,
     ConfigSources,
-    Permissions,
-    ReplyMode,
+    check_channels,
+    check_gate_allowlist,
+    check_given,
     state_directory,
 )
-from nostr_buzz.core.budget import Caps
-from nostr_buzz.core.gate import AuthorGate, InFlightPolicy, Shard, shard_of
+from nostr_buzz.core.budget import CAP_NAMES, Caps
+from nostr_buzz.core.choices import AuthorGate, InFlightPolicy, Permissions, ReplyMode
+from nostr_buzz.core.gate import Shard, shard_of
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
 from nostr_buzz.errors import ConfigError
@@ -35,6 +35,32 @@ __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
 
 #: PluginConfig's ``signer`` until ``__post_init__`` makes one from ``agent_secret``.
 _NO_SIGNER: Final = cast(Signer, None)
+
+
+#: PluginConfig's fields that ``buzz.toml`` also gives, and the file's name for each: a value
+#: given in Python is checked as the file's would be (docs/bot.md, "Values are checked where
+#: they are given").
+_AS_IN_FILE: Final = {
+    "permissions": "agent.permissions",
+    "ask_timeout": "agent.ask_timeout",
+    "max_questions": "agent.max_questions",
+    "max_reply_bytes": "agent.max_reply_bytes",
+    "channels": "subscriptions.channels",
+    "kinds": "subscriptions.kinds",
+    "mentions_required": "subscriptions.mentions_required",
+    "plaintext_dm": "subscriptions.plaintext_dm",
+    "clock_skew": "subscriptions.clock_skew",
+    "gate": "gate.mode",
+    "in_flight": "in_flight",
+    "context_message_limit": "context_message_limit",
+    "reply_mode": "reply_mode",
+    "relay_timeout": "timeouts.relay",
+    "relay_grace": "timeouts.grace",
+    "idle_timeout": "timeouts.idle",
+    "hard_timeout": "timeouts.hard",
+    "max_recipients": "private.max_recipients",
+    "give_up_after": "outbox.give_up_after",
+}
 
 
 def parse_shard(text: str) -> Shard:
@@ -132,9 +158,7 @@ class PluginConfig:
     max_reply_bytes: int = DEFAULT_REPLY_BYTES
 
     def __post_init__(self) -> None:
-        if type(self.max_questions) is not int or not 1 <= self.max_questions <= 100:
-            raise ConfigError(f"max_questions: expected 1 to 100, got {self.max_questions!r}")
-        _check_reply_cap(self.max_reply_bytes)
+        self._check_values()
         for url in self.local_relays:
             check_relay_url(url)  # RelayError naming it
         secret, signer = self.agent_secret, cast(Signer | None, self.signer)
@@ -147,6 +171,17 @@ class PluginConfig:
         elif secret is not None and not _signs_as(signer, secret):
             # (dataclasses.replace passes both back: the LocalSigner made from the same key)
             raise ConfigError("PluginConfig takes agent_secret or signer, not both")
+
+    def _check_values(self) -> None:
+        """Every value ``buzz.toml`` would check, checked the same way (a misspelt gate mode
+        would otherwise admit everyone): a :class:`ConfigError` naming the field, the choices
+        or the rule, and the value."""
+        for name, setting in _AS_IN_FILE.items():
+            check_given(setting, getattr(self, name), f"PluginConfig {name}")
+        for cap in (*CAP_NAMES, "action"):
+            check_given(f"budget.{cap}", getattr(self.budget, cap), f"PluginConfig budget.{cap}")
+        check_gate_allowlist(self.gate, self.allowlist, "PluginConfig")
+        check_channels(self.channels, "PluginConfig channels")
 
     def __repr__(self) -> str:  # never the secret key
         return (
@@ -257,15 +292,6 @@ def _agent_secret(
             f"the agent's key is held by a signer: give no secret key ({sources.KEY_SOURCES})"
         )
     return None
-
-
-def _check_reply_cap(value: object) -> None:
-    """``max_reply_bytes`` is checked as buzz.toml checks ``[agent] max_reply_bytes``."""
-    if type(value) is not int or not MIN_REPLY_BYTES <= value <= MAX_REPLY_BYTES:
-        raise ConfigError(
-            f"PluginConfig max_reply_bytes: expected a whole number of bytes from "
-            f"{MIN_REPLY_BYTES} to {MAX_REPLY_BYTES}, got {value!r}"
-        )
 
 
 def _signs_as(signer: Signer, secret: SecretKey) -> bool:

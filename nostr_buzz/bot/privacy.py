@@ -15,6 +15,7 @@ from typing import Any, Final
 __all__ = [
     "AGENT_TEXT_KINDS",
     "TOOL_KINDS",
+    "agent_error_class",
     "private_driver_payload",
     "result_error_class",
     "tool_kind",
@@ -58,6 +59,16 @@ def result_error_class(error: str | None, terminal_evidence: str) -> str:
     if match is not None:
         return f"JSON-RPC error {int(match.group(1))}"
     return terminal_evidence
+
+
+def agent_error_class(error: str) -> str:
+    """The class of an :class:`~nostr_buzz.errors.AgentError`'s message (a refused session,
+    say): the JSON-RPC error code the agent answered with, ``timeout``, else ``error``.  The
+    message quotes the agent's own text, which may repeat what a private turn told it."""
+    match = _JSON_RPC_CODE.search(error)
+    if match is not None:
+        return f"JSON-RPC error {int(match.group(1))}"
+    return "timeout" if "no answer in time" in error else "error"
 
 
 def _exception_class(text: object) -> str:

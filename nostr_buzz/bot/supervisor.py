@@ -49,7 +49,7 @@ from nostr_buzz.io.inprocess import InProcessDriver, load_agent
 from nostr_buzz.nips import nip10
 
 from .config import PluginConfig
-from .privacy import AGENT_TEXT_KINDS, private_driver_payload
+from .privacy import AGENT_TEXT_KINDS, agent_error_class, private_driver_payload
 from .receipts import SessionReceipt, SessionReceipts, resume_refusal
 
 __all__ = [
@@ -350,11 +350,15 @@ class AgentSupervisor:
                 )
             except AgentError as exc:
                 why, error = "refused", str(exc)
+                if nip10.is_private_channel(queue_channel):  # the class only: no agent text
+                    error = agent_error_class(error)
         if why is not None:
             receipts.drop(queue_channel)
             payload = {"adapterSessionId": receipt.session_id, "reason": why}
             self._diagnostics.emit(
-                "session_not_resumed", payload={**payload, **({"error": error} if error else {})}
+                "session_not_resumed",
+                channel_id=queue_channel,
+                payload={**payload, **({"error": error} if error else {})},
             )
             return None
         session = self._session(start, receipt.standing)

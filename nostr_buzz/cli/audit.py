@@ -22,7 +22,8 @@ goes to stderr):
        "metrics": [{"eventId", "agent", "timestamp", "channelId", "manifestHash",
                     "manifestValid", "ok",
                     "layers": [{"order", "layer", "version", "verdict", "detail", "kind",
-                                "author", "servedBy", "forgers"}]}],
+                                "author", "servedBy", "forgers"}],
+                    "channel": {"actor", "verdict", "detail"}|null}],
        "verdicts": {verdict: n}, "ok": bool}
 
 Exit codes (docs/cli.md): 0 every layer that names an event verified; 4 a layer's event is
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Annotated, Final, Literal
 
 import msgspec
@@ -66,12 +67,13 @@ from nostr_buzz.cli.metrics import (
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import BuzzConfig
 from nostr_buzz.core.audit import Authority, MetricAudit, audit_metric, event_ids
-from nostr_buzz.core.gate import Gate, refusal
+from nostr_buzz.core.gate import Gate, author_refusal, refusal
 from nostr_buzz.core.metrics_report import OpenedMetric, open_metric
 from nostr_buzz.io.audit import look_up_events
 from nostr_buzz.io.fetch import fetch_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip19 import EventRef
 
 Format = Literal["table", "json"]
@@ -88,9 +90,12 @@ def _hex_keys(keys: Sequence[str]) -> frozenset[str]:
     return frozenset(PublicKey.from_str(k).hex for k in keys)
 
 
-def authority_for(file: BuzzConfig, owner: str, agent: str) -> Authority:
+def authority_for(
+    file: BuzzConfig, owner: str, agent: str, agents: Collection[str] = ()
+) -> Authority:
     """Who counts for a turn of ``agent``: the gate ``buzz run`` would build from the same
-    configuration (``[gate]``, ``[subscriptions]``), with ``agent`` as the bot's key."""
+    configuration (``[gate]``, ``[subscriptions]``), with ``agent`` as the bot's key;
+    ``agents``: the owner's configured agents (hex)."""
     gate = Gate(
         agent=agent,
         owner=owner,
@@ -107,7 +112,16 @@ def authority_for(file: BuzzConfig, owner: str, agent: str) -> Authority:
         agent=agent,
         trusted=_hex_keys(file.gate.trusted),
         gate_refusal=lambda event: refusal(event, gate, known_agents),
+        private_refusal=lambda actor: private_refusal(actor, gate),
+        agent_known=agent in agents,
     )
+
+
+def private_refusal(actor: str, gate: Gate) -> str | None:
+    """Why the gate refuses every private message from ``actor`` (None: it admits them)."""
+    if PRIVATE_MESSAGE_KIND not in gate.kinds:
+        return "kind_not_subscribed"
+    return author_refusal(actor, gate)
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -154,6 +168,7 @@ async def _audit(
     owner: SecretKey,
     relays: Sequence[str],
     file: BuzzConfig,
+    agents: Sequence[str],
     timeout: float,
 ) -> list[MetricAudit]:
     pool = RelayPool(relays, secret=owner, timeout=timeout)
@@ -161,7 +176,7 @@ async def _audit(
     progress(f"asking {len(pool.urls)} relay(s) for {len(set(ids))} event(s)…")
     lookups = await look_up_events(ids, pool, timeout=timeout)
     me = owner.public_key.hex
-    return [audit_metric(m, lookups, authority_for(file, me, m.agent)) for m in metrics]
+    return [audit_metric(m, lookups, authority_for(file, me, m.agent, agents)) for m in metrics]
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -222,6 +237,9 @@ def render_table(audits: Sequence[MetricAudit]) -> str:
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         parts.append(_header(audit))
+        if audit.channel is not None:
+            word = _VERDICT_WORDS.get(audit.channel.verdict, audit.channel.verdict.upper())
+            parts.append(f"  channel: {word}: {one_line(audit.channel.detail, 400)}\n")
         parts.extend(
             "  "
             + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False))
@@ -241,6 +259,11 @@ def _failures(audits: Sequence[MetricAudit]) -> list[str]:
     for audit in audits:
         if audit.manifest_valid is False:
             lines.append(f"metric {audit.event_id}: the manifest's hash does not match its layers")
+        if audit.channel is not None and audit.channel.failed:
+            lines.append(
+                f"metric {audit.event_id}: channel {one_line(audit.channel_id or '', 80)}: "
+                f"{audit.channel.verdict}: {one_line(audit.channel.detail, 400)}"
+            )
         for layer in audit.layers:
             if layer.failed or layer.verdict == "unreachable":
                 lines.append(
@@ -269,9 +292,9 @@ def _forgeries(audits: Sequence[MetricAudit]) -> list[str]:
 
 def _exit_code(audits: Sequence[MetricAudit]) -> ExitCode:
     verdicts = _verdicts(audits)
-    if any(a.manifest_valid is False for a in audits) or any(
-        layer.failed for a in audits for layer in a.layers
-    ):
+    if any(
+        a.manifest_valid is False or (a.channel is not None and a.channel.failed) for a in audits
+    ) or any(layer.failed for a in audits for layer in a.layers):
         return ExitCode.VERIFICATION
     return ExitCode.NETWORK if verdicts["unreachable"] else ExitCode.OK
 
@@ -321,7 +344,7 @@ def audit_command(
     relays = cfg.require_relays(relay or (), direction="read")
     agents = cfg.agents(agent or ())
     metrics = _metrics(ref, owner, relays, agents, (start, end), timeout)
-    audits = run(_audit(metrics, owner, relays, cfg.file, timeout))
+    audits = run(_audit(metrics, owner, relays, cfg.file, agents, timeout))
     if ref is None and not audits:
         note("buzz: no metrics in this window")
     if fmt == "json":

@@ -18,7 +18,11 @@ relays (a :class:`Lookup`); :func:`audit_metric` then judges each layer:
 
 A NIP-17 private message's current instruction is named by its rumor's id: the rumor is never
 on a relay (only the gift wraps that carry it are), so a turn of a private channel
-(``dm-private-…``) reports that layer as ``private`` rather than failing.  A layer this module
+(``dm-private-{actor}``) reports that layer as ``private`` rather than failing.  Since no relay
+can vouch for such a turn, the metric itself must (:class:`ChannelAudit`): it passes only when
+it is signed by one of the owner's configured agents and the gate admits private messages from
+the channel's actor; otherwise anyone could encrypt a metric to the owner naming a private
+channel and have it audit clean.  A layer this module
 has no rule for whose version is an event id fails (``no_rule``): nothing here can say whose
 event it should be.  No I/O, no clock.
 """
@@ -45,6 +49,7 @@ __all__ = [
     "FAILED",
     "LAYER_RULES",
     "Authority",
+    "ChannelAudit",
     "LayerAudit",
     "LayerRule",
     "Lookup",
@@ -110,13 +115,16 @@ def is_event_version(version: str) -> bool:
 @dataclass(frozen=True)
 class Authority:
     """Who counts for one metric's turn: the owner, the agent that signed the metric, the
-    ``[gate] trusted`` keys (hex), and the gate's verdict on an event (its refusal reason, or
-    None when it admits the event)."""
+    ``[gate] trusted`` keys (hex), the gate's verdict on an event and on a private message from
+    an actor (its refusal reason, or None when it admits it), and whether the metric's signer
+    is one of the owner's configured agents (``agent_known``)."""
 
     owner: str
     agent: str
     trusted: frozenset[str]
     gate_refusal: Callable[[Event], str | None]
+    private_refusal: Callable[[str], str | None]
+    agent_known: bool
 
 
 @dataclass(frozen=True)
@@ -152,10 +160,25 @@ class LayerAudit(msgspec.Struct, frozen=True, rename="camel"):
         return self.verdict in FAILED
 
 
+class ChannelAudit(msgspec.Struct, frozen=True, rename="camel"):
+    """A private channel's metric, judged as a whole: ``private`` when one of the owner's
+    agents signed it and the gate admits private messages from ``actor`` (the channel's,
+    None when its name holds no key); else ``wrong_author`` or ``not_admitted``."""
+
+    actor: str | None
+    verdict: Verdict
+    detail: str
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in FAILED
+
+
 class MetricAudit(msgspec.Struct, frozen=True, rename="camel"):
     """One metric's audit: its manifest's layers, each judged; ``manifest_valid`` is None
-    without a manifest; ``ok`` when no layer failed, none was unreachable and the manifest's
-    hash matches its layers."""
+    without a manifest; ``channel`` is a private channel's verdict (None for any other);
+    ``ok`` when no layer failed, none was unreachable, the manifest's hash matches its layers
+    and a private channel's verdict is ``private``."""
 
     event_id: str
     agent: str
@@ -165,6 +188,7 @@ class MetricAudit(msgspec.Struct, frozen=True, rename="camel"):
     manifest_valid: bool | None
     layers: tuple[LayerAudit, ...]
     ok: bool
+    channel: ChannelAudit | None = None
 
 
 def _private(metric: OpenedMetric) -> bool:
@@ -260,6 +284,35 @@ def _judge(layer: Layer, rule: LayerRule, lookup: Lookup, authority: Authority) 
     return verdict("verified", detail, event)
 
 
+def _audit_channel(metric: OpenedMetric, authority: Authority) -> ChannelAudit | None:
+    """A private channel's metric: vouched for by its signer and its channel's actor, since
+    no relay holds what the turn answered."""
+    channel = metric.payload.channel_id
+    if channel is None or not nip10.is_private_channel(channel):
+        return None
+    actor = channel.removeprefix(nip10.PRIVATE_CHANNEL_PREFIX)
+    if _EVENT_ID.fullmatch(actor) is None:
+        return ChannelAudit(None, "not_admitted", "the private channel's name holds no key")
+    who = _who(actor, authority)
+    if not authority.agent_known:
+        return ChannelAudit(
+            actor,
+            "wrong_author",
+            f"signed by {_who(authority.agent, authority)}, which is not one of your agents "
+            "(agents in buzz.toml or --agent): a private conversation is on no relay, so only "
+            "your own agent's metric can vouch for one",
+        )
+    reason = authority.private_refusal(actor)
+    if reason is not None:
+        verdict: Verdict = "wrong_author" if reason in _AUTHOR_REASONS else "not_admitted"
+        return ChannelAudit(
+            actor, verdict, f"a private conversation with {who}: the gate refuses it ({reason})"
+        )
+    return ChannelAudit(
+        actor, "private", f"a private conversation with {who}, which the gate admits"
+    )
+
+
 def _audit_layer(
     layer: Layer, lookups: Mapping[str, Lookup], authority: Authority, private: bool
 ) -> LayerAudit:
@@ -291,7 +344,9 @@ def audit_metric(
     private = _private(metric)
     audits = tuple(_audit_layer(layer, lookups, authority, private) for layer in layers)
     valid = None if manifest is None else manifest.hash_matches()
+    channel = _audit_channel(metric, authority)
     ok = valid is not False and not any(a.failed or a.verdict == "unreachable" for a in audits)
+    ok = ok and not (channel is not None and channel.failed)
     return MetricAudit(
         event_id=metric.event_id,
         agent=metric.agent,
@@ -301,4 +356,5 @@ def audit_metric(
         manifest_valid=valid,
         layers=audits,
         ok=ok,
+        channel=channel,
     )

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal, get_args
 
+from nostr_buzz.core.choices import CHOICES, BudgetAction, check_choice
+
 __all__ = [
     "CAP_NAMES",
     "PERIODS",
@@ -44,7 +46,8 @@ __all__ = [
     "with_owner_notes",
 ]
 
-Action = Literal["warn", "stop"]
+#: ``[budget] action`` (:mod:`nostr_buzz.core.choices`).
+Action = BudgetAction
 Period = Literal["day", "week", "month"]
 CapName = Literal["daily_usd", "weekly_usd", "monthly_usd", "daily_tokens"]
 CAP_NAMES: Final[tuple[CapName, ...]] = get_args(CapName)
@@ -150,6 +153,10 @@ class Caps:
     monthly_usd: float | None = None
     daily_tokens: int | None = None
     action: Action = "warn"
+
+    def __post_init__(self) -> None:
+        # An unknown action would be neither "stop" nor "warn": over a cap, turns would run.
+        check_choice(self.action, CHOICES["budget.action"], "Caps action")
 
     def value(self, name: CapName) -> float | None:
         cap: float | None = getattr(self, name)

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from nostr_buzz.core.choices import CHOICES, AuthorGate, InFlightPolicy, check_choice
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
@@ -55,6 +56,7 @@ __all__ = [
     "InFlightPolicy",
     "Refuse",
     "Shard",
+    "author_refusal",
     "authority_key",
     "command_of",
     "decide",
@@ -66,10 +68,6 @@ __all__ = [
 
 _LEADING_MENTION: Final = re.compile(r"\s*(?:nostr:(?:npub|nprofile)1[0-9a-z]+|@\S+)")
 
-#: What an event arriving during its channel's running turn may do (``[in_flight]``).
-InFlightPolicy = Literal["queue", "steer", "interrupt"]
-#: Whose events start a turn: the owner's only, the owner's and an allowlist's, anyone's.
-AuthorGate = Literal["owner-only", "allowlist", "anyone"]
 CommandName = Literal["cancel", "new", "shutdown", "allow", "deny", "budget"]
 _COMMANDS: Final[dict[str, CommandName]] = {
     "!cancel": "cancel",
@@ -102,7 +100,8 @@ class Gate:
     """What the gate decides with: the agent's and the owner's keys (hex), the subscribed
     ``kinds`` and ``channels`` (empty: every channel), whether a mention is required, whose
     events count (``mode``, ``allowlist``), this process's ``shard`` and whether a plaintext
-    kind 9 outside any channel is served as a direct message (``plaintext_dm``)."""
+    kind 9 outside any channel is served as a direct message (``plaintext_dm``).  A ``mode``
+    other than :data:`~nostr_buzz.core.choices.AuthorGate`'s is a ``ConfigError`` here."""
 
     agent: str  # hex pubkeys
     owner: str
@@ -113,6 +112,10 @@ class Gate:
     allowlist: frozenset[str]
     shard: Shard | None = None
     plaintext_dm: bool = False
+
+    def __post_init__(self) -> None:
+        # An unknown mode would match neither refusal below and admit everyone.
+        check_choice(self.mode, CHOICES["gate.mode"], "Gate mode")
 
 
 @dataclass(frozen=True)
@@ -182,11 +185,17 @@ def refusal(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -
         return "plaintext_direct_message"
     if channel is not None and gate.channels and channel not in gate.channels:
         return "channel_not_subscribed"
-    if gate.mode == "owner-only" and actor != gate.owner:
-        return "author_not_owner"
-    if gate.mode == "allowlist" and actor != gate.owner and actor not in gate.allowlist:
-        return "author_not_allowed"
-    return None
+    return author_refusal(actor, gate)
+
+
+def author_refusal(actor: str, gate: Gate) -> str | None:
+    """Why the gate refuses ``actor``'s events whatever they say (``author_not_owner``,
+    ``author_not_allowed``), or None."""
+    if gate.mode == "anyone" or actor == gate.owner:
+        return None
+    if gate.mode == "allowlist" and actor in gate.allowlist:
+        return None
+    return "author_not_owner" if gate.mode == "owner-only" else "author_not_allowed"
 
 
 def decide(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) -> Decision:

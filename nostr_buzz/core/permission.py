@@ -25,6 +25,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from nostr_buzz.core.choices import Permissions
+
 __all__ = [
     "OwnerAnswer",
     "Part",
@@ -38,8 +40,8 @@ __all__ = [
     "speakers",
 ]
 
-#: ``[agent] permissions``.
-Policy = Literal["owner", "allow", "reject", "ask"]
+#: ``[agent] permissions`` (:mod:`nostr_buzz.core.choices`).
+Policy = Permissions
 #: Where a non-owner's words were found: the turn's batch, its cancelled (interrupted) events,
 #: a steer sent into it, or an earlier turn of the agent session.
 Part = Literal["batch", "cancelled", "steer", "session"]

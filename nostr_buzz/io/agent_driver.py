@@ -94,6 +94,7 @@ from nostr_buzz.acp.types import (
     SteerOutcome,
     TurnResult,
 )
+from nostr_buzz.core.choices import check_choice
 from nostr_buzz.core.usage import UsageTracker
 from nostr_buzz.errors import AgentError
 from nostr_buzz.io import agent_open
@@ -149,6 +150,8 @@ def _reporter(
 
 def _policy(permission: Literal["allow", "reject"] | PermissionPolicy) -> PermissionPolicy:
     """The policy a driver's ``permission`` names: its own, or one of the two plain ones."""
+    if isinstance(permission, str):  # any other word would be called as a policy
+        check_choice(permission, ("allow", "reject"), "AgentDriver permission")
     if permission == "allow":
         return allow_during_turn
     return reject_always if permission == "reject" else permission

@@ -79,7 +79,9 @@ DiagnosticKind = (
         "agent_restarted",
         "agent_restart_failed",
         "session_replaced",
-        "session_not_resumed",  # {adapterSessionId, reason, error?}: a new session instead
+        # {adapterSessionId, reason, error?}: a new session instead (a private channel's error:
+        # its class only, bot/privacy.py)
+        "session_not_resumed",
         "agent_group_ended",  # {pgid, processes, signal, left}: a killed run's leftover group
         "agent_group_spared",  # {pgid, processes, reason}: a recorded group left alone
         # what the bot sends

@@ -77,21 +77,12 @@ def load_agent(spec: str) -> InProcessAgent:
     """The in-process agent ``MODULE:ATTR`` names: the attribute itself, or what it returns
     when it is a class or a factory (called with no argument).  The working directory is
     searched last, after every other import path (so ``buzz run`` finds a module next to its
-    ``buzz.toml`` without shadowing an installed one).  Raises :class:`AgentModuleError`."""
+    ``buzz.toml`` without shadowing an installed one), and only while the module is imported:
+    left there, a file dropped into that directory later would be imported in place of any
+    module the process imports afterwards and cannot find elsewhere (docs/bot.md, "In-process
+    agents").  Raises :class:`AgentModuleError`."""
     module_name, attribute = parse_spec(spec)
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise AgentModuleError(
-            f"agent module {module_name!r} not found ({exc}): check its name and that its "
-            "directory is on PYTHONPATH or is the working directory"
-        ) from None
-    except Exception as exc:  # the author's import-time code: say what broke
-        raise AgentModuleError(
-            f"importing the agent module {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from None
+    target: Any = _import_from_cwd(module_name)
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise AgentModuleError(
@@ -107,6 +98,30 @@ def load_agent(spec: str) -> InProcessAgent:
                 "(it is called with no argument)"
             ) from None
     return checked_agent(target, spec)
+
+
+def _import_from_cwd(module_name: str) -> Any:
+    """``module_name`` imported with the working directory searched last; ``sys.path`` is
+    as it was afterwards (the module's own imports at import time find its neighbours)."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.append(cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise AgentModuleError(
+            f"agent module {module_name!r} not found ({exc}): check its name and that its "
+            "directory is on PYTHONPATH or is the working directory"
+        ) from None
+    except Exception as exc:  # the author's import-time code: say what broke
+        raise AgentModuleError(
+            f"importing the agent module {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):  # the module may have removed it itself
+                sys.path.remove(cwd)
 
 
 def checked_agent(agent: object, where: str) -> InProcessAgent:

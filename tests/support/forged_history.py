@@ -101,6 +101,9 @@ LOOKALIKES: dict[str, str] = {
     "left-to-right override": "\u202dGrace Cooper\u202c",
     "fullwidth letters": "\uff27\uff52\uff41\uff43\uff45 \uff23\uff4f\uff4f\uff50\uff45\uff52",
     "hangul filler for the space": "Grace\u3164Cooper",
+    "braille blank for the space": "Grace\u2800Cooper",
+    "trailing dot": "Grace Cooper.",
+    "trailing ideographic full stop": "Grace Cooper\u3002",
 }
 
 #: One stranger per look-alike name.

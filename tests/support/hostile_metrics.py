@@ -1,6 +1,7 @@
 """Metrics a hostile sender can encrypt to the owner: a second agent's forged-but-valid metrics and
 the owner's own agent key made to send absurd counters, formula-shaped model names, markup,
-bidirectional text and terminal escape sequences."""
+bidirectional text and terminal escape sequences; a stranger's metric for the owner's private
+channel, which only the audit's author checks can refuse."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import json
 
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip44
+from nostr_buzz.nips import nip10, nip44
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
+from tests.support.audit_metrics import metric_for
 from tests.support.keys import OWNER, STRANGER
 
 MINE = SecretKey.from_str("5a" * 32)
@@ -114,3 +116,11 @@ def html_injection_metrics() -> list[Event]:
         ),
         valid(MINE, 2, HTML_INJECTIONS["other_model"], c(200, 20, 220, 1.0), **started),
     ]
+
+
+def private_channel_forgery(rumor: Event, *, second: int = 0) -> Event:
+    """A stranger's metric built like a bot's, encrypted to the owner, for a turn of the
+    owner's private channel (``dm-private-{owner}``) that answered ``rumor``: its current
+    instruction names a rumor id, which no relay can confirm or deny."""
+    channel = nip10.private_channel(OWNER.public_key.hex)
+    return metric_for(STRANGER, OWNER, rumor, channel=channel, second=second)

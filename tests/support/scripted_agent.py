@@ -7,6 +7,8 @@ bytes each before the rest of the turn (a flood of reply text).  A turn's ``ask`
 title) makes the agent ask ``session/request_permission`` for that tool first and run it only
 when an allow option is chosen (:meth:`Scripted.tools_run` lists what ran); ``asks`` (a list
 of titles) asks for each in turn, each once the previous one is answered.
+``caps`` replaces the capabilities it advertises; with ``refuse_reopen`` it refuses
+``session/load`` and ``session/resume``, quoting in its error what the session was last told.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ async def handle(msg):
             sys.stderr.write("x" * CFG["stderr_bytes"]); sys.stderr.flush()
         log({"env": sorted(os.environ)})
         result = {"protocolVersion": CFG.get("protocol", 1),
-                  "agentCapabilities": {"loadSession": False},
+                  "agentCapabilities": CFG.get("caps", {"loadSession": False}),
                   "agentInfo": {"name": CFG.get("name", "scripted"), "version": "0.1"}}
         if CFG.get("meta"):
             result["_meta"] = CFG["meta"]
@@ -165,6 +167,16 @@ async def handle(msg):
         wrap_up = outcome in ("injected", "startedNewTurn") or CFG.get("name") == "goose"
         if wrap_up and STATE["wake"] is not None:
             STATE["wake"].set()  # the turn wraps up after the steer
+    elif method in ("session/load", "session/resume") and CFG.get("refuse_reopen"):
+        # hostile: refuse, quoting what the session was last told (read back from the log)
+        sid = msg["params"]["sessionId"]
+        told = [m for m in map(json.loads, open(CFG["log"])) if m.get("method") == "session/prompt"
+                and m["params"]["sessionId"] == sid]
+        text = "\n".join(b.get("text", "") for b in told[-1]["params"]["prompt"]) if told else ""
+        said = [l[9:] for l in text.split("\n") if l.startswith("Content: ")]
+        data = {"message": "cannot reopen: " + (said[-1] if said else "?")}
+        error = {"code": -32603, "message": "Internal error", "data": data}
+        send({"jsonrpc": "2.0", "id": mid, "error": error})
     elif method in CFG.get("ok_methods", []):
         send({"jsonrpc": "2.0", "id": mid, "result": {}})
     elif mid is not None:

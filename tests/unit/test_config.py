@@ -470,7 +470,10 @@ def test_buzz_run_rejects_bad_permissions_and_pass_env(
         '[agent]\ncommand = "true"\n',
     )
     for flags, problem in (
-        (["--permissions", "sometimes"], "--permissions: Invalid enum value 'sometimes'"),
+        (
+            ["--permissions", "sometimes"],
+            "--permissions: expected one of owner, allow, reject, ask, got 'sometimes'",
+        ),
         (["--pass-env", "A-B"], "--pass-env: 'A-B' is not an environment variable name"),
     ):
         code = main(["run", *flags])

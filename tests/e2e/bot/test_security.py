@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,14 +65,15 @@ async def stop(plugin: BuzzPlugin, runner: asyncio.Task[None]) -> None:
 
 
 async def owners_thread_lines(
-    world: World, writers: list[tuple[SecretKey, str]], *, owner_name: str
+    world: World, writers: list[tuple[SecretKey, str]], *, owner_name: str, **changes: Any
 ) -> list[str]:
     """The owner (named ``owner_name``) starts a thread, each admitted ``(key, text)`` of
-    ``writers`` replies in it, the owner asks the agent: the lines of the envelope it gets."""
+    ``writers`` replies in it, the owner asks the agent: the lines of the envelope it gets
+    (``changes`` to the bot's config)."""
     await world.publish(profile(world.owner, owner_name))
     rec = Recorder()
     allowed = frozenset(key.public_key.hex for key, _ in writers)
-    config = world.config(gate="allowlist", allowlist=allowed)
+    config = world.config(gate="allowlist", allowlist=allowed, **changes)
     plugin = BuzzPlugin(config, on_diagnostic=rec, include_prompt_text=True)
     runner = await serve(world, plugin)
     try:

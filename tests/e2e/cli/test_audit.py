@@ -22,6 +22,7 @@ from tests.support.audit_metrics import metric_for
 from tests.support.bot_world import WAIT, Recorder, World
 from tests.support.cli import BackgroundLoop, dead_url, stop_relay
 from tests.support.events import chat
+from tests.support.hostile_metrics import private_channel_forgery
 from tests.support.hostile_relay import hostile_relay
 from tests.support.keys import AGENT, OWNER, STRANGER
 from tests.support.relays import start_relay
@@ -55,6 +56,9 @@ def hand() -> Iterator[Hand]:
         name: metric_for(AGENT, OWNER, event, second=i)
         for i, (name, event) in enumerate(named.items())
     }
+    # a stranger's, for the owner's private channel: its instruction is a rumor no relay holds
+    rumor = chat(OWNER, 1_790_000_004, content="between us", channel=None, mention=AGENT)
+    metrics["private"] = private_channel_forgery(rumor, second=len(named))
     bg = BackgroundLoop()
     one = bg.call(start_relay())
     try:
@@ -113,13 +117,42 @@ def test_a_period_audit_names_every_failing_metric_and_passes_the_good_one(
 ) -> None:
     code, out, err = audit(capsys, "--relay", hand.one, "--since", "2026-12-02")
     assert (code, out) == (4, ""), err
-    assert "audit failed: 3 problem(s)" in err
+    assert "audit failed: 4 problem(s)" in err
     for name in ("missing", "stranger", "kind"):
         assert f"metric {hand.metrics[name].id}: layer current_instruction" in err
+    assert f"metric {hand.metrics['private'].id}: channel dm-private-" in err
     assert f"metric {hand.metrics['good'].id}: layer" not in err
     # The table went to stderr: the good metric's instruction row says verified.
     row = next(x for x in err.splitlines() if hand.good.id in x and "current_instruction" in x)
     assert "verified" in row and "kind 9 by the owner" in row
+
+
+def test_a_strangers_metric_for_a_private_channel_fails_unless_its_signer_is_your_agent(
+    capsys: pytest.CaptureFixture[str], hand: Hand, tmp_path: Path
+) -> None:
+    """No agents configured: a metric anyone could have encrypted to the owner, naming the
+    owner's private channel, whose rumor no relay can confirm — exit 4, not ok."""
+    metric = hand.metrics["private"].id
+    code, out, err = audit(capsys, "--metric", metric, "--relay", hand.one, "--json")
+    assert (code, out) == (4, ""), err
+    owner = OWNER.public_key.hex
+    assert f"metric {metric}: channel dm-private-{owner}: wrong_author: signed by " in err
+    assert "which is not one of your agents" in err
+    [doc] = report(err)["metrics"]
+    assert doc["ok"] is False and instruction(doc)["verdict"] == "private"
+    assert doc["channel"]["verdict"] == "wrong_author" and doc["channel"]["actor"] == owner
+    # the same metric, its signer named as one of the owner's agents: it vouches for the turn
+    stranger = STRANGER.public_key.hex
+    argv = ["--metric", metric, "--relay", hand.one, "--agent", stranger, "--json"]
+    code, out, err = audit(capsys, *argv)
+    assert code == 0, err
+    [doc] = report(out)["metrics"]
+    assert doc["ok"] is True and doc["channel"]["verdict"] == "private"
+    # ... unless the configured gate would refuse it (here: it serves no private messages)
+    config = tmp_path / "owner.toml"
+    config.write_text("[subscriptions]\nkinds = [9]\n", encoding="utf-8")
+    code, out, err = audit(capsys, *argv, "--config", str(config))
+    assert code == 4 and "not_admitted" in err and "kind_not_subscribed" in err
 
 
 def test_the_configured_gate_decides_whose_instruction_counts(

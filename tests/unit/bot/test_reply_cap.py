@@ -53,7 +53,7 @@ def test_plugin_config_checks_the_cap_as_buzz_toml_does(value: object, tmp_path:
     }
     assert PluginConfig(**base).max_reply_bytes == 256 * 1024  # type: ignore[arg-type]
     assert PluginConfig(max_reply_bytes=4096, **base).max_reply_bytes == 4096  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="max_reply_bytes: expected a whole number of bytes"):
+    with pytest.raises(ConfigError, match="PluginConfig max_reply_bytes: "):
         PluginConfig(max_reply_bytes=value, **base)  # type: ignore[arg-type]
     if isinstance(value, int) and not isinstance(value, bool):
         (tmp_path / "buzz.toml").write_text(f"[agent]\nmax_reply_bytes = {value}\n")

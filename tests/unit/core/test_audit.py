@@ -119,12 +119,59 @@ def test_a_kind_the_layer_does_not_take_fails_before_the_gate() -> None:
     assert instruction(audit(note, found(note), notes))[0] == "verified"
 
 
+MINE = (AGENT.public_key.hex,)  # the owner's configured agents
+
+
 def test_a_private_turn_names_a_rumor_that_is_reported_not_fetched() -> None:
     event = mention()
     metric = opened(manifest_for(event), channel="dm-private-" + ME)
     assert event_ids(metric) == []
-    result = audit_metric(metric, {}, authority())
+    result = audit_metric(metric, {}, authority_for(BuzzConfig(), ME, AGENT.public_key.hex, MINE))
     assert instruction(result)[0] == "private" and result.ok
+    assert result.channel is not None and result.channel.verdict == "private"
+    assert result.channel.actor == ME and "the owner" in result.channel.detail
+
+
+def _private(
+    actor: str, config: BuzzConfig | None = None, agents: tuple[str, ...] = MINE, **kw: object
+) -> MetricAudit:
+    """A metric of AGENT's for the private channel of ``actor``, with a one-event manifest
+    (``manifest`` in ``kw``: another, or None)."""
+    manifest = kw.get("manifest", manifest_for(mention()))
+    metric = opened(manifest, channel="dm-private-" + actor)  # type: ignore[arg-type]
+    return audit_metric(
+        metric, {}, authority_for(config or BuzzConfig(), ME, AGENT.public_key.hex, agents)
+    )
+
+
+def test_a_private_channels_metric_passes_only_from_your_agent_for_an_actor_the_gate_admits() -> (
+    None
+):
+    # no agents configured: nothing vouches for the signer (a stranger can encrypt a metric to
+    # the owner), whatever the manifest says, even with none at all
+    for manifest in (manifest_for(mention()), None):
+        result = _private(ME, agents=(), manifest=manifest)
+        assert not result.ok and result.channel is not None
+        assert result.channel.verdict == "wrong_author"
+        assert "not one of your agents" in result.channel.detail
+    # the owner-only gate admits no private message from a stranger
+    stranger = STRANGER.public_key.hex
+    result = _private(stranger)
+    assert not result.ok and result.channel is not None
+    assert (result.channel.verdict, result.channel.actor) == ("wrong_author", stranger)
+    assert "the gate refuses it (author_not_owner)" in result.channel.detail
+    anyone = BuzzConfig(gate=GateSection(mode="anyone"))
+    assert _private(stranger, anyone).ok
+    no_dms = BuzzConfig(subscriptions=SubscriptionsSection(kinds=(9,)))
+    result = _private(ME, no_dms)
+    assert not result.ok and result.channel is not None
+    assert (
+        result.channel.verdict == "not_admitted" and "kind_not_subscribed" in result.channel.detail
+    )
+    result = _private("not-a-key")
+    assert not result.ok and result.channel is not None and result.channel.actor is None
+    # a public channel's metric has no channel verdict
+    assert audit(mention(), found(mention())).channel is None
 
 
 def _with_layer(event: Event, name: str, version: str) -> Manifest:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -349,3 +351,36 @@ async def test_a_prompt_that_ignores_its_cancellation_is_left_behind_not_waited_
     assert not any(isinstance(f, Text) for f in facts)
     release.set()  # let it finish, so the test leaves no task behind
     await asyncio.sleep(0.05)
+
+
+def test_the_working_directory_is_on_the_import_path_only_while_the_agent_is_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file dropped next to the agent's module later (``planted.py``) is never imported in
+    place of a module the bot imports afterwards: ``sys.path`` is as it was."""
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "helper_next_to_it", "WORD = 'hi'\n")
+    write(
+        tmp_path,
+        "agent_in_cwd",
+        """
+        from helper_next_to_it import WORD  # its neighbours, at import time
+        from nostr_buzz import AgentReply
+
+        class Agent:
+            async def prompt(self, turn):
+                return AgentReply(WORD)
+
+        agent = Agent()
+        """,
+    )
+    before = list(sys.path)
+    assert type(load_agent("agent_in_cwd:agent")).__name__ == "Agent"
+    assert sys.path == before
+    write(tmp_path, "planted", "raise SystemExit('imported from the working directory')\n")
+    assert importlib.util.find_spec("planted") is None
+    # and when the module cannot be imported, too
+    with pytest.raises(AgentModuleError):
+        load_agent("no_such_module_here:agent")
+    assert sys.path == before
