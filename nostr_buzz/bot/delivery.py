@@ -5,10 +5,12 @@ Replies are durable like metrics.  Both are signed once, through the agent's sig
 any transaction opens (a signer may answer over the network: :meth:`Delivery.sign_reply`,
 :meth:`Delivery.sign_metric`), then committed to the outbox table of the bot's state database
 by the caller's transaction — the same one that records the turn's outcome in the queue — and
-only then sent, in the background, to every write relay.  What no
-relay accepted yet stays in the outbox and is re-sent with backoff by the retry loop, also by a
-later process after a crash; a re-send is the same signed event (same id), so a relay that
-already has it answers ``duplicate:`` and nothing is ever published twice.
+only then sent, in the background, to every relay it is meant for, with a record per relay in
+the outbox (core/delivery_state.py).  The turn goes on at the first acceptance; the slower
+relays are waited for in the background, and a relay that has not accepted yet is re-sent the
+event on its own backoff by the retry loop, also by a later process after a crash, until it
+accepts or ``[outbox] give_up_after`` passes.  A re-send is the same signed event (same id),
+so a relay that already has it answers ``duplicate:`` and nothing is ever published twice.
 
 A reply that no relay accepted because it is too large (the relay's refusal says so) is
 replaced, in one transaction, by ordered parts that fit (:func:`.outputs.tagged_parts`).  Every
@@ -142,10 +144,12 @@ class Delivery:
         await self.publisher.run(stop, idle=max(1.0, self.config.relay_timeout))
 
     def _add(self, event: Event, relays: tuple[str, ...] = ()) -> None:
-        """Commit ``event`` to the outbox (joins the caller's transaction)."""
+        """Commit ``event`` to the outbox (joins the caller's transaction) with every relay it
+        is meant for (the write relays when ``relays`` is empty): one record each."""
         now = self._clock()
         first_send = self.config.relay_timeout + 5.0  # the retry loop leaves it to send()
-        self.store.outbox.add(event, now=now, relays=relays, due=now + first_send)
+        targets = relays or tuple(self.config.write_relays)
+        self.store.outbox.add(event, now=now, relays=targets, due=now + first_send)
         if relays:
             self._relays[event.id] = relays
 
@@ -338,6 +342,8 @@ class Delivery:
         if report.given_up:
             self._given_up(event, report)
             return
+        if report.earlier:  # delivered and said so before: this was for the slower relays
+            return
         if event.kind == METRIC_KIND:
             if report.delivered:
                 ids = self._ids.pop(event.id, None)
@@ -363,6 +369,8 @@ class Delivery:
             "attempts": report.attempts,
             "error": report.error,
             "giveUpAfter": self.config.give_up_after,
+            "delivered": report.delivered,
+            "missing": list(report.waiting),
         }
         self._diagnostics.emit("outbox_given_up", **kwargs, payload=payload)
 

@@ -83,17 +83,28 @@ async def duplicate_relay() -> AsyncIterator[str]:
         yield f"ws://127.0.0.1:{port}"
 
 
-async def test_one_relay_down_one_accepting_removes_the_entry(tmp_path: Path) -> None:
+async def test_one_relay_down_one_accepting_delivers_and_keeps_it_for_the_other(
+    tmp_path: Path,
+) -> None:
     reports: list[PublishReport] = []
+    dead = dead_url()
     async with local_relay() as relay:
-        pub = publisher(tmp_path / "outbox.db", [relay.url, dead_url()], reports)
+        pub = publisher(tmp_path / "outbox.db", [relay.url, dead], reports)
         event = (await pub.publish(payload())).event
         assert event is not None
-        assert pub.pending_count() == 0
-        [report] = reports
-        assert report.delivered and report.stored and report.error is None
-        assert report.verdicts[relay.url].accepted
-        assert sum(not v.ok for v in report.verdicts.values()) == 1
+        await pub.drain()
+        assert reports[0].delivered and reports[0].stored
+        assert reports[0].verdicts[relay.url].accepted
+        # The down relay is still owed the metric: its own record, its own retry.
+        assert pub.pending_count() == 1
+        entry = pub.outbox.get(event.id)
+        assert entry is not None
+        records = {r.relay: r for r in entry.relay_records}
+        assert records[relay.url].state == "accepted"
+        assert records[dead].state == "failing" and "connect failed" in (
+            records[dead].last_error or ""
+        )
+        assert reports[-1].waiting == (dead,)
         served = await stored_on(relay.url, event.id)
         assert served == event
         assert open_metric_event(OWNER, served) == payload()
@@ -125,6 +136,7 @@ async def test_all_down_keeps_the_metric_and_resends_after_the_relays_return(
         clock.now += 0.1
         [retry] = await pub.flush()
         assert retry.delivered and retry.attempts == 2
+        await pub.drain()
         assert pub.pending_count() == 0
         for url in urls:  # sent to every write relay, not just enough of them
             assert await stored_on(url, event.id) == event
@@ -216,9 +228,10 @@ async def test_publish_returns_a_receipt_naming_the_relays_that_took_it(tmp_path
         receipt = await pub.publish(payload())
         assert isinstance(receipt, PublishReport) and receipt.event is not None
         assert receipt.stored and receipt.delivered and receipt.accepted_by == [relay.url]
-        assert reports == [receipt]
+        assert reports[0] == receipt
         assert await stored_on(relay.url, receipt.event.id) == receipt.event
-        assert pub.pending_count() == 0
+        await pub.drain()
+        assert pub.pending_count() == 1  # owed to the relay that is down
         pub.close()
 
 

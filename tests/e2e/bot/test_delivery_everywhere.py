@@ -1,0 +1,98 @@
+"""Delivery to every relay, not to the fastest: a real ``buzz run`` with two real relays on
+127.0.0.1, one reached straight and one behind a front that delays every byte by 0.25 s each
+way (tests/support/wan.py), so it answers every OK and EOSE 0.5 s after the other.
+
+Over 6 turns, every reply and every metric is also on the slower, honest relay — counted
+there, by asking that relay itself — exactly once per mention and per turn; the outbox holds
+nothing once the relays have them; and the slower relay is never backed off for being second
+(a ``relay_backing_off`` naming it may only say it was left behind by a read, which delivery
+ignores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from nostr_buzz.bot.state import STATE_DB
+from nostr_buzz.event import Event
+from tests.support.fault_harness import (
+    BotProcess,
+    Cast,
+    Counter44200,
+    DiagnosticsTail,
+    mention,
+    publish,
+    write_config,
+)
+from tests.support.relays import local_relay
+from tests.support.wan import Front
+
+WAIT = 30.0
+TURNS = 6
+#: Each way: the slower relay answers 0.5 s after the other.
+LAG = 0.25
+
+
+async def _counted(counter: Counter44200, posted: list[Event], deadline: float) -> str:
+    """Wait (bounded) until the relay holds a reply and a metric for every mention; the tally."""
+    while True:
+        tally = await counter.tally(posted)
+        if tally.ok and tally.replies == TURNS and tally.turns == TURNS:
+            return tally.summary()
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"on the slower relay: {tally.summary()}")
+        await asyncio.sleep(0.5)
+
+
+async def test_every_reply_and_metric_also_reaches_the_slower_honest_relay(tmp_path: Path) -> None:
+    cast = Cast.generate()
+    state = tmp_path / "state"
+    async with local_relay() as fast, local_relay() as honest:
+        front = await Front(int(honest.url.rsplit(":", 1)[1]), delay=LAG).start()
+        slow = f"ws://127.0.0.1:{front.port}"
+        try:
+            config = write_config(tmp_path, cast, [fast.url, slow])
+            bot = BotProcess(config, tmp_path / "bot.log")
+            tail = DiagnosticsTail(state / "diagnostics.jsonl")
+            await bot.start()
+            try:
+                await tail.next_record(lambda r: r["kind"] == "agent_started", WAIT, "start", 0)
+                posted: list[Event] = []
+                for n in range(TURNS):
+                    task = mention(cast, cast.owner, f"task {n}", channel="eng")
+                    mark = tail.mark()
+                    await publish([fast.url, honest.url], [task])
+                    posted.append(task)
+                    await tail.next_record(
+                        lambda r: r["kind"] == "metric_published", WAIT, f"metric {n}", mark
+                    )
+                # Counted on the honest relay itself (straight, not through the front).
+                on_honest = Counter44200(cast, [honest.url])
+                summary = await _counted(on_honest, posted, time.monotonic() + WAIT)
+                on_fast = await Counter44200(cast, [fast.url]).tally(posted)
+                assert on_fast.ok and on_fast.replies == TURNS, on_fast.summary()
+                # Nothing owed once every relay has everything (the outbox's per-relay rows).
+                deadline = time.monotonic() + WAIT
+                while _waiting(state) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
+                assert _waiting(state) == 0, summary
+            finally:
+                await bot.stop()
+        finally:
+            await front.close()
+    backoffs = [
+        r["payload"] for r in tail.of("relay_backing_off") if r["payload"].get("relay") == slow
+    ]
+    # Slower than the other is no failure: never backed off for delivery.
+    assert all(b.get("scope") == "reads" for b in backoffs), backoffs
+    assert tail.of("outbox_given_up") == []
+
+
+def _waiting(state: Path) -> int:
+    """Outbox entries some relay still has to take."""
+    import sqlite3
+
+    with sqlite3.connect(state / STATE_DB) as db:
+        return int(db.execute("SELECT count(*) FROM outbox").fetchone()[0])
