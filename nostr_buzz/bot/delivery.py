@@ -35,7 +35,7 @@ the retry loop never sends an event whose first send is still on the wire.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -300,6 +300,24 @@ class Delivery:
             )
         except BuzzError:
             return {}
+
+    def look_up_private_relays(self, target: Event) -> asyncio.Task[dict[str, tuple[str, ...]]]:
+        """Start looking up the DM relays a private answer to ``target`` goes to, so that the
+        lookup (a round trip to the relays) runs while the turn prepares and prompts, not after
+        the agent answered; :meth:`private_relays_for` takes its result."""
+        return asyncio.create_task(self.private_relays([target]), name="buzz-dm-relays")
+
+    async def private_relays_for(
+        self, early: asyncio.Task[dict[str, tuple[str, ...]]], targets: Sequence[Event]
+    ) -> dict[str, tuple[str, ...]]:
+        """The DM relays for a private answer to each of ``targets``: ``early`` (started by
+        :meth:`look_up_private_relays` for the first), and a lookup of its own for the rest
+        when any of them is a private message too (a steer taken into the turn)."""
+        found = dict(await early)
+        later = [t for t in targets[1:] if isinstance(t, PrivateEvent)]
+        if later:
+            found.update(await self.private_relays(later))
+        return found
 
     def nudge(self) -> None:
         """A relay connection came back: what waits in the outbox is sent now, not when its

@@ -474,7 +474,9 @@ class MetricPublisher:
                 pool = self._pool(sendable) if sendable else self._pool_factory()
                 if isinstance(pool, RelayPool):
                     run = pool.start_publish(event, timeout=self.timeout)
-                    verdicts = await run.first(min_ok)
+                    # The relays that answer within the pool's grace period of the first
+                    # acceptance are in this report; the others in a later one (_follow).
+                    verdicts = await run.first(min_ok, pool.grace)
                 else:
                     result = await pool.publish(event, min_ok=min_ok, timeout=self.timeout)
                     verdicts = result.verdicts
