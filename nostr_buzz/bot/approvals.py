@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import secrets
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -140,6 +140,10 @@ class Approvals:
         self._diagnostics = diagnostics
         self._open: dict[str, _Question] = {}
         self._spent: deque[str] = deque(maxlen=_SPENT)
+        #: How a question reaches the owner: the bot's outbox (``Delivery.tell_owner``: to
+        #: every DM relay of the owner, each one until it accepts) once the bot has started;
+        #: else :func:`tell_owner`.
+        self.tell: Callable[[str], Awaitable[bool]] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -179,6 +183,8 @@ class Approvals:
                 future.cancel()
 
     async def _send(self, text: str) -> bool:
+        if self.tell is not None:
+            return await self.tell(text)
         return await tell_owner(self.config, text, int(self._clock()))
 
     def answer(self, event: Event, verdict: Verdict, code: str) -> bool:

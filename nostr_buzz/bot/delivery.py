@@ -138,6 +138,9 @@ class Delivery:
         self._relays: dict[str, tuple[str, ...]] = {}
         #: What each private answer's wrap carries: (answer id, message answered, addressee).
         self._wraps: dict[str, tuple[str, str, str]] = {}
+        #: The wraps of the agent's own messages to the owner (:meth:`tell_owner`): their
+        #: callers report them (``permission_asked``, ``budget_warned``), not as replies.
+        self._notes: set[str] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Re-send what is due (also what an earlier process left) until ``stop`` is set."""
@@ -290,16 +293,7 @@ class Delivery:
                 people += [*self._audience(target)[0], self.agent]
         if not people:
             return {}
-        try:
-            return await dm_relays_of(
-                people,
-                self.pool,
-                secret=self.signer,
-                timeout=self.config.relay_timeout,
-                configured=self.config.write_relays,
-            )
-        except BuzzError:
-            return {}
+        return await self.private_relays_of(people)
 
     def look_up_private_relays(self, target: Event) -> asyncio.Task[dict[str, tuple[str, ...]]]:
         """Start looking up the DM relays a private answer to ``target`` goes to, so that the
@@ -318,6 +312,49 @@ class Delivery:
         if later:
             found.update(await self.private_relays(later))
         return found
+
+    async def tell_owner(self, text: str) -> bool:
+        """A private message from the agent to the owner (an approval question, a budget
+        warning), delivered like a private answer: wrapped to the owner and to the agent,
+        each wrap stored in the outbox with its addressee's DM relays (else the write relays)
+        and sent to every one of them, the slower ones in the background and again until each
+        accepts.  True when a relay took the owner's copy (at the first acceptance)."""
+        now = int(self._clock())
+        owner = self.config.owner.hex
+        try:
+            rumor = nip17.message(self.agent, [owner], text, created_at=now)
+            relays = await self.private_relays_of([owner, self.agent])
+            wraps = await nip17.wrap_for_room_with(self.signer, rumor, now=now)
+        except BuzzError:
+            return False
+        write = tuple(self.config.write_relays)
+        routes = {wrap.id: relays.get(to) or write for to, wrap in wraps}
+        with self.store.transaction(durable=True):
+            for _, wrap in wraps:
+                self._add(wrap, routes[wrap.id])
+                self._notes.add(wrap.id)
+        reports = await asyncio.gather(
+            *(self.publisher.send_stored(wrap, None, routes[wrap.id]) for _, wrap in wraps)
+        )
+        told = any(to == owner and r.delivered for (to, _), r in zip(wraps, reports, strict=True))
+        if not told:  # the caller gives up on it (a question unsent is rejected): not later
+            with self.store.transaction(durable=True):
+                for _, wrap in wraps:
+                    self.store.outbox.remove(wrap.id)
+        return told
+
+    async def private_relays_of(self, people: list[str]) -> dict[str, tuple[str, ...]]:
+        """The DM relays (kind 10050) of ``people``; an empty map when the lookup fails."""
+        try:
+            return await dm_relays_of(
+                people,
+                self.pool,
+                secret=self.signer,
+                timeout=self.config.relay_timeout,
+                configured=self.config.write_relays,
+            )
+        except BuzzError:
+            return {}
 
     def nudge(self) -> None:
         """A relay connection came back: what waits in the outbox is sent now, not when its
@@ -368,6 +405,10 @@ class Delivery:
                 accepted = [url for url, v in report.verdicts.items() if v.ok]
                 kwargs = ids.as_kwargs() if ids is not None else {}
                 self._diagnostics.metric_published(event.id, accepted, **kwargs)
+            return
+        if event.id in self._notes:
+            if report.delivered or report.given_up:
+                self._notes.discard(event.id)
             return
         if event.kind == nip59.GIFT_WRAP_KIND:
             self._private_report(event, report)

@@ -12,6 +12,7 @@ ignores).
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from tests.support.fault_harness import (
     publish,
     write_config,
 )
-from tests.support.relays import local_relay
+from tests.support.relays import free_port, local_relay, start_relay
 from tests.support.wan import Front
 
 WAIT = 30.0
@@ -35,11 +36,14 @@ TURNS = 6
 LAG = 0.25
 
 
-async def _counted(counter: Counter44200, posted: list[Event], deadline: float) -> str:
-    """Wait (bounded) until the relay holds a reply and a metric for every mention; the tally."""
+async def _counted(
+    counter: Counter44200, posted: list[Event], deadline: float, turns: int = TURNS
+) -> str:
+    """Wait (bounded) until the relay holds a reply and a metric for every mention, each
+    once; the tally."""
     while True:
         tally = await counter.tally(posted)
-        if tally.ok and tally.replies == TURNS and tally.turns == TURNS:
+        if tally.ok and tally.replies == turns and tally.turns == turns:
             return tally.summary()
         if time.monotonic() >= deadline:
             raise AssertionError(f"on the slower relay: {tally.summary()}")
@@ -92,7 +96,54 @@ async def test_every_reply_and_metric_also_reaches_the_slower_honest_relay(tmp_p
 
 def _waiting(state: Path) -> int:
     """Outbox entries some relay still has to take."""
-    import sqlite3
-
     with sqlite3.connect(state / STATE_DB) as db:
         return int(db.execute("SELECT count(*) FROM outbox").fetchone()[0])
+
+
+async def test_what_a_relay_down_is_owed_survives_a_sigkill_and_reaches_it_once(
+    tmp_path: Path,
+) -> None:
+    """One write relay is down while the bot answers 3 mentions; the bot is SIGKILLed with the
+    replies and metrics still owed to it; the relay comes up and the bot starts again: it
+    sends each of them there, exactly one reply per mention and one metric per turn, and
+    nothing to the relay that already had them is ever a second reply or metric."""
+    cast = Cast.generate()
+    state = tmp_path / "state"
+    port = free_port()
+    down = f"ws://127.0.0.1:{port}"
+    turns = 3
+    async with local_relay() as up:
+        config = write_config(tmp_path, cast, [up.url, down])
+        bot = BotProcess(config, tmp_path / "bot.log")
+        tail = DiagnosticsTail(state / "diagnostics.jsonl")
+        await bot.start()
+        posted: list[Event] = []
+        try:
+            await tail.next_record(lambda r: r["kind"] == "agent_started", WAIT, "start", 0)
+            for n in range(turns):
+                task = mention(cast, cast.owner, f"task {n}", channel=f"c{n}")
+                mark = tail.mark()
+                await publish([up.url], [task])
+                posted.append(task)
+                await tail.next_record(
+                    lambda r: r["kind"] == "metric_published", WAIT, f"metric {n}", mark
+                )
+            assert _waiting(state) == 2 * turns  # each reply and metric, owed to the relay down
+            await bot.kill()
+            revived = await start_relay(port=port)
+            try:
+                await bot.start()
+                on_revived = Counter44200(cast, [revived.url])
+                await _counted(on_revived, posted, time.monotonic() + WAIT, turns)
+                deadline = time.monotonic() + WAIT
+                while _waiting(state) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
+                assert _waiting(state) == 0
+                on_up = await Counter44200(cast, [up.url]).tally(posted)
+                assert on_up.ok and (on_up.replies, on_up.turns) == (turns, turns), on_up.summary()
+            finally:
+                await bot.stop()
+                revived.stop()
+        finally:
+            if bot.running:
+                await bot.stop()
