@@ -47,7 +47,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import dm_relays_of
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
 from nostr_buzz.io.relay_lists import RelayDirectory
-from nostr_buzz.nips import nip10, nip17, nip59, nip65
+from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event_async
@@ -502,46 +502,3 @@ class Delivery:
             payload={"eventId": event.id, "parts": [p.id for p in parts]},
         )
         self.send(parts)
-
-    # -- the agent's relay lists -------------------------------------------------------------
-
-    async def publish_relay_lists(self) -> None:
-        """Publish the agent's kind 10002 and, when it reads private messages, its kind
-        10050 (concurrently)."""
-        lists = [self.publish_relay_list()]
-        if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
-            lists.append(self.publish_dm_relays())
-        await asyncio.gather(*lists)
-
-    async def publish_relay_list(self) -> None:
-        """Publish the agent's kind 10002 (NIP-65): it writes to its write relays and reads on
-        its read relays, so that clients know where to find its replies and to address it."""
-        config = self.config
-        unsigned = nip65.relay_list_template(
-            config.read_relays, config.write_relays, created_at=int(self._clock())
-        )
-        await self._publish_own(unsigned, ("relay_list_published", "relay_list_failed"))
-
-    async def publish_dm_relays(self) -> None:
-        """Publish the agent's kind 10050: its read relays are where it reads private
-        messages."""
-        relays = self.config.read_relays
-        unsigned = nip17.dm_relay_list_template(relays, created_at=int(self._clock()))
-        await self._publish_own(unsigned, ("dm_relays_published", "dm_relays_failed"))
-
-    async def _publish_own(
-        self, unsigned: EventTemplate, report: tuple[DiagnosticKind, DiagnosticKind]
-    ) -> None:
-        """Sign and publish one of the agent's own lists, reported as ``report``'s first
-        diagnostic (published) or second (failed)."""
-        published, failed = report
-        try:
-            event = await signed(self.signer, unsigned)
-        except BuzzError as exc:
-            self._diagnostics.emit(failed, payload={"error": str(exc)})
-            return
-        result = await self.write_pool.publish(event)
-        self._diagnostics.emit(
-            published if result.ok else failed,
-            payload={"eventId": event.id, "relays": result.accepted},
-        )

@@ -378,6 +378,14 @@ class MetricPublisher:
         while self._tails:
             await asyncio.gather(*self._tails, return_exceptions=True)
 
+    async def abandon(self) -> None:
+        """Stop waiting for the slower relays (at shutdown): what they have not answered stays
+        in the outbox, owed to them, for the next flush or process."""
+        tails = list(self._tails)
+        for task in tails:
+            task.cancel()
+        await asyncio.gather(*tails, return_exceptions=True)
+
     # -- one attempt ----------------------------------------------------------------------
 
     def _targets(self, entry: OutboxEntry | None, relays: tuple[str, ...] = ()) -> tuple[str, ...]:
