@@ -62,6 +62,7 @@ from .outputs import (
     tagged_parts,
     too_large,
 )
+from .own_lists import publish_relay_lists
 from .state import BotStore
 
 __all__ = ["Delivery"]
@@ -143,8 +144,16 @@ class Delivery:
         self._notes: set[str] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Re-send what is due (also what an earlier process left) until ``stop`` is set."""
-        await self.publisher.run(stop, idle=max(1.0, self.config.relay_timeout))
+        """Re-send what is due (also what an earlier process left) until ``stop`` is set; then
+        stop waiting for the slower relays: what they owe stays in the outbox for the next run."""
+        try:
+            await self.publisher.run(stop, idle=max(1.0, self.config.relay_timeout))
+        finally:
+            await self.publisher.abandon()
+
+    async def publish_relay_lists(self) -> None:
+        """The agent's own relay lists (:mod:`.own_lists`), through the write relays."""
+        await publish_relay_lists(self.config, self.write_pool, self._diagnostics, self._clock)
 
     def _add(self, event: Event, relays: tuple[str, ...] = ()) -> None:
         """Commit ``event`` to the outbox (joins the caller's transaction) with every relay it

@@ -33,7 +33,6 @@ from . import intake
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
-from .own_lists import publish_relay_lists
 from .relays import bot_pool
 from .replay import Listener, listen_filters
 from .standing import SessionStanding
@@ -155,8 +154,7 @@ class BuzzPlugin:
             wake=self._wake.set,
             running=self.turns,
         )
-        lists = publish_relay_lists(self.config, delivery.write_pool, self.diagnostics, self._clock)
-        self._spawn(lists, "buzz-relay-lists")
+        self._spawn(delivery.publish_relay_lists(), "buzz-relay-lists")
         await self.supervisor.start()
         self._loops = [
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
@@ -193,8 +191,6 @@ class BuzzPlugin:
         pending = [*self._loops, *self._tasks]
         if pending:
             await asyncio.wait(pending, timeout=self.config.relay_timeout + 5)
-        if self.delivery is not None:  # the slower relays get the rest from the next run
-            await self.delivery.publisher.abandon()
         await self.supervisor.close()
         await self.pool.close()
         if self.store is not None:
