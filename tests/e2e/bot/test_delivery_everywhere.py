@@ -18,15 +18,7 @@ from pathlib import Path
 
 from nostr_buzz.bot.state import STATE_DB
 from nostr_buzz.event import Event
-from tests.support.fault_harness import (
-    BotProcess,
-    Cast,
-    Counter44200,
-    DiagnosticsTail,
-    mention,
-    publish,
-    write_config,
-)
+from tests.support.fault_harness import Cast, Counter44200, mention, publish, start_bot
 from tests.support.relays import free_port, local_relay, start_relay
 from tests.support.wan import Front
 
@@ -57,12 +49,8 @@ async def test_every_reply_and_metric_also_reaches_the_slower_honest_relay(tmp_p
         front = await Front(int(honest.url.rsplit(":", 1)[1]), delay=LAG).start()
         slow = f"ws://127.0.0.1:{front.port}"
         try:
-            config = write_config(tmp_path, cast, [fast.url, slow])
-            bot = BotProcess(config, tmp_path / "bot.log")
-            tail = DiagnosticsTail(state / "diagnostics.jsonl")
-            await bot.start()
+            bot, tail = await start_bot(tmp_path, cast, [fast.url, slow])
             try:
-                await tail.next_record(lambda r: r["kind"] == "agent_started", WAIT, "start", 0)
                 posted: list[Event] = []
                 for n in range(TURNS):
                     task = mention(cast, cast.owner, f"task {n}", channel="eng")
@@ -113,13 +101,9 @@ async def test_what_a_relay_down_is_owed_survives_a_sigkill_and_reaches_it_once(
     down = f"ws://127.0.0.1:{port}"
     turns = 3
     async with local_relay() as up:
-        config = write_config(tmp_path, cast, [up.url, down])
-        bot = BotProcess(config, tmp_path / "bot.log")
-        tail = DiagnosticsTail(state / "diagnostics.jsonl")
-        await bot.start()
+        bot, tail = await start_bot(tmp_path, cast, [up.url, down])
         posted: list[Event] = []
         try:
-            await tail.next_record(lambda r: r["kind"] == "agent_started", WAIT, "start", 0)
             for n in range(turns):
                 task = mention(cast, cast.owner, f"task {n}", channel=f"c{n}")
                 mark = tail.mark()

@@ -29,6 +29,7 @@ from tests.support.fault_harness import (
     DiagnosticsTail,
     mention,
     publish,
+    start_bot,
     write_config,
 )
 from tests.support.relays import free_port, local_relay
@@ -183,12 +184,8 @@ async def test_watch_shows_each_relay_a_reply_and_a_metric_still_owe(tmp_path: P
     state = tmp_path / "state"
     down = f"ws://127.0.0.1:{free_port()}"
     async with local_relay() as relay:
-        config = write_config(tmp_path, cast, [relay.url, down])
-        bot = BotProcess(config, tmp_path / "bot.log")
-        tail = DiagnosticsTail(state / "diagnostics.jsonl")
-        await bot.start()
+        bot, tail = await start_bot(tmp_path, cast, [relay.url, down])
         try:
-            await tail.next_record(lambda r: r["kind"] == "agent_started", WAIT, "start", 0)
             await publish([relay.url], [mention(cast, cast.owner, "hello", channel="eng")])
             await tail.next_record(lambda r: r["kind"] == "metric_published", WAIT, "metric", 0)
 
