@@ -498,6 +498,10 @@ class MetricPublisher:
             if run is not None:
                 await run.cancel()
             return {}, f"send failed: {type(exc).__name__}: {exc}", None
+        except BaseException:  # cancelled (a stop): no send outlives the attempt
+            if run is not None:
+                await run.cancel()
+            raise
         self._note_rate_limits(verdicts.values(), now)
         verdicts = {**verdicts, **waiting_out}
         return verdicts, _refusals(verdicts), run
