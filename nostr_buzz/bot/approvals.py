@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import secrets
 from collections import deque
-from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -226,6 +226,10 @@ class Approvals:
         #: ask (forgotten at the turn's end, :meth:`end_turn`).
         self._asked: dict[str, int] = {}
         self._unasked: dict[str, int] = {}
+        #: How a question reaches the owner: the bot's outbox (``Delivery.tell_owner``: to
+        #: every DM relay of the owner, each one until it accepts) once the bot has started;
+        #: else :func:`tell_owner`.
+        self.tell: Callable[[str], Awaitable[bool]] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -290,6 +294,8 @@ class Approvals:
         self._diagnostics.emit("permission_limit", **ids.as_kwargs(), payload=payload)
 
     async def _send(self, text: str) -> bool:
+        if self.tell is not None:
+            return await self.tell(text)
         return await tell_owner(self.config, text, int(self._clock()))
 
     def answer(self, event: Event, verdict: Verdict, code: str) -> bool:

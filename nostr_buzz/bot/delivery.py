@@ -5,10 +5,12 @@ Replies are durable like metrics.  Both are signed once, through the agent's sig
 any transaction opens (a signer may answer over the network: :meth:`Delivery.sign_reply`,
 :meth:`Delivery.sign_metric`), then committed to the outbox table of the bot's state database
 by the caller's transaction — the same one that records the turn's outcome in the queue — and
-only then sent, in the background, to every write relay.  What no
-relay accepted yet stays in the outbox and is re-sent with backoff by the retry loop, also by a
-later process after a crash; a re-send is the same signed event (same id), so a relay that
-already has it answers ``duplicate:`` and nothing is ever published twice.
+only then sent, in the background, to every relay it is meant for, with a record per relay in
+the outbox (core/delivery_state.py).  The turn goes on at the first acceptance; the slower
+relays are waited for in the background, and a relay that has not accepted yet is re-sent the
+event on its own backoff by the retry loop, also by a later process after a crash, until it
+accepts or ``[outbox] give_up_after`` passes.  A re-send is the same signed event (same id),
+so a relay that already has it answers ``duplicate:`` and nothing is ever published twice.
 
 A reply that no relay accepted because it is too large (the relay's refusal says so, or the
 relay dropped the connection while a reply larger than a part was sent) is replaced, in one
@@ -36,7 +38,7 @@ the retry loop never sends an event whose first send is still on the wire.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -48,7 +50,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import dm_relays_of
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
 from nostr_buzz.io.relay_lists import RelayDirectory
-from nostr_buzz.nips import nip10, nip17, nip59, nip65
+from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event_async
@@ -65,6 +67,7 @@ from .outputs import (
     too_large,
     too_small,
 )
+from .own_lists import publish_relay_lists
 from .relays import trust_configured
 from .state import BotStore
 
@@ -149,16 +152,29 @@ class Delivery:
         self._relays: dict[str, tuple[str, ...]] = {}
         #: What each private answer's wrap carries: (answer id, message answered, addressee).
         self._wraps: dict[str, tuple[str, str, str]] = {}
+        #: The wraps of the agent's own messages to the owner (:meth:`tell_owner`): their
+        #: callers report them (``permission_asked``, ``budget_warned``), not as replies.
+        self._notes: set[str] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Re-send what is due (also what an earlier process left) until ``stop`` is set."""
-        await self.publisher.run(stop, idle=max(1.0, self.config.relay_timeout))
+        """Re-send what is due (also what an earlier process left) until ``stop`` is set; then
+        stop waiting for the slower relays: what they owe stays in the outbox for the next run."""
+        try:
+            await self.publisher.run(stop, idle=max(1.0, self.config.relay_timeout))
+        finally:
+            await self.publisher.abandon()
+
+    async def publish_relay_lists(self) -> None:
+        """The agent's own relay lists (:mod:`.own_lists`), through the write relays."""
+        await publish_relay_lists(self.config, self.write_pool, self._diagnostics, self._clock)
 
     def _add(self, event: Event, relays: tuple[str, ...] = ()) -> None:
-        """Commit ``event`` to the outbox (joins the caller's transaction)."""
+        """Commit ``event`` to the outbox (joins the caller's transaction) with every relay it
+        is meant for (the write relays when ``relays`` is empty): one record each."""
         now = self._clock()
         first_send = self.config.relay_timeout + 5.0  # the retry loop leaves it to send()
-        self.store.outbox.add(event, now=now, relays=relays, due=now + first_send)
+        targets = relays or tuple(self.config.write_relays)
+        self.store.outbox.add(event, now=now, relays=targets, due=now + first_send)
         if relays:
             self._relays[event.id] = relays
 
@@ -317,6 +333,58 @@ class Delivery:
                 people += [*self._audience(target)[0], self.agent]
         if not people:
             return {}
+        return await self.private_relays_of(people)
+
+    def look_up_private_relays(self, target: Event) -> asyncio.Task[dict[str, tuple[str, ...]]]:
+        """Start looking up the DM relays a private answer to ``target`` goes to, so that the
+        lookup (a round trip to the relays) runs while the turn prepares and prompts, not after
+        the agent answered; :meth:`private_relays_for` takes its result."""
+        return asyncio.create_task(self.private_relays([target]), name="buzz-dm-relays")
+
+    async def private_relays_for(
+        self, early: asyncio.Task[dict[str, tuple[str, ...]]], targets: Sequence[Event]
+    ) -> dict[str, tuple[str, ...]]:
+        """The DM relays for a private answer to each of ``targets``: ``early`` (started by
+        :meth:`look_up_private_relays` for the first), and a lookup of its own for the rest
+        when any of them is a private message too (a steer taken into the turn)."""
+        found = dict(await early)
+        later = [t for t in targets[1:] if isinstance(t, PrivateEvent)]
+        if later:
+            found.update(await self.private_relays(later))
+        return found
+
+    async def tell_owner(self, text: str) -> bool:
+        """A private message from the agent to the owner (an approval question, a budget
+        warning), delivered like a private answer: wrapped to the owner and to the agent,
+        each wrap stored in the outbox with its addressee's DM relays (else the write relays)
+        and sent to every one of them, the slower ones in the background and again until each
+        accepts.  True when a relay took the owner's copy (at the first acceptance)."""
+        now = int(self._clock())
+        owner = self.config.owner.hex
+        try:
+            rumor = nip17.message(self.agent, [owner], text, created_at=now)
+            relays = await self.private_relays_of([owner, self.agent])
+            wraps = await nip17.wrap_for_room_with(self.signer, rumor, now=now)
+        except BuzzError:
+            return False
+        write = tuple(self.config.write_relays)
+        routes = {wrap.id: relays.get(to) or write for to, wrap in wraps}
+        with self.store.transaction(durable=True):
+            for _, wrap in wraps:
+                self._add(wrap, routes[wrap.id])
+                self._notes.add(wrap.id)
+        reports = await asyncio.gather(
+            *(self.publisher.send_stored(wrap, None, routes[wrap.id]) for _, wrap in wraps)
+        )
+        told = any(to == owner and r.delivered for (to, _), r in zip(wraps, reports, strict=True))
+        if not told:  # the caller gives up on it (a question unsent is rejected): not later
+            with self.store.transaction(durable=True):
+                for _, wrap in wraps:
+                    self.store.outbox.remove(wrap.id)
+        return told
+
+    async def private_relays_of(self, people: list[str]) -> dict[str, tuple[str, ...]]:
+        """The DM relays (kind 10050) of ``people``; an empty map when the lookup fails."""
         try:
             found = await dm_relays_of(
                 people,
@@ -374,12 +442,18 @@ class Delivery:
         if report.given_up:
             self._given_up(event, report)
             return
+        if report.earlier:  # delivered and said so before: this was for the slower relays
+            return
         if event.kind == METRIC_KIND:
             if report.delivered:
                 ids = self._ids.pop(event.id, None)
                 accepted = [url for url, v in report.verdicts.items() if v.ok]
                 kwargs = ids.as_kwargs() if ids is not None else {}
                 self._diagnostics.metric_published(event.id, accepted, **kwargs)
+            return
+        if event.id in self._notes:
+            if report.delivered or report.given_up:
+                self._notes.discard(event.id)
             return
         if event.kind == nip59.GIFT_WRAP_KIND:
             self._private_report(event, report)
@@ -399,6 +473,8 @@ class Delivery:
             "attempts": report.attempts,
             "error": report.error,
             "giveUpAfter": self.config.give_up_after,
+            "delivered": report.delivered,
+            "missing": list(report.waiting),
         }
         self._diagnostics.emit("outbox_given_up", **kwargs, payload=payload)
 
@@ -472,46 +548,3 @@ class Delivery:
             payload={"eventId": event.id, "parts": [p.id for p in parts]},
         )
         self.send(parts)
-
-    # -- the agent's relay lists -------------------------------------------------------------
-
-    async def publish_relay_lists(self) -> None:
-        """Publish the agent's kind 10002 and, when it reads private messages, its kind
-        10050 (concurrently)."""
-        lists = [self.publish_relay_list()]
-        if nip17.PRIVATE_MESSAGE_KIND in self.config.kinds:
-            lists.append(self.publish_dm_relays())
-        await asyncio.gather(*lists)
-
-    async def publish_relay_list(self) -> None:
-        """Publish the agent's kind 10002 (NIP-65): it writes to its write relays and reads on
-        its read relays, so that clients know where to find its replies and to address it."""
-        config = self.config
-        unsigned = nip65.relay_list_template(
-            config.read_relays, config.write_relays, created_at=int(self._clock())
-        )
-        await self._publish_own(unsigned, ("relay_list_published", "relay_list_failed"))
-
-    async def publish_dm_relays(self) -> None:
-        """Publish the agent's kind 10050: its read relays are where it reads private
-        messages."""
-        relays = self.config.read_relays
-        unsigned = nip17.dm_relay_list_template(relays, created_at=int(self._clock()))
-        await self._publish_own(unsigned, ("dm_relays_published", "dm_relays_failed"))
-
-    async def _publish_own(
-        self, unsigned: EventTemplate, report: tuple[DiagnosticKind, DiagnosticKind]
-    ) -> None:
-        """Sign and publish one of the agent's own lists, reported as ``report``'s first
-        diagnostic (published) or second (failed)."""
-        published, failed = report
-        try:
-            event = await signed(self.signer, unsigned)
-        except BuzzError as exc:
-            self._diagnostics.emit(failed, payload={"error": str(exc)})
-            return
-        result = await self.write_pool.publish(event)
-        self._diagnostics.emit(
-            published if result.ok else failed,
-            payload={"eventId": event.id, "relays": result.accepted},
-        )

@@ -139,6 +139,8 @@ class BuzzPlugin:
             self.config, store, self.diagnostics, self._spawn, self._clock, self.pool
         )
         self.delivery = delivery
+        if self.turns.approvals is not None:  # questions go through the outbox from now on
+            self.turns.approvals.tell = delivery.tell_owner
         self._runner = TurnRunner(
             self.config,
             self.queue,

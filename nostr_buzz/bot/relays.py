@@ -4,6 +4,7 @@ and the diagnostics its relays' trouble produces."""
 
 from __future__ import annotations
 
+from nostr_buzz.io.connections import LEFT_BEHIND
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 
@@ -12,9 +13,11 @@ from .config import PluginConfig
 
 def bot_pool(config: PluginConfig, diagnostics: DiagnosticsFeed) -> RelayPool:
     """The pool of ``config``'s read relays (NIP-42 through its signer), reporting a relay cut
-    off (``relay_cut_off``) and one that refused, timed out or was left behind by a query's
-    grace period and is skipped for a while (``relay_backing_off``).  It trusts the
-    configured relays (:func:`trust_configured`) and no one else's (``guard_local``)."""
+    off (``relay_cut_off``) and one that refused or timed out and is skipped for a while
+    (``relay_backing_off``, ``scope`` ``all``), or was left behind by a query's grace period and
+    is skipped by such reads for a while, still sent every reply and metric (``scope``
+    ``reads``).  It trusts the configured relays (:func:`trust_configured`) and no one else's
+    (``guard_local``)."""
     pool = RelayPool(
         config.read_relays,
         signer=config.signer,
@@ -28,7 +31,8 @@ def bot_pool(config: PluginConfig, diagnostics: DiagnosticsFeed) -> RelayPool:
         diagnostics.emit("relay_cut_off", payload={"relay": url, "reason": why})
 
     def backing_off(url: str, why: str, seconds: float) -> None:
-        payload = {"relay": url, "reason": why, "retryIn": round(seconds, 3)}
+        scope = "reads" if why.startswith(LEFT_BEHIND) else "all"
+        payload = {"relay": url, "reason": why, "retryIn": round(seconds, 3), "scope": scope}
         diagnostics.emit("relay_backing_off", payload=payload)
 
     pool.on_cut_off = cut_off

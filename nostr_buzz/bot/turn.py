@@ -421,6 +421,8 @@ class TurnRunner:
         turn = Turn.of(batch)
         self.running[batch.channel] = turn
         started_at = datetime.fromtimestamp(self._clock(), UTC)
+        # A private answer's DM relays, looked up while the turn runs (a round trip saved).
+        dm_lookup = self.delivery.look_up_private_relays(batch.events[-1].event)
         try:
             prepared = await self._prepare(turn)
             if prepared is None:  # cancelled before the prompt went out
@@ -431,7 +433,7 @@ class TurnRunner:
             self._completed(turn, result)
             followups = await self._follow(turn)
             targets = [turn.batch.events[-1].event, *(out.target for out in followups)]
-            dm_relays = await self.delivery.private_relays(targets)
+            dm_relays = await self.delivery.private_relays_for(dm_lookup, targets)
             await self._finish(turn, result, history_ids, started_at, followups, dm_relays)
         except asyncio.CancelledError:
             raise
@@ -445,6 +447,7 @@ class TurnRunner:
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
         finally:
+            dm_lookup.cancel()  # a no-op once it has answered
             self.running.withdraw(turn)
             if (note := self.running.ended(turn)) is not None:
                 self._spawn(note, "buzz-limit-note")

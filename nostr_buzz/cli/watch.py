@@ -24,7 +24,13 @@ from nostr_buzz.nips import nip10
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from nostr_buzz.core.watch import ChannelView, ToolView, TurnView, WatchView
+    from nostr_buzz.core.watch import (
+        ChannelView,
+        OutboxEntryView,
+        ToolView,
+        TurnView,
+        WatchView,
+    )
     from nostr_buzz.io.watch import Watcher
 
 __all__ = ["render", "watch_command"]
@@ -91,6 +97,21 @@ def _queue_row(c: ChannelView) -> tuple[str, ...]:
     return (_channel(c.channel), *counts, _duration(c.oldest_age_seconds), retry)
 
 
+def _outbox_row(entry: OutboxEntryView) -> tuple[str, ...]:
+    """One pending outbox entry: what, how old, and each relay it is meant for."""
+    states = []
+    for r in entry.relays:
+        state = r.state
+        if r.state == "failing":
+            state += f" {r.attempts}x"
+            if r.retry_in_seconds is not None:
+                state += f", next in {_duration(r.retry_in_seconds)}"
+            if r.last_error:
+                state += f": {one_line(r.last_error, _CELL)}"
+        states.append(f"{one_line(r.relay, _CELL)} {state}")
+    return (entry.name, entry.event_id[:12], _duration(entry.age_seconds), "\n".join(states))
+
+
 def _lines(view: WatchView) -> tuple[str, str, str]:
     """The header, the outbox line and the spend line."""
     head = f"buzz watch: {one_line(view.state_dir, 200)}"
@@ -138,6 +159,7 @@ def render(view: WatchView) -> RenderableType:
     head, waiting, spent = _lines(view)
     turns = [_turn_row(turn) for turn in view.running_turns]
     queue = [_queue_row(c) for c in view.queue]
+    pending = [_outbox_row(entry) for entry in view.outbox.entries]
     return Group(
         Text(head),
         _table("running turns", turns, "channel", "who", "for", "last tool call")
@@ -147,6 +169,11 @@ def render(view: WatchView) -> RenderableType:
         if queue
         else Text("queue empty"),
         Text(waiting),
+        *(
+            [_table("outbox, relay by relay", pending, "event", "id", "age", "relays")]
+            if pending
+            else []
+        ),
         Text(spent),
     )
 

@@ -39,6 +39,7 @@ from nostr_buzz.core.budget import (
     period_bounds,
     with_owner_notes,
 )
+from nostr_buzz.core.delivery_state import RelayRecord, waiting
 from nostr_buzz.nips import nip10, nip19
 
 __all__ = [
@@ -49,7 +50,9 @@ __all__ = [
     "FeedSummary",
     "FeedView",
     "Moment",
+    "OutboxEntryView",
     "OutboxKindView",
+    "OutboxRelayView",
     "OutboxRow",
     "OutboxView",
     "QueuedRow",
@@ -73,6 +76,8 @@ _OUTBOX_KINDS: Final = {
     10050: "DM relay list",
     44200: "metric",
 }
+#: Pending outbox entries shown one by one with their relays (the oldest); the rest are counted.
+MAX_OUTBOX_ENTRIES: Final = 20
 #: Records that end a running turn (by its turn id).
 _TURN_ENDS: Final = frozenset({"turn_completed", "turn_failed", "turn_ended"})
 
@@ -112,9 +117,16 @@ class RetryRow(NamedTuple):
 
 
 class OutboxRow(NamedTuple):
+    """An outbox entry: ``targets`` the relays it is meant for (in order; empty in a file
+    written before they were stored), ``relays`` its record on each relay tried or meant
+    (core/delivery_state.py)."""
+
     kind: int
     added_at: float
     attempts: int
+    event_id: str = ""
+    targets: tuple[str, ...] = ()
+    relays: tuple[RelayRecord, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,10 +194,37 @@ class OutboxKindView(msgspec.Struct, frozen=True, rename="camel"):
     attempts: int
 
 
+class OutboxRelayView(msgspec.Struct, frozen=True, rename="camel"):
+    """Where one pending entry stands on one relay it is meant for: ``accepted``, ``pending``
+    (not answered yet) or ``failing`` (refused, failed or timed out ``attempts`` times; tried
+    again in ``retry_in_seconds``, after ``last_error``)."""
+
+    relay: str
+    state: str
+    attempts: int
+    retry_in_seconds: float | None
+    last_error: str | None
+
+
+class OutboxEntryView(msgspec.Struct, frozen=True, rename="camel"):
+    """One pending entry and each relay it is meant for."""
+
+    event_id: str
+    kind: int
+    name: str
+    age_seconds: float
+    attempts: int
+    #: The relays that do not have it yet.
+    waiting: int
+    relays: list[OutboxRelayView]
+
+
 class OutboxView(msgspec.Struct, frozen=True, rename="camel"):
     pending: int
     oldest_age_seconds: float | None
     kinds: list[OutboxKindView]
+    #: The oldest pending entries (at most :data:`MAX_OUTBOX_ENTRIES`), relay by relay.
+    entries: list[OutboxEntryView] = msgspec.field(default_factory=list)
 
 
 class SpendView(msgspec.Struct, frozen=True, rename="camel"):
@@ -427,7 +466,32 @@ def _outbox_view(rows: tuple[OutboxRow, ...], now: float) -> OutboxView:
         for kind, group in sorted(by_kind.items())
     ]
     oldest = max((k.oldest_age_seconds for k in kinds), default=None)
-    return OutboxView(pending=len(rows), oldest_age_seconds=oldest, kinds=kinds)
+    shown = sorted(rows, key=lambda r: (r.added_at, r.event_id))[:MAX_OUTBOX_ENTRIES]
+    entries = [_outbox_entry(row, now) for row in shown]
+    return OutboxView(pending=len(rows), oldest_age_seconds=oldest, kinds=kinds, entries=entries)
+
+
+def _outbox_entry(row: OutboxRow, now: float) -> OutboxEntryView:
+    """One entry, relay by relay: the relays it is meant for in order, then any other it was
+    tried on (an entry written before its relays were stored)."""
+    held = {r.relay: r for r in row.relays}
+    order = list(dict.fromkeys([*row.targets, *held]))
+    relays = []
+    for url in order:
+        record = held.get(url, RelayRecord(url))
+        retry = None
+        if record.state == "failing" and record.next_attempt > now:
+            retry = round(record.next_attempt - now, 3)
+        relays.append(OutboxRelayView(url, record.state, record.attempts, retry, record.last_error))
+    return OutboxEntryView(
+        event_id=row.event_id,
+        kind=row.kind,
+        name=outbox_kind_name(row.kind),
+        age_seconds=_age(now, row.added_at),
+        attempts=row.attempts,
+        waiting=len(waiting(order, row.relays)),
+        relays=relays,
+    )
 
 
 def budget_view(snapshot: StateSnapshot, configured: Caps, now: float) -> BudgetView | None:

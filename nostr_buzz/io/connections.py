@@ -8,10 +8,13 @@ it for ``idle_timeout`` seconds.  At most :data:`MAX_REQS_PER_CONNECTION` querie
 connection at a time (relays limit concurrent subscriptions, NIP-11 ``max_subscriptions``);
 the rest wait their turn.  Live subscriptions hold no such slot: a bot has a few, for its life.
 
-A relay's health is remembered: one that refused a connection, timed out or was left behind
-by a query's grace period (io/pool.py) is backed off (:mod:`nostr_buzz.core.backoff`), skipped
-by the pool until its backoff ends, and tried again then; an answer, or a new connection made
-meanwhile (a live subscription reconnecting), makes it healthy again.
+A relay's health is remembered: one that refused a connection or timed out is backed off
+(:mod:`nostr_buzz.core.backoff`), skipped by the pool until its backoff ends, and tried again
+then; an answer, or a new connection made meanwhile (a live subscription reconnecting), makes
+it healthy again.  Being slower than another relay is no failure: a relay left behind by a
+query's grace period (io/pool.py) is skipped the same way by the reads the grace period bounds
+(they would not wait for it anyway), never by a publish (:data:`LEFT_BEHIND`), so that each
+reply and metric still reaches it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ IDLE_TIMEOUT: Final = 60.0
 #: Backoff of a failing relay: first skip (seconds) and the longest.
 HEALTH_BACKOFF_BASE: Final = 1.0
 HEALTH_BACKOFF_CAP: Final = 60.0
+#: How a query's problem starts when the relay was only slower than the grace period allows
+#: (io/pool.py): skipped by reads for a while, never by deliveries.
+LEFT_BEHIND: Final = "left behind"
 
 
 @dataclass
@@ -45,6 +51,8 @@ class _Health:
     why: str = ""
     #: The client's connection count when it failed: a newer connection means it is back.
     connections: int = 0
+    #: Only left behind by reads, never failed: publishes still go to it.
+    reads_only: bool = False
 
 
 @dataclass
@@ -132,11 +140,12 @@ class RelayConnections:
 
     # -- health ----------------------------------------------------------------------------
 
-    def backing_off(self, url: str) -> str | None:
-        """Why ``url`` is skipped now (it failed and its backoff has not ended), or ``None``."""
+    def backing_off(self, url: str, *, delivery: bool = False) -> str | None:
+        """Why ``url`` is skipped now (it failed and its backoff has not ended), or ``None``;
+        ``delivery``: for a publish, which a relay merely left behind by reads never skips."""
         key = normalize_relay_url(url)
         health = self._health.get(key)
-        if health is None or health.failures == 0:
+        if health is None or health.failures == 0 or (delivery and health.reads_only):
             return None
         if self._reconnected_since(key, health):
             self._health.pop(key, None)
@@ -153,14 +162,23 @@ class RelayConnections:
             if url == key
         )
 
-    def record(self, url: str, problem: str | None) -> None:
+    def record(self, url: str, problem: str | None, *, delivery: bool = False) -> None:
         """One operation's outcome for ``url``: ``None`` (it answered) or what went wrong
-        (it refused the connection, timed out or was left behind): backed off."""
+        (it refused the connection or timed out; or, :data:`LEFT_BEHIND`, a query did not
+        wait for it): backed off (for reads only, when it was only left behind).
+        ``delivery``: the outcome of a publish, whose answer says nothing of how fast the
+        relay serves reads."""
         key = normalize_relay_url(url)
         if problem is None:
-            self._health.pop(key, None)
+            held = self._health.get(key)
+            if not (delivery and held is not None and held.reads_only):
+                self._health.pop(key, None)
             return
         health = self._health.setdefault(key, _Health())
+        slow = problem.startswith(LEFT_BEHIND)
+        if slow and not health.reads_only and health.failures and health.until > _now():
+            return  # a failure's backoff is running: being slow on top changes nothing
+        health.reads_only = slow
         health.failures += 1
         delay = backoff_base(health.failures, base=HEALTH_BACKOFF_BASE, cap=HEALTH_BACKOFF_CAP)
         health.until = _now() + delay

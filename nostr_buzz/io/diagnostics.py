@@ -73,7 +73,7 @@ DiagnosticKind = (
         "standing_context_frozen",
         "replay_completed",
         "relay_cut_off",
-        "relay_backing_off",  # {relay, reason, retryIn}: skipped by queries until then
+        "relay_backing_off",  # {relay, reason, retryIn, scope}: skipped until then
         "state_import_failed",
         # the agent, as the bot's supervisor sees it
         "agent_restarted",
@@ -94,7 +94,7 @@ DiagnosticKind = (
         "metric_published",
         "metric_invalid",
         "outbox_nudged",
-        "outbox_given_up",  # {eventId, kind, attempts, error}: waited past [outbox] give_up_after
+        "outbox_given_up",  # {eventId, kind, attempts, error, delivered, missing}: give_up_after
         "private_room_narrowed",  # {inReplyTo, reason, room, maxRecipients}: sender only
         "dm_relays_published",
         "dm_relays_failed",

@@ -29,7 +29,15 @@ from typing import Final
 
 import msgspec
 
-from nostr_buzz.core.backoff import Rng, backoff_base
+from nostr_buzz.core.backoff import Rng
+from nostr_buzz.core.delivery_state import (
+    BACKOFF_BASE,
+    BACKOFF_CAP,
+    RelayRecord,
+    after_answer,
+    backoff_delay,
+)
+from nostr_buzz.core.delivery_state import next_attempt as first_due
 from nostr_buzz.errors import InvalidEvent, OutboxError
 from nostr_buzz.event import Event
 
@@ -43,23 +51,19 @@ __all__ = [
     "OUTBOX_FILE",
     "Outbox",
     "OutboxEntry",
+    "RelayRecord",
     "backoff_delay",
 ]
 
-#: First retry after about this many seconds; each failed attempt doubles it …
-BACKOFF_BASE: Final = 5.0
-#: … up to this cap (15 minutes).
-BACKOFF_CAP: Final = 900.0
 #: An entry no relay took within this long (7 days, in seconds) is given up.
 GIVE_UP_AFTER: Final = 7 * 86400.0
-#: Jitter spreads retries over ±20 % so that many agents do not retry in lockstep.
-_JITTER: Final = 0.2
 #: The outbox's file name inside the state directory (``state_dir`` in ``buzz.toml``).
 OUTBOX_FILE: Final = "metrics-outbox.sqlite3"
 #: Longest relay message kept as the last error of an entry.
 _ERROR_CHARS: Final = 500
 
-_SCHEMA_VERSION: Final = 1
+#: 2: a record per relay (``outbox_relay``); a version 1 file is migrated when opened.
+_SCHEMA_VERSION: Final = 2
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS outbox (
     id           TEXT PRIMARY KEY,          -- the event id (64 hex)
@@ -75,17 +79,26 @@ CREATE TABLE IF NOT EXISTS outbox (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt);
 """
-
-
-def backoff_delay(attempts: int, u: float) -> float:
-    """Seconds to wait after the ``attempts``-th failed attempt (``u`` uniform in [0, 1)).
-
-    ``BACKOFF_BASE · 2^(attempts−1)``, capped at ``BACKOFF_CAP``, times a jitter factor in
-    [0.8, 1.2); the result never exceeds the cap.  Pure.
-    """
-    base = backoff_base(attempts, base=BACKOFF_BASE, cap=BACKOFF_CAP)
-    u = min(max(u, 0.0), 1.0)
-    return min(BACKOFF_CAP, base * (1.0 - _JITTER + 2 * _JITTER * u))
+#: One row per entry and relay it is meant for (core/delivery_state.py): accepted, or waiting
+#: with its own attempts, next attempt and last error.
+_RELAY_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS outbox_relay (
+    id           TEXT NOT NULL,             -- the event id, as in outbox
+    relay        TEXT NOT NULL,
+    accepted_at  REAL,                      -- NULL: not yet
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    next_attempt REAL NOT NULL DEFAULT 0,
+    last_error   TEXT,
+    PRIMARY KEY (id, relay)
+) WITHOUT ROWID;
+"""
+#: What an entry written before the per-relay rows already knew: the relays that took it.
+_BACKFILL: Final = """
+INSERT OR IGNORE INTO outbox_relay (id, relay, accepted_at)
+SELECT outbox.id, json_each.value, outbox.added_at FROM outbox, json_each(outbox.accepted_by)
+WHERE json_valid(outbox.accepted_by);
+DELETE FROM outbox_relay WHERE id NOT IN (SELECT id FROM outbox);
+"""
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,8 @@ class OutboxEntry:
     last_error: str | None
     #: Where this event goes; empty: the publisher's relays.
     relays: tuple[str, ...] = ()
+    #: Where it stands on each relay tried or meant (core/delivery_state.py).
+    relay_records: tuple[RelayRecord, ...] = ()
 
     @property
     def id(self) -> str:
@@ -157,7 +172,7 @@ class Outbox:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")  # a committed add survives power loss
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if self._owns_db and version not in (0, _SCHEMA_VERSION):
+            if self._owns_db and version not in (0, 1, _SCHEMA_VERSION):
                 raise OutboxError(
                     f"the outbox {self.path} has schema version {version}; this nostr-buzz "
                     f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
@@ -166,6 +181,7 @@ class Outbox:
             columns = [row[1] for row in self._db.execute("PRAGMA table_info(outbox)")]
             if "relays" not in columns:  # a file written before events had relays of their own
                 self._db.execute("ALTER TABLE outbox ADD COLUMN relays TEXT")
+            self._migrate_relay_records()
             if self._owns_db:
                 self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         except sqlite3.Error as exc:
@@ -174,6 +190,17 @@ class Outbox:
         except OutboxError:
             self.close()
             raise
+
+    def _migrate_relay_records(self) -> None:
+        """Create the per-relay table; on a file that had none (schema 1, or a bot's state
+        database written before it), one accepted row per relay each entry named as having
+        it, so that none of them is sent the event again."""
+        new = not self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'outbox_relay'"
+        ).fetchone()
+        self._db.executescript(_RELAY_SCHEMA)
+        if new:
+            self._db.executescript(_BACKFILL)
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -239,6 +266,11 @@ class Outbox:
                     json.dumps(list(relays)) if relays else None,
                 ),
             )
+            if cursor.rowcount == 1:
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO outbox_relay (id, relay, next_attempt) VALUES (?, ?, ?)",
+                    [(event.id, url, due) for url in dict.fromkeys(relays)],
+                )
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
         return cursor.rowcount == 1
@@ -253,11 +285,14 @@ class Outbox:
         error: str | None = None,
         not_before: float | None = None,
     ) -> OutboxEntry | None:
-        """Record one send attempt: remember which relays have the event, count the attempt
-        and schedule the next one after :func:`backoff_delay`, not before ``not_before`` (a
-        rate-limited relay's pause).  ``error``: what went wrong, kept as the entry's
-        ``last_error`` (default: the relays' refusals).  None when ``event_id`` is not in the
-        outbox (already removed)."""
+        """Record one send attempt: each relay that answered gets its record
+        (:func:`~nostr_buzz.core.delivery_state.after_answer`: accepted, or retried after its
+        own backoff, not before ``not_before``, a rate-limited relay's pause); the entry counts
+        the attempt, remembers which relays have it and falls due when its first waiting relay
+        does (after :func:`backoff_delay` when no relay answered).  ``error``: what went wrong,
+        kept as the entry's ``last_error`` (default: the relays' refusals).  A relay still on
+        the wire is recorded by a later call with its verdict alone.  None when ``event_id`` is
+        not in the outbox (already removed)."""
         listed = list(verdicts.values() if isinstance(verdicts, Mapping) else verdicts)
         u = (rng or self._rng).uniform(0.0, 1.0)
         try:
@@ -265,27 +300,7 @@ class Outbox:
             # nests inside it (and commits with it) instead of failing.
             self._db.execute("SAVEPOINT outbox_attempt")
             try:
-                row = self._db.execute(
-                    "SELECT attempts, accepted_by FROM outbox WHERE id = ?", (event_id,)
-                ).fetchone()
-                if row is None:
-                    self._db.execute("RELEASE outbox_attempt")
-                    return None
-                attempts = int(row[0]) + 1
-                accepted = list(
-                    dict.fromkeys([*_relays(row[1]), *(v.relay for v in listed if v.ok)])
-                )
-                self._db.execute(
-                    "UPDATE outbox SET attempts = ?, next_attempt = ?, accepted_by = ?, "
-                    "last_error = ? WHERE id = ?",
-                    (
-                        attempts,
-                        max(now + backoff_delay(attempts, u), not_before or 0.0),
-                        json.dumps(accepted),
-                        _clip(error) if error else _summarise(listed),
-                        event_id,
-                    ),
-                )
+                found = self._record(event_id, now, listed, u, error, not_before)
                 self._db.execute("RELEASE outbox_attempt")
             except BaseException:
                 self._db.execute("ROLLBACK TO outbox_attempt")
@@ -293,7 +308,74 @@ class Outbox:
                 raise
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
-        return self.get(event_id)
+        return self.get(event_id) if found else None
+
+    def _record(
+        self,
+        event_id: str,
+        now: float,
+        listed: list[Verdict],
+        u: float,
+        error: str | None,
+        not_before: float | None,
+    ) -> bool:
+        """:meth:`record_attempt`'s writes, inside its savepoint; False: no such entry."""
+        row = self._db.execute(
+            "SELECT attempts, accepted_by, relays FROM outbox WHERE id = ?", (event_id,)
+        ).fetchone()
+        if row is None:
+            return False
+        attempts = int(row[0]) + 1
+        accepted = list(dict.fromkeys([*_relays(row[1]), *(v.relay for v in listed if v.ok)]))
+        held = {r.relay: r for r in self._relay_records(event_id)}
+        for verdict in listed:
+            reason = None if verdict.ok else _clip(verdict.reason)
+            record = after_answer(
+                held.get(verdict.relay),
+                verdict.relay,
+                ok=verdict.ok,
+                error=reason,
+                now=now,
+                u=u,
+                not_before=not_before,
+            )
+            held[verdict.relay] = record
+            self._db.execute(
+                "INSERT OR REPLACE INTO outbox_relay (id, relay, accepted_at, attempts, "
+                "next_attempt, last_error) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    event_id,
+                    record.relay,
+                    record.accepted_at,
+                    record.attempts,
+                    record.next_attempt,
+                    record.last_error,
+                ),
+            )
+        targets = (_relays(row[2]) if row[2] else ()) or tuple(held)
+        due = first_due(targets, held.values()) if listed else None
+        if due is None:  # nobody answered (or all have it): the entry's own backoff
+            due = now + backoff_delay(attempts, u)
+        self._db.execute(
+            "UPDATE outbox SET attempts = ?, next_attempt = ?, accepted_by = ?, "
+            "last_error = ? WHERE id = ?",
+            (
+                attempts,
+                max(due, not_before or 0.0),
+                json.dumps(accepted),
+                _clip(error) if error else _summarise(listed),
+                event_id,
+            ),
+        )
+        return True
+
+    def _relay_records(self, event_id: str) -> list[RelayRecord]:
+        rows = self._db.execute(
+            "SELECT relay, accepted_at, attempts, next_attempt, last_error FROM outbox_relay "
+            "WHERE id = ? ORDER BY relay",
+            (event_id,),
+        ).fetchall()
+        return [RelayRecord(str(r[0]), r[1], int(r[2]), float(r[3]), r[4]) for r in rows]
 
     def make_due(self, now: float) -> int:
         """Every entry due at ``now`` (a relay came back: no need to wait out the backoff);
@@ -301,6 +383,9 @@ class Outbox:
         try:
             cursor = self._db.execute(
                 "UPDATE outbox SET next_attempt = ? WHERE next_attempt > ?", (now, now)
+            )
+            self._db.execute(
+                "UPDATE outbox_relay SET next_attempt = ? WHERE next_attempt > ?", (now, now)
             )
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
@@ -310,6 +395,7 @@ class Outbox:
         """Forget an entry (enough relays have it); True when it was there."""
         try:
             cursor = self._db.execute("DELETE FROM outbox WHERE id = ?", (event_id,))
+            self._db.execute("DELETE FROM outbox_relay WHERE id = ?", (event_id,))
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot write to the outbox {self.path}: {exc}") from None
         return cursor.rowcount == 1
@@ -356,6 +442,7 @@ class Outbox:
         )
         try:
             rows = self._db.execute(query, args).fetchall()
+            records = {str(row[0]): self._relay_records(str(row[0])) for row in rows}
         except sqlite3.Error as exc:
             raise OutboxError(f"cannot read the outbox {self.path}: {exc}") from None
         entries = []
@@ -376,6 +463,7 @@ class Outbox:
                     accepted_by=_relays(accepted_by),
                     last_error=error,
                     relays=_relays(to) if to else (),
+                    relay_records=tuple(records[str(event_id)]),
                 )
             )
         return entries

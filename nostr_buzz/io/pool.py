@@ -29,6 +29,7 @@ from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 from nostr_buzz.signer import Signer, signer_of
 
 from .connections import IDLE_TIMEOUT, RelayConnections
+from .publishing import PublishResult, PublishRun, left_verdict
 from .relay import (
     CLOSE_TIMEOUT,
     MAX_QUERY_BYTES,
@@ -61,27 +62,7 @@ TOTAL_QUERY_BUDGET: Final = Budget(2 * MAX_QUERY_EVENTS, 2 * MAX_QUERY_BYTES, 2 
 
 T = TypeVar("T")
 
-
-@dataclass
-class PublishResult:
-    """Each relay's verdict; ``ok`` when at least ``min_ok`` relays have the event."""
-
-    event_id: str
-    verdicts: dict[str, Verdict]
-    min_ok: int = 1
-
-    @property
-    def accepted(self) -> list[str]:
-        """Relays that accepted the event or already had it."""
-        return [url for url, v in self.verdicts.items() if v.ok]
-
-    @property
-    def failed(self) -> list[str]:
-        return [url for url, v in self.verdicts.items() if not v.ok]
-
-    @property
-    def ok(self) -> bool:
-        return len(self.accepted) >= self.min_ok
+__all__ = ["PoolQueryResult", "PublishResult", "PublishRun", "RelayPool", "is_usable_url"]
 
 
 @dataclass
@@ -313,16 +294,17 @@ class RelayPool:
         """False for a hint spelt as a local host that this pool may not reach there."""
         return self._allows_local(hint) or not is_local_url(hint)
 
-    def _skipped(self, url: str) -> str | None:
-        """Why ``url`` is not asked now (backing off), or ``None``."""
+    def _skipped(self, url: str, *, delivery: bool = False) -> str | None:
+        """Why ``url`` is not asked now (backing off), or ``None``; ``delivery``: for a
+        publish, which only a failure skips, never having been left behind by a read."""
         if self._connections is None:
             return None
-        why = self._connections.backing_off(url)
+        why = self._connections.backing_off(url, delivery=delivery)
         return None if why is None else f"skipped: {why}"
 
-    def _record(self, url: str, problem: str | None) -> None:
+    def _record(self, url: str, problem: str | None, *, delivery: bool = False) -> None:
         if self._connections is not None:
-            self._connections.record(url, problem)
+            self._connections.record(url, problem, delivery=delivery)
 
     # -- operations ----------------------------------------------------------------------
 
@@ -331,37 +313,44 @@ class RelayPool:
     ) -> PublishResult:
         """Send ``event`` to every relay concurrently and collect the verdicts (a relay left
         behind by the grace period after the ``min_ok``-th ``OK``: ``error:`` ``not waited
-        for``; one backing off: ``skipped``)."""
-        limit = self.timeout if timeout is None else float(timeout)
-
-        async def one(url: str) -> Verdict:
-            if (skipped := self._skipped(url)) is not None:
-                return Verdict(url, event.id, False, False, "error:", skipped)
-            async with self._client(url, auth=True, limit=limit) as client:
-                try:
-                    async with asyncio.timeout(limit + _GRACE):
-                        verdict = await client.publish(event, timeout=limit)
-                except TimeoutError:
-                    verdict = Verdict(url, event.id, False, False, "error:", "timeout")
-            self._record(url, _verdict_problem(verdict))
-            return verdict
-
-        accepted = 0
-
-        def enough_ok(verdict: Verdict) -> bool:  # the grace period starts at the min_ok-th OK
-            nonlocal accepted
-            accepted += verdict.ok
-            return accepted >= min_ok
-
-        tasks = {u: asyncio.create_task(one(u), name=f"pool-publish {u}") for u in self.urls}
-        left = await _settle(tasks, self.grace, enough_ok)
+        for``, and not held against it; one backing off: ``skipped``).  To keep sending to
+        the slower relays, use :meth:`start_publish`."""
+        run = self.start_publish(event, timeout=timeout)
+        try:
+            done = await run.first(min_ok, self.grace)
+        finally:
+            await run.cancel()
         verdicts = {
-            url: _left_verdict(url, event.id, self.grace) if url in left else task.result()
-            for url, task in tasks.items()
+            url: done.get(url) or left_verdict(url, event.id, self.grace) for url in self.urls
         }
-        for url in left:
-            self._record(url, f"no OK within {self.grace:g} s of the first relay's")
         return PublishResult(event.id, verdicts, min_ok)
+
+    def start_publish(self, event: Event, *, timeout: float | None = None) -> PublishRun:
+        """Start sending ``event`` to every relay, one task each (bounded by ``timeout``,
+        default the pool's): the caller reads the verdicts as they come and waits for, or
+        cancels, the rest (io/publishing.py)."""
+        limit = self.timeout if timeout is None else float(timeout)
+        tasks = {
+            url: asyncio.create_task(
+                self._publish_to(url, event, limit), name=f"pool-publish {url}"
+            )
+            for url in self.urls
+        }
+        return PublishRun(event.id, tasks)
+
+    async def _publish_to(self, url: str, event: Event, limit: float) -> Verdict:
+        """One relay's verdict on ``event``; its health counts only its own answer (a
+        refusal is an answer: only an error or a timeout backs it off)."""
+        if (skipped := self._skipped(url, delivery=True)) is not None:
+            return Verdict(url, event.id, False, False, "error:", skipped)
+        async with self._client(url, auth=True, limit=limit) as client:
+            try:
+                async with asyncio.timeout(limit + _GRACE):
+                    verdict = await client.publish(event, timeout=limit)
+            except TimeoutError:
+                verdict = Verdict(url, event.id, False, False, "error:", "timeout")
+        self._record(url, _verdict_problem(verdict), delivery=True)
+        return verdict
 
     async def query(
         self,
@@ -630,17 +619,6 @@ def _verdict_problem(verdict: Verdict) -> str | None:
     if verdict.prefix == "error:" and (verdict.message.startswith(("timeout", "connect failed"))):
         return verdict.message
     return None
-
-
-def _left_verdict(url: str, event_id: str, grace: float | None) -> Verdict:
-    return Verdict(
-        url,
-        event_id,
-        False,
-        False,
-        "error:",
-        f"not waited for: no OK within {grace:g} s of the first",
-    )
 
 
 def _now() -> float:

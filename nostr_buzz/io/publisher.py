@@ -42,14 +42,15 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from nostr_buzz.core.backoff import Rng
+from nostr_buzz.core.delivery_state import complete, due_relays, waiting
 from nostr_buzz.errors import InvalidKey, MetricError, OutboxError, RelayError
 from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
 from nostr_buzz.nips.nip_am import KIND, MetricPayload, build_metric_event, build_metric_event_async
 from nostr_buzz.signer import Signer
 
-from .outbox import BACKOFF_CAP, GIVE_UP_AFTER, Outbox
-from .pool import PublishResult, RelayPool
+from .outbox import BACKOFF_CAP, GIVE_UP_AFTER, Outbox, OutboxEntry
+from .pool import PublishResult, PublishRun, RelayPool
 from .relay import Verdict
 
 __all__ = [
@@ -99,7 +100,11 @@ class PublishReport:
     included.  ``next_attempt``: when it will be retried (clock seconds), None when delivered
     or not stored.  ``error``: what went wrong, for diagnostics (never contains secrets).
     ``given_up``: it waited longer than the publisher's ``give_up_after`` and has been removed
-    from the outbox without being delivered; it is never sent again.
+    from the outbox (``delivered`` says whether ``min_ok`` relays had it); it is never sent
+    again.  ``complete``: every relay it is meant for has it; it has left the outbox.
+    ``earlier``: it was delivered by an earlier attempt, and this one was for the relays that
+    did not have it yet (their verdicts alone).  ``waiting``: the relays it is meant for that
+    do not have it yet (stored events only).
     """
 
     event: Event | None
@@ -110,6 +115,9 @@ class PublishReport:
     next_attempt: float | None = None
     error: str | None = None
     given_up: bool = False
+    complete: bool = False
+    earlier: bool = False
+    waiting: tuple[str, ...] = ()
 
     @property
     def event_id(self) -> str | None:
@@ -216,6 +224,9 @@ class MetricPublisher:
             self._pool_factory = lambda: self._pool(checked)
         self._urls: tuple[str, ...] = () if callable(relays) else tuple(checked)
         self._in_flight: set[str] = set()
+        #: Sends still waiting for the slower relays after the attempt reported
+        #: (:meth:`_follow`); kept so that they are not collected mid-way.
+        self._tails: set[asyncio.Task[None]] = set()
         #: Relay → (end of its pause, ``rate-limited:`` refusals in a row).
         self._paused: dict[str, tuple[float, int]] = {}
 
@@ -312,7 +323,7 @@ class MetricPublisher:
 
         async def one(event: Event, relays: tuple[str, ...]) -> PublishReport:
             async with gate:
-                return await self._attempt(event, True, None, relays)
+                return await self._attempt(event, True, None, relays, retry=True)
 
         sent = await asyncio.gather(*(one(entry.event, entry.relays) for entry in due))
         return [*given_up, *sent]
@@ -328,10 +339,20 @@ class MetricPublisher:
                 continue
             waited = now - entry.added_at
             error = f"given up after {waited:.0f} s and {entry.attempts} attempt(s)"
+            missing = waiting(self._targets(entry), entry.relay_records)
+            if entry.accepted_by and missing:
+                error += f"; never taken by {', '.join(missing)}"
             if entry.last_error:
                 error += f"; last error: {entry.last_error}"
+            delivered = len(entry.accepted_by) >= self.min_ok
             report = PublishReport(
-                entry.event, False, False, attempts=entry.attempts, error=error, given_up=True
+                entry.event,
+                False,
+                delivered,
+                attempts=entry.attempts,
+                error=error,
+                given_up=True,
+                waiting=tuple(missing),
             )
             self._report(report)
             reports.append(report)
@@ -355,51 +376,139 @@ class MetricPublisher:
                 async with asyncio.timeout(wait):
                     await stop.wait()
 
+    async def drain(self) -> None:
+        """Wait until every send still working on a slower relay has answered and been
+        recorded (each is bounded by the timeout)."""
+        while self._tails:
+            await asyncio.gather(*self._tails, return_exceptions=True)
+
+    async def abandon(self) -> None:
+        """Stop waiting for the slower relays (at shutdown): what they have not answered stays
+        in the outbox, owed to them, for the next flush or process."""
+        tails = list(self._tails)
+        for task in tails:
+            task.cancel()
+        await asyncio.gather(*tails, return_exceptions=True)
+
     # -- one attempt ----------------------------------------------------------------------
 
+    def _targets(self, entry: OutboxEntry | None, relays: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """Every relay an event is meant for: its own, else the publisher's (none known for a
+        factory's pool: then ``min_ok`` acceptances complete it)."""
+        if relays:
+            return relays
+        return (entry.relays if entry is not None else ()) or self._urls
+
     async def _attempt(
-        self, event: Event, stored: bool, problem: str | None, relays: tuple[str, ...] = ()
+        self,
+        event: Event,
+        stored: bool,
+        problem: str | None,
+        relays: tuple[str, ...] = (),
+        *,
+        retry: bool = False,
     ) -> PublishReport:
+        """Send ``event`` to the relays that do not have it yet (``retry``: those whose own
+        backoff is over); the report comes at the first acceptance (``min_ok``), and the
+        slower relays' verdicts are recorded when they come (:meth:`_follow`)."""
         if event.id in self._in_flight:
             # Another attempt is on the wire; it will record the outcome.
             return PublishReport(event, stored, False, error="already being sent")
         self._in_flight.add(event.id)
+        followed = False
         try:
-            verdicts, send_problem = await self._send(event, relays)
-            report = self._settle(event, stored, verdicts, problem or send_problem)
+            before = self._entry(event.id) if stored else None
+            targets = self._targets(before, relays)
+            records = before.relay_records if before is not None else ()
+            now = self._clock()
+            to = (due_relays(targets, records, now) if retry else []) or waiting(targets, records)
+            if targets and not to:  # every relay has it already (a crash before the removal)
+                report = self._settle(event, stored, {}, None, before)
+            else:
+                earlier = len(before.accepted_by) if before is not None else 0
+                verdicts, send_problem, run = await self._send(
+                    event, tuple(to), max(1, self.min_ok - earlier)
+                )
+                report = self._settle(event, stored, verdicts, problem or send_problem, before)
+                if run is not None and run.pending:
+                    self._follow(event, stored, run)
+                    followed = True
         finally:
-            self._in_flight.discard(event.id)
+            if not followed:
+                self._in_flight.discard(event.id)
         self._report(report)
         return report
 
+    def _entry(self, event_id: str) -> OutboxEntry | None:
+        try:
+            return self.outbox.get(event_id)
+        except OutboxError:
+            return None
+
+    def _follow(self, event: Event, stored: bool, run: PublishRun) -> None:
+        """Wait in the background for the relays still working on ``event`` (each bounded by
+        the timeout), record and report their verdicts; the event stays in flight (no retry
+        overlaps) until then."""
+
+        async def rest() -> None:
+            try:
+                verdicts = await run.rest()
+                self._note_rate_limits(verdicts.values(), self._clock())
+                before = self._entry(event.id) if stored else None
+                report = self._settle(event, stored, verdicts, _refusals(verdicts), before)
+                self._report(report)
+            finally:
+                await run.cancel()
+                self._in_flight.discard(event.id)
+
+        task = asyncio.create_task(rest(), name=f"publish-rest {event.id[:12]}")
+        self._tails.add(task)
+        task.add_done_callback(self._tails.discard)
+
     async def _send(
-        self, event: Event, relays: tuple[str, ...] = ()
-    ) -> tuple[dict[str, Verdict], str | None]:
+        self, event: Event, relays: tuple[str, ...], min_ok: int
+    ) -> tuple[dict[str, Verdict], str | None, PublishRun | None]:
+        """This attempt's verdicts once ``min_ok`` relays took the event (or all answered),
+        what went wrong, and the sends still working (a :class:`RelayPool`'s only)."""
         now = self._clock()
         targets = relays or self._urls
-        waiting = {
+        waiting_out = {
             url: Verdict(url, event.id, False, False, "rate-limited:", "rate-limited: backing off")
             for url in targets
             if self._paused.get(url, (0.0, 0))[0] > now
         }
-        sendable = tuple(u for u in targets if u not in waiting)
-        if waiting and not sendable:
-            return waiting, _refusals(waiting)
+        sendable = tuple(u for u in targets if u not in waiting_out)
+        if waiting_out and not sendable:
+            return waiting_out, _refusals(waiting_out), None
+        run: PublishRun | None = None
         try:
             async with asyncio.timeout(self.timeout + _GRACE):
-                pool: PublishingPool = (
-                    self._pool(sendable) if relays or waiting else self._pool_factory()
-                )
-                result = await pool.publish(event, min_ok=self.min_ok, timeout=self.timeout)
+                pool = self._pool(sendable) if sendable else self._pool_factory()
+                if isinstance(pool, RelayPool):
+                    run = pool.start_publish(event, timeout=self.timeout)
+                    # The relays that answer within the pool's grace period of the first
+                    # acceptance are in this report; the others in a later one (_follow).
+                    verdicts = await run.first(min_ok, pool.grace)
+                else:
+                    result = await pool.publish(event, min_ok=min_ok, timeout=self.timeout)
+                    verdicts = result.verdicts
         except TimeoutError:
-            return {}, f"no answer within {self.timeout + _GRACE:g} s"
+            if run is not None:
+                await run.cancel()
+            return {}, f"no answer within {self.timeout + _GRACE:g} s", None
         except Exception as exc:
             # The relay edge reports network trouble as verdicts; anything raised is a bug
             # or a misconfigured factory, still never the turn's problem.
-            return {}, f"send failed: {type(exc).__name__}: {exc}"
-        self._note_rate_limits(result.verdicts.values(), now)
-        verdicts = {**result.verdicts, **waiting}
-        return verdicts, _refusals(verdicts)
+            if run is not None:
+                await run.cancel()
+            return {}, f"send failed: {type(exc).__name__}: {exc}", None
+        except BaseException:  # cancelled (a stop): no send outlives the attempt
+            if run is not None:
+                await run.cancel()
+            raise
+        self._note_rate_limits(verdicts.values(), now)
+        verdicts = {**verdicts, **waiting_out}
+        return verdicts, _refusals(verdicts), run
 
     def _note_rate_limits(self, verdicts: Iterable[Verdict], now: float) -> None:
         """Pause each relay that answered ``rate-limited:``; one that took the event is
@@ -424,12 +533,21 @@ class MetricPublisher:
         return min(ends, default=None)
 
     def _settle(
-        self, event: Event, stored: bool, verdicts: dict[str, Verdict], problem: str | None
+        self,
+        event: Event,
+        stored: bool,
+        verdicts: dict[str, Verdict],
+        problem: str | None,
+        before: OutboxEntry | None,
     ) -> PublishReport:
+        """Record ``verdicts`` in the outbox and say where the event stands: delivered once
+        ``min_ok`` relays have it (over all attempts), removed once every relay it is meant
+        for has it (``before``: the entry as it was before this attempt)."""
         have_now = [url for url, v in verdicts.items() if v.ok]
         if not stored:
             delivered = len(have_now) >= self.min_ok
             return PublishReport(event, False, delivered, verdicts, 1, None, problem)
+        earlier = before is not None and len(before.accepted_by) >= self.min_ok
         try:
             entry = self.outbox.record_attempt(
                 event.id,
@@ -440,12 +558,33 @@ class MetricPublisher:
                 not_before=self._resume_at(verdicts),
             )
             if entry is None:  # removed meanwhile (another publisher on the same file)
-                return PublishReport(event, True, True, verdicts, 1, None, problem)
-            if len(entry.accepted_by) >= self.min_ok:
+                return PublishReport(event, True, True, verdicts, 1, None, problem, earlier=earlier)
+            delivered = len(entry.accepted_by) >= self.min_ok
+            targets = self._targets(entry)
+            done = complete(targets, entry.relay_records) if targets else delivered
+            if done:
                 self.outbox.remove(event.id)
-                return PublishReport(event, True, True, verdicts, entry.attempts, None, None)
+                return PublishReport(
+                    event,
+                    True,
+                    True,
+                    verdicts,
+                    entry.attempts,
+                    None,
+                    None,
+                    complete=True,
+                    earlier=earlier,
+                )
             return PublishReport(
-                event, True, False, verdicts, entry.attempts, entry.next_attempt, problem
+                event,
+                True,
+                delivered,
+                verdicts,
+                entry.attempts,
+                entry.next_attempt,
+                problem,
+                earlier=earlier,
+                waiting=tuple(waiting(targets, entry.relay_records)),
             )
         except OutboxError as exc:
             delivered = len(have_now) >= self.min_ok

@@ -30,6 +30,7 @@ from urllib.parse import quote
 import msgspec
 
 from nostr_buzz.core.budget import Caps, Spend
+from nostr_buzz.core.delivery_state import RelayRecord
 from nostr_buzz.core.watch import (
     FeedRecord,
     FeedSummary,
@@ -130,10 +131,7 @@ def read_snapshot(directory: Path) -> StateSnapshot:
                 "SELECT name, retry_count, backoff_until FROM channels"
             )
         )
-        outbox = tuple(
-            OutboxRow(int(kind), float(added), int(attempts))
-            for kind, added, attempts in db.execute("SELECT kind, added_at, attempts FROM outbox")
-        )
+        outbox = _outbox(db)
         spends, notes = _budget(db)
         db.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
@@ -143,6 +141,48 @@ def read_snapshot(directory: Path) -> StateSnapshot:
     finally:
         db.close()
     return StateSnapshot(queued, retries, outbox, spends, notes)
+
+
+def _outbox(db: sqlite3.Connection) -> tuple[OutboxRow, ...]:
+    """The outbox's entries, each with its relays and its record on each (none in a database
+    written before the outbox kept one per relay)."""
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    records: dict[str, list[RelayRecord]] = {}
+    if "outbox_relay" in tables:
+        for event_id, relay, accepted_at, attempts, next_attempt, error in db.execute(
+            "SELECT id, relay, accepted_at, attempts, next_attempt, last_error FROM outbox_relay"
+        ):
+            record = RelayRecord(
+                str(relay),
+                None if accepted_at is None else float(accepted_at),
+                int(attempts),
+                float(next_attempt),
+                None if error is None else str(error),
+            )
+            records.setdefault(str(event_id), []).append(record)
+    return tuple(
+        OutboxRow(
+            int(kind),
+            float(added),
+            int(attempts),
+            str(event_id),
+            _relay_list(relays),
+            tuple(records.get(str(event_id), ())),
+        )
+        for event_id, kind, added, attempts, relays in db.execute(
+            "SELECT id, kind, added_at, attempts, relays FROM outbox"
+        )
+    )
+
+
+def _relay_list(text: object) -> tuple[str, ...]:
+    """A stored JSON list of relays; none when missing or damaged."""
+    if not isinstance(text, str):
+        return ()
+    try:
+        return msgspec.json.decode(text, type=tuple[str, ...])
+    except msgspec.DecodeError:
+        return ()
 
 
 def _budget(db: sqlite3.Connection) -> tuple[tuple[Spend, ...], tuple[tuple[str, str], ...]]:

@@ -414,6 +414,22 @@ def write_config(
     return config
 
 
+async def start_bot(
+    directory: Path, cast: Cast, relays: Sequence[str], timeout: float = 30.0
+) -> tuple[BotProcess, DiagnosticsTail]:
+    """``buzz run`` on ``relays`` with :func:`write_config`'s buzz.toml in ``directory``,
+    once its agent has started (stopped again if it does not); the caller stops it."""
+    bot = BotProcess(write_config(directory, cast, relays), directory / "bot.log")
+    tail = DiagnosticsTail(directory / "state" / "diagnostics.jsonl")
+    await bot.start()
+    try:
+        await tail.next_record(lambda r: r["kind"] == "agent_started", timeout, "start", 0)
+    except BaseException:
+        await bot.stop()
+        raise
+    return bot, tail
+
+
 async def publish(urls: Sequence[str], events: Sequence[Event], timeout: float = 30.0) -> None:
     """Publish every event to every relay (concurrently); each must be accepted."""
     deadline = time.monotonic() + timeout

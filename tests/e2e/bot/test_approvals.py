@@ -8,7 +8,9 @@ message the owner's client opens, and the answers go back as private messages bu
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -16,8 +18,11 @@ import nostr_sdk
 
 from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.event import Event
+from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip17
 from tests.support.bot_world import WAIT, Recorder, World, serving
+from tests.support.relays import free_port, start_relay
 from tests.support.scripted_agent import USAGE, Scripted
 
 ASK_TIMEOUT = 4.0
@@ -160,3 +165,35 @@ async def test_under_owner_a_strangers_turn_asks_the_owner_who_answers_in_the_ch
     assert refusals(rec) == [("not_owner", "allow")]
     assert agent.tools_run() == ["make deploy"]
     assert len(rec.of("turn_started")) == 1  # no answer became a turn
+
+
+async def test_the_question_reaches_every_dm_relay_of_the_owner_also_one_down_at_first(
+    world: World,
+) -> None:
+    """The owner's kind 10050 names two relays, one of them down when the bot asks: the owner
+    gets the question on the other at once, and the outbox keeps sending it to the one that
+    was down until it takes it — counted on that relay itself."""
+    port = free_port()
+    down = f"ws://127.0.0.1:{port}"
+    owner_dm = nip17.dm_relay_list(world.owner, [world.relay.url, down], created_at=world.clock)
+    await world.publish(owner_dm)
+    agent = Scripted(world.tmp, {"turns": [{"ask": "touch a", "usage": USAGE}]})
+    rec = Recorder()
+    # The relay that is down is one of the bot's own (a local address is used only then).
+    async with running(world, rec, agent, write_relays=(world.relay.url, down)):
+        await world.publish(world.say("please touch a"))
+        await code_of(world, rec, 1)  # on the relay that is up, at once
+        revived = await start_relay(port=port)
+        try:
+            owner = world.owner.public_key.hex
+            deadline = time.monotonic() + 3 * WAIT
+            while True:
+                async with RelayPool([revived.url], timeout=5.0) as pool:
+                    there = (await pool.query({"kinds": [1059], "#p": [owner]})).events
+                if there or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.5)
+            assert len(there) == 1  # the question, once
+            await rec.kind("turn_completed", 1, timeout=ASK_TIMEOUT + WAIT)
+        finally:
+            revived.stop()

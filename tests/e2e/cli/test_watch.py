@@ -29,9 +29,10 @@ from tests.support.fault_harness import (
     DiagnosticsTail,
     mention,
     publish,
+    start_bot,
     write_config,
 )
-from tests.support.relays import local_relay
+from tests.support.relays import free_port, local_relay
 
 BUZZ = (sys.executable, "-m", "nostr_buzz")
 WAIT = 20.0
@@ -173,6 +174,39 @@ async def test_watch_shows_the_running_turn_and_the_queue_while_a_slow_agent_run
             ("eng", 3, 0)
         ]
         assert not (state / "bot.sqlite3-wal").exists()  # the watcher left nothing behind
+
+
+async def test_watch_shows_each_relay_a_reply_and_a_metric_still_owe(tmp_path: Path) -> None:
+    """Two write relays, one of them down (nothing listens on its port): the turn's reply and
+    metric are delivered by the other, and ``buzz watch`` shows each of them accepted there and
+    failing on the relay that is down, with its error, until that relay takes them."""
+    cast = Cast.generate()
+    state = tmp_path / "state"
+    down = f"ws://127.0.0.1:{free_port()}"
+    async with local_relay() as relay:
+        bot, tail = await start_bot(tmp_path, cast, [relay.url, down])
+        try:
+            await publish([relay.url], [mention(cast, cast.owner, "hello", channel="eng")])
+            await tail.next_record(lambda r: r["kind"] == "metric_published", WAIT, "metric", 0)
+
+            def owed(view: dict[str, Any]) -> bool:
+                names = {e["name"] for e in view["outbox"]["entries"]}
+                failing = [
+                    r for e in view["outbox"]["entries"] for r in e["relays"]
+                    if r["relay"] == down and r["state"] == "failing"
+                ]  # fmt: skip
+                return {"reply", "metric"} <= names and len(failing) >= 2
+
+            view = await until_view(state, owed, "the reply and the metric owed to the relay down")
+            for entry in view["outbox"]["entries"]:
+                states = {r["relay"]: r for r in entry["relays"]}
+                assert states[relay.url]["state"] == "accepted", entry
+                assert states[down]["attempts"] >= 1 and entry["waiting"] == 1, entry
+                assert "connect failed" in (states[down]["lastError"] or ""), entry
+            screen = await live_screen(state, ("outbox, relay by relay", "failing"))
+            assert "accepted" in screen
+        finally:
+            await bot.stop()
 
 
 def test_watch_once_needs_no_key_nor_the_agent_protocol_nor_rich(tmp_path: Path) -> None:

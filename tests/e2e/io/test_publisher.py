@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -21,6 +22,7 @@ from tests.support.cli import dead_url
 from tests.support.hostile_relay import hostile_relay
 from tests.support.keys import AGENT, OWNER
 from tests.support.relays import free_port, local_relay, start_relay
+from tests.support.scripted_relay import Conn, ScriptedRelay, scripted_relay
 
 #: A jitter source that always draws the middle of its range (no jitter).
 MIDPOINT = SimpleNamespace(uniform=lambda a, b: (a + b) / 2)
@@ -83,17 +85,28 @@ async def duplicate_relay() -> AsyncIterator[str]:
         yield f"ws://127.0.0.1:{port}"
 
 
-async def test_one_relay_down_one_accepting_removes_the_entry(tmp_path: Path) -> None:
+async def test_one_relay_down_one_accepting_delivers_and_keeps_it_for_the_other(
+    tmp_path: Path,
+) -> None:
     reports: list[PublishReport] = []
+    dead = dead_url()
     async with local_relay() as relay:
-        pub = publisher(tmp_path / "outbox.db", [relay.url, dead_url()], reports)
+        pub = publisher(tmp_path / "outbox.db", [relay.url, dead], reports)
         event = (await pub.publish(payload())).event
         assert event is not None
-        assert pub.pending_count() == 0
-        [report] = reports
-        assert report.delivered and report.stored and report.error is None
-        assert report.verdicts[relay.url].accepted
-        assert sum(not v.ok for v in report.verdicts.values()) == 1
+        await pub.drain()
+        assert reports[0].delivered and reports[0].stored
+        assert reports[0].verdicts[relay.url].accepted
+        # The down relay is still owed the metric: its own record, its own retry.
+        assert pub.pending_count() == 1
+        entry = pub.outbox.get(event.id)
+        assert entry is not None
+        records = {r.relay: r for r in entry.relay_records}
+        assert records[relay.url].state == "accepted"
+        assert records[dead].state == "failing" and "connect failed" in (
+            records[dead].last_error or ""
+        )
+        assert reports[-1].waiting == (dead,)
         served = await stored_on(relay.url, event.id)
         assert served == event
         assert open_metric_event(OWNER, served) == payload()
@@ -125,6 +138,7 @@ async def test_all_down_keeps_the_metric_and_resends_after_the_relays_return(
         clock.now += 0.1
         [retry] = await pub.flush()
         assert retry.delivered and retry.attempts == 2
+        await pub.drain()
         assert pub.pending_count() == 0
         for url in urls:  # sent to every write relay, not just enough of them
             assert await stored_on(url, event.id) == event
@@ -216,9 +230,10 @@ async def test_publish_returns_a_receipt_naming_the_relays_that_took_it(tmp_path
         receipt = await pub.publish(payload())
         assert isinstance(receipt, PublishReport) and receipt.event is not None
         assert receipt.stored and receipt.delivered and receipt.accepted_by == [relay.url]
-        assert reports == [receipt]
+        assert reports[0] == receipt
         assert await stored_on(relay.url, receipt.event.id) == receipt.event
-        assert pub.pending_count() == 0
+        await pub.drain()
+        assert pub.pending_count() == 1  # owed to the relay that is down
         pub.close()
 
 
@@ -319,3 +334,40 @@ async def test_store_commits_before_any_send_so_a_crash_cannot_lose_the_metric(
     assert [entry.event.id for entry in reopened.entries()] == [event.id]
     report = await publisher(path, [dead_url()]).send_stored(event, None)
     assert report.stored and not report.delivered
+
+
+async def test_a_retry_goes_only_to_the_relay_that_does_not_have_the_metric(
+    tmp_path: Path,
+) -> None:
+    """Two relays: one takes the metric at once, the other refuses it the first time.  The
+    retry sends it to the refusing relay alone; the one that has it never gets it again."""
+
+    async def taking(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "EVENT":
+            await conn.send(["OK", msg[1]["id"], True, ""])
+
+    async def refusing_once(relay: ScriptedRelay, conn: Conn, msg: list[Any]) -> None:
+        if msg[0] == "EVENT":
+            first = len(relay.frames("EVENT")) == 1
+            await conn.send(["OK", msg[1]["id"], not first, "error: busy" if first else ""])
+
+    clock = Clock()
+    reports: list[PublishReport] = []
+    async with scripted_relay(taking) as fast, scripted_relay(refusing_once) as busy:
+        pub = publisher(tmp_path / "o.db", [fast.url, busy.url], reports, clock=clock)
+        event = (await pub.publish(payload())).event
+        assert event is not None
+        await pub.drain()
+        assert reports[0].delivered and pub.pending_count() == 1
+        entry = pub.outbox.get(event.id)
+        assert entry is not None
+        states = {r.relay: r.state for r in entry.relay_records}
+        assert states == {fast.url: "accepted", busy.url: "failing"}
+        clock.now = entry.next_attempt
+        [retry] = await pub.flush()
+        await pub.drain()
+        assert list(retry.verdicts) == [busy.url] and retry.verdicts[busy.url].accepted
+        assert retry.earlier and retry.complete and pub.pending_count() == 0
+        assert len(fast.frames("EVENT")) == 1  # never sent again to the relay that had it
+        assert len(busy.frames("EVENT")) == 2
+        pub.close()

@@ -103,6 +103,7 @@ def test_once_prints_the_json_view_of_a_bots_state(
         "pending": 0,
         "oldestAgeSeconds": None,
         "kinds": [],
+        "entries": [],
     }
     assert not (tmp_path / "state" / DIAGNOSTICS_FILE).exists()  # nothing was written
 

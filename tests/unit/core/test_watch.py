@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nostr_buzz.core.budget import Caps, Spend
+from nostr_buzz.core.delivery_state import RelayRecord
 from nostr_buzz.core.watch import (
     FeedRecord,
     FeedSummary,
@@ -150,6 +151,42 @@ def test_the_outbox_is_grouped_by_kind_with_its_oldest_entry() -> None:
     ]
 
 
+def test_each_pending_entry_shows_where_it_stands_on_every_relay_it_is_meant_for() -> None:
+    fast, slow, down = "wss://fast.example", "wss://slow.example", "wss://down.example"
+    records = (
+        RelayRecord(fast, accepted_at=T0 + 1),
+        RelayRecord(down, attempts=3, next_attempt=T0 + 40, last_error="blocked: not here"),
+    )
+    snapshot = StateSnapshot(
+        outbox=(
+            OutboxRow(44200, T0 + 2, 1, E2, (fast, slow, down), records),
+            OutboxRow(9, T0, 0, E1, (fast,)),
+        )
+    )
+    outbox = view(FeedSummary(), snapshot, now=T0 + 10).outbox
+    # The oldest first; the relays in the order they are meant, then their state on each.
+    assert [(e.event_id, e.name, e.age_seconds, e.waiting) for e in outbox.entries] == [
+        (E1, "reply", 10, 1),
+        (E2, "metric", 8, 2),
+    ]
+    metric = outbox.entries[1]
+    assert [
+        (r.relay, r.state, r.attempts, r.retry_in_seconds, r.last_error) for r in metric.relays
+    ] == [
+        (fast, "accepted", 0, None, None),
+        (slow, "pending", 0, None, None),
+        (down, "failing", 3, 30, "blocked: not here"),
+    ]
+    shown = json.loads(view(FeedSummary(), snapshot, now=T0 + 10).to_json())
+    assert shown["outbox"]["entries"][1]["relays"][2] == {
+        "relay": down,
+        "state": "failing",
+        "attempts": 3,
+        "retryInSeconds": 30.0,
+        "lastError": "blocked: not here",
+    }
+
+
 def test_spend_is_the_cost_of_todays_metrics_utc() -> None:
     summary = fold(
         rec("metric_queued", T0 - 2 * 3600, payload={"costUsd": 5.0}),  # yesterday, 23:00
@@ -255,7 +292,7 @@ def test_the_schema_in_docs_cli_md_is_the_one_printed() -> None:
         rec("permission_decision", T0 + 1, turn_id="t1",
             payload={"title": "Read", "toolKind": "read", "decision": "approved"}),
     )  # fmt: skip
-    snapshot = StateSnapshot(
-        queued=(row(E1, ALICE.public_key.hex),), outbox=(OutboxRow(44200, T0, 0),)
-    )
+    relays = (RelayRecord("wss://relay.one", accepted_at=T0),)
+    pending = OutboxRow(44200, T0, 0, E2, ("wss://relay.one", "wss://relay.two"), relays)
+    snapshot = StateSnapshot(queued=(row(E1, ALICE.public_key.hex),), outbox=(pending,))
     assert _shape(json.loads(view(summary, snapshot).to_json())) == _shape(example)

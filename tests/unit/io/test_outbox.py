@@ -193,3 +193,80 @@ def test_the_file_lives_in_the_state_directory_and_is_private(tmp_path: Path) ->
         box.add(metric())
         assert box.path == tmp_path / ".buzz" / OUTBOX_FILE
     assert (box.path.stat().st_mode & 0o777) == 0o600
+
+
+# -- one record per relay ---------------------------------------------------------------------
+
+
+def test_each_relay_has_its_own_record_and_the_entry_waits_for_the_slowest(tmp_path: Path) -> None:
+    event = metric(1)
+    a, b = "ws://a", "ws://b"
+    with Outbox(tmp_path / "o.sqlite3") as box:
+        box.add(event, now=100.0, relays=(a, b), due=115.0)
+        entry = box.get(event.id)
+        assert entry is not None
+        assert [(r.relay, r.state) for r in entry.relay_records] == [(a, "pending"), (b, "pending")]
+        # a takes it; b has not answered yet: the entry stays, due when b's first send may end.
+        entry = box.record_attempt(event.id, 101.0, [ok(a, event)], rng=MIDPOINT)
+        assert entry is not None and entry.accepted_by == (a,)
+        assert entry.next_attempt == 115.0
+        # b refuses: its own backoff, a untouched.
+        entry = box.record_attempt(
+            event.id, 102.0, [refused(b, event, "blocked: no")], rng=MIDPOINT
+        )
+        assert entry is not None
+        records = {r.relay: r for r in entry.relay_records}
+        assert records[a].state == "accepted" and records[a].accepted_at == 101.0
+        assert records[b].state == "failing" and records[b].attempts == 1
+        assert records[b].last_error == "blocked: no"
+        assert entry.next_attempt == records[b].next_attempt == 102.0 + backoff_delay(1, 0.5)
+        assert box.remove(event.id)
+    with sqlite3.connect(tmp_path / "o.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM outbox_relay").fetchone()[0] == 0
+
+
+def test_a_reconnect_makes_every_relay_due(tmp_path: Path) -> None:
+    event = metric(1)
+    with Outbox(tmp_path / "o.sqlite3") as box:
+        box.add(event, now=0.0, relays=("ws://a",))
+        box.record_attempt(event.id, 1.0, [refused("ws://a", event)], rng=MIDPOINT)
+        assert box.make_due(2.0) == 1
+        entry = box.get(event.id)
+        assert entry is not None and entry.relay_records[0].next_attempt == 2.0
+
+
+_V1_SCHEMA = """
+CREATE TABLE outbox (
+    id TEXT PRIMARY KEY, event TEXT NOT NULL, kind INTEGER NOT NULL, created_at INTEGER NOT NULL,
+    added_at REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_attempt REAL NOT NULL,
+    accepted_by TEXT NOT NULL DEFAULT '[]', last_error TEXT, relays TEXT
+) WITHOUT ROWID;
+CREATE INDEX outbox_due ON outbox (next_attempt);
+PRAGMA user_version=1;
+"""
+
+
+def test_a_version_1_file_opens_and_its_accepting_relays_are_not_sent_again(
+    tmp_path: Path,
+) -> None:
+    """A file written before the per-relay records: it opens (migrated to version 2), and the
+    relays it named as having an event are recorded as accepted."""
+    path = tmp_path / "o.sqlite3"
+    event = metric(1)
+    with sqlite3.connect(path) as db:
+        db.executescript(_V1_SCHEMA)
+        db.execute(
+            "INSERT INTO outbox (id, event, kind, created_at, added_at, attempts, next_attempt, "
+            "accepted_by, relays) VALUES (?, ?, ?, ?, 5.0, 1, 9.0, ?, ?)",
+            (event.id, event.to_json(), event.kind, event.created_at, '["ws://a"]',
+             '["ws://a", "ws://b"]'),
+        )  # fmt: skip
+    with Outbox(path) as box:
+        [entry] = box.entries()
+        assert entry.relays == ("ws://a", "ws://b") and entry.attempts == 1
+        assert [(r.relay, r.state) for r in entry.relay_records] == [("ws://a", "accepted")]
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    with Outbox(path) as box:  # and again: nothing doubled
+        [entry] = box.entries()
+        assert len(entry.relay_records) == 1
