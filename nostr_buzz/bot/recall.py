@@ -6,7 +6,9 @@ event is queued the bot looks for its own answer to it (docs/bot.md, "Memory the
 keeps"):
 
 * a public event: a reply signed by the agent, in any kind :mod:`nostr_buzz.core.reply` answers
-  with (9, 1, 1111), whose ``e`` tags name the event;
+  with (9, 1, 1111), whose ``e`` tags name the event; or the agent's metric (kind 44200,
+  encrypted to the owner, which the agent's key opens too) of a turn that succeeded and lists
+  the event among its triggering events: a reply names only its batch's newest event;
 * a private message: the agent's own copy of its answer — NIP-17's sender copy, a gift wrap
   addressed to the agent itself (``bot/delivery.py`` sends one with every private answer) —
   a kind 14 by the agent whose ``e`` tag names the message.  Copies are found by opening the
@@ -23,13 +25,14 @@ start are never looked up: the hot path costs nothing.  What is known is bounded
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from nostr_buzz.errors import Nip59Error
+from nostr_buzz.errors import MetricError, Nip59Error
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.nips import nip10, nip17, nip22, nip59
+from nostr_buzz.nips import nip10, nip17, nip22, nip59, nip_am
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent
@@ -43,6 +46,7 @@ __all__ = ["REMEMBERED", "REPLY_KINDS", "Recall"]
 REPLY_KINDS: Final = (CHAT_KIND, nip10.TEXT_NOTE_KIND, nip22.COMMENT_KIND)
 #: Event ids whose answer is known (answered or not), the newest kept.
 REMEMBERED: Final = 10_000
+_HEX64: Final = re.compile(r"[0-9a-f]{64}")
 #: Ids named by one filter of a look-up (relays bound a filter's size).
 IDS_PER_FILTER: Final = 100
 
@@ -50,15 +54,29 @@ IDS_PER_FILTER: Final = 100
 class Recall:
     """Whether the agent answered an event dated before ``start`` (see the module docstring).
 
-    ``pool``: the relays asked (the bot's read and write relays); ``page``: events looked up
-    per query, and gift wraps read per look-up of a private message alone."""
+    ``pool``: the relays asked (the bot's read and write relays); ``owner``: whom the metrics
+    are for (hex); ``page``: events looked up per query, and gift wraps read per look-up of a
+    private message alone; ``skew``: how far before an event its metric may be dated (an
+    author's clock running ahead)."""
 
-    def __init__(self, pool: RelayPool, signer: Signer, start: int, *, page: int) -> None:
+    def __init__(
+        self,
+        pool: RelayPool,
+        signer: Signer,
+        owner: str,
+        start: int,
+        *,
+        page: int,
+        skew: int = 0,
+    ) -> None:
         self.pool = pool
         self.signer = signer
         self.agent = signer.public_key.hex
+        self.owner = owner
         self.start = start
         self.page = page
+        self.skew = skew
+        self._metrics: dict[str, None] = {}  # metric ids opened already (bounded)
         self._known: dict[str, bool] = {}  # event id → answered, oldest first
         self._opened: dict[str, PrivateEvent] = {}  # wrap id → its message, for one replay
         self._quiet = asyncio.Event()  # no replay asked for nor running
@@ -71,7 +89,9 @@ class Recall:
         """The recall of a bot: its answers are asked of its read and write relays (through
         ``pool``'s kept connections)."""
         relays = dict.fromkeys([*config.read_relays, *config.write_relays])
-        return cls(pool.using(relays), config.signer, start, page=page)
+        owner = config.owner.hex
+        skew = int(config.clock_skew)
+        return cls(pool.using(relays), config.signer, owner, start, page=page, skew=skew)
 
     # -- replays --------------------------------------------------------------------------
 
@@ -124,20 +144,21 @@ class Recall:
             self._learn(event_id, True)
 
     async def look_up(self, events: Sequence[Event]) -> None:
-        """Ask the relays once for the agent's replies to the public events among ``events``
-        dated before the start and not known yet."""
-        wanted = {
-            e.id
+        """Ask the relays once for the agent's replies to, and metrics of, the public events
+        among ``events`` dated before the start and not known yet."""
+        wanted = [
+            e
             for e in events
             if e.kind not in nip59.WRAP_KINDS
             and not isinstance(e, PrivateEvent)
             and self.is_old(e)
             and e.id not in self._known
-        }
+        ]
         if not wanted:
             return
-        # No ``since``: an author whose clock runs ahead dates its event after the reply.
-        ids = sorted(wanted)
+        # No ``since`` for replies: an author whose clock runs ahead dates its event after the
+        # reply.  A metric is dated at its turn's end, after the event arrived.
+        ids = sorted({e.id for e in wanted})
         filters = [
             Filter(
                 kinds=REPLY_KINDS,
@@ -146,13 +167,42 @@ class Recall:
             )
             for i in range(0, len(ids), IDS_PER_FILTER)
         ]
-        found = await self.pool.query(filters)
+        since = min(e.created_at for e in wanted) - self.skew
+        metrics = Filter(
+            kinds=(nip_am.KIND,),
+            authors=(self.agent,),
+            tags={"p": (self.owner,)},
+            since=since,
+            limit=self.page,
+        )
+        found = await self.pool.query([*filters, metrics])
         if not any(r.error is None for r in found.per_relay.values()):
             return  # nobody answered: not known (looked up again when handled alone)
-        mine = [reply for reply in found.events if reply.pubkey == self.agent]
-        answered = {ref for reply in mine for ref in reply.tag_values("e")}
+        mine = [event for event in found.events if event.pubkey == self.agent]
+        answered = {ref for e in mine if e.kind in REPLY_KINDS for ref in e.tag_values("e")}
+        answered |= await self._triggered([e for e in mine if e.kind == nip_am.KIND])
         for event_id in ids:
             self._learn(event_id, event_id in answered)
+
+    async def _triggered(self, metrics: list[Event]) -> set[str]:
+        """The events that started (or steered) a turn which succeeded, by the agent's
+        metrics (each opened once)."""
+        triggered: set[str] = set()
+        for metric in metrics:
+            if metric.id in self._metrics:
+                continue
+            try:
+                payload = await nip_am.open_own_metric_event(self.signer, self.owner, metric)
+            except (MetricError, SignerError):
+                continue
+            self._metrics[metric.id] = None
+            if len(self._metrics) > REMEMBERED:
+                del self._metrics[next(iter(self._metrics))]
+            if payload.outcome == "success":
+                for event_id in _answered_by_metric(payload):
+                    triggered.add(event_id)
+                    self._learn(event_id, True)
+        return triggered
 
     async def answered(self, event: Event) -> bool:
         """Whether the agent answered ``event`` (dated before the start): known from a replay,
@@ -189,6 +239,17 @@ class Recall:
         self._known[event_id] = answered
         while len(self._known) > REMEMBERED:
             del self._known[next(iter(self._known))]
+
+
+def _answered_by_metric(payload: nip_am.MetricPayload) -> list[str]:
+    """The events a turn answered: its triggering events, and the steer it took last (the
+    manifest's ``current_instruction`` layer is versioned by that event's id)."""
+    ids = list(payload.triggering_event_ids)
+    manifest = payload.context_manifest
+    for layer in manifest.layers if manifest is not None else ():
+        if layer.layer == "current_instruction" and _HEX64.fullmatch(layer.version):
+            ids.append(layer.version)
+    return ids
 
 
 def _nothing(_: str) -> bool:

@@ -29,7 +29,9 @@ from nostr_buzz.nips import nip17, nip59
 from tests.support.fault_harness import (
     BotProcess,
     Cast,
+    Counter44200,
     DiagnosticsTail,
+    answered_ids,
     fetch_all,
     mention,
     publish,
@@ -179,13 +181,25 @@ async def answers(cast: Cast, url: str) -> Counter[str]:
     return counts
 
 
-async def all_answered(cast: Cast, url: str, ids: list[str]) -> Counter[str]:
+async def turns(counter: Counter44200) -> Counter[str]:
+    """How many turns that succeeded took each event (by the metrics, opened as the owner)."""
+    counts: Counter[str] = Counter()
+    for metric in await counter.metrics():
+        if metric.outcome == "success":
+            counts.update(answered_ids(metric))
+    return counts
+
+
+async def all_answered(cast: Cast, url: str, ids: list[str], batched: list[str]) -> None:
+    """Wait until each of ``ids`` has an answer, and each of ``batched`` a turn."""
+    counter = Counter44200(cast, [url])
     deadline = time.monotonic() + WAIT
     while True:
-        counts = await answers(cast, url)
-        if all(counts[i] for i in ids):
-            return counts
-        assert time.monotonic() < deadline, f"unanswered: {[i for i in ids if not counts[i]]}"
+        counts, taken = await answers(cast, url), await turns(counter)
+        missing = [i for i in ids if not counts[i]] + [i for i in batched if not taken[i]]
+        if not missing:
+            return
+        assert time.monotonic() < deadline, f"unanswered: {missing}"
         await asyncio.sleep(0.2)
 
 
@@ -199,12 +213,17 @@ async def test_a_forgetful_state_directory_answers_nothing_twice(
     try:
         await bot.start()
         public = [mention(cast, cast.friend, f"public {i}", channel=f"room-{i}") for i in range(3)]
+        # Two at once in one channel: one turn, whose reply names only the newer.
+        pair = [mention(cast, cast.friend, f"one of two {i}", channel="room-p") for i in range(2)]
         private = [private_message(cast, cast.friend, f"private {i}") for i in range(3)]
-        await publish([relay.url], [*public, *(wrap for _, wrap in private)])
+        await publish([relay.url], [*public, *pair, *(wrap for _, wrap in private)])
         earlier = [e.id for e in public] + [rumor for rumor, _ in private]
-        await all_answered(cast, relay.url, earlier)
+        await all_answered(cast, relay.url, earlier, [e.id for e in pair])
         await bot.tail.quiet(1.0, 10)  # the answers' own copies and metrics are out
         await bot.process.stop()
+        before = await turns(Counter44200(cast, [relay.url]))
+        metrics = await Counter44200(cast, [relay.url]).metrics()
+        assert any({e.id for e in pair} <= answered_ids(m) for m in metrics)  # one turn took both
 
         forget(bot.state)
         down_public = mention(cast, cast.friend, "sent while the bot was down", channel="room-d")
@@ -212,16 +231,20 @@ async def test_a_forgetful_state_directory_answers_nothing_twice(
         await publish([relay.url], [down_public, down_wrap])
         await bot.start()
         down = [down_public.id, down_private]
-        await all_answered(cast, relay.url, down)
+        await all_answered(cast, relay.url, down, [])
+        everything = earlier + [e.id for e in pair]
         deadline = time.monotonic() + WAIT
-        while not set(earlier) <= bot.rejected("answered_before"):
+        while not set(everything) <= bot.rejected("answered_before"):
             if time.monotonic() > deadline:
                 break  # counted below: what is missing was answered again
             await asyncio.sleep(0.1)
         await bot.tail.quiet(2.0, 15)
         counts = await answers(cast, relay.url)
+        after = await turns(Counter44200(cast, [relay.url]))
     finally:
         await bot.process.stop()
         relay.stop()
     assert {i: counts[i] for i in earlier + down} == {i: 1 for i in earlier + down}
-    assert set(earlier) <= bot.rejected("answered_before")
+    assert {i: after[i] for i in everything} == {i: before[i] for i in everything}
+    assert all(before[i] == 1 for i in everything)
+    assert set(everything) <= bot.rejected("answered_before")
