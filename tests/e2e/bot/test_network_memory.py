@@ -213,17 +213,21 @@ async def test_a_forgetful_state_directory_answers_nothing_twice(
     try:
         await bot.start()
         public = [mention(cast, cast.friend, f"public {i}", channel=f"room-{i}") for i in range(3)]
-        # Two at once in one channel: one turn, whose reply names only the newer.
-        pair = [mention(cast, cast.friend, f"one of two {i}", channel="room-p") for i in range(2)]
+        # Three at once in one thread: one turn, whose reply names the root and the newest only.
+        root = mention(cast, cast.friend, "one of three", channel="room-p")
+        batch = [root] + [
+            mention(cast, cast.friend, f"{i} of three", channel="room-p", root=root)
+            for i in ("two", "three")
+        ]
         private = [private_message(cast, cast.friend, f"private {i}") for i in range(3)]
-        await publish([relay.url], [*public, *pair, *(wrap for _, wrap in private)])
+        await publish([relay.url], [*public, *batch, *(wrap for _, wrap in private)])
         earlier = [e.id for e in public] + [rumor for rumor, _ in private]
-        await all_answered(cast, relay.url, earlier, [e.id for e in pair])
+        await all_answered(cast, relay.url, earlier, [e.id for e in batch])
         await bot.tail.quiet(1.0, 10)  # the answers' own copies and metrics are out
         await bot.process.stop()
         before = await turns(Counter44200(cast, [relay.url]))
         metrics = await Counter44200(cast, [relay.url]).metrics()
-        assert any({e.id for e in pair} <= answered_ids(m) for m in metrics)  # one turn took both
+        assert any({e.id for e in batch} <= answered_ids(m) for m in metrics)  # one turn took all
 
         forget(bot.state)
         down_public = mention(cast, cast.friend, "sent while the bot was down", channel="room-d")
@@ -232,7 +236,7 @@ async def test_a_forgetful_state_directory_answers_nothing_twice(
         await bot.start()
         down = [down_public.id, down_private]
         await all_answered(cast, relay.url, down, [])
-        everything = earlier + [e.id for e in pair]
+        everything = earlier + [e.id for e in batch]
         deadline = time.monotonic() + WAIT
         while not set(everything) <= bot.rejected("answered_before"):
             if time.monotonic() > deadline:
