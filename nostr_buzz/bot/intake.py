@@ -59,7 +59,7 @@ __all__ = [
     "stale_command",
 ]
 
-#: Characters of a command's argument kept in its kind (a cap's name, an approval's code).
+#: Characters of a ``!budget`` cap's name kept in its command's kind.
 _KIND_ARGUMENT: Final = 64
 
 
@@ -78,13 +78,14 @@ def gate_of(config: PluginConfig) -> Gate:
     )
 
 
-def command_kind(command: Command, event: Event) -> str:
+def command_kind(command: Command, event: Event) -> str | None:
     """What an owner command is ordered against (docs/bot.md, "Owner commands"): ``!budget``
-    per cap, ``!cancel`` and ``!new`` per queue channel, ``!allow``/``!deny`` per question
-    (its code), ``!shutdown`` alone.  An older command of a kind never follows a newer one."""
+    per cap, ``!cancel`` and ``!new`` per queue channel, ``!shutdown`` alone; an older command
+    of a kind never follows a newer one.  None for ``!allow``/``!deny``: each code answers its
+    one question once, which the approvals see to (``bot/approvals.py``)."""
     name = command.name
     if name in APPROVALS:
-        return f"approval:{command.argument.upper()[:_KIND_ARGUMENT]}"
+        return None
     if name == "budget":
         words = event.content.split()
         at = next((i for i, w in enumerate(words) if w == "!budget"), len(words))

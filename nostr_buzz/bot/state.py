@@ -20,7 +20,7 @@ and its consequences commit together or not at all:
   (the newest 10,000 that could not be opened, and the newest 10,000 the gate refused, kept
   only while the gate is configured the same): a replay does not open them again.
 * ``owner_commands`` — per kind of owner command (``intake.command_kind``: ``!budget`` per cap,
-  ``!cancel``/``!new`` per channel, an approval per code, ``!shutdown``), the last one obeyed,
+  ``!cancel``/``!new`` per channel, ``!shutdown``), the last one obeyed,
   ``(created_at, id)``: an older command of its kind is never obeyed (the newest 1,000 kinds;
   only the owner's commands are written, so nobody else can push them out).  A database
   without this table (an earlier version) gets it when opened.
@@ -325,13 +325,15 @@ class BotStore:
         ).fetchone()
         return None if row is None else (int(row[0]), str(row[1]))
 
-    def remember_command(
-        self, event: Event, kind: str, position: int, *, durable: bool = True
-    ) -> None:
-        """The owner's command ``event`` is obeyed: it is the last of its ``kind`` (the newest
+    def remember_command(self, event: Event, kind: str | None, position: int) -> None:
+        """The owner's command ``event`` is obeyed: its id is remembered and it is the last of
+        its ``kind`` (None: an approval, which has none; the newest
         :data:`REMEMBERED_COMMAND_KINDS` kinds are kept), committed before it takes effect."""
-        with self.transaction(durable=durable):
+        with self.transaction(durable=True):
             self._remember([event.id], "command", REMEMBERED_COMMANDS)
+            self.save_position(position)
+            if kind is None:
+                return
             self._exec(
                 "INSERT OR REPLACE INTO owner_commands (kind, created_at, id) VALUES (?, ?, ?)",
                 (kind, event.created_at, event.id),
@@ -341,7 +343,6 @@ class BotStore:
                 "ORDER BY created_at DESC, id DESC LIMIT ?)",
                 (REMEMBERED_COMMAND_KINDS,),
             )
-            self.save_position(position)
 
     def remember_handled(self, event_id: str, position: int) -> None:
         """An event handled without a turn (an earlier run answered it, ``bot/recall.py``):
