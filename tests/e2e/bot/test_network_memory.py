@@ -22,10 +22,14 @@ from typing import Any
 
 import pytest
 
+from nostr_buzz.bot import BuzzPlugin
+from nostr_buzz.bot import replay as replay_module
 from nostr_buzz.bot.state import STATE_DB
-from nostr_buzz.event import Event
+from nostr_buzz.core.reply import chat_reply_tags
+from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
+from tests.support.bot_world import Recorder, World
 from tests.support.fault_harness import (
     BotProcess,
     Cast,
@@ -89,6 +93,12 @@ async def relay_with(port: int, events: list[Event]) -> RunningRelay:
             await asyncio.sleep(0.05)
     await publish([relay.url], events)
     return relay
+
+
+def dated(world: World, content: str, created_at: int, channel: str) -> Event:
+    """The owner's mention of the agent in ``channel``, dated ``created_at``."""
+    tags = [["h", channel], ["p", world.agent.public_key.hex]]
+    return sign_event(world.owner, kind=9, content=content, tags=tags, created_at=created_at)
 
 
 def private_message(cast: Cast, author: SecretKey, text: str) -> tuple[str, Event]:
@@ -252,3 +262,54 @@ async def test_a_forgetful_state_directory_answers_nothing_twice(
     assert {i: after[i] for i in everything} == {i: before[i] for i in everything}
     assert all(before[i] == 1 for i in everything)
     assert set(everything) <= bot.rejected("answered_before")
+
+
+async def test_answers_are_looked_up_once_per_replay_page_and_never_after_the_start(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """25 mentions an earlier run answered (its replies on the relay), 3 it did not, and a
+    fresh state: the 25 are recorded as handled, the 3 answered, with one look-up per page of
+    10 events; a mention dated after the start is never looked up."""
+    monkeypatch.setattr(replay_module, "REPLAY_PAGE", 10)
+    base = int(time.time()) - 60
+    agent = world.agent
+    answered = [dated(world, f"answered {i}", base + i, f"a{i}") for i in range(25)]
+    replies = [
+        sign_event(
+            agent,
+            kind=9,
+            content="done",
+            tags=chat_reply_tags(m, agent.public_key.hex),
+            created_at=m.created_at + 1,
+        )
+        for m in answered
+    ]
+    waiting = [dated(world, f"not yet {i}", base + 30 + i, f"w{i}") for i in range(3)]
+    await world.publish(*answered, *replies, *waiting)
+
+    rec = Recorder()
+    plugin = BuzzPlugin(world.config(), on_diagnostic=rec)
+    queries: list[int] = []
+    ask = plugin.recall.pool.query
+
+    async def counted(filters: Any, **kwargs: Any) -> Any:
+        queries.append(len(filters))
+        return await ask(filters, **kwargs)
+
+    monkeypatch.setattr(plugin.recall.pool, "query", counted)
+    runner = asyncio.create_task(plugin.run())
+    try:
+        for event in waiting:
+            await rec.wait(lambda r, e=event: r.started_with(e.id), WAIT, "the unanswered ones")
+        later = dated(world, "after the start", int(time.time()) + 1, "late")
+        looked = len(queries)
+        await world.publish(later)
+        await rec.wait(lambda r: r.started_with(later.id), WAIT, "the new one")
+    finally:
+        plugin.stop()
+        await asyncio.wait_for(runner, WAIT)
+    handled = {r.payload["eventId"] for r in rec.of("event_rejected")}
+    assert handled == {m.id for m in answered}
+    assert all(r.payload["reason"] == "answered_before" for r in rec.of("event_rejected"))
+    assert not any(rec.started_with(m.id) for m in answered)
+    assert len(queries) == looked == 3  # 28 events, pages of 10: three look-ups, none later
