@@ -139,6 +139,7 @@ class BuzzPlugin:
         store.load_refusals(intake.refusal_scope(self._gate))
         self.recall.skip = store.refused
         self.pool.open()
+        self.recall.pool = self.pool.using(self.recall.pool.urls)  # the connections kept now
         delivery = Delivery(
             self.config, store, self.diagnostics, self._spawn, self._clock, self.pool
         )

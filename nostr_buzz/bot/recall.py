@@ -6,9 +6,11 @@ event is queued the bot looks for its own answer to it (docs/bot.md, "Memory the
 keeps"):
 
 * a public event: a reply signed by the agent, in any kind :mod:`nostr_buzz.core.reply` answers
-  with (9, 1, 1111), whose ``e`` tags name the event; or the agent's metric (kind 44200,
-  encrypted to the owner, which the agent's key opens too) of a turn that succeeded and lists
-  the event among its triggering events: a reply names only its batch's newest event;
+  with (9, 1, 1111), whose parent is the event (NIP-10's ``reply`` mark, else its ``root``
+  when it answers the root itself: a reply to a later message of a thread does not answer the
+  thread's root); or the agent's metric (kind 44200, encrypted to the owner, which the
+  agent's key opens too) of a turn that succeeded and took the event: a reply names only its
+  batch's newest event;
 * a private message: the agent's own copy of its answer — NIP-17's sender copy, a gift wrap
   addressed to the agent itself (``bot/delivery.py`` sends one with every private answer) —
   a kind 14 by the agent whose ``e`` tag names the message.  Copies are found by opening the
@@ -25,11 +27,12 @@ start are never looked up: the hot path costs nothing.  What is known is bounded
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from nostr_buzz.errors import MetricError, Nip59Error
+from nostr_buzz.errors import InvalidEvent, MetricError, Nip59Error
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip10, nip17, nip22, nip59, nip_am
@@ -86,8 +89,8 @@ class Recall:
 
     @classmethod
     def of(cls, config: PluginConfig, pool: RelayPool, start: int, *, page: int) -> Recall:
-        """The recall of a bot: its answers are asked of its read and write relays (through
-        ``pool``'s kept connections)."""
+        """The recall of a bot: its answers are asked of its read and write relays (the bot
+        points :attr:`pool` at its kept connections once they are open)."""
         relays = dict.fromkeys([*config.read_relays, *config.write_relays])
         owner = config.owner.hex
         skew = int(config.clock_skew)
@@ -179,7 +182,7 @@ class Recall:
         if not any(r.error is None for r in found.per_relay.values()):
             return  # nobody answered: not known (looked up again when handled alone)
         mine = [event for event in found.events if event.pubkey == self.agent]
-        answered = {ref for e in mine if e.kind in REPLY_KINDS for ref in e.tag_values("e")}
+        answered = {_parent(e) for e in mine if e.kind in REPLY_KINDS} - {None}
         answered |= await self._triggered([e for e in mine if e.kind == nip_am.KIND])
         for event_id in ids:
             self._learn(event_id, event_id in answered)
@@ -239,6 +242,14 @@ class Recall:
         self._known[event_id] = answered
         while len(self._known) > REMEMBERED:
             del self._known[next(iter(self._known))]
+
+
+def _parent(reply: Event) -> str | None:
+    """The event a reply answers: its parent (NIP-10's ``reply`` mark, else the root it
+    answers; NIP-22's ``e``), never the thread's root when it answers a later message."""
+    with contextlib.suppress(InvalidEvent):
+        return nip10.thread_ref(reply).parent
+    return None
 
 
 def _answered_by_metric(payload: nip_am.MetricPayload) -> list[str]:

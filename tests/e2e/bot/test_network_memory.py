@@ -289,6 +289,7 @@ async def test_answers_are_looked_up_once_per_replay_page_and_never_after_the_st
 
     rec = Recorder()
     plugin = BuzzPlugin(world.config(), on_diagnostic=rec)
+    await plugin.start()  # the recall's pool shares the kept connections from now on
     queries: list[int] = []
     ask = plugin.recall.pool.query
 
