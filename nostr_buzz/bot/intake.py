@@ -4,8 +4,9 @@ The gate itself — owner command, refusal with its reason, another shard's, adm
 public :mod:`nostr_buzz.core.gate` (:func:`decide`), which a bot of its own uses too; here is
 what only this bot adds: its gate from its configuration (:func:`gate_of`), the position a
 handled event moves the bot to (never later than the clock), the scope a remembered refusal
-holds in (:func:`refusal_scope`), and the date before which a private message is never
-answered (:func:`private_before`).
+holds in (:func:`refusal_scope`), the date before which a private message is never
+answered (:func:`private_before`), and when an owner command is obeyed
+(:func:`command_kind`, :func:`stale_command`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from typing import Final
 
 from nostr_buzz.core.gate import (
     APPROVALS,
@@ -30,6 +32,7 @@ from nostr_buzz.core.gate import (
     refusal,
 )
 from nostr_buzz.event import Event
+from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent
 
 from .config import PluginConfig
@@ -44,6 +47,7 @@ __all__ = [
     "Refuse",
     "advance",
     "authority_key",
+    "command_kind",
     "command_of",
     "decide",
     "gate_of",
@@ -52,7 +56,11 @@ __all__ = [
     "private_before",
     "refusal",
     "refusal_scope",
+    "stale_command",
 ]
+
+#: Characters of a ``!budget`` cap's name kept in its command's kind.
+_KIND_ARGUMENT: Final = 64
 
 
 def gate_of(config: PluginConfig) -> Gate:
@@ -68,6 +76,36 @@ def gate_of(config: PluginConfig) -> Gate:
         shard=config.shard,
         plaintext_dm=config.plaintext_dm,
     )
+
+
+def command_kind(command: Command, event: Event) -> str | None:
+    """What an owner command is ordered against (docs/bot.md, "Owner commands"): ``!budget``
+    per cap, ``!cancel`` and ``!new`` per queue channel, ``!shutdown`` alone; an older command
+    of a kind never follows a newer one.  None for ``!allow``/``!deny``: each code answers its
+    one question once, which the approvals see to (``bot/approvals.py``)."""
+    name = command.name
+    if name in APPROVALS:
+        return None
+    if name == "budget":
+        words = event.content.split()
+        at = next((i for i, w in enumerate(words) if w == "!budget"), len(words))
+        cap = words[at + 1] if at + 1 < len(words) else ""
+        return f"budget:{cap[:_KIND_ARGUMENT]}"
+    if name in ("cancel", "new"):
+        return f"{name}:{nip10.queue_channel(event)}"
+    return name
+
+
+def stale_command(event: Event, last: tuple[int, str] | None, floor: int) -> str | None:
+    """Why the owner's command ``event`` is not obeyed, else None: dated before ``floor``
+    (the run's start minus the clock skew: ``command_before_start``), or not newer — by
+    ``created_at``, then id — than ``last``, the last obeyed command of its kind
+    (``command_not_newer``: a replay, or an older command a relay held back)."""
+    if event.created_at < floor:
+        return "command_before_start"
+    if last is not None and (event.created_at, event.id) <= last:
+        return "command_not_newer"
+    return None
 
 
 def advance(position: int | None, created_at: int, now: float) -> int:

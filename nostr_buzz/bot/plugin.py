@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -33,8 +34,9 @@ from . import intake
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery
+from .recall import Recall
 from .relays import bot_pool
-from .replay import Listener, listen_filters
+from .replay import REPLAY_PAGE, Listener, listen_filters
 from .standing import SessionStanding
 from .state import REMEMBERED_COMMANDS, BotStore
 from .supervisor import AgentSupervisor
@@ -87,6 +89,7 @@ class BuzzPlugin:
         self._delivery_stop = asyncio.Event()
         self._wake = asyncio.Event()
         self.standing = SessionStanding(config, self.pool, self.diagnostics)
+        self.recall = Recall.of(config, self.pool, self._first_since, page=REPLAY_PAGE)
         self.turns = RunningTurns.of(config, self.diagnostics, clock)  # by queue channel
         self.supervisor = AgentSupervisor(
             config, self.diagnostics, clock, self._stop, self.standing.freeze, self.turns, agent
@@ -134,7 +137,9 @@ class BuzzPlugin:
         self.private_floor = _floor(self._position, self._first_since, self.config.clock_skew)
         self._commands.extend(store.commands())
         store.load_refusals(intake.refusal_scope(self._gate))
+        self.recall.skip = store.refused
         self.pool.open()
+        self.recall.pool = self.pool.using(self.recall.pool.urls)  # the connections kept now
         delivery = Delivery(
             self.config, store, self.diagnostics, self._spawn, self._clock, self.pool
         )
@@ -258,6 +263,8 @@ class BuzzPlugin:
             diagnostics=self.diagnostics,
             stopping=self._stop.is_set,
             on_reconnect=self.delivery.nudge if self.delivery is not None else None,
+            recall=self.recall,
+            replayed=functools.partial(self._handle, prompt_tag="@mention", replayed=True),
         )
         await listener.run()
 
@@ -266,8 +273,11 @@ class BuzzPlugin:
     async def handle_event(self, event: Event, prompt_tag: str = "@mention") -> bool:
         """Gate, route and queue one verified event; True when it was queued (or was an owner
         command).  A gift wrap (kind 1059, or the ephemeral 21059) addressed to the agent is
-        opened and checked first; its private message then goes the way of any event.  Starts
-        the plugin on first use."""
+        opened and checked first; its private message then goes the way of any event, unless
+        dated before the start and answered already (:mod:`.recall`).  Starts the plugin."""
+        return await self._handle(event, prompt_tag, replayed=False)
+
+    async def _handle(self, event: Event, prompt_tag: str, *, replayed: bool) -> bool:
         if not isinstance(event, Event):
             raise BuzzError(f"handle_event: {not_an_event(event)}")
         if self._closed:
@@ -280,25 +290,13 @@ class BuzzPlugin:
                 return False
             event = opened
         decision = intake.decide(event, self._gate, self._known_agents)
+        if isinstance(decision, intake.Admit) and await _answered_before(self, event, replayed):
+            return False
         now = self._clock()
         if isinstance(decision, intake.Refuse):
-            if isinstance(event, nip59.PrivateEvent):
-                self.store.remember_refusal(event.wrap.id, by_gate=True)
-            if decision.reason is None:
-                return False  # another process serves it: no diagnostic, no position change
-            self.diagnostics.event_rejected(
-                decision.reason, event_id=event.id, channel_id=nip10.channel(event)
-            )
-            self._position = intake.advance(self._position, event.created_at, now)
-            return False
+            return _refused(self, decision, event, now)
         if isinstance(decision, intake.Command):
-            if event.id in self._commands:
-                return False  # replayed after a restart: a command is obeyed once
-            self._commands.append(event.id)
-            self._position = intake.advance(self._position, event.created_at, now)
-            self.store.remember_command(event.id, self._position)
-            await self._obey(decision, event)
-            return True
+            return await _command(self, decision, event, now)
         result = self.queue.push(event, prompt_tag, now=now)
         for dropped in result.dropped:
             self.diagnostics.event_rejected("queue_full_dropped", event_id=dropped)
@@ -346,6 +344,67 @@ class BuzzPlugin:
         return self.supervisor.harness
 
 
+def _refused(plugin: BuzzPlugin, decision: intake.Refuse, event: Event, now: float) -> bool:
+    """A refusal: reported (but another shard's), remembered for a wrap, the position moved."""
+    assert plugin.store is not None
+    if isinstance(event, nip59.PrivateEvent):
+        plugin.store.remember_refusal(event.wrap.id, by_gate=True)
+    if decision.reason is None:
+        return False  # another process serves it: no diagnostic, no position change
+    plugin.diagnostics.event_rejected(
+        decision.reason, event_id=event.id, channel_id=nip10.channel(event)
+    )
+    plugin._position = intake.advance(plugin._position, event.created_at, now)
+    return False
+
+
+async def _answered_before(plugin: BuzzPlugin, event: Event, replayed: bool) -> bool:
+    """Whether an admitted event dated before this run was answered already (the relays
+    hold the agent's answer): then it is recorded as handled, with a diagnostic, and not
+    queued.  A live one waits for a replay under way, which looks it up with its page."""
+    recall = plugin.recall
+    if not recall.is_old(event) or plugin.queue.knows(event.id):
+        return False
+    if not replayed and recall.known(event.id) is None:
+        await recall.settled()
+    if not await recall.answered(event):
+        return False
+    assert plugin.store is not None
+    plugin._position = intake.advance(plugin._position, event.created_at, plugin._clock())
+    plugin.queue.remember(event.id)
+    plugin.store.remember_handled(event.id, plugin._position)
+    plugin.diagnostics.event_rejected(
+        "answered_before", event_id=event.id, channel_id=nip10.channel(event)
+    )
+    return True
+
+
+async def _command(plugin: BuzzPlugin, decision: intake.Command, event: Event, now: float) -> bool:
+    """An owner command (or anyone's ``!allow``/``!deny``, which the approvals judge): the
+    owner's is obeyed once, only when newer than the last obeyed one of its kind and not
+    dated before this run's start minus the clock skew (:func:`.intake.stale_command`),
+    and remembered durably before it takes effect.  Nobody else's is remembered, so no
+    stranger can push the owner's out of the bot's memory."""
+    assert plugin.store is not None
+    if event.pubkey != plugin.config.owner.hex:
+        plugin._position = intake.advance(plugin._position, event.created_at, now)
+        await plugin._obey(decision, event)  # refused and reported by the approvals
+        return True
+    kind = intake.command_kind(decision, event)
+    last = plugin.store.last_command(kind) if kind is not None else None
+    floor = plugin._first_since - int(plugin.config.clock_skew)
+    stale = "command_not_newer" if event.id in plugin._commands else None
+    stale = stale or intake.stale_command(event, last, floor)
+    if stale is not None:
+        plugin.diagnostics.event_rejected(stale, event_id=event.id, channel_id=nip10.channel(event))
+        return False
+    plugin._commands.append(event.id)
+    plugin._position = intake.advance(plugin._position, event.created_at, now)
+    plugin.store.remember_command(event, kind, plugin._position)
+    await plugin._obey(decision, event)
+    return True
+
+
 async def _open_stored(store: BotStore, signer: Signer) -> dict[str, Event]:
     """The queued private messages, opened through the agent's signer, by wrap id."""
     opened: dict[str, Event] = {}
@@ -367,7 +426,9 @@ async def _open_wrap(wrap: Event, plugin: BuzzPlugin, store: BotStore) -> nip59.
     if store.refused(wrap.id):
         return None
     try:
-        opened = (await nip59.open_gift_wrap_with(plugin.config.signer, wrap)).as_event()
+        opened = plugin.recall.opened(wrap.id)  # opened by the replay that brought it
+        if opened is None:
+            opened = (await nip59.open_gift_wrap_with(plugin.config.signer, wrap)).as_event()
     except SignerError:
         plugin.diagnostics.event_rejected("gift_wrap_signer_failed", event_id=wrap.id)
         return None

@@ -11,6 +11,11 @@ from strangers never pushes the owner out of a relay's capped answer.
 heard, and what is seen twice is refused by id (the queue remembers what it delivered).  The
 position itself never moves past the clock, so a message dated in the future cannot make a
 replay or a reconnect skip anything.
+
+What a state directory forgot, the relays still know (:mod:`.recall`): before a replay's events
+are handled, its gift wraps are opened once (the agent's own copies of its private answers among
+them) and each page of :data:`REPLAY_PAGE` events is looked up in one query for the agent's
+replies; an event answered already is not answered again.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 
 from .intake import Gate
+from .recall import Recall
 
 __all__ = ["Listener", "admissible_authors", "listen_filters"]
 
@@ -88,7 +94,11 @@ class Listener:
         diagnostics: DiagnosticsFeed,
         stopping: Callable[[], bool],
         on_reconnect: Callable[[], None] | None = None,
+        recall: Recall | None = None,
+        replayed: Callable[[Event], Awaitable[object]] | None = None,
     ) -> None:
+        """``handle``: a live event; ``replayed``: a replayed one (default ``handle``), whose
+        answer ``recall`` looked up with its page."""
         self.pool = pool
         self.gate = gate
         self.channels = channels
@@ -97,6 +107,8 @@ class Listener:
         self._diagnostics = diagnostics
         self._stopping = stopping
         self._on_reconnect = on_reconnect
+        self._recall = recall
+        self._replayed = replayed or handle
         self._wanted = asyncio.Event()
 
     def request_replay(self, relay: str | None = None) -> None:
@@ -104,6 +116,8 @@ class Listener:
         subscription was just opened again (``on_reconnect`` is told)."""
         if relay is not None and self._on_reconnect is not None:
             self._on_reconnect()
+        if self._recall is not None:
+            self._recall.expect_replay()
         self._wanted.set()
 
     async def run(self) -> None:
@@ -129,10 +143,18 @@ class Listener:
             await events.aclose()  # type: ignore[attr-defined]
 
     async def _replays(self) -> None:
-        while not self._stopping():
-            await self._wanted.wait()
-            self._wanted.clear()
-            await self.replay()
+        try:
+            while not self._stopping():
+                await self._wanted.wait()
+                self._wanted.clear()
+                try:
+                    await self.replay()
+                finally:
+                    if self._recall is not None and not self._wanted.is_set():
+                        self._recall.replays_done()
+        finally:
+            if self._recall is not None:
+                self._recall.replays_done()  # nobody waits for a replay that will not come
 
     async def replay(self) -> int:
         """One replay from the position − skew; the number of events handled."""
@@ -141,10 +163,17 @@ class Listener:
             listen_filters(self.gate, since, self.channels), since=since, page=REPLAY_PAGE
         )
         events = sorted(found.events, key=lambda e: (e.created_at, e.id))
-        for event in events:
-            if self._stopping():
-                break
-            await self._handle(event)
+        recall = self._recall
+        if recall is not None:
+            await recall.open_wraps(events)
+        for start in range(0, len(events), REPLAY_PAGE):
+            page = events[start : start + REPLAY_PAGE]
+            if recall is not None and not self._stopping():
+                await recall.look_up(page)  # one query per page
+            for event in page:
+                if self._stopping():
+                    break
+                await self._replayed(event)
         errors = {url: r.error for url, r in found.per_relay.items() if r.error is not None}
         self._diagnostics.emit(
             "replay_completed", payload={"since": since, "events": len(events), "errors": errors}

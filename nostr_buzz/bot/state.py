@@ -15,9 +15,15 @@ and its consequences commit together or not at all:
 * ``channels`` — per channel, what the pure :class:`DispatchQueue` keeps beyond its events:
   the retry set's size and attempt count, the cancel reason and its count, the backoff time.
 * ``remembered`` — delivered and dead-lettered event ids (the queue's duplicate memory, the
-  newest 10,000), obeyed owner commands (the newest 100) and refused gift wraps by wrap id
+  newest 10,000; also the events an earlier run had answered, ``bot/recall.py``), the owner's
+  obeyed commands (the newest 100) and refused gift wraps by wrap id
   (the newest 10,000 that could not be opened, and the newest 10,000 the gate refused, kept
   only while the gate is configured the same): a replay does not open them again.
+* ``owner_commands`` — per kind of owner command (``intake.command_kind``: ``!budget`` per cap,
+  ``!cancel``/``!new`` per channel, ``!shutdown``), the last one obeyed,
+  ``(created_at, id)``: an older command of its kind is never obeyed (the newest 1,000 kinds;
+  only the owner's commands are written, so nobody else can push them out).  A database
+  without this table (an earlier version) gets it when opened.
 * ``meta`` — the position (newest ``created_at`` handled, never later than the clock) and the
   queue's next push order number.
 * ``outbox`` — signed events waiting for a relay to accept them (the
@@ -79,11 +85,20 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 from .budget_table import BUDGET_SCHEMA, BudgetTable
 from .receipts import RECEIPTS_SCHEMA, SessionReceipts
 
-__all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "REMEMBERED_REFUSALS", "STATE_DB", "BotStore"]
+__all__ = [
+    "LEGACY_FILES",
+    "REMEMBERED_COMMANDS",
+    "REMEMBERED_COMMAND_KINDS",
+    "REMEMBERED_REFUSALS",
+    "STATE_DB",
+    "BotStore",
+]
 
 STATE_DB: Final = "bot.sqlite3"
-#: Owner commands remembered as obeyed (a replay after a restart is not obeyed again).
+#: The owner's obeyed command ids remembered (a replay after a restart is not obeyed again).
 REMEMBERED_COMMANDS: Final = 100
+#: Kinds of owner command whose last obeyed one is kept (``owner_commands``), the newest.
+REMEMBERED_COMMAND_KINDS: Final = 1_000
 #: Refused gift wraps remembered (each kind of refusal: unopenable, refused by the gate).
 REMEMBERED_REFUSALS: Final = 10_000
 #: What earlier versions kept in the state directory: the queue snapshot, the position and
@@ -122,6 +137,11 @@ CREATE TABLE IF NOT EXISTS remembered (
     UNIQUE (kind, id)
 );
 CREATE INDEX IF NOT EXISTS remembered_kind ON remembered (kind, n);
+CREATE TABLE IF NOT EXISTS owner_commands (
+    kind       TEXT PRIMARY KEY,       -- what the command is ordered against (command_kind)
+    created_at INTEGER NOT NULL,       -- the last obeyed command of that kind
+    id         TEXT NOT NULL
+) WITHOUT ROWID;
 """
 
 
@@ -297,10 +317,40 @@ class BotStore:
         ).fetchall()
         return [str(r[0]) for r in reversed(rows)]
 
-    def remember_command(self, event_id: str, position: int) -> None:
-        with self.transaction():
-            self._remember([event_id], "command", REMEMBERED_COMMANDS)
+    def last_command(self, kind: str) -> tuple[int, str] | None:
+        """``(created_at, id)`` of the owner's last obeyed command of ``kind``
+        (:func:`~nostr_buzz.bot.intake.command_kind`), if any is kept."""
+        row = self._exec(
+            "SELECT created_at, id FROM owner_commands WHERE kind = ?", (kind,)
+        ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def remember_command(self, event: Event, kind: str | None, position: int) -> None:
+        """The owner's command ``event`` is obeyed: its id is remembered and it is the last of
+        its ``kind`` (None: an approval, which has none; the newest
+        :data:`REMEMBERED_COMMAND_KINDS` kinds are kept), committed before it takes effect."""
+        with self.transaction(durable=True):
+            self._remember([event.id], "command", REMEMBERED_COMMANDS)
             self.save_position(position)
+            if kind is None:
+                return
+            self._exec(
+                "INSERT OR REPLACE INTO owner_commands (kind, created_at, id) VALUES (?, ?, ?)",
+                (kind, event.created_at, event.id),
+            )
+            self._exec(
+                "DELETE FROM owner_commands WHERE kind NOT IN (SELECT kind FROM owner_commands "
+                "ORDER BY created_at DESC, id DESC LIMIT ?)",
+                (REMEMBERED_COMMAND_KINDS,),
+            )
+
+    def remember_handled(self, event_id: str, position: int) -> None:
+        """An event handled without a turn (an earlier run answered it, ``bot/recall.py``):
+        remembered with the delivered ones, committed with the intake and the position."""
+        self._begin_intake()
+        self._remember([event_id], "event", REMEMBERED_IDS)
+        self._meta_pending["position"] = position
+        self._end_intake()
 
     def _remember(self, ids: Iterable[str], kind: str, keep: int) -> None:
         added = False

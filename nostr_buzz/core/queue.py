@@ -625,6 +625,16 @@ class DispatchQueue:
         ch = self._channels.get(_check_channel(channel))
         return None if ch is None else _state_of(ch)
 
+    def knows(self, event_id: str) -> bool:
+        """Whether ``event_id`` is queued (pending, in flight, stored cancelled) or remembered."""
+        return event_id in self._live or event_id in self._remembered_set
+
+    def remember(self, event_id: str) -> None:
+        """Remember ``event_id`` as handled without queueing it (answered by an earlier run,
+        docs/bot.md "Memory the network keeps"); a queued or remembered id stays as it is."""
+        if not self.knows(event_id):
+            self._remember([event_id])
+
     def is_remembered(self, event_id: str) -> bool:
         """Whether ``event_id`` is among the remembered delivered or dead-lettered ids."""
         return event_id in self._remembered_set

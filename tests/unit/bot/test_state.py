@@ -11,7 +11,12 @@ import pytest
 
 from nostr_buzz.bot.config import Shard
 from nostr_buzz.bot.intake import Gate, refusal_scope
-from nostr_buzz.bot.state import REMEMBERED_REFUSALS, STATE_DB, BotStore
+from nostr_buzz.bot.state import (
+    REMEMBERED_COMMAND_KINDS,
+    REMEMBERED_REFUSALS,
+    STATE_DB,
+    BotStore,
+)
 from nostr_buzz.core.queue import REMEMBERED_IDS, DispatchQueue, QueuedEvent
 from nostr_buzz.errors import StateError
 from nostr_buzz.event import Event
@@ -105,12 +110,39 @@ def test_remembered_ids_are_capped_and_restored(tmp_path: Path) -> None:
 
 def test_commands_are_remembered_with_the_position(tmp_path: Path) -> None:
     store = BotStore(tmp_path)
-    for i in range(105):
-        store.remember_command(f"{i:064x}", 50 + i)
+    commands = [chat(ALICE, 50 + i, content=f"!budget daily_usd {i}") for i in range(105)]
+    for i, event in enumerate(commands):
+        store.remember_command(event, "budget:daily_usd", 50 + i)
     store.close()
     again = BotStore(tmp_path)
-    assert again.commands() == [f"{i:064x}" for i in range(5, 105)]
+    assert again.commands() == [e.id for e in commands[5:]]
     assert again.position() == 154
+    assert again.last_command("budget:daily_usd") == (154, commands[-1].id)
+    assert again.last_command("budget:monthly_usd") is None
+
+
+def test_the_last_command_of_each_kind_is_kept_for_the_newest_kinds(tmp_path: Path) -> None:
+    store = BotStore(tmp_path)
+    for i in range(REMEMBERED_COMMAND_KINDS + 3):
+        store.remember_command(chat(ALICE, 1_000 + i, content="!new"), f"new:c{i}", 1_000 + i)
+    count = store._exec("SELECT count(*) FROM owner_commands").fetchone()[0]
+    assert count == REMEMBERED_COMMAND_KINDS
+    assert store.last_command("new:c0") is None  # the oldest kinds went first
+    assert store.last_command(f"new:c{REMEMBERED_COMMAND_KINDS + 2}") is not None
+
+
+def test_a_database_without_the_owner_commands_table_opens_and_gets_it(tmp_path: Path) -> None:
+    import sqlite3
+
+    BotStore(tmp_path).close()
+    db = sqlite3.connect(tmp_path / STATE_DB)
+    db.execute("DROP TABLE owner_commands")  # what an earlier version wrote
+    db.commit()
+    db.close()
+    store = BotStore(tmp_path)
+    assert store.last_command("shutdown") is None
+    store.remember_command(chat(ALICE, 5, content="!shutdown"), "shutdown", 5)
+    assert store.last_command("shutdown") is not None
 
 
 def test_files_of_an_earlier_version_are_imported_once(tmp_path: Path) -> None:
@@ -197,7 +229,7 @@ async def test_a_burst_commits_once_at_the_end_of_the_loop_step(tmp_path: Path) 
     assert other.execute("SELECT value FROM meta WHERE key = 'position'").fetchone()[0] == 49
     # Any other transaction commits pending intake first.
     push(store, q, msg(ALICE, 3000), 60.0)
-    store.remember_command("ee" * 32, 61)
+    store.remember_command(chat(ALICE, 61, content="!new"), "new:room", 61)
     assert visible() == 51
     other.close()
     store.close()
