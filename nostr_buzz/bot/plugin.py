@@ -139,6 +139,7 @@ class BuzzPlugin:
             self.config, store, self.diagnostics, self._spawn, self._clock, self.pool
         )
         self.delivery = delivery
+        self.standing.directory = delivery.directory
         self._runner = TurnRunner(
             self.config,
             self.queue,
