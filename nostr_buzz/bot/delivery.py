@@ -18,9 +18,9 @@ A private message (NIP-17) is answered privately: the kind 14 answer is sealed a
 its sender — to each member of the room only when the owner is in the room and it has at most
 ``[private] max_recipients`` members besides the agent (:func:`.outputs.private_audience`; a
 narrowed room is a ``private_room_narrowed`` diagnostic) — and to the agent itself.  Each wrap
-goes to its addressee's DM relays (kind 10050, looked up before the commit as a read of state
-and cached like relay lists, ``io/relay_lists.py``: the first three, a loopback or private
-address only when it is one of the bot's relays) when known, else to the write relays.  The wraps are stored in the outbox with those relays, in the same transaction,
+goes to its addressee's DM relays (kind 10050, looked up before the commit: the first three,
+a loopback or private address only when it is one of the bot's relays) when known, else to the
+write relays.  The wraps are stored in the outbox with those relays, in the same transaction,
 and retried like any reply.
 
 Nothing is retried for ever: an outbox entry that no relay took within ``[outbox]

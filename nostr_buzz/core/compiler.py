@@ -490,9 +490,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     if snapshot_layer is not None:
         layers.append(snapshot_layer)
     if "channel-canvas" in rendered:
-        layers.append(
-            _layer("channel_canvas", rendered["channel-canvas"], unconfirmed=unconfirmed)
-        )
+        layers.append(_layer("channel_canvas", rendered["channel-canvas"], unconfirmed=unconfirmed))
     layers.append(_layer("context_status", status))
     if turn_input.context is not None:
         delta = _recent_delta(turn_input.context, profiles)

@@ -444,7 +444,6 @@ class RelayPool:
             callback(sorted({k for f in flts for k in f.kinds or ()}), dict(merged.unconfirmed))
         return merged
 
-
     def _outcome(self, url: str, task: asyncio.Task[QueryResult], left: set[str]) -> QueryResult:
         """``url``'s result: its task's, or why it has none (left behind by the grace period,
         or abandoned once another relay's answer was enough)."""
