@@ -470,7 +470,8 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     unconfirmed = turn_input.standing.unconfirmed
     if persona_parts:
         # The huddle guidelines in it are read from relays with the canvas and core memory.
-        from_relays = unconfirmed and turn_input.standing.huddle_instructions is not None
+        huddle = turn_input.standing.huddle_instructions
+        from_relays = unconfirmed and huddle is not None and bool(trim(huddle))
         guidance = "\n\n".join(persona_parts)
         layers.append(_layer("persona_and_team_guidance", guidance, unconfirmed=from_relays))
     if "core-memory" in rendered:

@@ -1,6 +1,7 @@
 """The bot on relays as they are (docs/cli.md, "Kept connections"): a silent and a refusing
 read relay cost a turn at most the grace period (a read of state waits for the silent one once,
-then names it as unconfirmed), and the bot's relay connections are kept from turn to turn.  Real LocalRelay, the real demo agent, real misbehaving relays on 127.0.0.1."""
+then names it as unconfirmed), and the bot's relay connections are kept from turn to turn.
+Real LocalRelay, the real demo agent, real misbehaving relays on 127.0.0.1."""
 
 from __future__ import annotations
 
