@@ -7,7 +7,8 @@ agent's core memory and the owner's kind 10050; the honest one holds the newest.
 (allowlisted) mentions the agent under ``permissions = "owner"``, so the scripted agent's tool
 call asks the owner: the new session's standing context must carry the newest canvas and core
 memory (the manifest's layer versions and the agent's own prompt), and the question must reach
-the relay the newest kind 10050 names (counted there), never the one the older names.
+the relay the newest kind 10050 names (counted there), never the one the older names.  And a
+relay that should have answered and did not makes the standing context unconfirmed, said.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.core.manifest import content_hash
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
 from nostr_buzz.nips import standing as docs
+from tests.support.bot_world import Recorder, World, manifest_of
 from tests.support.buzz_process import BUZZ, Lines, clean_env
 from tests.support.relays import local_relay
 from tests.support.scripted_agent import USAGE, Scripted
+from tests.support.scripted_relay import scripted_relay
 from tests.support.wan import Front
 
 #: The honest relay's extra latency each way (0.5 s a round trip).
@@ -166,3 +170,28 @@ local_relays = ["{inbox.url}"]
     given += json.dumps([m for m in scripted.received() if m.get("method") == "session/new"])
     assert new_canvas.id in given and "new memory: coffee" in given
     assert old_canvas.id not in given and "old memory" not in given
+
+
+async def test_a_relay_that_should_have_answered_makes_the_standing_context_unconfirmed(
+    world: World,
+) -> None:
+    """A read relay that times out (it accepts the connection, never answers): the session
+    still gets the canvas the good relay holds, and says it could not be confirmed, in the
+    manifest (freshness ``unconfirmed``) and in the diagnostics."""
+    canvas = docs.build_canvas_event(world.owner, "eng", "# Plan", created_at=int(time.time()))
+    await world.publish(canvas)
+    rec = Recorder()
+    async with scripted_relay() as silent:
+        config = world.config(relay_timeout=2.0, read_relays=(world.relay.url, silent.url))
+        async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+            await plugin.handle_event(world.message(world.owner, "what is the plan?"))
+            await rec.kind("turn_completed")
+    [frozen] = rec.of("standing_context_frozen")
+    assert frozen.payload["canvasRevision"] == canvas.id
+    assert [u.split(": ")[0] for u in frozen.payload["unconfirmed"]] == [silent.url]
+    [delivery] = rec.of("prompt_context_delivery")
+    layers = {lay.layer: lay for lay in manifest_of(delivery).layers}
+    assert layers["channel_canvas"].freshness == "unconfirmed"
+    assert layers["channel_canvas"].version == content_hash(canvas_section(canvas))
+    told = [r.payload for r in rec.of("state_unconfirmed")]
+    assert any(40100 in p["kinds"] and silent.url in p["relays"] for p in told), told
