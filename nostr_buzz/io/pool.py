@@ -388,8 +388,9 @@ class RelayPool:
         shared: SharedBudget,
         *,
         by_ids: bool = False,
+        record: bool = True,
     ) -> QueryResult:
-        """One relay's answer to one query (its health and answer recorded)."""
+        """One relay's answer to one query (its answer noted; ``record``: its health too)."""
         async with self._client(url, auth=auth, limit=limit, req=True) as client:
             try:
                 async with asyncio.timeout(limit + _GRACE):
@@ -398,7 +399,8 @@ class RelayPool:
                     )
             except TimeoutError:
                 result = QueryResult(relay=url, error="timeout")
-        self._record(url, _query_problem(result))
+        if record:
+            self._record(url, _query_problem(result))
         self._root._answers.note(url, result)
         return result
 
@@ -425,10 +427,21 @@ class RelayPool:
         waited = {u for u, _ in targets if self._root._answers.serves(u)}
         shared = SharedBudget(self.total_budget)
 
+        first: list[float] = []  # when the first relay finished
+
         async def one(url: str, auth: bool) -> QueryResult:
             if url not in waited and (skipped := self._skipped(url)) is not None:
                 return QueryResult(relay=url, error=skipped)
-            return await self._ask(url, auth, flts, limit, shared)
+            result = await self._ask(url, auth, flts, limit, shared, record=False)
+            if result.finished and not first:
+                first.append(_now())
+            # An answer later than the grace period would have waited is recorded as such:
+            # the backoff that spares the other queries a slow relay goes on growing.
+            late = bool(first) and self.grace is not None and _now() > first[0] + self.grace
+            slow = late and result.finished
+            problem = _query_problem(result) or (_slow(self.grace) if slow else None)
+            self._record(url, problem)
+            return result
 
         tasks = {u: asyncio.create_task(one(u, a), name=f"pool-state {u}") for u, a in targets}
         left = await _settle(tasks, self.grace, lambda r: r.finished, wait_for=waited)
@@ -651,6 +664,10 @@ async def _settle(
             task.cancel()  # a no-op for the finished ones
         await asyncio.gather(*pending, return_exceptions=True)
     return {url for url, task in tasks.items() if task in pending} if by_grace else set()
+
+
+def _slow(grace: float | None) -> str:
+    return f"left behind: answered a read of state later than {grace:g} s after the first EOSE"
 
 
 def _query_problem(result: QueryResult) -> str | None:
