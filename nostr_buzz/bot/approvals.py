@@ -73,7 +73,7 @@ async def tell_owner(
     try:
         rumor = nip17.message(agent, [owner], text, created_at=now)
         if directory is not None:
-            relays = await directory.dm_relays([owner, agent], fresh=True)
+            relays = await directory.dm_relays([owner, agent], fresh=True, trusted=True)
         else:
             relays = await dm_relays_of(
                 [owner, agent],

@@ -197,7 +197,11 @@ class ContextResolver:
         if channel is not None:
             filters.append(Filter(kinds=(GROUP_METADATA_KIND,), tags={"d": (channel,)}))
         extra = await self._their_relays(people)
-        result = await self.pool.query_state(filters, timeout=self.timeout, write_relays=extra)
+        # Anyone's write relays: waited for only once they have answered (a stranger's list
+        # may name silent relays).
+        result = await self.pool.query_state(
+            filters, timeout=self.timeout, write_relays=extra, trusted_writers=False
+        )
         if result.any_finished:  # a failed read is asked again
             self._state.pop(key, None)
             self._state[key] = (time.monotonic() + STATE_TTL, result)

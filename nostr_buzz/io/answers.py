@@ -1,5 +1,5 @@
 """Which relays answer: what a read of replaceable or addressable state waits for
-(:meth:`~nostr_buzz.io.pool.RelayPool.query_state`).
+(:meth:`~nostr_buzz.io.pool.RelayPool.query_state`), and which of its answers came late.
 
 A relay serves such a read unless its last definite answer to a query was a failure (it timed
 out or refused the connection): one that finished (``EOSE``) serves, and so does one never
@@ -49,6 +49,32 @@ class AnswerRecord:
         while len(self._answered) > self.size:
             self._answered.popitem(last=False)
 
-    def serves(self, url: str) -> bool:
-        """Whether a read of state waits for ``url``: unless its last answer was a failure."""
-        return self._answered.get(normalize_relay_url(url)) is not False
+    def serves(self, url: str, *, unknown: bool = True) -> bool:
+        """Whether a read of state waits for ``url``: unless its last answer was a failure;
+        a relay never heard to the end counts as ``unknown`` says (False for a relay a
+        stranger named: it is waited for only once it has answered a query)."""
+        answered = self._answered.get(normalize_relay_url(url))
+        return unknown if answered is None else answered
+
+
+class Lateness:
+    """When the first relay of one read finished; an answer more than ``grace`` seconds after
+    it is one the grace period would not have waited for (``grace`` None: never late)."""
+
+    def __init__(self, grace: float | None) -> None:
+        self.grace = grace
+        self._first: float | None = None
+
+    def late(self, result: QueryResult, now: float) -> bool:
+        """Whether ``result``, finished at ``now``, came late (the first one never does)."""
+        if not result.finished:
+            return False
+        if self._first is None:
+            self._first = now
+            return False
+        return self.grace is not None and now > self._first + self.grace
+
+    def why(self) -> str:
+        """The health record's reason for a late answer."""
+        grace = f"{self.grace:g}"
+        return f"left behind: answered a read of state later than {grace} s after the first EOSE"

@@ -33,7 +33,7 @@ from nostr_buzz.nips.nip01 import FilterLike
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 from nostr_buzz.signer import Signer, signer_of
 
-from .answers import AnswerRecord
+from .answers import AnswerRecord, Lateness
 from .connections import IDLE_TIMEOUT, RelayConnections
 from .relay import (
     CLOSE_TIMEOUT,
@@ -411,51 +411,41 @@ class RelayPool:
         filters: FilterLike | Iterable[FilterLike],
         *,
         write_relays: Sequence[str] = (),
+        trusted_writers: bool = True,
         timeout: float | None = None,
     ) -> PoolQueryResult:
         """Replaceable or addressable state, of which the newest version counts: ask every
         relay and ``write_relays`` (the authors' NIP-65 write relays: at most
         :data:`MAX_HINT_RELAYS` not configured, never authenticated to) and wait, up to
         ``timeout``, for each that serves (io/answers.py; one backing off for being slow
-        too); the others get the grace period, as in :meth:`query`.  ``events``: the newest
-        version of each replaceable or addressable event (``nip01.newest_versions``);
-        ``unconfirmed``: each relay that did not finish (waited for and failed, or not waited
-        for, having failed before)."""
+        too; a write relay not yet heard only when ``trusted_writers``: not when a stranger
+        may have named it); the others get the grace period, as in :meth:`query`.
+        ``events``: the newest version of each replaceable or addressable event
+        (``nip01.newest_versions``); ``unconfirmed``: each relay that did not finish (waited
+        for and failed, or not waited for)."""
         flts = nip01.as_filters(filters)
         limit = self.timeout if timeout is None else float(timeout)
         targets = _targets(self.urls, write_relays, MAX_HINT_RELAYS)
-        waited = {u for u, _ in targets if self._root._answers.serves(u)}
+        answers = self._root._answers
+        waited = {u for u, mine in targets if answers.serves(u, unknown=mine or trusted_writers)}
         shared = SharedBudget(self.total_budget)
 
-        first: list[float] = []  # when the first relay finished
+        lateness = Lateness(self.grace)
 
         async def one(url: str, auth: bool) -> QueryResult:
             if url not in waited and (skipped := self._skipped(url)) is not None:
                 return QueryResult(relay=url, error=skipped)
             result = await self._ask(url, auth, flts, limit, shared, record=False)
-            if result.finished and not first:
-                first.append(_now())
-            # An answer later than the grace period would have waited is recorded as such:
+            # An answer later than the grace period would have waited counts as slowness:
             # the backoff that spares the other queries a slow relay goes on growing.
-            late = bool(first) and self.grace is not None and _now() > first[0] + self.grace
-            slow = late and result.finished
-            problem = _query_problem(result) or (_slow(self.grace) if slow else None)
-            self._record(url, problem)
+            late = lateness.why() if lateness.late(result, _now()) else None
+            self._record(url, _query_problem(result) or late)
             return result
 
         tasks = {u: asyncio.create_task(one(u, a), name=f"pool-state {u}") for u, a in targets}
         left = await _settle(tasks, self.grace, lambda r: r.finished, wait_for=waited)
         merged = _merge((url, self._outcome(url, task, left)) for url, task in tasks.items())
-        merged.events = nip01.newest_versions(merged.events)
-        merged.unconfirmed = {
-            url: result.error or "no answer"
-            for url, result in merged.per_relay.items()
-            if not result.finished
-        }
-        callback = self._root.on_unconfirmed
-        if merged.unconfirmed and callback is not None:
-            callback(sorted({k for f in flts for k in f.kinds or ()}), dict(merged.unconfirmed))
-        return merged
+        return _newest(merged, flts, self._root.on_unconfirmed)
 
     def _outcome(self, url: str, task: asyncio.Task[QueryResult], left: set[str]) -> QueryResult:
         """``url``'s result: its task's, or why it has none (left behind by the grace period,
@@ -666,8 +656,22 @@ async def _settle(
     return {url for url, task in tasks.items() if task in pending} if by_grace else set()
 
 
-def _slow(grace: float | None) -> str:
-    return f"left behind: answered a read of state later than {grace:g} s after the first EOSE"
+def _newest(
+    merged: PoolQueryResult,
+    flts: list[nip01.Filter],
+    told: Callable[[list[int], dict[str, str]], None] | None,
+) -> PoolQueryResult:
+    """A read of state's result: the newest version of each replaceable or addressable event,
+    and each relay that did not finish as unconfirmed (``told`` of them, with the kinds)."""
+    merged.events = nip01.newest_versions(merged.events)
+    merged.unconfirmed = {
+        url: result.error or "no answer"
+        for url, result in merged.per_relay.items()
+        if not result.finished
+    }
+    if merged.unconfirmed and told is not None:
+        told(sorted({k for f in flts for k in f.kinds or ()}), dict(merged.unconfirmed))
+    return merged
 
 
 def _query_problem(result: QueryResult) -> str | None:

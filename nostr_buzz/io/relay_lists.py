@@ -141,24 +141,27 @@ class RelayDirectory:
         return tuple(dict.fromkeys(u for listed in found.values() for u in listed.write))
 
     async def dm_relays(
-        self, people: Iterable[str], *, fresh: bool = False
+        self, people: Iterable[str], *, fresh: bool = False, trusted: bool = False
     ) -> dict[str, tuple[str, ...]]:
         """The DM relays (kind 10050) of the first :data:`MAX_PEOPLE` ``people``, read on the
         read relays and their write relays; people without a usable list are left out.
-        ``fresh``: asked again even when cached (a question to the owner)."""
+        ``fresh``: asked again even when cached (a question to the owner); ``trusted``: the
+        people are trusted, so their write relays are waited for before they ever answered
+        (:meth:`RelayPool.query_state`)."""
         asked = list(dict.fromkeys(people))[:MAX_PEOPLE]
         missing = asked if fresh else [p for p in asked if self._dm.get(p) is None]
         if missing and self.read_relays:
-            for pubkey, found in (await self._look_up_dm(missing)).items():
+            for pubkey, found in (await self._look_up_dm(missing, trusted)).items():
                 self._dm.put(pubkey, found)
         return {p: urls for p in asked if (urls := self._dm.get(p))}
 
-    async def _look_up_dm(self, people: list[str]) -> dict[str, tuple[str, ...]]:
+    async def _look_up_dm(self, people: list[str], trusted: bool) -> dict[str, tuple[str, ...]]:
         """As :meth:`_look_up`, for kind 10050 ("no list": an empty tuple)."""
         try:
             result = await self._read_pool().query_state(
                 dm_relays_filter(people),
                 write_relays=await self.write_relays_of(people),
+                trusted_writers=trusted,
                 timeout=self.timeout,
             )
         except BuzzError:

@@ -56,6 +56,16 @@ def test_a_relay_serves_until_its_last_definite_answer_is_a_failure() -> None:
     assert not record.serves(url)
 
 
+def test_a_relay_a_stranger_named_serves_only_once_it_has_answered() -> None:
+    record = AnswerRecord()
+    url = "ws://theirs.example"
+    assert not record.serves(url, unknown=False)
+    record.note(url, QueryResult(relay=url, error="left behind: no answer within 0.3 s"))
+    assert not record.serves(url, unknown=False)
+    record.note(url, QueryResult(relay=url, finished=True))
+    assert record.serves(url, unknown=False)
+
+
 def test_the_answer_record_is_bounded() -> None:
     record = AnswerRecord(size=3)
     for i in range(5):
