@@ -195,3 +195,37 @@ async def test_a_relay_that_should_have_answered_makes_the_standing_context_unco
     assert layers["channel_canvas"].version == content_hash(canvas_section(canvas))
     told = [r.payload for r in rec.of("state_unconfirmed")]
     assert any(40100 in p["kinds"] and silent.url in p["relays"] for p in told), told
+
+
+async def test_silent_relays_a_stranger_lists_as_write_relays_are_asked_never_waited_for(
+    world: World,
+) -> None:
+    """A stranger (allowlisted) whose kind 10002 names a silent relay as a write relay: the
+    read of the turn's profiles asks it (its REQs counted there) but does not wait its
+    timeout for it, as it would for a configured relay or the owner's; it is named as
+    unconfirmed (left behind by the grace period, never "timeout")."""
+    rec = Recorder()
+    async with scripted_relay() as silent:
+        listed = sign_event(
+            world.human,
+            kind=10002,
+            content="",
+            tags=[["r", silent.url, "write"]],
+            created_at=int(time.time()) - 5,
+        )
+        await world.publish(listed)
+        config = world.config(
+            relay_timeout=5.0,
+            gate="allowlist",
+            allowlist=frozenset({world.human.public_key.hex}),
+            local_relays=(silent.url,),  # a loopback relay in someone's list is used
+        )
+        async with BuzzPlugin(config, on_diagnostic=rec) as plugin:
+            await plugin.handle_event(world.message(world.human, "hello"))
+            await rec.kind("turn_completed")
+        asked = silent.frames("REQ")
+    assert asked  # the stranger's write relay was asked
+    profiles = [r.payload for r in rec.of("state_unconfirmed") if 0 in r.payload["kinds"]]
+    assert profiles, [r.payload for r in rec.of("state_unconfirmed")]
+    why = profiles[0]["relays"][silent.url]
+    assert why.startswith("left behind"), why
