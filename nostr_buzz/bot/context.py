@@ -6,19 +6,14 @@ and mention; channel metadata (kind 39000) signed by a trusted key (the owner, t
 ``[gate] trusted``; a relay's own NIP-11 key only for the metadata that same relay served,
 ``nips/nip29.py``), anyone else's ignored with a diagnostic that says why
 (:func:`nostr_buzz.core.context.channel_info`).  A real channel without trusted metadata gets
-no ``channel`` input (no snapshot).  Profiles and metadata come in one read of state
-(:meth:`RelayPool.query_state`: it waits for every relay that serves and for the people's write
-relays, so the newest version counts, not the fastest relay's), reused for
-:data:`STATE_TTL` seconds by the turns of the same people in the same channel, so that a slow
-relay costs a conversation one wait, not one per turn.
+no ``channel`` input (no snapshot).  Profiles and metadata come in one read of state, kept a
+while per person and per channel (:mod:`.known_state`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Final, Literal
 
@@ -34,16 +29,16 @@ from nostr_buzz.core.turn_input import (
 )
 from nostr_buzz.event import Event
 from nostr_buzz.io.context import fetch_history
-from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, RelayPool
+from nostr_buzz.io.pool import MAX_HINT_RELAYS, RelayPool
 from nostr_buzz.io.relay_info import relay_pubkeys
 from nostr_buzz.io.relay_lists import RelayDirectory
-from nostr_buzz.nips import nip01, nip10
-from nostr_buzz.nips.nip01 import Filter
+from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent
-from nostr_buzz.profile import METADATA_KIND, Profile
+from nostr_buzz.profile import Profile
 from nostr_buzz.signer import Signer
 
+from .known_state import KnownState, newest_profiles
 from .supervisor import ChannelSession
 
 __all__ = ["ContextResolver", "newest_profiles", "people_of"]
@@ -51,9 +46,6 @@ __all__ = ["ContextResolver", "newest_profiles", "people_of"]
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 #: Seconds allowed for asking the read relays for their NIP-11 keys (once per bot).
 RELAY_KEYS_TIMEOUT: Final = 3.0
-#: Seconds a read of profiles and channel metadata is reused, and how many are kept.
-STATE_TTL: Final = 60.0
-MAX_STATE_READS: Final = 256
 
 
 def people_of(events: Iterable[Event], agent: str) -> list[str]:
@@ -66,19 +58,6 @@ def people_of(events: Iterable[Event], agent: str) -> list[str]:
             if _HEX64.fullmatch(lowered):
                 people[lowered] = None
     return list(people)
-
-
-def newest_profiles(found: Iterable[Event], people: Sequence[str]) -> dict[str, Event]:
-    """The newest kind 0 profile among ``found`` of each of ``people`` (on a tie of
-    ``created_at``, the lowest id: NIP-01)."""
-    wanted = set(people)
-    newest: dict[str, Event] = {}
-    for event in found:
-        if event.kind == METADATA_KIND and event.pubkey in wanted:
-            known = newest.get(event.pubkey)
-            if known is None or nip01.is_newer(event, known):
-                newest[event.pubkey] = event
-    return newest
 
 
 class ContextResolver:
@@ -123,9 +102,8 @@ class ContextResolver:
         #: People's relay lists (NIP-65): history and profiles are also read on the write
         #: relays of the people concerned (None: only on the read relays).
         self.directory: RelayDirectory | None = None
-        #: (people, channel) → (until when, the read of their profiles and metadata).
-        self._state: OrderedDict[tuple[tuple[str, ...], str | None], tuple[float, PoolQueryResult]]
-        self._state = OrderedDict()
+        #: Profiles and channel metadata, read as state and kept a while (.known_state).
+        self._known = KnownState(pool, timeout)
 
     async def _their_relays(self, people: Iterable[str]) -> tuple[str, ...]:
         """The write relays of ``people`` (:class:`RelayDirectory` bounds them), asked as
@@ -186,29 +164,6 @@ class ContextResolver:
         )
         return turn_input, fetched_ids
 
-    async def _profiles_state(self, people: list[str], channel: str | None) -> PoolQueryResult:
-        """The profiles of ``people`` and ``channel``'s metadata, read as state (reused for
-        :data:`STATE_TTL` seconds)."""
-        key = (tuple(sorted(people)), channel)
-        held = self._state.get(key)
-        if held is not None and held[0] > time.monotonic():
-            return held[1]
-        filters = [Filter(authors=tuple(people), kinds=(METADATA_KIND,))]
-        if channel is not None:
-            filters.append(Filter(kinds=(GROUP_METADATA_KIND,), tags={"d": (channel,)}))
-        extra = await self._their_relays(people)
-        # Anyone's write relays: waited for only once they have answered (a stranger's list
-        # may name silent relays).
-        result = await self.pool.query_state(
-            filters, timeout=self.timeout, write_relays=extra, trusted_writers=False
-        )
-        if result.any_finished:  # a failed read is asked again
-            self._state.pop(key, None)
-            self._state[key] = (time.monotonic() + STATE_TTL, result)
-            while len(self._state) > MAX_STATE_READS:
-                self._state.popitem(last=False)
-        return result
-
     def _trusted(self) -> Collection[str]:
         if self._trusted_authors is not None:
             return self._trusted_authors()
@@ -230,8 +185,8 @@ class ContextResolver:
         direct: tuple[str, Literal["stream", "dm"]] | None = None,
     ) -> tuple[dict[str, ProfileInfo], ChannelInfo | None]:
         people = people_of(events, self.agent)
-        result = await self._profiles_state(people, channel)
-        found = result.events
+        known = await self._known.read(people, channel, self._their_relays)
+        found = known.events
         newest = newest_profiles(found, people)
         profiles: dict[str, ProfileInfo] = {}
         for pubkey in people:
@@ -260,7 +215,7 @@ class ContextResolver:
             trusted,
             direct,
             relay_keys=relay_keys,
-            served_by=result.served_by(),
+            served_by=known.served_by,
         )
         if self._on_untrusted is not None:
             for event, why in untrusted:
