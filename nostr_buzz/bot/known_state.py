@@ -11,48 +11,24 @@ one wait, not one per turn; a read that no relay answered to the end is not kept
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Generic, TypeVar
+from typing import Final
 
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.io.relay_lists import TtlCache
 from nostr_buzz.nips import nip01
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND
 from nostr_buzz.profile import METADATA_KIND
 
-__all__ = ["MAX_KEPT", "STATE_TTL", "Known", "KnownState"]
+__all__ = ["MAX_KEPT", "STATE_TTL", "Known", "KnownState", "newest_profiles"]
 
 #: Seconds a person's profile or a channel's metadata is reused.
 STATE_TTL: Final = 60.0
 #: People and channels kept.
 MAX_KEPT: Final = 1_024
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Kept(Generic[K, V]):
-    """At most ``size`` values, each good for ``ttl`` seconds of ``clock``."""
-
-    def __init__(self, ttl: float, size: int, clock: Callable[[], float]) -> None:
-        self.ttl, self.size, self.clock = ttl, size, clock
-        self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
-
-    def has(self, key: K) -> bool:
-        held = self._items.get(key)
-        return held is not None and held[0] > self.clock()
-
-    def get(self, key: K) -> V | None:
-        return self._items[key][1] if self.has(key) else None
-
-    def put(self, key: K, value: V) -> None:
-        self._items.pop(key, None)
-        self._items[key] = (self.clock() + self.ttl, value)
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -90,8 +66,9 @@ class KnownState:
     ) -> None:
         self.pool = pool
         self.timeout = timeout
-        self._profiles: _Kept[str, Event | None] = _Kept(ttl, MAX_KEPT, clock)
-        self._channels: _Kept[str, Known] = _Kept(ttl, MAX_KEPT, clock)
+        #: Person → (their newest profile, None for none,): a 1-tuple, so "none" is kept too.
+        self._profiles: TtlCache[str, tuple[Event | None]] = TtlCache(ttl, MAX_KEPT, clock)
+        self._channels: TtlCache[str, Known] = TtlCache(ttl, MAX_KEPT, clock)
 
     async def read(
         self,
@@ -102,7 +79,7 @@ class KnownState:
         """The profiles of ``people`` and ``channel``'s metadata; what is not kept is read,
         also on ``their_relays(missing people)`` (anyone's write relays: waited for only once
         they have answered a query, since a stranger's list may name silent relays)."""
-        missing = [p for p in people if not self._profiles.has(p)]
+        missing = [p for p in people if self._profiles.get(p) is None]
         metadata = self._channels.get(channel) if channel is not None else Known()
         if not missing and metadata is not None:
             return self._known(people, metadata)
@@ -122,12 +99,12 @@ class KnownState:
         if not result.any_finished:  # kept nothing: this turn uses what was found
             return self._known(people, metadata or found, list(newest.values()))
         for person in missing:
-            self._profiles.put(person, newest.get(person))
+            self._profiles.put(person, (newest.get(person),))
         if metadata is None and channel is not None:
             self._channels.put(channel, found)
         return self._known(people, metadata or found)
 
     def _known(self, people: Sequence[str], metadata: Known, unkept: Sequence[Event] = ()) -> Known:
         """The kept profiles of ``people``, ``unkept`` ones, and ``metadata``."""
-        profiles = [e for p in people if (e := self._profiles.get(p)) is not None]
+        profiles = [e for p in people if (e := (self._profiles.get(p) or (None,))[0]) is not None]
         return Known([*profiles, *unkept, *metadata.events], metadata.served_by)

@@ -32,7 +32,14 @@ from .pool import RelayPool
 from .private import dm_relays_filter, usable_dm_relays
 from .relay_info import RelayLimits, relay_limits
 
-__all__ = ["DEFAULT_TTL", "LIMITS_TIMEOUT", "MAX_CACHED", "MAX_PEOPLE", "RelayDirectory"]
+__all__ = [
+    "DEFAULT_TTL",
+    "LIMITS_TIMEOUT",
+    "MAX_CACHED",
+    "MAX_PEOPLE",
+    "RelayDirectory",
+    "TtlCache",
+]
 
 #: How long (seconds) a relay list or a relay's limits are trusted before they are asked again.
 DEFAULT_TTL: Final = 3600.0
@@ -48,7 +55,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class _Cache(Generic[K, V]):
+class TtlCache(Generic[K, V]):
     """At most ``size`` answers, each good for ``ttl`` seconds of ``clock``."""
 
     def __init__(self, ttl: float, size: int, clock: Callable[[], float]) -> None:
@@ -92,9 +99,9 @@ class RelayDirectory:
         self.configured = (*read_relays, *configured)
         self.signer = signer
         self.timeout = timeout
-        self._lists: _Cache[str, RelayList] = _Cache(ttl, MAX_CACHED, clock)
-        self._dm: _Cache[str, tuple[str, ...]] = _Cache(ttl, MAX_CACHED, clock)
-        self._limits: _Cache[str, RelayLimits] = _Cache(ttl, MAX_CACHED, clock)
+        self._lists: TtlCache[str, RelayList] = TtlCache(ttl, MAX_CACHED, clock)
+        self._dm: TtlCache[str, tuple[str, ...]] = TtlCache(ttl, MAX_CACHED, clock)
+        self._limits: TtlCache[str, RelayLimits] = TtlCache(ttl, MAX_CACHED, clock)
 
     async def lists(self, people: Iterable[str]) -> dict[str, RelayList]:
         """Each person's usable relay list (the first :data:`MAX_PEOPLE` people); people
