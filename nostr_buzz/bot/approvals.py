@@ -42,6 +42,7 @@ from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.private import dm_relays_of, send_private
+from nostr_buzz.io.relay_lists import RelayDirectory
 from nostr_buzz.nips import nip17, nip19
 
 from .config import PluginConfig
@@ -86,19 +87,26 @@ _SPENT: Final = 256
 Verdict = Literal["allow", "deny"]
 
 
-async def tell_owner(config: PluginConfig, text: str, now: int) -> bool:
+async def tell_owner(
+    config: PluginConfig, text: str, now: int, directory: RelayDirectory | None = None
+) -> bool:
     """Send ``text`` to the owner privately (to its DM relays when it has a kind 10050, else
-    to the write relays); True when a relay took the owner's copy."""
+    to the write relays); True when a relay took the owner's copy.  The DM relays are read
+    afresh, as a read of state (the newest kind 10050, not the fastest relay's): through
+    ``directory`` (the bot's relays and relay lists) when given."""
     agent, owner = config.signer.public_key.hex, config.owner.hex
     try:
         rumor = nip17.message(agent, [owner], text, created_at=now)
-        relays = await dm_relays_of(
-            [owner, agent],
-            config.read_relays,
-            secret=config.signer,
-            timeout=config.relay_timeout,
-            configured=config.write_relays,
-        )
+        if directory is not None:
+            relays = await directory.dm_relays([owner, agent], fresh=True, trusted=True)
+        else:
+            relays = await dm_relays_of(
+                [owner, agent],
+                config.read_relays,
+                secret=config.signer,
+                timeout=config.relay_timeout,
+                configured=config.write_relays,
+            )
         sent = await send_private(
             config.signer,
             rumor,
@@ -230,6 +238,9 @@ class Approvals:
         #: every DM relay of the owner, each one until it accepts) once the bot has started;
         #: else :func:`tell_owner`.
         self.tell: Callable[[str], Awaitable[bool]] | None = None
+        #: The bot's relay lists, through which the owner's DM relays are read (set once the
+        #: bot's delivery exists; None: a one-shot lookup).
+        self.directory: RelayDirectory | None = None
 
     @property
     def enabled(self) -> bool:
@@ -296,7 +307,7 @@ class Approvals:
     async def _send(self, text: str) -> bool:
         if self.tell is not None:
             return await self.tell(text)
-        return await tell_owner(self.config, text, int(self._clock()))
+        return await tell_owner(self.config, text, int(self._clock()), self.directory)
 
     def answer(self, event: Event, verdict: Verdict, code: str) -> bool:
         """An ``!allow``/``!deny`` seen in ``event``: True when it decided a question."""

@@ -167,7 +167,8 @@ class BudgetGate:
         name = "warn:" + decision.period
         told = name not in self.ledger.notified
         if told:
-            told = await tell_owner(self.config, warning_text(decision), int(self._clock()))
+            text, now = warning_text(decision), int(self._clock())
+            told = await tell_owner(self.config, text, now, self.delivery.directory)
             if told:
                 self.first_notice(name, decision.until or 0.0)
         self.diagnostics.emit("budget_warned", payload={**_report(decision), "notified": told})

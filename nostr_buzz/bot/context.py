@@ -6,7 +6,8 @@ and mention; channel metadata (kind 39000) signed by a trusted key (the owner, t
 ``[gate] trusted``; a relay's own NIP-11 key only for the metadata that same relay served,
 ``nips/nip29.py``), anyone else's ignored with a diagnostic that says why
 (:func:`nostr_buzz.core.context.channel_info`).  A real channel without trusted metadata gets
-no ``channel`` input (no snapshot).  Profiles and metadata come in one query.
+no ``channel`` input (no snapshot).  Profiles and metadata come in one read of state, kept a
+while per person and per channel (:mod:`.known_state`).
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from nostr_buzz.io.pool import MAX_HINT_RELAYS, RelayPool
 from nostr_buzz.io.relay_info import relay_pubkeys
 from nostr_buzz.io.relay_lists import RelayDirectory
 from nostr_buzz.nips import nip10
-from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import GROUP_METADATA_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent
-from nostr_buzz.profile import METADATA_KIND, Profile
+from nostr_buzz.profile import Profile
 from nostr_buzz.signer import Signer
 
+from .known_state import KnownState, newest_profiles
 from .supervisor import ChannelSession
 
 __all__ = ["ContextResolver", "newest_profiles", "people_of"]
@@ -57,18 +58,6 @@ def people_of(events: Iterable[Event], agent: str) -> list[str]:
             if _HEX64.fullmatch(lowered):
                 people[lowered] = None
     return list(people)
-
-
-def newest_profiles(found: Iterable[Event], people: Sequence[str]) -> dict[str, Event]:
-    """The newest kind 0 profile among ``found`` of each of ``people``."""
-    wanted = set(people)
-    newest: dict[str, Event] = {}
-    for event in found:
-        if event.kind == METADATA_KIND and event.pubkey in wanted:
-            known = newest.get(event.pubkey)
-            if known is None or event.created_at > known.created_at:
-                newest[event.pubkey] = event
-    return newest
 
 
 class ContextResolver:
@@ -113,6 +102,8 @@ class ContextResolver:
         #: People's relay lists (NIP-65): history and profiles are also read on the write
         #: relays of the people concerned (None: only on the read relays).
         self.directory: RelayDirectory | None = None
+        #: Profiles and channel metadata, read as state and kept a while (.known_state).
+        self._known = KnownState(pool, timeout)
 
     async def _their_relays(self, people: Iterable[str]) -> tuple[str, ...]:
         """The write relays of ``people`` (:class:`RelayDirectory` bounds them), asked as
@@ -194,12 +185,8 @@ class ContextResolver:
         direct: tuple[str, Literal["stream", "dm"]] | None = None,
     ) -> tuple[dict[str, ProfileInfo], ChannelInfo | None]:
         people = people_of(events, self.agent)
-        filters = [Filter(authors=tuple(people), kinds=(METADATA_KIND,))]
-        if channel is not None:
-            filters.append(Filter(kinds=(GROUP_METADATA_KIND,), tags={"d": (channel,)}))
-        extra = await self._their_relays(people)
-        result = await self.pool.query(filters, timeout=self.timeout, extra_urls=extra)
-        found = result.events
+        known = await self._known.read(people, channel, self._their_relays)
+        found = known.events
         newest = newest_profiles(found, people)
         profiles: dict[str, ProfileInfo] = {}
         for pubkey in people:
@@ -228,7 +215,7 @@ class ContextResolver:
             trusted,
             direct,
             relay_keys=relay_keys,
-            served_by=result.served_by(),
+            served_by=known.served_by,
         )
         if self._on_untrusted is not None:
             for event, why in untrusted:

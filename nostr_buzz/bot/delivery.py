@@ -47,7 +47,6 @@ from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticKind, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
-from nostr_buzz.io.private import dm_relays_of
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
 from nostr_buzz.io.relay_lists import RelayDirectory
 from nostr_buzz.nips import nip10, nip17, nip59
@@ -363,7 +362,7 @@ class Delivery:
         owner = self.config.owner.hex
         try:
             rumor = nip17.message(self.agent, [owner], text, created_at=now)
-            relays = await self.private_relays_of([owner, self.agent])
+            relays = await self.private_relays_of([owner, self.agent], fresh=True)
             wraps = await nip17.wrap_for_room_with(self.signer, rumor, now=now)
         except BuzzError:
             return False
@@ -383,16 +382,14 @@ class Delivery:
                     self.store.outbox.remove(wrap.id)
         return told
 
-    async def private_relays_of(self, people: list[str]) -> dict[str, tuple[str, ...]]:
-        """The DM relays (kind 10050) of ``people``; an empty map when the lookup fails."""
+    async def private_relays_of(
+        self, people: list[str], *, fresh: bool = False
+    ) -> dict[str, tuple[str, ...]]:
+        """The DM relays (kind 10050) of ``people``, read as state (the newest list, not the
+        fastest relay's), kept like relay lists; ``fresh``: read again (a question to the
+        owner, whose people are trusted).  An empty map when the lookup fails."""
         try:
-            found = await dm_relays_of(
-                people,
-                self.pool,
-                secret=self.signer,
-                timeout=self.config.relay_timeout,
-                configured=self.config.write_relays,
-            )
+            found = await self.directory.dm_relays(people, fresh=fresh, trusted=fresh)
         except BuzzError:
             return {}
         # NIP-42 only on the owner's and the agent's own DM relays, never a stranger's.

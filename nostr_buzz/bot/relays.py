@@ -16,8 +16,9 @@ def bot_pool(config: PluginConfig, diagnostics: DiagnosticsFeed) -> RelayPool:
     off (``relay_cut_off``) and one that refused or timed out and is skipped for a while
     (``relay_backing_off``, ``scope`` ``all``), or was left behind by a query's grace period and
     is skipped by such reads for a while, still sent every reply and metric (``scope``
-    ``reads``).  It trusts the configured relays (:func:`trust_configured`) and no one else's
-    (``guard_local``)."""
+    ``reads``); a read of state that a relay which should have answered did not confirm
+    (``state_unconfirmed``).  It trusts the configured relays (:func:`trust_configured`) and
+    no one else's (``guard_local``)."""
     pool = RelayPool(
         config.read_relays,
         signer=config.signer,
@@ -35,8 +36,12 @@ def bot_pool(config: PluginConfig, diagnostics: DiagnosticsFeed) -> RelayPool:
         payload = {"relay": url, "reason": why, "retryIn": round(seconds, 3), "scope": scope}
         diagnostics.emit("relay_backing_off", payload=payload)
 
+    def unconfirmed(kinds: list[int], relays: dict[str, str]) -> None:
+        diagnostics.emit("state_unconfirmed", payload={"kinds": kinds, "relays": relays})
+
     pool.on_cut_off = cut_off
     pool.on_backoff = backing_off
+    pool.on_unconfirmed = unconfirmed
     return pool
 
 

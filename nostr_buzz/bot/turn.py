@@ -338,6 +338,8 @@ class TurnRunner:
         # One cache of people's relay lists (NIP-65): replies go to where they read, history
         # is read where they write.
         resolver.directory = delivery.directory
+        if running.approvals is not None:  # the owner's DM relays, read through it
+            running.approvals.directory = delivery.directory
         self.diagnostics = diagnostics
         self._clock = clock
         self._spawn = spawn

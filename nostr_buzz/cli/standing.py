@@ -3,7 +3,8 @@
 ``buzz canvas get|set --channel C [TEXT|-]`` reads or publishes a channel's canvas (kind 40100);
 ``buzz mem get|set core [TEXT|-]`` reads or publishes the configured key's core memory (kind
 30174, ``d`` = ``core``), NIP-44 encrypted to that same key, so relays only ever store
-ciphertext.  An agent with shell access uses these, as its envelope tells it to.
+ciphertext.  An agent with shell access uses these, as its envelope tells it to.  A ``get`` is
+a read of state: it waits for every relay (up to ``--timeout``) and shows the newest version.
 
 Start-up stays light: the relay client, the pool and the codecs are imported when a command
 runs, not when ``buzz`` builds its command list.
@@ -126,7 +127,9 @@ def _query(
     from nostr_buzz.io.pool import RelayPool
 
     progress(f"asking {len(relays)} relay(s)…")
-    return run(RelayPool(relays, secret=secret, timeout=timeout).query(filters, timeout=timeout))
+    # A read of state: every relay is waited for (up to the timeout), the newest version counts.
+    pool = RelayPool(relays, secret=secret, timeout=timeout)
+    return run(pool.query_state(filters, timeout=timeout))
 
 
 def _document(event: Event, content: str) -> str:
@@ -247,7 +250,7 @@ def mem_get(
             mine = signer.public_key.hex
             progress(f"asking {len(relays)} relay(s)…")
             pool = RelayPool(relays, signer=signer, timeout=timeout)
-            result = await pool.query([standing.core_memory_filter(mine)], timeout=timeout)
+            result = await pool.query_state([standing.core_memory_filter(mine)], timeout=timeout)
             candidates = standing.select_core_memory(result.events, mine)
             if not candidates:
                 raise _not_found(result, "no core memory")

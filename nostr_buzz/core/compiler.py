@@ -125,6 +125,10 @@ class _LayerKind(NamedTuple):
     freshness: str
 
 
+#: The freshness of a layer read from relays when its newest version could not be confirmed
+#: (a relay that should have answered did not: nips/STANDING.md).
+UNCONFIRMED: Final = "unconfirmed"
+
 #: Every layer a turn or a steer can record, by name: the manifest's fixed columns.
 LAYER_TABLE: Final[Mapping[str, _LayerKind]] = {
     "workspace": _LayerKind(1, "session", "agent_workspace", "instructions", "session_start"),
@@ -156,8 +160,11 @@ def _layer(
     scope: str | None = None,
     version: str | None = None,
     truncated: bool = False,
+    unconfirmed: bool = False,
 ) -> Layer:
-    """The manifest entry of layer ``name`` (see :data:`LAYER_TABLE`) holding ``content``."""
+    """The manifest entry of layer ``name`` (see :data:`LAYER_TABLE`) holding ``content``;
+    ``unconfirmed``: read from relays of which one that should have answered did not, so its
+    freshness is :data:`UNCONFIRMED` (docs/envelope.md)."""
     kind = LAYER_TABLE[name]
     return Layer(
         order=kind.order,
@@ -166,7 +173,7 @@ def _layer(
         source=kind.source,
         version=content_hash(content) if version is None else version,
         authority=kind.authority,
-        freshness=kind.freshness,
+        freshness=UNCONFIRMED if unconfirmed else kind.freshness,
         estimated_tokens=estimate_tokens(content),
         truncated=truncated,
     )
@@ -460,10 +467,15 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         )
         if part is not None and trim(part)
     ]
+    unconfirmed = turn_input.standing.unconfirmed
     if persona_parts:
-        layers.append(_layer("persona_and_team_guidance", "\n\n".join(persona_parts)))
+        # The huddle guidelines in it are read from relays with the canvas and core memory.
+        huddle = turn_input.standing.huddle_instructions
+        from_relays = unconfirmed and huddle is not None and bool(trim(huddle))
+        guidance = "\n\n".join(persona_parts)
+        layers.append(_layer("persona_and_team_guidance", guidance, unconfirmed=from_relays))
     if "core-memory" in rendered:
-        layers.append(_layer("core_memory", rendered["core-memory"]))
+        layers.append(_layer("core_memory", rendered["core-memory"], unconfirmed=unconfirmed))
 
     # 2-3. <buzz-turn> and the ambient context
     sections.append("<buzz-turn>")
@@ -479,7 +491,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     if snapshot_layer is not None:
         layers.append(snapshot_layer)
     if "channel-canvas" in rendered:
-        layers.append(_layer("channel_canvas", rendered["channel-canvas"]))
+        layers.append(_layer("channel_canvas", rendered["channel-canvas"], unconfirmed=unconfirmed))
     layers.append(_layer("context_status", status))
     if turn_input.context is not None:
         delta = _recent_delta(turn_input.context, profiles)

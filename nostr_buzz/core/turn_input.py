@@ -125,7 +125,7 @@ NO_RETRIEVAL = Retrieval()
 
 
 class Standing(msgspec.Struct, frozen=True, rename="camel"):
-    """Standing context: the seven optional members of docs/turn-input.md.  The turn-input file
+    """Standing context: the eight optional members of docs/turn-input.md.  The turn-input file
     names the fields in camelCase (``teamInstructions``) and is decoded into this type directly.
 
     ``persona`` is the configuration's ``[context] persona``; the turn-input file and the
@@ -139,6 +139,10 @@ class Standing(msgspec.Struct, frozen=True, rename="camel"):
     huddle_instructions: str | None = None
     channel_canvas: str | None = None
     workspace: str | None = None
+    #: The relays' sections (core memory, canvas, huddle guidelines) could not be confirmed
+    #: as the newest: a relay that should have answered did not (their manifest layers'
+    #: freshness is ``unconfirmed``).
+    unconfirmed: bool = False
 
 
 def is_public_key_hex(value: str) -> bool:

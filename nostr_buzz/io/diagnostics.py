@@ -74,6 +74,7 @@ DiagnosticKind = (
         "replay_completed",
         "relay_cut_off",
         "relay_backing_off",  # {relay, reason, retryIn, scope}: skipped until then
+        "state_unconfirmed",  # {kinds, relays: {url: why}}: a newer version may be there
         "state_import_failed",
         # the agent, as the bot's supervisor sees it
         "agent_restarted",

@@ -6,6 +6,12 @@ passed (:data:`DEFAULT_GRACE`): one dead, silent or slow relay never stalls the 
 task outlives the call (for a live subscription: the iterator).  A pool used as an async
 context manager keeps one connection per relay across calls (io/connections.py); otherwise
 each call opens and closes its own.
+
+A read of replaceable or addressable state (:meth:`RelayPool.query_state`) is different: the
+fastest relay's word must not decide which version counts, so it waits for every relay that
+serves (up to the timeout) and keeps the newest version; a relay whose last answer was a
+failure is not waited for, so a dead or silent relay costs such a read its timeout once, not
+every time.  What could not be confirmed is named in the result.
 """
 
 from __future__ import annotations
@@ -22,13 +28,15 @@ import msgspec
 from nostr_buzz.errors import RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip01, nip10
+from nostr_buzz.nips import nip01
 from nostr_buzz.nips.nip01 import FilterLike
 from nostr_buzz.nips.relay_address import is_local_url
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 from nostr_buzz.signer import Signer, signer_of
 
+from .answers import AnswerRecord, Lateness
 from .connections import IDLE_TIMEOUT, RelayConnections
+from .paging import read_pages
 from .publishing import PublishResult, PublishRun, left_verdict
 from .relay import (
     CLOSE_TIMEOUT,
@@ -72,6 +80,9 @@ class PoolQueryResult:
 
     events: list[Event] = field(default_factory=list)
     per_relay: dict[str, QueryResult] = field(default_factory=dict)
+    #: Of a read of state (:meth:`RelayPool.query_state`): each relay that should have
+    #: answered and did not → why.  A newer version than the one returned may be there.
+    unconfirmed: dict[str, str] = field(default_factory=dict)
 
     @property
     def any_finished(self) -> bool:
@@ -114,6 +125,23 @@ def is_usable_url(url: str) -> bool:
     except RelayError:
         return False
     return True
+
+
+def _targets(
+    urls: Sequence[str],
+    extra_urls: Sequence[str],
+    max_hints: int,
+    may_ask: Callable[[str], bool],
+) -> list[tuple[str, bool]]:
+    """The relays of one query: each of ``urls`` (authenticated to), then at most
+    ``max_hints`` usable ``extra_urls`` not among them (never authenticated to) that
+    ``may_ask`` allows (not spelt as a local address the pool may not reach)."""
+    configured = {normalize_relay_url(u) for u in urls}
+    # Hints come from untrusted nevents: ones that are not ws/wss URLs are skipped
+    # (docs/cli.md).
+    usable = _unique_urls(u for u in extra_urls if is_usable_url(u) and may_ask(u))
+    hints = [u for u in usable if normalize_relay_url(u) not in configured][:max_hints]
+    return [(u, True) for u in urls] + [(u, False) for u in hints]
 
 
 def _merge(results: Iterable[tuple[str, QueryResult]]) -> PoolQueryResult:
@@ -182,8 +210,13 @@ class RelayPool:
         self.on_cut_off: Callable[[str, str], None] | None = None
         #: Told ``(url, why, seconds)`` whenever a relay starts backing off (kept connections).
         self.on_backoff: Callable[[str, str, float], None] | None = None
+        #: Told ``(kinds, {url: why})`` whenever a read of state (:meth:`query_state`) could
+        #: not be confirmed by every relay that should have answered.
+        self.on_unconfirmed: Callable[[list[int], dict[str, str]], None] | None = None
         self._connections: RelayConnections | None = None
         self._root: RelayPool = self
+        #: Which relays answer queries (the root pool's): what a read of state waits for.
+        self._answers = AnswerRecord()
 
     # -- kept connections ----------------------------------------------------------------
 
@@ -375,34 +408,85 @@ class RelayPool:
         """
         flts = nip01.as_filters(filters)
         limit = self.timeout if timeout is None else float(timeout)
-        configured = {normalize_relay_url(u) for u in self.urls}
-        # Hints come from untrusted nevents: ones that are not ws/wss URLs are skipped
-        # (docs/cli.md).
-        usable = _unique_urls(u for u in extra_urls if is_usable_url(u) and self._may_ask(u))
-        hints = [u for u in usable if normalize_relay_url(u) not in configured][:max_hints]
-        targets = [(u, True) for u in self.urls] + [(u, False) for u in hints]
+        targets = _targets(self.urls, extra_urls, max_hints, self._may_ask)
         shared = SharedBudget(self.total_budget)
 
         async def one(url: str, auth: bool) -> QueryResult:
             if (skipped := self._skipped(url)) is not None:
                 return QueryResult(relay=url, error=skipped)
-            async with self._client(url, auth=auth, limit=limit, req=True) as client:
-                try:
-                    async with asyncio.timeout(limit + _GRACE):
-                        result = await client.query(
-                            flts,
-                            timeout=limit,
-                            end_when_ids_served=enough is not None,
-                            shared=shared,
-                        )
-                except TimeoutError:
-                    result = QueryResult(relay=url, error="timeout")
-            self._record(url, _query_problem(result))
-            return result
+            return await self._ask(url, auth, flts, limit, shared, by_ids=enough is not None)
 
         tasks = {u: asyncio.create_task(one(u, a), name=f"pool-query {u}") for u, a in targets}
         left = await _settle(tasks, self.grace, lambda r: r.finished, enough)
         return _merge((url, self._outcome(url, task, left)) for url, task in tasks.items())
+
+    async def _ask(
+        self,
+        url: str,
+        auth: bool,
+        flts: list[nip01.Filter],
+        limit: float,
+        shared: SharedBudget,
+        *,
+        by_ids: bool = False,
+        record: bool = True,
+    ) -> QueryResult:
+        """One relay's answer to one query (its answer noted; ``record``: its health too)."""
+        async with self._client(url, auth=auth, limit=limit, req=True) as client:
+            try:
+                async with asyncio.timeout(limit + _GRACE):
+                    result = await client.query(
+                        flts, timeout=limit, end_when_ids_served=by_ids, shared=shared
+                    )
+            except TimeoutError:
+                result = QueryResult(relay=url, error="timeout")
+        if record:
+            self._record(url, _query_problem(result))
+        self._root._answers.note(url, result)
+        return result
+
+    # -- reads of state --------------------------------------------------------------------
+
+    async def query_state(
+        self,
+        filters: FilterLike | Iterable[FilterLike],
+        *,
+        write_relays: Sequence[str] = (),
+        trusted_writers: bool = True,
+        timeout: float | None = None,
+    ) -> PoolQueryResult:
+        """Replaceable or addressable state, of which the newest version counts: ask every
+        relay and ``write_relays`` (the authors' NIP-65 write relays: at most
+        :data:`MAX_HINT_RELAYS` not configured, never authenticated to) and wait, up to
+        ``timeout``, for each that serves (io/answers.py; one backing off for being slow
+        too; a write relay not yet heard only when ``trusted_writers``: not when a stranger
+        may have named it); the others get the grace period, as in :meth:`query`.
+        ``events``: the newest version of each replaceable or addressable event
+        (``nip01.newest_versions``); ``unconfirmed``: each relay that did not finish (waited
+        for and failed, or not waited for)."""
+        flts = nip01.as_filters(filters)
+        limit = self.timeout if timeout is None else float(timeout)
+        targets = _targets(self.urls, write_relays, MAX_HINT_RELAYS, self._may_ask)
+        answers = self._root._answers
+        waited = {u for u, mine in targets if answers.serves(u, unknown=mine or trusted_writers)}
+        shared = SharedBudget(self.total_budget)
+
+        lateness = Lateness(self.grace)
+
+        async def one(url: str, auth: bool) -> QueryResult:
+            if url not in waited and (skipped := self._skipped(url)) is not None:
+                return QueryResult(relay=url, error=skipped)
+            result = await self._ask(url, auth, flts, limit, shared, record=False)
+            # An answer later than the grace period would have waited counts as slowness:
+            # the backoff that spares the other queries a slow relay goes on growing.
+            late = lateness.why() if lateness.late(result, _now()) else None
+            self._record(url, _query_problem(result) or late)
+            return result
+
+        tasks = {u: asyncio.create_task(one(u, a), name=f"pool-state {u}") for u, a in targets}
+        left = await _settle(tasks, self.grace, lambda r: r.finished, wait_for=waited)
+        merged = _merge((url, self._outcome(url, task, left)) for url, task in tasks.items())
+        return _newest(merged, flts, self._root.on_unconfirmed)
 
     def _outcome(self, url: str, task: asyncio.Task[QueryResult], left: set[str]) -> QueryResult:
         """``url``'s result: its task's, or why it has none (left behind by the grace period,
@@ -443,83 +527,14 @@ class RelayPool:
             if (skipped := self._skipped(url)) is not None:
                 return QueryResult(relay=url, error=skipped)
             async with self._client(url, auth=True, limit=limit, req=True) as client:
-                collected = await self._pages(client, flts, page, max_pages, limit)
+                collected = await read_pages(client, flts, page, max_pages, limit)
             self._record(url, _query_problem(collected))
+            self._root._answers.note(url, collected)
             return collected
 
         tasks = {url: asyncio.create_task(one(url), name=f"pool-back {url}") for url in self.urls}
         left = await _settle(tasks, self.grace, lambda r: r.finished)
         return _merge((url, self._outcome(url, task, left)) for url, task in tasks.items())
-
-    async def _pages(
-        self, client: RelayClient, flts: list[nip01.Filter], page: int, max_pages: int, limit: float
-    ) -> QueryResult:
-        """One relay's part of :meth:`query_back`."""
-        floor = min(f.since or 0 for f in flts)
-        collected = QueryResult(relay=client.url)
-        seen: set[str] = set()
-        until: int | None = None
-        try:
-            for _ in range(max_pages):
-                bounded = [msgspec.structs.replace(f, until=until, limit=page) for f in flts]
-                async with asyncio.timeout(limit + _GRACE):
-                    result = await client.query(bounded, timeout=limit)
-                fresh = [e for e in result.events if e.id not in seen]
-                seen.update(e.id for e in fresh)
-                collected.events.extend(fresh)
-                collected.rejected.extend(result.rejected)
-                collected.rejected_count += result.rejected_count
-                collected.error, collected.finished = result.error, result.finished
-                collected.complete = result.complete
-                if result.error is not None or not result.events or result.complete:
-                    break  # NIP-67 "finish": the relay sent all there is
-                oldest = min(e.created_at for e in result.events)
-                if oldest <= floor:
-                    break
-                if not fresh and until is not None and oldest == until:
-                    # A whole page of one second, all seen: that second holds more than a
-                    # relay returns at once.  Ask for it channel by channel.
-                    await self._sweep_second(client, flts, until, collected, seen, page, limit)
-                # The oldest second again (more events may share it), one earlier when
-                # the page brought nothing new.
-                until = oldest if fresh else oldest - 1
-        except TimeoutError:
-            collected.error = "timeout"
-        return collected
-
-    async def _sweep_second(
-        self,
-        client: RelayClient,
-        flts: list[nip01.Filter],
-        second: int,
-        collected: QueryResult,
-        seen: set[str],
-        page: int,
-        limit: float,
-    ) -> None:
-        """The events of one crowded second, one channel (``h`` tag) at a time: each channel
-        seen in that second is asked for on its own.  What still overflows is reported in
-        ``collected.error``."""
-        channels = sorted(
-            {c for e in collected.events if e.created_at == second and (c := nip10.channel(e))}
-        )
-        for channel in channels:
-            narrowed = [
-                msgspec.structs.replace(
-                    f, since=second, until=second, limit=page, tags={**f.tags, "h": (channel,)}
-                )
-                for f in flts
-                if "h" not in f.tags or channel in f.tags["h"]
-            ]
-            if not narrowed:
-                continue
-            async with asyncio.timeout(limit + _GRACE):
-                result = await client.query(narrowed, timeout=limit)
-            fresh = [e for e in result.events if e.id not in seen]
-            seen.update(e.id for e in fresh)
-            collected.events.extend(fresh)
-            if len(result.events) >= page:
-                collected.error = f"more than {page} events in channel {channel} at {second}"
 
     async def subscribe(
         self,
@@ -578,16 +593,22 @@ async def _settle(
     grace: float | None,
     good: Callable[[T], bool],
     enough: Callable[[T], bool] | None = None,
+    *,
+    wait_for: Iterable[str] = (),
 ) -> set[str]:
     """Wait for ``tasks`` (by relay) until all are done, ``grace`` seconds after the first
     ``good`` result, or (``enough``) the first result that suffices; the rest are cancelled.
+    Never before the tasks of the relays ``wait_for`` are done (each bounds itself).
     Returns the relays left behind by the grace period."""
     pending = set(tasks.values())
+    waited = {tasks[url] for url in wait_for if url in tasks}
     grace_end: float | None = None
     by_grace = False
     try:
         while pending:
             wait = None if grace_end is None else max(0.0, grace_end - _now())
+            if waited & pending:
+                wait = None
             done, pending = await asyncio.wait(
                 pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED
             )
@@ -604,6 +625,24 @@ async def _settle(
             task.cancel()  # a no-op for the finished ones
         await asyncio.gather(*pending, return_exceptions=True)
     return {url for url, task in tasks.items() if task in pending} if by_grace else set()
+
+
+def _newest(
+    merged: PoolQueryResult,
+    flts: list[nip01.Filter],
+    told: Callable[[list[int], dict[str, str]], None] | None,
+) -> PoolQueryResult:
+    """A read of state's result: the newest version of each replaceable or addressable event,
+    and each relay that did not finish as unconfirmed (``told`` of them, with the kinds)."""
+    merged.events = nip01.newest_versions(merged.events)
+    merged.unconfirmed = {
+        url: result.error or "no answer"
+        for url, result in merged.per_relay.items()
+        if not result.finished
+    }
+    if merged.unconfirmed and told is not None:
+        told(sorted({k for f in flts for k in f.kinds or ()}), dict(merged.unconfirmed))
+    return merged
 
 
 def _query_problem(result: QueryResult) -> str | None:

@@ -22,7 +22,7 @@ from typing import Final
 from nostr_buzz.errors import Nip17Error, Nip59Error
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip17, nip59
+from nostr_buzz.nips import nip01, nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip59 import Opened, PrivateEvent, Randomness, Rumor
 from nostr_buzz.signer import Signer, as_signer
@@ -48,31 +48,51 @@ async def dm_relays_of(
     secret: SecretKey | Signer | None,
     timeout: float,
     configured: Iterable[str] | None = None,
+    write_relays: Sequence[str] = (),
 ) -> dict[str, tuple[str, ...]]:
-    """Each person's newest kind 10050 relay list found on ``relays``, as the relays to send to
-    (:func:`~nostr_buzz.nips.nip17.dm_relays_to_use`: at most three; when ``configured`` is
-    given, a loopback or private address only when it is in ``relays`` or ``configured``) —
-    ``secret``'s own list as it is, since only that key can sign it (``secret``: a secret key
-    or a signer, which also answers NIP-42); people without one, or whose list names no usable
-    relay, are left out."""
+    """Each person's newest kind 10050 relay list found on ``relays`` (a read of state,
+    :meth:`RelayPool.query_state`: it waits for each relay that serves, and for
+    ``write_relays``, the people's NIP-65 write relays, asked too), as the relays to send to
+    (:func:`usable_dm_relays`; when ``configured`` is given, a loopback or private address only
+    when it is in ``relays`` or ``configured``) — ``secret``'s own list as it is
+    (``secret``: a secret key or a signer, which also answers NIP-42); people without one, or
+    whose list names no usable relay, are left out."""
     people = list(dict.fromkeys(pubkeys))
     signer = None if secret is None else as_signer(secret)
     pool = _pool_of(relays, signer, timeout)
     if not people or not pool.urls:
         return {}
-    result = await pool.query(
-        Filter(authors=tuple(people), kinds=(nip17.DM_RELAYS_KIND,)), timeout=timeout
+    result = await pool.query_state(
+        dm_relays_filter(people), write_relays=write_relays, timeout=timeout
     )
-    newest: dict[str, Event] = {}
-    for event in result.events:
-        if event.kind != nip17.DM_RELAYS_KIND or event.pubkey not in people:
-            continue
-        held = newest.get(event.pubkey)
-        # A replaceable event: the newest wins, the lower id on a tie (NIP-01).
-        if held is None or (event.created_at, held.id) > (held.created_at, event.id):
-            newest[event.pubkey] = event
     known = None if configured is None else [*pool.urls, *configured]
     me = signer.public_key.hex if signer is not None else None
+    return usable_dm_relays(result.events, people, me, known)
+
+
+def dm_relays_filter(people: Sequence[str]) -> Filter:
+    """The kind 10050 lists of ``people``."""
+    return Filter(authors=tuple(people), kinds=(nip17.DM_RELAYS_KIND,))
+
+
+def usable_dm_relays(
+    events: Iterable[Event], people: Sequence[str], me: str | None, known: Iterable[str] | None
+) -> dict[str, tuple[str, ...]]:
+    """Each of ``people``'s newest kind 10050 among ``events`` (a replaceable event: the
+    newest wins, the lower id on a tie, NIP-01), as the relays to send to
+    (:func:`~nostr_buzz.nips.nip17.dm_relays_to_use`: at most three; with ``known``, a
+    loopback or private address only when it is one of them) — ``me``'s own list as it is,
+    since only that key can sign it; people without one, or whose list names no usable
+    relay, are left out."""
+    wanted = set(people)
+    newest: dict[str, Event] = {}
+    for event in events:
+        if event.kind != nip17.DM_RELAYS_KIND or event.pubkey not in wanted:
+            continue
+        held = newest.get(event.pubkey)
+        if held is None or nip01.is_newer(event, held):
+            newest[event.pubkey] = event
+    known = None if known is None else list(known)
     out: dict[str, tuple[str, ...]] = {}
     for pubkey, event in newest.items():
         urls = nip17.dm_relays(event)

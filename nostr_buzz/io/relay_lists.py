@@ -1,14 +1,18 @@
-"""Where people read and write (NIP-65 kind 10002), and what relays allow (NIP-11), looked up
-over the network and kept for a while.
+"""Where people read and write (NIP-65 kind 10002), where they read private messages (NIP-17
+kind 10050), and what relays allow (NIP-11), looked up over the network and kept for a while.
 
-:class:`RelayDirectory` answers two questions for the bot's delivery (bot/delivery.py): the
+:class:`RelayDirectory` answers three questions for the bot's delivery (bot/delivery.py): the
 relays each person reads on and writes to (their newest kind 10002 found on the bot's read
 relays, each direction cut to :data:`~nostr_buzz.nips.nip65.MAX_RELAYS_PER_PERSON` and to no
-local address the bot has not configured: :func:`~nostr_buzz.nips.nip65.relays_to_use`), and
-each relay's announced :class:`~nostr_buzz.io.relay_info.RelayLimits`.  Answers are cached for
-``ttl`` seconds, at most :data:`MAX_CACHED` of each (the oldest dropped first), so memory stays
-bounded however many people write to the bot; a person without a list is cached too (as "no
-list", once a relay answered to the end), so costs one query per ``ttl``.
+local address the bot has not configured: :func:`~nostr_buzz.nips.nip65.relays_to_use`), each
+person's DM relays (their newest kind 10050, found on the read relays and their write relays:
+:func:`~nostr_buzz.io.private.usable_dm_relays`), and each relay's announced
+:class:`~nostr_buzz.io.relay_info.RelayLimits`.  A list is a read of state
+(:meth:`RelayPool.query_state`): the newest version found on every relay that serves counts,
+not the fastest relay's.  Answers are cached for ``ttl`` seconds, at most :data:`MAX_CACHED` of
+each (the oldest dropped first), so memory stays bounded however many people write to the bot;
+a person without a list is cached too (as "no list", once a relay answered to the end), so
+costs one query per ``ttl``.
 """
 
 from __future__ import annotations
@@ -26,9 +30,17 @@ from nostr_buzz.nips.relay_url import normalize_relay_url
 from nostr_buzz.signer import Signer
 
 from .pool import RelayPool
+from .private import dm_relays_filter, usable_dm_relays
 from .relay_info import RelayLimits, relay_limits
 
-__all__ = ["DEFAULT_TTL", "LIMITS_TIMEOUT", "MAX_CACHED", "MAX_PEOPLE", "RelayDirectory"]
+__all__ = [
+    "DEFAULT_TTL",
+    "LIMITS_TIMEOUT",
+    "MAX_CACHED",
+    "MAX_PEOPLE",
+    "RelayDirectory",
+    "TtlCache",
+]
 
 #: How long (seconds) a relay list or a relay's limits are trusted before they are asked again.
 DEFAULT_TTL: Final = 3600.0
@@ -44,7 +56,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class _Cache(Generic[K, V]):
+class TtlCache(Generic[K, V]):
     """At most ``size`` answers, each good for ``ttl`` seconds of ``clock``."""
 
     def __init__(self, ttl: float, size: int, clock: Callable[[], float]) -> None:
@@ -93,8 +105,9 @@ class RelayDirectory:
         self.configured = (*read_relays, *configured)
         self.signer = signer
         self.timeout = timeout
-        self._lists: _Cache[str, RelayList] = _Cache(ttl, MAX_CACHED, clock)
-        self._limits: _Cache[str, RelayLimits] = _Cache(ttl, MAX_CACHED, clock)
+        self._lists: TtlCache[str, RelayList] = TtlCache(ttl, MAX_CACHED, clock)
+        self._dm: TtlCache[str, tuple[str, ...]] = TtlCache(ttl, MAX_CACHED, clock)
+        self._limits: TtlCache[str, RelayLimits] = TtlCache(ttl, MAX_CACHED, clock)
 
     async def lists(self, people: Iterable[str]) -> dict[str, RelayList]:
         """Each person's usable relay list (the first :data:`MAX_PEOPLE` people); people
@@ -106,16 +119,17 @@ class RelayDirectory:
                 self._lists.put(pubkey, found)
         return {p: self._lists.get(p) or RelayList() for p in asked}
 
+    def _read_pool(self) -> RelayPool:
+        """The read relays, on the kept connections when there are."""
+        if self._pool is not None:
+            return self._pool.using(self.read_relays)
+        return RelayPool(self.read_relays, signer=self.signer, timeout=self.timeout)
+
     async def _look_up(self, people: list[str]) -> dict[str, RelayList]:
         """What the read relays hold for ``people``; "no list" only for those whose absence
         some relay vouched for (one answered to the end): a failed lookup is asked again."""
         try:
-            pool = (
-                self._pool.using(self.read_relays)
-                if self._pool is not None
-                else RelayPool(self.read_relays, signer=self.signer, timeout=self.timeout)
-            )
-            result = await pool.query(
+            result = await self._read_pool().query_state(
                 Filter(authors=tuple(people), kinds=(nip65.KIND,)), timeout=self.timeout
             )
         except BuzzError:
@@ -140,6 +154,36 @@ class RelayDirectory:
         """The write relays of ``people`` together, in order, without repeats."""
         found = await self.lists(people)
         return tuple(dict.fromkeys(u for listed in found.values() for u in listed.write))
+
+    async def dm_relays(
+        self, people: Iterable[str], *, fresh: bool = False, trusted: bool = False
+    ) -> dict[str, tuple[str, ...]]:
+        """The DM relays (kind 10050) of the first :data:`MAX_PEOPLE` ``people``, read on the
+        read relays and their write relays; people without a usable list are left out.
+        ``fresh``: asked again even when cached (a question to the owner); ``trusted``: the
+        people are trusted, so their write relays are waited for before they ever answered
+        (:meth:`RelayPool.query_state`)."""
+        asked = list(dict.fromkeys(people))[:MAX_PEOPLE]
+        missing = asked if fresh else [p for p in asked if self._dm.get(p) is None]
+        if missing and self.read_relays:
+            for pubkey, found in (await self._look_up_dm(missing, trusted)).items():
+                self._dm.put(pubkey, found)
+        return {p: urls for p in asked if (urls := self._dm.get(p))}
+
+    async def _look_up_dm(self, people: list[str], trusted: bool) -> dict[str, tuple[str, ...]]:
+        """As :meth:`_look_up`, for kind 10050 ("no list": an empty tuple)."""
+        try:
+            result = await self._read_pool().query_state(
+                dm_relays_filter(people),
+                write_relays=await self.write_relays_of(people),
+                trusted_writers=trusted,
+                timeout=self.timeout,
+            )
+        except BuzzError:
+            return {}
+        out: dict[str, tuple[str, ...]] = {p: () for p in people} if result.any_finished else {}
+        me = self.signer.public_key.hex if self.signer is not None else None
+        return out | usable_dm_relays(result.events, people, me, self.configured)
 
     async def limits(self, urls: Iterable[str]) -> dict[str, RelayLimits]:
         """Each relay's announced limits (asked concurrently when not cached)."""

@@ -1,8 +1,11 @@
 """Fetch the standing context a session starts with: channel canvas, core memory, guidelines.
 
-One bounded query (3 s by default) asks every relay for the agent's core memory and, for a
-channel, its canvas and huddle guidelines by trusted authors.  The answer is frozen by the caller
-for the whole ACP session: a canvas published later reaches the next session, never this one.
+One bounded read of state (3 s by default, :meth:`RelayPool.query_state`) asks every relay, and
+the write relays of the authors, for the agent's core memory and, for a channel, its canvas and
+huddle guidelines by trusted authors, and waits for each relay that serves: the newest version
+counts, not the fastest relay's.  A relay that should have answered and did not makes the read
+unconfirmed (said, never hidden).  The answer is frozen by the caller for the whole ACP
+session: a canvas published later reaches the next session, never this one.
 
 Core memory is shown decrypted when found; when *every* relay answered (EOSE) and none has one,
 the agent gets a nudge telling it how to create one; when a relay failed or timed out and nothing
@@ -11,7 +14,7 @@ was found, the section is left out — never invented.  Nothing here raises on a
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -46,6 +49,9 @@ class StandingFetch:
     canvas_revision: str | None = None
     huddle_instructions: str | None = None
     problems: tuple[str, ...] = field(default_factory=tuple)
+    #: Each relay that should have answered and did not (URL: why): a newer version of what
+    #: was found may be there.
+    unconfirmed: tuple[str, ...] = field(default_factory=tuple)
 
     def apply(self, standing: Standing) -> Standing:
         """``standing`` (base, persona, team instructions from files) with these sections;
@@ -55,6 +61,7 @@ class StandingFetch:
             core_memory=_first(self.core_memory, standing.core_memory),
             channel_canvas=_first(self.channel_canvas, standing.channel_canvas),
             huddle_instructions=_first(self.huddle_instructions, standing.huddle_instructions),
+            unconfirmed=bool(self.unconfirmed),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -64,6 +71,7 @@ class StandingFetch:
             "coreMemory": self.memory_state,
             "huddleInstructions": self.huddle_instructions is not None,
             "problems": list(self.problems),
+            "unconfirmed": list(self.unconfirmed),
         }
 
 
@@ -111,12 +119,14 @@ async def fetch_standing(
     channel: str | None,
     trusted: Collection[str],
     timeout: float = STANDING_TIMEOUT,
+    write_relays: Sequence[str] = (),
 ) -> StandingFetch:
     """Core memory, and for a channel its canvas and huddle guidelines by ``trusted`` authors.
 
     ``trusted`` holds hex public keys (the owner, the agent, configured keys; never a key a
     relay announces, which would let any read relay vouch for anyone).  With
     ``channel`` None (a private conversation) only core memory is asked for.
+    ``write_relays``: the authors' NIP-65 write relays, asked and waited for too.
     """
     signer = as_signer(agent)  # core memory is decrypted through it
     agent_hex = signer.public_key.hex
@@ -126,7 +136,7 @@ async def fetch_standing(
         filters.append(docs.canvas_filter(channel, authors))
         filters.append(docs.huddle_guidelines_filter(channel, authors))
     try:
-        result = await pool.query(filters, timeout=timeout)
+        result = await pool.query_state(filters, write_relays=write_relays, timeout=timeout)
     except (BuzzError, OSError) as exc:
         return StandingFetch(problems=(f"query failed: {exc}",))
     problems = _relay_problems(result)
@@ -147,4 +157,5 @@ async def fetch_standing(
         canvas_revision=revision,
         huddle_instructions=guidelines,
         problems=tuple(problems),
+        unconfirmed=tuple(f"{url}: {why}" for url, why in result.unconfirmed.items()),
     )

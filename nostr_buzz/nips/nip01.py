@@ -144,6 +144,53 @@ def matches_any(filters: Sequence[Filter], event: Event) -> bool:
     return any(matches(f, event) for f in filters)
 
 
+# --- replaceable and addressable events ------------------------------------------------------
+
+
+def is_replaceable(kind: int) -> bool:
+    """A kind of which a relay keeps one event per author: 0, 3 and 10000-19999."""
+    return kind in (0, 3) or 10_000 <= kind < 20_000
+
+
+def is_addressable(kind: int) -> bool:
+    """A kind of which a relay keeps one event per author and ``d`` tag: 30000-39999."""
+    return 30_000 <= kind < 40_000
+
+
+def address(event: Event) -> tuple[int, str, str] | None:
+    """What one version of ``event`` replaces: ``(kind, pubkey, d)`` (``d`` is "" for a
+    replaceable kind and for an addressable event without a ``d`` tag); None for the other
+    kinds, of which every event counts."""
+    if is_replaceable(event.kind):
+        return (event.kind, event.pubkey, "")
+    if is_addressable(event.kind):
+        d = next((t[1] for t in event.tags if len(t) >= 2 and t[0] == "d"), "")
+        return (event.kind, event.pubkey, d)
+    return None
+
+
+def is_newer(event: Event, than: Event) -> bool:
+    """``event`` replaces ``than``: a greater ``created_at``, or on a tie the lower ``id``."""
+    return (event.created_at, than.id) > (than.created_at, event.id)
+
+
+def newest_versions(events: Iterable[Event]) -> list[Event]:
+    """``events`` with only the newest version of each replaceable or addressable event
+    (:func:`address`, :func:`is_newer`); other events kept.  Order: first arrival of each."""
+    kept: list[Event] = []
+    where: dict[tuple[int, str, str], int] = {}
+    for event in events:
+        key = address(event)
+        if key is None:
+            kept.append(event)
+        elif key not in where:
+            where[key] = len(kept)
+            kept.append(event)
+        elif is_newer(event, kept[where[key]]):
+            kept[where[key]] = event
+    return kept
+
+
 # --- relay -> client -------------------------------------------------------------------------
 
 

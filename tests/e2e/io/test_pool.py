@@ -15,6 +15,7 @@ from tests.support.hostile_relay import hostile_relay, tarpit
 from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import free_port, local_relay
 from tests.support.scripted_relay import scripted_relay, serving
+from tests.support.wan import Front
 
 NOW = 1_790_000_000
 
@@ -210,3 +211,54 @@ async def test_the_total_bounds_the_number_of_events_too() -> None:
         result = await pool.query({"kinds": [1]})
     assert sum(len(r.events) for r in result.per_relay.values()) <= 50
     assert len(result.events) <= 50
+
+
+# --- reads of state ---------------------------------------------------------------------------
+
+
+async def test_a_read_of_state_takes_the_newest_version_not_the_fastest_relays() -> None:
+    """A relay 0.5 s faster holds the older kind 10002; the honest one, behind a delaying
+    front, the newest: a plain query keeps the fast relay's (the honest one left behind by the
+    grace period), a read of state waits for the honest one and keeps the newest."""
+    old = sign_event(
+        SECRET, kind=10002, content="", tags=[["r", "wss://old.example"]], created_at=NOW
+    )
+    new = sign_event(
+        SECRET, kind=10002, content="", tags=[["r", "wss://new.example"]], created_at=NOW + 60
+    )
+    async with local_relay() as fast, local_relay() as honest:
+        front = await Front(int(honest.url.rsplit(":", 1)[1]), delay=0.25).start()
+        try:
+            assert (await RelayPool([fast.url]).publish(old)).ok
+            assert (await RelayPool([honest.url]).publish(new)).ok
+            urls = [fast.url, f"ws://127.0.0.1:{front.port}"]
+            flt = {"kinds": [10002], "authors": [SECRET.public_key.hex]}
+            plain = await RelayPool(urls, timeout=5.0, grace=0.3).query(flt)
+            state = await RelayPool(urls, timeout=5.0, grace=0.3).query_state(flt)
+        finally:
+            await front.close()
+    assert [e.id for e in plain.events] == [old.id]
+    assert plain.per_relay[urls[1]].error is not None
+    assert plain.per_relay[urls[1]].error.startswith("left behind")
+    assert [e.id for e in state.events] == [new.id]
+    assert state.unconfirmed == {}
+
+
+async def test_a_silent_relay_costs_a_read_of_state_its_timeout_once_and_is_named() -> None:
+    ev = sign_event(SECRET, kind=0, content="{}", created_at=NOW)
+    async with local_relay() as good, scripted_relay() as silent:
+        assert (await RelayPool([good.url]).publish(ev)).ok
+        told: list[tuple[list[int], dict[str, str]]] = []
+        async with RelayPool([good.url, silent.url], timeout=0.5, grace=0.1) as pool:
+            pool.on_unconfirmed = lambda kinds, relays: told.append((kinds, relays))
+            flt = {"kinds": [0], "authors": [SECRET.public_key.hex]}
+            first = await pool.query_state(flt)
+            second = await pool.query_state(flt)
+    assert [e.id for e in first.events] == [ev.id] == [e.id for e in second.events]
+    # Waited for the first time (its timeout), not the second (left behind by the grace
+    # period, or skipped while it backs off): named as unconfirmed both times.
+    assert first.per_relay[silent.url].error == "timeout"
+    second_error = second.per_relay[silent.url].error or ""
+    assert second_error.startswith(("left behind", "skipped")), second_error
+    assert list(first.unconfirmed) == [silent.url] == list(second.unconfirmed)
+    assert told == [([0], first.unconfirmed), ([0], second.unconfirmed)]

@@ -382,6 +382,25 @@ def test_standing_layers_recorded_even_when_sent_in_the_system_role() -> None:
         assert compiled.sections == legacy.sections[5:]
 
 
+def test_an_unconfirmed_read_marks_the_layers_read_from_relays_and_only_those() -> None:
+    obj = load_input("legacy_first_turn")
+    confirmed = compile_obj(obj)
+    standing = {**obj["standing"], "huddleInstructions": "Keep it short."}
+    guided = compile_obj({**obj, "standing": standing})
+    unconfirmed = compile_obj({**obj, "standing": {**standing, "unconfirmed": True}})
+    freshness = {lay.layer: lay.freshness for lay in unconfirmed.manifest.layers}
+    assert freshness["core_memory"] == freshness["channel_canvas"] == "unconfirmed"
+    assert freshness["persona_and_team_guidance"] == "unconfirmed"  # the huddle guidelines
+    assert freshness["platform_contract"] == "configured"
+    assert unconfirmed.sections == guided.sections  # the agent is told the same
+    before = {lay.layer: lay.freshness for lay in confirmed.manifest.layers}
+    assert before["core_memory"] == before["channel_canvas"] == "session_start"
+    # Without huddle guidelines the configured persona layer is not from relays.
+    alone = compile_obj({**obj, "standing": {**obj["standing"], "unconfirmed": True}})
+    kept = {lay.layer: lay.freshness for lay in alone.manifest.layers}
+    assert kept["persona_and_team_guidance"] == "configured"
+
+
 def test_current_instruction_version() -> None:
     single = compile_case("thread_reply_with_history")
     ev = load_input("thread_reply_with_history")["events"][0]["event"]

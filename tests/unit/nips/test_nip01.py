@@ -228,3 +228,49 @@ def test_nip67_eose_hints_are_read_and_unknown_ones_ignored() -> None:
     assert p('["EOSE","s",["soon",7,{}]]') == nip01.EoseMessage("s", ())
     assert p('["EOSE","s",{"finish":1}]').complete is None  # type: ignore[union-attr]
     assert isinstance(p('["EOSE","s",["finish"],"x"]'), nip01.Malformed)
+
+
+# --- replaceable and addressable events: the newest version counts --------------------------
+
+
+def _version(kind: int, created_at: int, content: str = "", d: str | None = None) -> Event:
+    tags = [] if d is None else [["d", d]]
+    return sign_event(SECRET, kind=kind, content=content, tags=tags, created_at=created_at)
+
+
+def test_the_newest_version_of_a_replaceable_event_wins_whatever_arrived_first() -> None:
+    old, new = _version(10050, 100, "old"), _version(10050, 200, "new")
+    assert nip01.newest_versions([old, new]) == [new]
+    assert nip01.newest_versions([new, old]) == [new]
+
+
+def test_on_a_tie_the_lowest_id_wins() -> None:
+    one, two = _version(0, 100, "one"), _version(0, 100, "two")
+    low = min(one, two, key=lambda e: e.id)
+    assert nip01.newest_versions([one, two]) == [low]
+    assert nip01.newest_versions([two, one]) == [low]
+    assert nip01.is_newer(low, max(one, two, key=lambda e: e.id))
+
+
+def test_addressable_events_are_versions_per_d_tag_and_regular_events_all_count() -> None:
+    core_old, core_new = _version(30174, 100, "a", "core"), _version(30174, 200, "b", "core")
+    other = _version(30174, 50, "c", "notes")
+    canvas_old, canvas_new = _version(40100, 100, "x"), _version(40100, 200, "y")
+    kept = nip01.newest_versions([core_old, other, canvas_old, core_new, canvas_new])
+    assert kept == [core_new, other, canvas_old, canvas_new]
+    assert nip01.address(core_new) == (30174, core_new.pubkey, "core")
+    assert nip01.address(canvas_new) is None
+    assert [nip01.is_replaceable(k) for k in (0, 3, 1, 10002, 19999, 20000)] == [
+        True,
+        True,
+        False,
+        True,
+        True,
+        False,
+    ]
+    assert [nip01.is_addressable(k) for k in (29999, 30000, 39999, 40000)] == [
+        False,
+        True,
+        True,
+        False,
+    ]
