@@ -14,6 +14,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
+from nostr_buzz.core.compaction import REDELIVERED_AFTER_COMPACTION
 from nostr_buzz.core.escape import escape_attribute, escape_name, escape_text
 from nostr_buzz.core.labels import message_lines, one_line, unique_labels
 from nostr_buzz.core.manifest import (
@@ -156,6 +157,7 @@ def _layer(
     scope: str | None = None,
     version: str | None = None,
     truncated: bool = False,
+    freshness: str | None = None,
 ) -> Layer:
     """The manifest entry of layer ``name`` (see :data:`LAYER_TABLE`) holding ``content``."""
     kind = LAYER_TABLE[name]
@@ -166,7 +168,7 @@ def _layer(
         source=kind.source,
         version=content_hash(content) if version is None else version,
         authority=kind.authority,
-        freshness=kind.freshness,
+        freshness=kind.freshness if freshness is None else freshness,
         estimated_tokens=estimate_tokens(content),
         truncated=truncated,
     )
@@ -441,16 +443,20 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         if command is not None:
             sections.append(command)
 
-    # 1. standing sections (legacy agents, first turn of a session); recorded as layers always
+    # 1. standing sections (legacy agents, first turn of a session, and again after the agent
+    # compacted it away); recorded as layers always, re-delivered ones with that freshness
     standing = standing_sections(turn_input.standing)
-    if not turn_input.system_prompt_support and not turn_input.standing_context_sent:
+    in_conversation = not turn_input.system_prompt_support
+    again = in_conversation and turn_input.standing_context_sent and turn_input.standing_redelivered
+    if in_conversation and (not turn_input.standing_context_sent or again):
         sections.extend(text for _, text in standing)
+    fresh = REDELIVERED_AFTER_COMPACTION if again else None
     rendered = dict(standing)
     if "workspace" in rendered:
-        layers.append(_layer("workspace", rendered["workspace"]))
+        layers.append(_layer("workspace", rendered["workspace"], freshness=fresh))
     base = turn_input.standing.base
     if base is not None and not is_blank(base):
-        layers.append(_layer("platform_contract", base))
+        layers.append(_layer("platform_contract", base, freshness=fresh))
     persona_parts = [
         trim(part)
         for part in (
@@ -461,9 +467,10 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         if part is not None and trim(part)
     ]
     if persona_parts:
-        layers.append(_layer("persona_and_team_guidance", "\n\n".join(persona_parts)))
+        persona = "\n\n".join(persona_parts)
+        layers.append(_layer("persona_and_team_guidance", persona, freshness=fresh))
     if "core-memory" in rendered:
-        layers.append(_layer("core_memory", rendered["core-memory"]))
+        layers.append(_layer("core_memory", rendered["core-memory"], freshness=fresh))
 
     # 2-3. <buzz-turn> and the ambient context
     sections.append("<buzz-turn>")
@@ -479,7 +486,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     if snapshot_layer is not None:
         layers.append(snapshot_layer)
     if "channel-canvas" in rendered:
-        layers.append(_layer("channel_canvas", rendered["channel-canvas"]))
+        layers.append(_layer("channel_canvas", rendered["channel-canvas"], freshness=fresh))
     layers.append(_layer("context_status", status))
     if turn_input.context is not None:
         delta = _recent_delta(turn_input.context, profiles)
