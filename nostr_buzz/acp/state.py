@@ -178,7 +178,7 @@ class TurnRecord:
     kept: int = 0
     dropped: int = 0
     #: Compactions the agent completed in (or, idle, just before) this turn, and the summary
-    #: of the last one it told (docs/acp-adapters.md, "Compaction").
+    #: of the last of them (docs/acp-adapters.md, "Compaction"; counted by the session).
     compactions: int = 0
     summary: CompactionSummary | None = None
 
@@ -198,8 +198,6 @@ class TurnRecord:
             self.run_id = fact.run_id
         elif isinstance(fact, ModelFailed):
             self.model_failed = True
-        elif isinstance(fact, Compaction | CompactionChunk):
-            self.summary = CompactionSummary.follow(self.summary, fact)
         return fact
 
     def _text(self, text: str, message_id: str | None) -> str:
@@ -272,9 +270,8 @@ class TurnRecord:
 
 @dataclass(frozen=True)
 class CompactionSummary:
-    """The summary of the compaction a turn last heard of, as its updates patch it: chunks
-    append, an update's ``summary`` replaces (ACP's patch rules), capped at
-    :data:`MAX_SUMMARY_BYTES`."""
+    """The summary of a compaction as its updates patch it: chunks append, an update's
+    ``summary`` replaces (ACP's patch rules), capped at :data:`MAX_SUMMARY_BYTES`."""
 
     compaction_id: str
     text: str
@@ -374,6 +371,7 @@ class Session:
         #: What was compacted while no turn ran: the next turn's record takes it.
         self._idle_compactions = 0
         self._idle_summary: CompactionSummary | None = None
+        self._building: CompactionSummary | None = None  # the summary being written
 
     # -- questions -----------------------------------------------------------------------
 
@@ -564,20 +562,23 @@ class Session:
         return tuple(actions)
 
     def _compaction(self, fact: Compaction | CompactionChunk, record: TurnRecord | None) -> None:
-        """Count a completed compaction once, in the turn it belongs to (none running: the
-        next one)."""
-        if record is None:
-            self._idle_summary = CompactionSummary.follow(self._idle_summary, fact)
-        if not isinstance(fact, Compaction) or not fact.completed:
+        """Follow the summary being written; count a completed compaction once, with its
+        summary, in the turn it belongs to (none running: the next one)."""
+        building = CompactionSummary.follow(self._building, fact)
+        self._building = building
+        if not isinstance(fact, Compaction) or fact.status == "in_progress":
             return
-        if fact.compaction_id in self._recent_compactions:
-            return  # a repeated terminal update
+        self._building = None  # ended, one way or another
+        if not fact.completed or fact.compaction_id in self._recent_compactions:
+            return  # failed, cancelled, or a repeated terminal update
         self._recent_compactions.append(fact.compaction_id)
         self.compactions += 1
         if record is not None:
             record.compactions += 1
+            record.summary = building
         else:
             self._idle_compactions += 1
+            self._idle_summary = building
 
     def _hold(self, fact: AgentFact) -> AgentFact | None:
         """``fact`` as held: text past the reply cap is dropped (counted) here too; None when
