@@ -16,6 +16,7 @@ and, since the bot advertises ``clientCapabilities.session.compaction``, says so
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,7 @@ async def test_a_real_adapters_compaction_is_in_the_metric_and_its_system_prompt
     assert [r["payload"]["standingContextIncluded"] for r in delivered] == [False] * 3
     # So the manifest after a compaction records the same standing layers as before it.
     assert {layer.layer for layer in manifest(metrics[2]).layers} >= {"workspace"}
-    for before, after in zip(metrics, metrics[1:], strict=False):
+    for before, after in pairwise(metrics):
         diff = diff_manifests(manifest(before), manifest(after))
         assert not STANDING_LAYERS & {c.layer for c in diff.changed}, diff.changed
         assert not diff.added and not diff.removed
