@@ -264,7 +264,7 @@ class TurnRecord:
             turn_seq=turn_seq,
             reply_dropped_bytes=self.dropped,
             compactions=self.compactions,
-            compaction_summary=self.summary.text if self.summary is not None else None,
+            compaction_summary=(self.summary.text or None) if self.summary is not None else None,
         )
 
 

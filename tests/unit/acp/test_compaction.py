@@ -153,3 +153,18 @@ def test_a_flood_of_compaction_ids_keeps_the_session_small() -> None:
         s.receive(Compaction(f"c{n}", "completed"), 1.0)
     assert s.compactions == 10_000
     assert len(s._recent_compactions) <= 32
+
+
+def test_a_compaction_without_a_summary_leaves_the_turn_none() -> None:
+    # codex-acp 2.6 sends no summary at all.
+    s = Session(GENERIC, T)
+    s.receive(PromptSent(), 0.0)
+    s.receive(Compaction("c1", "in_progress"), 1.0)
+    s.receive(Compaction("c1", "completed"), 1.0)
+    record = s.turn
+    assert record is not None
+    s.receive(PromptAnswered("end_turn"), 2.0)
+    ending, _ = s.settle(None, 2.0)
+    now = datetime.now(UTC)
+    result = record.result(ending, None, 1, "s1", now, now)
+    assert result.compactions == 1 and result.compaction_summary is None
