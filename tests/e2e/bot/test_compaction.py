@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,10 @@ def run_four_turns(tmp_path: Path, caps: dict[str, Any]) -> tuple[Scripted, list
                 assert sent.returncode == 0, sent.stderr
                 turn = stderr.until("buzz: turn in eng", timeout=60)
                 assert ": success, " in turn, turn
-            metrics = by_agent(relay, [METRIC_KIND])
+            deadline = time.monotonic() + 30  # each metric leaves through the outbox
+            while len(metrics := by_agent(relay, [METRIC_KIND])) < 4:
+                assert time.monotonic() < deadline, f"{len(metrics)} metrics on the relay"
+                time.sleep(0.2)
         finally:
             bot.terminate()
             bot.wait(30)
