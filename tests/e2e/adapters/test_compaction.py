@@ -24,6 +24,7 @@ import pytest
 from nostr_buzz.core.compaction import REDELIVERED_AFTER_COMPACTION
 from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.manifest_diff import diff_manifests
+from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.nips.nip_am import MetricPayload
 from tests.e2e.adapters.test_session_resume import started, write_config
 from tests.support.fault_harness import (
@@ -38,7 +39,7 @@ from tests.support.fault_harness import (
     wait_answered,
 )
 from tests.support.model_server import ModelServer, Usage
-from tests.support.real_adapters import CLAUDE, CODEX
+from tests.support.real_adapters import CLAUDE, CODEX, adapter, adapter_args, adapter_env
 
 #: A context all but full: the adapters compact before their next model call.
 FULL = Usage(input_tokens=990_000, output_tokens=20)
@@ -110,3 +111,42 @@ async def test_a_real_adapters_compaction_is_in_the_metric_and_its_system_prompt
 def manifest(payload: MetricPayload) -> Manifest:
     assert payload.context_manifest is not None
     return payload.context_manifest
+
+
+async def test_claude_compacts_on_a_prompt_that_is_compact_alone_and_not_before_an_envelope(
+    tmp_path: Path,
+) -> None:
+    """What the owner's ``/compact`` does (docs/acp-adapters.md, "Compaction"): Claude Code runs
+    a slash command only when it is the prompt's whole text.  The bot sends the owner's command
+    as the first text block with the envelope after it, which the model gets as text."""
+    with ModelServer() as server:
+        work = tmp_path / "work"
+        work.mkdir()
+        driver = AgentDriver(
+            adapter(CLAUDE),
+            adapter_args(CLAUDE),
+            env=adapter_env(CLAUDE, server, tmp_path / "home"),
+            cwd=str(work),
+            log_path=tmp_path / "agent.log",
+            request_timeout=60,
+            shutdown_timeout=1.0,
+        )
+        await driver.start()
+        try:
+            sid = (await driver.new_session(str(work), "STANDING")).session_id
+            first = await driver.run_turn(sid, ["ASK:one"])
+            before_envelope = await driver.run_turn(
+                sid, ["/compact", "<buzz-turn>", "ASK:two", "</buzz-turn>"]
+            )
+            alone = await driver.run_turn(sid, ["/compact"])
+        finally:
+            await driver.close()
+    assert first.compactions == 0 and first.reply == "ANSWER:one"
+    assert before_envelope.compactions == 0 and before_envelope.reply == "ANSWER:two"
+    assert any(s.user_text.startswith("/compact\n<buzz-turn>") for s in server.main_requests())
+    assert alone.compactions == 1 and alone.reply == ""
+    # The summary is the model's answer to Claude Code's request for one.
+    asked = [s for s in server.main_requests() if "CRITICAL: Respond with TEXT ONLY" in s.user_text]
+    assert alone.compaction_summary is not None
+    assert asked and {s.answer for s in asked} == {alone.compaction_summary}
+    assert driver.compactions(sid) == 1
