@@ -39,7 +39,14 @@ from tests.support.fault_harness import (
     wait_answered,
 )
 from tests.support.model_server import ModelServer, Usage
-from tests.support.real_adapters import CLAUDE, CODEX, adapter, adapter_args, adapter_env
+from tests.support.real_adapters import (
+    CLAUDE,
+    CODEX,
+    GEMINI,
+    adapter,
+    adapter_args,
+    adapter_env,
+)
 
 #: A context all but full: the adapters compact before their next model call.
 FULL = Usage(input_tokens=990_000, output_tokens=20)
@@ -151,3 +158,37 @@ async def test_claude_compacts_on_a_prompt_that_is_compact_alone_and_not_before_
     assert alone.compaction_summary is not None
     assert asked and {s.answer for s in asked} == {alone.compaction_summary}
     assert counted == 1  # what the bot asks before compiling the session's next turn
+
+
+@pytest.mark.parametrize(("usage", "kept"), [(FULL, False), (Usage(), True)])
+async def test_gemini_cli_compresses_its_chat_without_a_word(
+    tmp_path: Path, usage: Usage, kept: bool
+) -> None:
+    """gemini-cli 0.61 has no compaction update (docs/acp-adapters.md, "Compaction"): with a
+    context all but full it compresses its chat on its own, and its next model request has lost
+    the first prompt — where the bot's standing sections travel for it — while nothing on the
+    ACP wire said so (with a small context the first prompt stays).  Pinned so that a version
+    that starts reporting it is noticed."""
+    with ModelServer(usage=usage) as server:
+        work = tmp_path / "work"
+        work.mkdir()
+        driver = AgentDriver(
+            adapter(GEMINI),
+            adapter_args(GEMINI),
+            env=adapter_env(GEMINI, server, tmp_path / "home"),
+            cwd=str(work),
+            log_path=tmp_path / "agent.log",
+            request_timeout=60,
+            shutdown_timeout=1.0,
+        )
+        await driver.start()
+        try:
+            sid = (await driver.new_session(str(work))).session_id
+            results = [await driver.run_turn(sid, [f"ASK:{w}"]) for w in ("one", "two")]
+            counted = driver.compactions(sid)
+        finally:
+            await driver.close()
+    assert [r.reply for r in results] == ["ANSWER:one", "ANSWER:two"]
+    assert [r.compactions for r in results] == [0, 0] and counted == 0
+    [first, second] = server.main_requests()
+    assert "ASK:one" in first.body and ("ASK:one" in second.body) is kept
