@@ -14,6 +14,8 @@ __all__ = [
     "AgentFact",
     "AgentGone",
     "CancelAsked",
+    "Compaction",
+    "CompactionChunk",
     "Cost",
     "CumulativeUsage",
     "Ended",
@@ -81,6 +83,31 @@ class Occupancy:
 
     used: int | None
     size: int | None
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A ``compaction_update``: the agent compacted (or is compacting) the session's context,
+    replacing its history with a summary (docs/acp-adapters.md, "Compaction").  ``status`` is
+    as sent (``in_progress``, ``completed``, ``failed``, ``cancelled`` or another word);
+    ``summary`` is the text of its ``summary`` blocks when it sent some (None: left out, so
+    the summary so far stands; ``""``: cleared)."""
+
+    compaction_id: str
+    status: str
+    summary: str | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+
+@dataclass(frozen=True)
+class CompactionChunk:
+    """A ``compaction_summary_chunk``: text appended to a compaction's summary."""
+
+    compaction_id: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -199,6 +226,8 @@ AgentFact = (
     | RunId
     | CumulativeUsage
     | PromptUsage
+    | Compaction
+    | CompactionChunk
 )
 Fact = (
     AgentFact

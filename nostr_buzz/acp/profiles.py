@@ -29,6 +29,7 @@ __all__ = [
     "choose_strategy",
     "profile_for",
     "reopen_method",
+    "steer_route",
 ]
 
 #: The session modes, by advertised id, in which an adapter asks the client before a tool
@@ -132,4 +133,19 @@ def reopen_method(profile: AdapterProfile, info: AgentInfo) -> ReopenMethod | No
         return "resume"
     if info.load_session:
         return "load"
+    return None
+
+
+def steer_route(
+    profile: AdapterProfile, info: AgentInfo | None, run_id: str | None
+) -> tuple[str, str | None] | None:
+    """(method, run id) of the native steer transport, or None (docs/bot.md, "Steering"): the
+    profile's run-id steer while the agent named its current run, else the standard
+    ``_session/steering`` where advertised."""
+    if info is None:
+        return None
+    if profile.run_id_steer is not None and run_id is not None:
+        return profile.run_id_steer, run_id
+    if info.steering_supported:
+        return SESSION_STEERING, None
     return None

@@ -25,6 +25,7 @@ sends after the prompt's answer is that turn's (``SplitUsage`` ends the prompt's
 from __future__ import annotations
 
 import enum
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -35,6 +36,8 @@ from .facts import (
     AgentFact,
     AgentGone,
     CancelAsked,
+    Compaction,
+    CompactionChunk,
     Cost,
     CumulativeUsage,
     Fact,
@@ -54,7 +57,7 @@ from .facts import (
 )
 from .profiles import AdapterProfile
 from .types import Ending, TerminalEvidence, TurnResult
-from .wire import stop_reason
+from .wire import MAX_SUMMARY_BYTES, stop_reason
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -174,6 +177,10 @@ class TurnRecord:
     max_text: int | None = None
     kept: int = 0
     dropped: int = 0
+    #: Compactions the agent completed in (or, idle, just before) this turn, and the summary
+    #: of the last of them (docs/acp-adapters.md, "Compaction"; counted by the session).
+    compactions: int = 0
+    summary: CompactionSummary | None = None
 
     def apply(self, fact: AgentFact, now: float) -> AgentFact:
         """Take ``fact`` in; what of it the turn kept (a ``Text`` past the cap: its kept
@@ -256,7 +263,34 @@ class TurnRecord:
             context_size=self.context_size,
             turn_seq=turn_seq,
             reply_dropped_bytes=self.dropped,
+            compactions=self.compactions,
+            compaction_summary=(self.summary.text or None) if self.summary is not None else None,
         )
+
+
+@dataclass(frozen=True)
+class CompactionSummary:
+    """The summary of a compaction as its updates patch it: chunks append, an update's
+    ``summary`` replaces (ACP's patch rules), capped at :data:`MAX_SUMMARY_BYTES`."""
+
+    compaction_id: str
+    text: str
+
+    @classmethod
+    def follow(
+        cls, held: CompactionSummary | None, fact: Compaction | CompactionChunk
+    ) -> CompactionSummary:
+        before = held.text if held is not None and held.compaction_id == fact.compaction_id else ""
+        if isinstance(fact, CompactionChunk):
+            text = utf8_head(before + fact.text, MAX_SUMMARY_BYTES)
+        else:
+            text = before if fact.summary is None else fact.summary
+        return cls(fact.compaction_id, text)
+
+
+#: The most compaction ids a session remembers to count each compaction once (an agent may
+#: repeat a terminal update): bounded whatever it sends.
+RECENT_COMPACTIONS = 32
 
 
 def hollow(record: TurnRecord, usage: UsageRecord | None) -> bool:
@@ -330,6 +364,14 @@ class Session:
         #: Permission requests of the running prompt waiting for the owner's answer: the idle
         #: timeout does not run meanwhile (the hard one does).
         self.asking = 0
+        #: Compactions the agent completed in this session, ever: whatever travelled in the
+        #: conversation before the last one is gone from the model (docs/envelope.md).
+        self.compactions = 0
+        self._recent_compactions: deque[str] = deque(maxlen=RECENT_COMPACTIONS)
+        #: What was compacted while no turn ran: the next turn's record takes it.
+        self._idle_compactions = 0
+        self._idle_summary: CompactionSummary | None = None
+        self._building: CompactionSummary | None = None  # the summary being written
 
     # -- questions -----------------------------------------------------------------------
 
@@ -403,6 +445,8 @@ class Session:
             raise StateError("a prompt is already running in the session")
         self.phase, self.turn = Phase.PROMPTING, self._record(now)
         self.cancel_deadline, self.ending, self.usage_split = None, None, False
+        self.turn.compactions, self.turn.summary = self._idle_compactions, self._idle_summary
+        self._idle_compactions, self._idle_summary = 0, None
         return ()
 
     def _tick(self, now: float) -> tuple[Action, ...]:
@@ -507,6 +551,8 @@ class Session:
             record = self.own
         if isinstance(fact, RunId):
             self.run_id = fact.run_id
+        if isinstance(fact, Compaction | CompactionChunk):
+            self._compaction(fact, record)
         if record is not None:
             kept = record.apply(fact, now)
             if record is self.turn:
@@ -514,6 +560,25 @@ class Session:
         if isinstance(fact, Cost | CumulativeUsage | PromptUsage):
             actions.append(Count(fact))
         return tuple(actions)
+
+    def _compaction(self, fact: Compaction | CompactionChunk, record: TurnRecord | None) -> None:
+        """Follow the summary being written; count a completed compaction once, with its
+        summary, in the turn it belongs to (none running: the next one)."""
+        building = CompactionSummary.follow(self._building, fact)
+        self._building = building
+        if not isinstance(fact, Compaction) or fact.status == "in_progress":
+            return
+        self._building = None  # ended, one way or another
+        if not fact.completed or fact.compaction_id in self._recent_compactions:
+            return  # failed, cancelled, or a repeated terminal update
+        self._recent_compactions.append(fact.compaction_id)
+        self.compactions += 1
+        if record is not None:
+            record.compactions += 1
+            record.summary = building
+        else:
+            self._idle_compactions += 1
+            self._idle_summary = building
 
     def _hold(self, fact: AgentFact) -> AgentFact | None:
         """``fact`` as held: text past the reply cap is dropped (counted) here too; None when

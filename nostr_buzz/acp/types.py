@@ -131,3 +131,8 @@ class TurnResult:
     #: UTF-8 bytes of the agent's text dropped past the reply cap (``[agent] max_reply_bytes``):
     #: the reply is cut there, and says so (docs/bot.md, "Bounded replies").
     reply_dropped_bytes: int = 0
+    #: Context compactions the agent completed in this turn (or, idle, since the last one),
+    #: and the summary of the last of them when the agent sent one (docs/acp-adapters.md,
+    #: "Compaction"; at most ``acp.wire.MAX_SUMMARY_BYTES``).
+    compactions: int = 0
+    compaction_summary: str | None = None

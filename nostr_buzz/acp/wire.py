@@ -17,10 +17,13 @@ from acp.exceptions import RequestError
 from acp.meta import PROTOCOL_VERSION
 from pydantic import ValidationError
 
+from nostr_buzz.core.text import utf8_head
 from nostr_buzz.nips.nip_am import StopReason
 
 from .facts import (
     AgentFact,
+    Compaction,
+    CompactionChunk,
     Cost,
     CumulativeUsage,
     ModelFailed,
@@ -39,6 +42,7 @@ __all__ = [
     "METHOD_NOT_FOUND",
     "agent_info",
     "asking_mode",
+    "compaction_facts",
     "describe",
     "goose_system_prompt_params",
     "goose_update_facts",
@@ -58,6 +62,10 @@ __all__ = [
 ]
 
 METHOD_NOT_FOUND: Final = -32601
+#: The longest compaction id kept, and the most summary text one update carries into a fact
+#: (an agent's words: bounded whatever it sends; the turn caps the summary it keeps again).
+MAX_COMPACTION_ID: Final = 256
+MAX_SUMMARY_BYTES: Final = 65_536
 _STOP_REASONS: Final[dict[str, StopReason]] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
@@ -91,8 +99,13 @@ def _str(value: object) -> str | None:
 def initialize_params(client_version: str) -> dict[str, Any]:
     return {
         "protocolVersion": PROTOCOL_VERSION,
-        # goose sends its cumulative counters only to clients that opt in.
-        "clientCapabilities": {"_meta": {"goose": {"customNotifications": True}}},
+        "clientCapabilities": {
+            # Compaction becomes a fact of the session (docs/acp-adapters.md, "Compaction");
+            # notices are what they are, live words that are no part of the reply.
+            "session": {"compaction": {}, "notices": {}},
+            # goose sends its cumulative counters only to clients that opt in.
+            "_meta": {"goose": {"customNotifications": True}},
+        },
         "clientInfo": {"name": "nostr-buzz", "version": client_version},
     }
 
@@ -258,9 +271,40 @@ def _goose_run_id(meta: Mapping[str, Any] | None) -> str | None:
     return run_id if isinstance(run_id, str) and run_id else None
 
 
+def _text_blocks(blocks: object) -> str:
+    """The text of a list of content blocks (other blocks ignored), cut to
+    :data:`MAX_SUMMARY_BYTES`."""
+    items = blocks if isinstance(blocks, list) else [blocks]
+    texts = [b["text"] for b in items if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    return utf8_head("".join(texts), MAX_SUMMARY_BYTES)
+
+
+def compaction_facts(update: Mapping[str, Any]) -> tuple[AgentFact, ...]:
+    """A ``compaction_update`` or ``compaction_summary_chunk`` (the schema this package
+    validates against predates them); a malformed one is activity, nothing more."""
+    kind = update.get("sessionUpdate")
+    compaction_id = update.get("compactionId")
+    if not isinstance(compaction_id, str) or not 0 < len(compaction_id) <= MAX_COMPACTION_ID:
+        return (Update(None),)
+    if kind == "compaction_summary_chunk":
+        return (Update(kind), CompactionChunk(compaction_id, _text_blocks(update.get("content"))))
+    status = update.get("status")
+    if not isinstance(status, str) or not status:
+        return (Update(None),)
+    summary = update.get("summary", ...)
+    text = None if summary is ... else _text_blocks(summary or [])
+    return (Update("compaction_update"), Compaction(compaction_id, status[:64], text))
+
+
+_COMPACTION_UPDATES: Final = frozenset({"compaction_update", "compaction_summary_chunk"})
+
+
 def session_update_facts(params: Any) -> tuple[AgentFact, ...]:
     """A ``session/update``'s facts: its kind, then what it says (an update kind the schema
     does not know: nothing, but it is still activity of the session)."""
+    raw = params.get("update") if isinstance(params, dict) else None
+    if isinstance(raw, dict) and raw.get("sessionUpdate") in _COMPACTION_UPDATES:
+        return compaction_facts(raw)
     try:
         update = schema.SessionNotification.model_validate(params).update
     except ValidationError:

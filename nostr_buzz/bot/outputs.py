@@ -347,4 +347,5 @@ def metric_payload(
         context_window_tokens=_occupancy(result.context_size),
         permissions_approved=approved,
         permissions_rejected=rejected,
+        compactions=result.compactions or None,
     )

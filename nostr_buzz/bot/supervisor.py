@@ -127,6 +127,9 @@ class ChannelSession:
     #: The agent that opened it, and when (a Unix time): what its receipt records.
     agent: tuple[str | None, str | None] = (None, None)
     started_at: float = 0.0
+    #: The agent's count of this session's compactions when its standing sections last went
+    #: into an answered prompt (docs/envelope.md, "Compaction").
+    standing_compactions: int = 0
 
     def receipt(self) -> SessionReceipt:
         """What the state database keeps of this session (:mod:`.receipts`)."""

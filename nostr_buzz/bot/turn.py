@@ -42,8 +42,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+import msgspec
+
 from nostr_buzz.acp.facts import Ended, PromptSent
 from nostr_buzz.acp.types import PermissionRequest, TurnResult
+from nostr_buzz.core.compaction import standing_redelivered
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, standing_text
 from nostr_buzz.core.context import direct_channel_type
 from nostr_buzz.core.ledger import TurnLedger
@@ -151,6 +154,9 @@ class Turn:
     permissions: tuple[int, int] = (0, 0)
     #: The session's actors when this turn's prompt went out: whose words reached it earlier.
     earlier_actors: frozenset[str] = frozenset()
+    #: The agent's count of the session's compactions when this prompt carried the standing
+    #: sections (None: it did not carry them).
+    standing_sent_at: int | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
@@ -519,6 +525,16 @@ class TurnRunner:
         session = await self.supervisor.session_for(batch.channel, channel_id, receipts)
         turn.session = session
         turn_input, history_ids = await self.resolver.resolve(batch, session)
+        compactions = self.supervisor.driver.compactions(session.start.session_id)
+        if standing_redelivered(
+            system_prompt_support=turn_input.system_prompt_support,
+            standing_context_sent=turn_input.standing_context_sent,
+            compactions=compactions,
+            compactions_at_delivery=session.standing_compactions,
+        ):
+            turn_input = msgspec.structs.replace(turn_input, standing_redelivered=True)
+        if self._standing_included(turn_input):
+            turn.standing_sent_at = compactions
         compiled = compile_turn(turn_input)
         turn.ledger.reset()
         turn.ledger.set_base(compiled.manifest)
@@ -539,8 +555,11 @@ class TurnRunner:
         return compiled, history_ids
 
     def _standing_included(self, turn_input: TurnInput) -> bool:
-        # Legacy delivery prepends every non-blank standing section to this prompt.
-        return not turn_input.standing_context_sent and bool(standing_text(turn_input.standing))
+        # Legacy delivery prepends every non-blank standing section to this prompt: the
+        # session's first, and the first after the agent compacted them away.
+        again = turn_input.standing_redelivered and not turn_input.system_prompt_support
+        first = not turn_input.standing_context_sent
+        return (first or again) and bool(standing_text(turn_input.standing))
 
     async def _prompt(self, turn: Turn, compiled: CompiledTurn) -> TurnResult:
         assert turn.session is not None
@@ -673,6 +692,8 @@ class TurnRunner:
             session.delivered.update(q.event.id for q in batch.cancelled_events)
             session.delivered.update(history)
             session.delivered.update(q.event.id for q in turn.steered)
+            if turn.standing_sent_at is not None:
+                session.standing_compactions = turn.standing_sent_at
             if self.supervisor.continues_sessions:
                 self.store.receipts.complete_turn(batch.channel, session.receipt())
             return []

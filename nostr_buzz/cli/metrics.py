@@ -23,7 +23,7 @@ events, manifest mismatches and unreachable relays go to stderr):
                   "totalTokens", "costUsd", "deltaSource", "deltaReliable", "stopReason",
                   "outcome", "manifestHash", "manifestValid", "cacheReadTokens",
                   "cacheWriteTokens", "contextUsedTokens", "contextWindowTokens",
-                  "durationSeconds"}],
+                  "durationSeconds", "compactions"}],
        "ignored": {"total": n, "byReason": {reason: n}},
        "manifestMismatches": n,
        "unknownAgents": [{"agent", "metrics", "firstTimestamp", "lastTimestamp"}]}

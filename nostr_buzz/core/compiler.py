@@ -14,6 +14,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
+from nostr_buzz.core.compaction import REDELIVERED_AFTER_COMPACTION
 from nostr_buzz.core.escape import escape_attribute, escape_name, escape_text
 from nostr_buzz.core.labels import message_lines, one_line, unique_labels
 from nostr_buzz.core.manifest import (
@@ -153,6 +154,13 @@ LAYER_TABLE: Final[Mapping[str, _LayerKind]] = {
 }
 
 
+def _read(redelivered: str | None, unconfirmed: bool) -> str | None:
+    """The freshness of a layer read from relays: :data:`UNCONFIRMED` when a relay that should
+    have answered did not (a newer version may exist: that outranks a redelivery), else the
+    redelivery's, else the table's (docs/envelope.md)."""
+    return UNCONFIRMED if unconfirmed else redelivered
+
+
 def _layer(
     name: str,
     content: str,
@@ -160,11 +168,10 @@ def _layer(
     scope: str | None = None,
     version: str | None = None,
     truncated: bool = False,
-    unconfirmed: bool = False,
+    freshness: str | None = None,
 ) -> Layer:
     """The manifest entry of layer ``name`` (see :data:`LAYER_TABLE`) holding ``content``;
-    ``unconfirmed``: read from relays of which one that should have answered did not, so its
-    freshness is :data:`UNCONFIRMED` (docs/envelope.md)."""
+    ``freshness``: instead of the table's (:func:`_read`, a redelivery after a compaction)."""
     kind = LAYER_TABLE[name]
     return Layer(
         order=kind.order,
@@ -173,7 +180,7 @@ def _layer(
         source=kind.source,
         version=content_hash(content) if version is None else version,
         authority=kind.authority,
-        freshness=UNCONFIRMED if unconfirmed else kind.freshness,
+        freshness=kind.freshness if freshness is None else freshness,
         estimated_tokens=estimate_tokens(content),
         truncated=truncated,
     )
@@ -448,16 +455,20 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         if command is not None:
             sections.append(command)
 
-    # 1. standing sections (legacy agents, first turn of a session); recorded as layers always
+    # 1. standing sections (legacy agents, first turn of a session, and again after the agent
+    # compacted it away); recorded as layers always, re-delivered ones with that freshness
     standing = standing_sections(turn_input.standing)
-    if not turn_input.system_prompt_support and not turn_input.standing_context_sent:
+    in_conversation = not turn_input.system_prompt_support
+    again = in_conversation and turn_input.standing_context_sent and turn_input.standing_redelivered
+    if in_conversation and (not turn_input.standing_context_sent or again):
         sections.extend(text for _, text in standing)
+    fresh = REDELIVERED_AFTER_COMPACTION if again else None
     rendered = dict(standing)
     if "workspace" in rendered:
-        layers.append(_layer("workspace", rendered["workspace"]))
+        layers.append(_layer("workspace", rendered["workspace"], freshness=fresh))
     base = turn_input.standing.base
     if base is not None and not is_blank(base):
-        layers.append(_layer("platform_contract", base))
+        layers.append(_layer("platform_contract", base, freshness=fresh))
     persona_parts = [
         trim(part)
         for part in (
@@ -473,9 +484,12 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         huddle = turn_input.standing.huddle_instructions
         from_relays = unconfirmed and huddle is not None and bool(trim(huddle))
         guidance = "\n\n".join(persona_parts)
-        layers.append(_layer("persona_and_team_guidance", guidance, unconfirmed=from_relays))
+        layers.append(
+            _layer("persona_and_team_guidance", guidance, freshness=_read(fresh, from_relays))
+        )
     if "core-memory" in rendered:
-        layers.append(_layer("core_memory", rendered["core-memory"], unconfirmed=unconfirmed))
+        memory = rendered["core-memory"]
+        layers.append(_layer("core_memory", memory, freshness=_read(fresh, unconfirmed)))
 
     # 2-3. <buzz-turn> and the ambient context
     sections.append("<buzz-turn>")
@@ -491,7 +505,8 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     if snapshot_layer is not None:
         layers.append(snapshot_layer)
     if "channel-canvas" in rendered:
-        layers.append(_layer("channel_canvas", rendered["channel-canvas"], unconfirmed=unconfirmed))
+        canvas = rendered["channel-canvas"]
+        layers.append(_layer("channel_canvas", canvas, freshness=_read(fresh, unconfirmed)))
     layers.append(_layer("context_status", status))
     if turn_input.context is not None:
         delta = _recent_delta(turn_input.context, profiles)

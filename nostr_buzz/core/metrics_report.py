@@ -117,6 +117,8 @@ class TurnRow(msgspec.Struct, frozen=True, rename="camel"):
     context_used_tokens: int | None = None
     context_window_tokens: int | None = None
     duration_seconds: float | None = None
+    #: Context compactions the agent completed in the turn (None: none said).
+    compactions: int | None = None
 
 
 class TotalRow(msgspec.Struct, frozen=True, rename="camel"):
@@ -309,6 +311,7 @@ def _row(
         context_used_tokens=p.context_used_tokens,
         context_window_tokens=p.context_window_tokens,
         duration_seconds=_duration(p),
+        compactions=p.compactions,
     )
 
 

@@ -189,6 +189,9 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     standing: Standing = Standing()
     system_prompt_support: bool = False
     standing_context_sent: bool = False
+    #: The agent compacted the session since its standing sections went into a prompt: an
+    #: agent without a system role gets them again (docs/envelope.md, "Compaction").
+    standing_redelivered: bool = False
     #: The owner's public key (hex).  When given, only the owner's messages can carry a slash
     #: command; None (a hand-written turn file) keeps the rule of any single event.
     owner: str | None = None
@@ -320,6 +323,7 @@ class _WireTurnInput(msgspec.Struct, rename="camel"):
     standing: Standing | None = None
     system_prompt_support: bool | None = None
     standing_context_sent: bool | None = None
+    standing_redelivered: bool | None = None
     owner: str | None = None
     retrieval: _WireRetrieval | None = None
 
@@ -437,6 +441,7 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
         standing=standing,
         system_prompt_support=bool(w.system_prompt_support),
         standing_context_sent=bool(w.standing_context_sent),
+        standing_redelivered=bool(w.standing_redelivered),
         owner=w.owner,
         retrieval=(
             BUZZ_RETRIEVAL

@@ -70,11 +70,11 @@ from nostr_buzz.acp.facts import (
 )
 from nostr_buzz.acp.permission import PermissionPolicy
 from nostr_buzz.acp.profiles import (
-    SESSION_STEERING,
     AdapterProfile,
     choose_strategy,
     profile_for,
     reopen_method,
+    steer_route,
 )
 from nostr_buzz.acp.state import (
     Action,
@@ -368,6 +368,12 @@ class AgentDriver:
         session = self.hub.sessions.get(session_id)
         return session is None or session.usable
 
+    def compactions(self, session_id: str) -> int:
+        """How many times the agent compacted this session's context (docs/envelope.md,
+        "Compaction"): 0 for a session it never reported one of."""
+        session = self.hub.sessions.get(session_id)
+        return session.compactions if session is not None else 0
+
     async def _retire(self, session_id: str) -> None:
         """Never prompt this session again; ``session/close`` it when the agent can."""
         self.hub.diagnostic("session_retired", session_id, {})
@@ -502,16 +508,8 @@ class AgentDriver:
     # -- steering -------------------------------------------------------------------------
 
     def _steer_route(self, session_id: str) -> tuple[str, str | None] | None:
-        """(method, run id) of the native steer transport, or None (docs/bot.md, "Steering")."""
-        if self._info is None:
-            return None
         session = self.hub.sessions.get(session_id)
-        run_id = session.run_id if session is not None else None
-        if self.profile.run_id_steer is not None and run_id is not None:
-            return self.profile.run_id_steer, run_id
-        if self._info.steering_supported:
-            return SESSION_STEERING, None
-        return None
+        return steer_route(self.profile, self._info, session.run_id if session else None)
 
     def can_steer(self, session_id: str) -> bool:
         """Whether a native steer transport exists for the session right now."""

@@ -247,6 +247,10 @@ class InProcessDriver:
     def usable(self, session_id: str) -> bool:
         return True
 
+    def compactions(self, session_id: str) -> int:
+        """An in-process agent keeps no conversation of its own to compact."""
+        return 0
+
     # -- turns ----------------------------------------------------------------------------
 
     async def turn(self, session_id: str, sections: Sequence[str]) -> AsyncIterator[Fact]:

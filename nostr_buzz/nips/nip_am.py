@@ -174,6 +174,9 @@ class MetricPayload(msgspec.Struct, frozen=True, kw_only=True):
     #: absent when it asked none).
     permissions_approved: int | None = None
     permissions_rejected: int | None = None
+    #: Context compactions the agent completed during the turn (absent when none): what the
+    #: model held before them is a summary now.
+    compactions: int | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in _ENUMS:
@@ -252,6 +255,7 @@ class _WirePayload(msgspec.Struct, rename="camel"):
     context_window_tokens: int | UnsetType = UNSET
     permissions_approved: int | UnsetType = UNSET
     permissions_rejected: int | UnsetType = UNSET
+    compactions: int | UnsetType = UNSET
 
 
 _wire_decoder = msgspec.json.Decoder(_WirePayload)
@@ -482,6 +486,9 @@ def _validate(p: MetricPayload) -> None:
         value = getattr(p, name)
         if value is not None and (not _is_int(value) or not 0 <= value <= _MAX_TOKENS):
             raise MetricError(f"{name} must be an integer >= 0 or absent")
+    count = p.compactions
+    if count is not None and (not _is_int(count) or not 1 <= count <= _MAX_TOKENS):
+        raise MetricError("compactions must be an integer >= 1 or absent")
     if p.turn is not None:
         _check_counts("turn", p.turn, MAX_TURN_COST_USD)
     if p.cumulative is not None:

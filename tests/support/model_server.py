@@ -24,7 +24,9 @@ nothing tried to leave the machine.
 
 Requests that are not the conversation itself (Claude Code's side calls without tools, such
 as title generation) get a short text answer.  Every request is recorded in
-:attr:`ModelServer.requests` with the usage the server reported for it.
+:attr:`ModelServer.requests`, whole, with the usage the server reported for it.  A usage with a
+huge input (``Usage(input_tokens=990_000)``) makes claude-agent-acp and codex-acp compact their
+context at the start of the next prompt (docs/acp-adapters.md, "Compaction").
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class Seen:
     usage: Usage | None
     #: What the conversation says the model answered before (its assistant/model turns).
     earlier_answers: str = ""
+    #: The whole request as sent (system prompt and instructions included).
+    body: str = ""
 
 
 @dataclass
@@ -572,6 +576,7 @@ class ModelServer:
                 if not body.get("stream"):
                     self._json(400, {"error": {"message": "only streaming is played"}})
                     return
+                seen.body = raw.decode("utf-8", "replace")
                 server._record(seen)
                 if seen.answer.startswith("the mock refuses: "):
                     error = {"type": "invalid_request_error", "message": seen.answer}

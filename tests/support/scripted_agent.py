@@ -7,6 +7,10 @@ bytes each before the rest of the turn (a flood of reply text).  A turn's ``ask`
 title) makes the agent ask ``session/request_permission`` for that tool first and run it only
 when an allow option is chosen (:meth:`Scripted.tools_run` lists what ran); ``asks`` (a list
 of titles) asks for each in turn, each once the previous one is answered.
+A turn's ``compact`` (``{"summary": TEXT}``) makes the agent compact its context first, as
+claude-agent-acp and codex-acp do: a ``compaction_update`` ``in_progress``, the summary as a
+``compaction_summary_chunk``, then ``completed`` (sent twice, as a runtime may repeat a terminal
+update) — only when the client advertised ``clientCapabilities.session.compaction``.
 ``caps`` replaces the capabilities it advertises; with ``refuse_reopen`` it refuses
 ``session/load`` and ``session/resume``, quoting in its error what the session was last told.
 """
@@ -69,6 +73,15 @@ async def run_prompt(msg):
         script = {"updates": script.get("updates", []), "then": "exit"}
     for title in script.get("asks", [script["ask"]] if "ask" in script else []):
         await ask_permission(sid, title)
+    compact = script.get("compact")
+    if compact is not None and STATE.get("compaction"):
+        cid = "compaction-%d" % STATE["turn"]
+        head = {"sessionUpdate": "compaction_update", "compactionId": cid}
+        update(sid, {**head, "status": "in_progress"})
+        update(sid, {"sessionUpdate": "compaction_summary_chunk", "compactionId": cid,
+                     "content": {"type": "text", "text": compact.get("summary", "")}})
+        update(sid, {**head, "status": "completed"})
+        update(sid, {**head, "status": "completed"})
     stream = script.get("stream")
     if stream:  # hostile: `count` text chunks of `bytes` bytes each, as fast as the pipe goes
         text = "x" * (stream["bytes"] - 1) + "\n"
@@ -128,6 +141,8 @@ async def handle(msg):
             ASKED[mid].set_result(msg)
         return
     if method == "initialize":
+        session_caps = (msg["params"].get("clientCapabilities") or {}).get("session") or {}
+        STATE["compaction"] = isinstance(session_caps.get("compaction"), dict)
         if CFG.get("stderr_bytes"):
             sys.stderr.write("x" * CFG["stderr_bytes"]); sys.stderr.flush()
         log({"env": sorted(os.environ)})
