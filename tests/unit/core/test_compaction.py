@@ -96,3 +96,16 @@ def test_the_turn_input_file_names_it() -> None:
     }
     parsed = TurnInput.from_json(msgspec.json.encode(document).decode())
     assert parsed.standing_redelivered and parsed.standing_context_sent
+
+
+def test_a_redelivered_layer_read_unconfirmed_stays_unconfirmed() -> None:
+    unsure = msgspec.structs.replace(STANDING, unconfirmed=True)
+    again = compile_turn(
+        msgspec.structs.replace(
+            turn(standing_context_sent=True, standing_redelivered=True), standing=unsure
+        )
+    )
+    freshness = {lay.layer: lay.freshness for lay in again.manifest.layers}
+    # A newer version may exist: that outranks the redelivery, which the others still show.
+    assert freshness["core_memory"] == freshness["channel_canvas"] == "unconfirmed"
+    assert freshness["workspace"] == freshness["platform_contract"] == REDELIVERED_AFTER_COMPACTION
