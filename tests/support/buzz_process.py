@@ -87,25 +87,43 @@ def relay_process() -> Iterator[str]:
 
 
 class Lines:
-    """stderr of a process, line by line, each wait bounded."""
+    """stderr of a process, line by line, each wait bounded.
+
+    Read from the pipe's descriptor into a buffer of its own: a buffered ``readline`` after
+    ``select`` could take two lines from the pipe and return one, and the next ``select`` would
+    then wait for output that already came (a bot that printed its start line and went quiet)."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
         self.seen: list[str] = []
+        self._pending = b""
+        self._ended = False
+
+    def _next_line(self, deadline: float) -> str | None:
+        """The next whole line (the rest when the process ended), None at the deadline."""
+        while b"\n" not in self._pending and not self._ended:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.stream], [], [], left)[0]:
+                return None
+            chunk = os.read(self.stream.fileno(), 65536)
+            self._pending += chunk
+            self._ended = not chunk
+        line, sep, self._pending = self._pending.partition(b"\n")
+        return (line + sep).decode() if line or sep else None
 
     def until(self, fragment: str, timeout: float = START_TIMEOUT) -> str:
         deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select([self.stream], [], [], left)
-            if not ready:
-                break
-            line = self.stream.readline().decode()
-            if not line:
-                break  # the process ended
+        while (line := self._next_line(deadline)) is not None:
             self.seen.append(line)
             if fragment in line:
                 return line
         raise AssertionError(f"no line with {fragment!r} in {self.seen}")
+
+    def rest(self, proc: subprocess.Popen[bytes], timeout: float) -> bytes:
+        """What the process writes until it ends, after the lines :meth:`until` returned."""
+        _, more = proc.communicate(timeout=timeout)
+        rest, self._pending = self._pending + (more or b""), b""
+        return rest
 
 
 def run_bot(

@@ -125,7 +125,7 @@ def test_a_hostile_agent_cannot_echo_a_private_message_into_diagnostics_or_stder
             assert "public-words here" in public_failure
         finally:
             bot.terminate()
-            _, rest = bot.communicate(timeout=30)
+            rest = stderr.rest(bot, 30)
     said = "".join(stderr.seen) + rest.decode()
     feed = [json.loads(line) for line in (state / "diagnostics.jsonl").read_text().splitlines()]
     # The agent did echo the private text (what it received, what it asked permission for).

@@ -72,7 +72,7 @@ def test_a_bot_that_requires_mentions_answers_send_mention_and_stops_on_shutdown
             )
             assert stop.returncode == 0, stop.stderr
             stderr.until("owner command !shutdown")
-            _, rest = bot.communicate(timeout=WAIT)
+            rest = stderr.rest(bot, WAIT)
             assert bot.returncode == 0, rest
             assert b"buzz: stopped" in rest
             assert AGENT.hex not in "".join(stderr.seen) + rest.decode()
