@@ -70,6 +70,19 @@ class KeyedHeap(Generic[K]):
             heapq.heappop(heap)
         return None
 
+    def live_while(self, due: Callable[[K], bool]) -> list[str]:
+        """The live names whose key is ``due``, where ``due`` holds for every key below one
+        it holds for: only the part of the heap above the first key not due is read."""
+        found, todo, heap, live = [], [0], self._heap, self._live
+        while todo:
+            i = todo.pop()
+            if i < len(heap) and due(heap[i][0]):
+                key, count, name = heap[i]
+                if live.get(name, (key, -1))[1] == count:
+                    found.append(name)
+                todo += (2 * i + 1, 2 * i + 2)
+        return found
+
     def pop_while(self, due: Callable[[K], bool]) -> Iterator[tuple[K, str]]:
         """Remove and yield the live names, smallest key first, while ``due(key)``."""
         while (top := self.peek()) is not None and due(top[0]):
@@ -166,12 +179,16 @@ class FlushIndex(Generic[C]):
             self._dirty = dict.fromkeys(self._channels)
             self._settle = settle
         self._at = now
-        for name in self._dirty:
-            self._classify(name, now, settle)
-        self._dirty.clear()
-        for _, name in list(self._backoff.pop_while(lambda until: not now < until)):
-            if name not in self._settling:
-                self._ready.set(name, self._channels[name].wait())
+        if self._dirty:
+            for name in self._dirty:
+                self._classify(name, now, settle)
+            self._dirty.clear()
+        if self._backoff:
+            for _, name in list(self._backoff.pop_while(lambda until: not now < until)):
+                if name not in self._settling:
+                    self._ready.set(name, self._channels[name].wait())
+        if not self._settling:
+            return True
         held: list[tuple[float, str]] = []
         for key, name in list(self._settling.pop_while(lambda at: _near(at, now))):
             ch = self._channels[name]
@@ -194,10 +211,8 @@ class FlushIndex(Generic[C]):
         top = self._settling.peek()
         if top is None:
             return None
-        near = list(self._settling.pop_while(lambda at: _near(at, top[0])))
-        for key, name in near:
-            self._settling.set(name, key)
-        return min(self._channels[name].quiet_wait(now, settle) for _, name in near)
+        near = self._settling.live_while(lambda at: _near(at, top[0]))
+        return min(self._channels[name].quiet_wait(now, settle) for name in near)
 
     def _classify(self, name: str, now: float, settle: float) -> None:
         for heap in (self._ready, self._settling, self._backoff):
