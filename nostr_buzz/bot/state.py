@@ -40,9 +40,11 @@ at any instant and the file is never left inconsistent; a power loss may roll ba
 intake commits, which is harmless (the events are still on the relays and the position rolled
 back with them).  Commits whose loss would repeat something already sent use
 :meth:`BotStore.transaction` with ``durable=True`` (``synchronous=FULL`` for that commit).  A
-checkpoint (which syncs the database file) runs once the log has grown by
-``CHECKPOINT_PAGES`` pages, about 40 MB, rather than SQLite's 4 MB: with every admitted event
-its own commit, the default's checkpoints cost more than the rest of intake together.
+checkpoint (which syncs the database file) runs off the event loop every few hundred commits
+(:mod:`.checkpoint`); the connection's own, which finishes what that one left and lets the log
+start over, once the log has grown by ``CHECKPOINT_PAGES`` pages (about 40 MB, not SQLite's
+4 MB): with every admitted event its own commit, checkpoints on the loop cost more than the
+rest of intake together.
 
 A state directory written by an earlier nostr-buzz (``queue.json``, ``bot-state.json`` and
 ``outbox.sqlite3``) is imported once, when the database is created, and the old files are
@@ -80,6 +82,7 @@ from nostr_buzz.nips import nip10, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 
 from .budget_table import BUDGET_SCHEMA, BudgetTable
+from .checkpoint import Checkpointer
 from .receipts import RECEIPTS_SCHEMA, SessionReceipts
 
 __all__ = ["LEGACY_FILES", "REMEMBERED_COMMANDS", "REMEMBERED_REFUSALS", "STATE_DB", "BotStore"]
@@ -180,6 +183,7 @@ class BotStore:
             raise
         self._depth = 0
         self._intake_open = False
+        self.checkpoints = Checkpointer(self.path)
         self._meta_pending: dict[str, int] = {}
         # Refused wrap ids, oldest first: unopenable ones (False), the gate's (True).
         self._refused: dict[bool, dict[str, None]] = {False: {}, True: {}}
@@ -192,6 +196,7 @@ class BotStore:
     def close(self) -> None:
         with contextlib.suppress(StateError):
             self.flush()
+        self.checkpoints.join()
         self._db.close()
 
     @property
@@ -223,6 +228,7 @@ class BotStore:
         try:
             yield
             self._db.execute("COMMIT")
+            self.checkpoints.committed()
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")
@@ -265,6 +271,7 @@ class BotStore:
                 )
             self._meta_pending.clear()
             self._exec("COMMIT")
+            self.checkpoints.committed()
         except StateError:
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")

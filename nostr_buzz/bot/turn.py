@@ -355,18 +355,30 @@ class TurnRunner:
         """Flush batches and run each as a turn until ``stop``; ``wake`` says the queue
         changed (backoffs end without one: the queue is looked at every ``_POLL`` s)."""
         window = self.config.coalesce_window
-        while not stop.is_set():
-            now = self._clock()
-            batch = self.queue.flush_next(now, settle=window)
-            if batch is None:
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None  # sets ``wake`` when the queue is due a look
+        try:
+            while not stop.is_set():
+                now = self._clock()
+                batch = self.queue.flush_next(now, settle=window)
+                if batch is not None:
+                    self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
+                    continue
                 # Nothing to run, or a burst may still be arriving (bounded by the window).
                 settles = self.queue.next_settle(now, settle=window)
+                due = loop.time() + min(_POLL, settles or _POLL)
+                # A timer that rings no later is kept: an early look costs nothing, and a wake
+                # per admitted event then arms no timer of its own (docs/queue.md, "Cost at
+                # depth").
+                if timer is None or timer.when() > due or timer.when() <= loop.time():
+                    if timer is not None:
+                        timer.cancel()
+                    timer = loop.call_at(due, wake.set)
                 wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(_POLL, settles or _POLL)):
-                        await wake.wait()
-                continue
-            self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
+                await wake.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def react(self, channel: str, event: Event, prompt_tag: str) -> None:
         """An admitted event for ``channel`` whose turn is running: steer it, interrupt it, or

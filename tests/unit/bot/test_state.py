@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nostr_buzz.bot.checkpoint import COMMITS
 from nostr_buzz.bot.config import Shard
 from nostr_buzz.bot.intake import Gate, refusal_scope
 from nostr_buzz.bot.state import REMEMBERED_REFUSALS, STATE_DB, BotStore
@@ -85,6 +86,21 @@ def test_an_admitted_event_costs_constant_writes_and_a_duplicate_none(tmp_path: 
     again = msg(ALICE, 1000, channel="c0")
     assert q.push(again, now=700.0).duplicate
     assert store.changes == before
+
+
+def test_the_log_is_checkpointed_by_a_thread_every_few_hundred_commits(tmp_path: Path) -> None:
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    database = tmp_path / STATE_DB
+    empty = database.stat().st_size
+    for n in range(COMMITS):  # outside an event loop each push commits at once
+        push(store, q, msg(ALICE, 1000 + n, channel=f"c{n % 3}"), float(n))
+    store.checkpoints.join()
+    assert store.checkpoints.runs == 1
+    # The rows reached the database file, far before SQLite's own checkpoint would have run.
+    assert database.stat().st_size > empty
+    store.close()
+    assert BotStore(tmp_path).load_queue().pending("c0") == len(range(0, COMMITS, 3))
 
 
 def test_remembered_ids_are_capped_and_restored(tmp_path: Path) -> None:
