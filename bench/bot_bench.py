@@ -5,8 +5,9 @@
   events already pending (200 a channel, below the queue's 500: 20 channels, then 500): each
   event in its own event-loop step (one commit each, the worst case), and all in one burst
   (what a relay delivering many events at once gives: one commit for the burst).  The worker
-  is held back (a long coalescing window) but still wakes at each step and looks at the queue,
-  as in a running bot, and that is timed with intake; events are signed beforehand.
+  is held back (a long coalescing window) and told of every event as in a running bot: it is
+  woken only when an event could change what it does before the look it has planned (each
+  event here holds its channel for the window), as in any flood; events are signed beforehand.
 * Memory: what the bot keeps per pending event (the event, its queue entry, the state
   database's Python side), traced with :mod:`tracemalloc` while 100,000 events parsed from
   JSON go in, divided; SQLite's page cache, bounded by its own size, is not Python's.

@@ -465,6 +465,15 @@ class DispatchQueue:
             return None
         return self._start(best, now)
 
+    def settle_wait(self, channel: str, now: float, *, settle: float) -> float:
+        """Seconds ``channel`` is still held back for ``settle`` at ``now`` (0: not held, in
+        flight, or no such channel); O(1), for a caller that wonders whether the push it just
+        made can change what :meth:`flush_next` does before a look it has already planned."""
+        ch = self._channels.get(_check_channel(channel))
+        if ch is None or ch.flight is not None:
+            return 0.0
+        return _quiet_wait(ch, _check_now(now), _check_settle(settle))
+
     def _scan(self, now: float, settle: float) -> _Channel | None:
         """:meth:`flush_next`'s choice by a look at every channel: what the index answers
         when it cannot (a clock stepped back, module :mod:`.queue_index`)."""

@@ -186,3 +186,18 @@ def test_the_index_chooses_as_a_look_at_every_channel_does(seed: int) -> None:
             else:
                 q.hold(batch, now + 100.0)
                 q.release(batch.channel)
+
+
+def test_settle_wait_is_one_channels_hold_and_reads_no_event(counted: Counter[str]) -> None:
+    q = DispatchQueue(owner=OWNER.public_key.hex)
+    for i, event in enumerate(_events(3, 30)):
+        q.push(event, now=10.0 + i * 0.01)
+    counted.clear()
+    waits = [q.settle_wait(f"c{c}", 11.0, settle=SETTLE) for c in range(3)]
+    assert counted == Counter(channels=3)  # one channel's summary each, no event
+    assert min(waits) == pytest.approx(q.next_settle(11.0, settle=SETTLE))
+    assert q.settle_wait("c0", 11.0, settle=0.0) == 0.0
+    assert q.settle_wait("nowhere", 11.0, settle=SETTLE) == 0.0
+    batch = q.flush_next(20.0, settle=SETTLE)
+    assert batch is not None
+    assert q.settle_wait(batch.channel, 20.0, settle=SETTLE) == 0.0  # in flight: not held
