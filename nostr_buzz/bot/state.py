@@ -100,22 +100,41 @@ LEGACY_FILES: Final = ("queue.json", "bot-state.json", "outbox.sqlite3")
 #: checkpoint syncs the database file, and at intake's 3 to 5 pages a commit the default made
 #: it the largest cost of an admitted event (the module docstring, "Durability").
 CHECKPOINT_PAGES: Final = 10_000
-_SCHEMA_VERSION: Final = 1
-_SCHEMA: Final = """
+_SCHEMA_VERSION: Final = 2
+# Rows of ``queued`` are kept in the order they were written (a rowid table), their ids in an
+# index of their own: an admitted event appends its row.  Version 1 kept them in id order
+# (WITHOUT ROWID), where each new row, of about 700 bytes, landed on a random page and split
+# it, at a cost that grew with the number of rows; it is moved over once (``_MIGRATE_1``).
+_QUEUED: Final = """
+CREATE TABLE IF NOT EXISTS queued (
+    n             INTEGER PRIMARY KEY,  -- the order rows were written in
+    id            TEXT NOT NULL UNIQUE, -- event id (64 hex)
+    channel       TEXT NOT NULL,
+    seq           INTEGER NOT NULL,     -- the queue's push order number
+    event         TEXT NOT NULL,        -- the signed event, canonical JSON
+    prompt_tag    TEXT NOT NULL,
+    received_at   REAL NOT NULL,
+    cancelled_ord INTEGER               -- NULL: pending; else its place among stored cancelled
+);
+CREATE INDEX IF NOT EXISTS queued_channel ON queued (channel, seq);
+"""
+_COLUMNS: Final = "id, channel, seq, event, prompt_tag, received_at, cancelled_ord"
+_MIGRATE_1: Final = f"""
+BEGIN IMMEDIATE;
+ALTER TABLE queued RENAME TO queued_1;
+DROP INDEX queued_channel;
+{_QUEUED}
+INSERT INTO queued ({_COLUMNS}) SELECT {_COLUMNS} FROM queued_1 ORDER BY channel, seq;
+DROP TABLE queued_1;
+PRAGMA user_version={_SCHEMA_VERSION};
+COMMIT;
+"""
+_SCHEMA: Final = f"""
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS queued (
-    id            TEXT PRIMARY KEY,   -- event id (64 hex)
-    channel       TEXT NOT NULL,
-    seq           INTEGER NOT NULL,   -- the queue's push order number
-    event         TEXT NOT NULL,      -- the signed event, canonical JSON
-    prompt_tag    TEXT NOT NULL,
-    received_at   REAL NOT NULL,
-    cancelled_ord INTEGER             -- NULL: pending; else its place among stored cancelled
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS queued_channel ON queued (channel, seq);
+{_QUEUED}
 CREATE TABLE IF NOT EXISTS channels (
     name            TEXT PRIMARY KEY,
     retry_size      INTEGER NOT NULL,
@@ -165,7 +184,9 @@ class BotStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, _SCHEMA_VERSION):
+            if version == 1:
+                self._db.executescript(_MIGRATE_1)
+            elif version not in (0, _SCHEMA_VERSION):
                 raise StateError(
                     f"the bot state {self.path} has schema version {version}; this nostr-buzz "
                     f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
