@@ -10,10 +10,12 @@ marked dirty (O(1)); the next query classifies the dirty channels at its ``now``
 
 The heaps answer exactly what a scan of every channel would, under two conditions checked on
 each query: ``now`` never goes back between queries with the same ``settle``, and no pending
-event was received after ``now`` (a clock stepped back).  Then a channel leaves *settling* or
-*backing off* only as ``now`` passes its key, so a popped key is the only thing to look at.  A
-query that breaks a condition is answered by the scan (``None`` from :meth:`FlushIndex.sync`)
-and the index is rebuilt at the next query that meets them.
+event was received after ``now``.  Then a channel leaves *settling* or *backing off* only as
+``now`` passes its key, so a popped key is the only thing to look at.  A query with an earlier
+``now`` than the last, or another ``settle``, rebuilds the heaps at its ``now`` (O(channels ×
+log channels)); one earlier than a pending event's arrival (a clock stepped back) is answered
+by the queue's scan of every channel (False from :meth:`FlushIndex.sync`), and the heaps are
+rebuilt at the next query that is not.
 """
 
 from __future__ import annotations
