@@ -1,11 +1,16 @@
 """The bot's own figures for ``make bench``: intake throughput and mention → prompt latency.
 
 * Intake: events per second through :meth:`BuzzPlugin.handle_event` — the gate, routing, the
-  dispatch queue and the state database — into an empty queue and with 4,000 events already
-  pending: each event in its own event-loop step (one commit each, the worst case), and all
-  in one burst (what a relay delivering many events at once gives: one commit for the burst).
-  The worker is held back (a long coalescing window), so only intake is timed; events are
-  signed beforehand.
+  dispatch queue and the state database — into an empty queue and with 4,000 and 100,000
+  events already pending (200 a channel, below the queue's 500: 20 channels, then 500): each
+  event in its own event-loop step (one commit each, the worst case), and all in one burst
+  (what a relay delivering many events at once gives: one commit for the burst).  The worker
+  is held back (a long coalescing window) and told of every event as in a running bot: it is
+  woken only when an event could change what it does before the look it has planned (each
+  event here holds its channel for the window), as in any flood; events are signed beforehand.
+* Memory: what the bot keeps per pending event (the event, its queue entry, the state
+  database's Python side), traced with :mod:`tracemalloc` while 100,000 events parsed from
+  JSON go in, divided; SQLite's page cache, bounded by its own size, is not Python's.
 * Latency: a mention published to a loopback relay until the agent's prompt goes out
   (``prompt_context_delivery``), with the bundled demo agent answering at once and the bot's
   default 0.25 s coalescing window included, one mention at a time.
@@ -14,11 +19,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import tracemalloc
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +36,8 @@ from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.pool import RelayPool
 
 CHANNELS = 20
+#: Pending events a channel holds in the intake rows (the queue drops past 500 a channel).
+PER_CHANNEL = 200
 
 
 def _config(state: Path, owner: SecretKey, agent: SecretKey, relay: str) -> PluginConfig:
@@ -44,41 +53,80 @@ def _config(state: Path, owner: SecretKey, agent: SecretKey, relay: str) -> Plug
     )
 
 
-def _mentions(owner: SecretKey, agent: SecretKey, count: int, start: int) -> list[Event]:
+def _mentions(
+    owner: SecretKey, agent: SecretKey, count: int, start: int, channels: int = CHANNELS
+) -> list[Event]:
     now = int(time.time())
     return [
         sign_event(
             owner,
             kind=9,
             content=f"question {i}",
-            tags=[["h", f"c{i % CHANNELS}"], ["p", agent.public_key.hex]],
+            tags=[["h", f"c{i % channels}"], ["p", agent.public_key.hex]],
             created_at=now - 3600 + i,
         )
         for i in range(start, start + count)
     ]
 
 
-async def _intake(pending: int, measured: int, *, one_by_one: bool) -> float:
-    owner, agent = SecretKey.generate(), SecretKey.generate()
-    before = _mentions(owner, agent, pending, 0)
-    timed = _mentions(owner, agent, measured, pending)
-    with tempfile.TemporaryDirectory(prefix="buzz-bench-") as state:
-        config = replace(
-            _config(Path(state), owner, agent, "ws://127.0.0.1:9"),
-            coalesce_window=3600.0,  # hold the worker back: intake alone is timed
+class _Load:
+    """Signed mentions for the intake rows, made once: ``pending`` to fill a queue with, as
+    JSON (parsed as a relay client would, so the bot's copy is its own), then ``measured``."""
+
+    def __init__(self, pending: int, measured: int) -> None:
+        self.owner, self.agent = SecretKey.generate(), SecretKey.generate()
+        self.channels = max(CHANNELS, pending // PER_CHANNEL)
+        made = _mentions(self.owner, self.agent, pending + measured, 0, self.channels)
+        self.before = [e.to_json() for e in made[:pending]]
+        self.timed = made[pending:]
+
+    def config(self, state: str) -> PluginConfig:
+        return replace(
+            _config(Path(state), self.owner, self.agent, "ws://127.0.0.1:9"),
+            coalesce_window=3600.0,  # hold the worker back: it wakes, and flushes nothing
             in_flight="queue",
         )
-        async with BuzzPlugin(config) as plugin:
-            for event in before:
-                await plugin.handle_event(event)
+
+    def pending(self, plugin: BuzzPlugin) -> int:
+        return sum(plugin.queue.pending(f"c{i}") for i in range(self.channels))
+
+
+async def _fill(plugin: BuzzPlugin, texts: Iterable[str]) -> None:
+    for text in texts:
+        await plugin.handle_event(Event.from_json(text))
+    await asyncio.sleep(0)  # the fill's commit
+
+
+async def _intake(load: _Load, *, one_by_one: bool) -> float:
+    with tempfile.TemporaryDirectory(prefix="buzz-bench-") as state:
+        async with BuzzPlugin(load.config(state)) as plugin:
+            await _fill(plugin, load.before)
             started = time.perf_counter()
-            for event in timed:
+            for event in load.timed:
                 await plugin.handle_event(event)
                 if one_by_one:  # each event its own event-loop step: its own commit
                     await asyncio.sleep(0)
             elapsed = time.perf_counter() - started
-            assert sum(plugin.queue.pending(f"c{i}") for i in range(CHANNELS)) == pending + measured
-    return measured / elapsed
+            assert load.pending(plugin) == len(load.before) + len(load.timed)
+    return len(load.timed) / elapsed
+
+
+async def _memory(load: _Load) -> float:
+    """Bytes of Python heap the bot keeps per pending event (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="buzz-bench-") as state:
+        async with BuzzPlugin(load.config(state)) as plugin:
+            await plugin.handle_event(Event.from_json(load.before[0]))  # warm: tables, caches
+            gc.collect()
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                await _fill(plugin, load.before[1:])
+                gc.collect()
+                kept = tracemalloc.get_traced_memory()[0] - base
+            finally:
+                tracemalloc.stop()
+            assert load.pending(plugin) == len(load.before)
+    return kept / (len(load.before) - 1)
 
 
 async def _latency(samples: int) -> list[float]:
@@ -148,13 +196,19 @@ def bot_lines(*, quick: bool = False) -> list[str]:
     """The bot's rows; ``quick``: a few events and samples each (a smoke run)."""
     measured, samples = (20, 3) if quick else (2_000, 60)
     rows = []
-    for pending in (0, 200 if quick else 4_000):
-        alone = asyncio.run(_intake(pending, measured, one_by_one=True))
-        burst = asyncio.run(_intake(pending, measured, one_by_one=False))
+    for pending in (0, 200, 1_000) if quick else (0, 4_000, 100_000):
+        load = _Load(pending, measured)
+        alone = asyncio.run(_intake(load, one_by_one=True))
+        burst = asyncio.run(_intake(load, one_by_one=False))
         rows.append(
-            f"bot intake (gate, route, queue, store), {pending:>5,} pending: "
+            f"bot intake (gate, route, queue, store), {pending:>7,} pending: "
             f"{alone:>7,.0f} events/s one commit each, {burst:>7,.0f} events/s in one burst"
         )
+    per_event = asyncio.run(_memory(load))
+    rows.append(
+        f"bot memory per pending event, {len(load.before):,} pending: {per_event:,.0f} bytes "
+        "(Python heap, tracemalloc)"
+    )
     latencies = asyncio.run(_latency(samples))
     return [
         *rows,

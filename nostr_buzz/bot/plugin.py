@@ -310,7 +310,7 @@ class BuzzPlugin:
         if not result.accepted:
             return False
         await self._runner.react(decision.channel, event, prompt_tag)
-        self._wake.set()
+        self._runner.admitted(decision.channel, now)
         return True
 
     async def _obey(self, decision: intake.Command, event: Event) -> None:

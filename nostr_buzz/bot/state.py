@@ -45,7 +45,12 @@ Durability: ``synchronous=NORMAL`` in WAL mode, so a commit survives the process
 at any instant and the file is never left inconsistent; a power loss may roll back the newest
 intake commits, which is harmless (the events are still on the relays and the position rolled
 back with them).  Commits whose loss would repeat something already sent use
-:meth:`BotStore.transaction` with ``durable=True`` (``synchronous=FULL`` for that commit).
+:meth:`BotStore.transaction` with ``durable=True`` (``synchronous=FULL`` for that commit).  A
+checkpoint (which syncs the database file) runs off the event loop every few hundred commits
+(:mod:`.checkpoint`); the connection's own, which finishes what that one left and lets the log
+start over, once the log has grown by ``CHECKPOINT_PAGES`` pages (about 40 MB, not SQLite's
+4 MB): with every admitted event its own commit, checkpoints on the loop cost more than the
+rest of intake together.
 
 A state directory written by an earlier nostr-buzz (``queue.json``, ``bot-state.json`` and
 ``outbox.sqlite3``) is imported once, when the database is created, and the old files are
@@ -83,6 +88,7 @@ from nostr_buzz.nips import nip10, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 
 from .budget_table import BUDGET_SCHEMA, BudgetTable
+from .checkpoint import Checkpointer
 from .receipts import RECEIPTS_SCHEMA, SessionReceipts
 
 __all__ = [
@@ -105,22 +111,45 @@ REMEMBERED_REFUSALS: Final = 10_000
 #: commands, the metric outbox.
 LEGACY_FILES: Final = ("queue.json", "bot-state.json", "outbox.sqlite3")
 
-_SCHEMA_VERSION: Final = 1
-_SCHEMA: Final = """
+#: Pages the write-ahead log grows by between two checkpoints (SQLite's default is 1,000): a
+#: checkpoint syncs the database file, and at intake's 3 to 5 pages a commit the default made
+#: it the largest cost of an admitted event (the module docstring, "Durability").
+CHECKPOINT_PAGES: Final = 10_000
+_SCHEMA_VERSION: Final = 2
+# Rows of ``queued`` are kept in the order they were written (a rowid table), their ids in an
+# index of their own: an admitted event appends its row.  Version 1 kept them in id order
+# (WITHOUT ROWID), where each new row, of about 700 bytes, landed on a random page and split
+# it, at a cost that grew with the number of rows; it is moved over once (``_MIGRATE_1``).
+_QUEUED: Final = """
+CREATE TABLE IF NOT EXISTS queued (
+    n             INTEGER PRIMARY KEY,  -- the order rows were written in
+    id            TEXT NOT NULL UNIQUE, -- event id (64 hex)
+    channel       TEXT NOT NULL,
+    seq           INTEGER NOT NULL,     -- the queue's push order number
+    event         TEXT NOT NULL,        -- the signed event, canonical JSON
+    prompt_tag    TEXT NOT NULL,
+    received_at   REAL NOT NULL,
+    cancelled_ord INTEGER               -- NULL: pending; else its place among stored cancelled
+);
+CREATE INDEX IF NOT EXISTS queued_channel ON queued (channel, seq);
+"""
+_COLUMNS: Final = "id, channel, seq, event, prompt_tag, received_at, cancelled_ord"
+_MIGRATE_1: Final = f"""
+BEGIN IMMEDIATE;
+ALTER TABLE queued RENAME TO queued_1;
+DROP INDEX queued_channel;
+{_QUEUED}
+INSERT INTO queued ({_COLUMNS}) SELECT {_COLUMNS} FROM queued_1 ORDER BY channel, seq;
+DROP TABLE queued_1;
+PRAGMA user_version={_SCHEMA_VERSION};
+COMMIT;
+"""
+_SCHEMA: Final = f"""
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS queued (
-    id            TEXT PRIMARY KEY,   -- event id (64 hex)
-    channel       TEXT NOT NULL,
-    seq           INTEGER NOT NULL,   -- the queue's push order number
-    event         TEXT NOT NULL,      -- the signed event, canonical JSON
-    prompt_tag    TEXT NOT NULL,
-    received_at   REAL NOT NULL,
-    cancelled_ord INTEGER             -- NULL: pending; else its place among stored cancelled
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS queued_channel ON queued (channel, seq);
+{_QUEUED}
 CREATE TABLE IF NOT EXISTS channels (
     name            TEXT PRIMARY KEY,
     retry_size      INTEGER NOT NULL,
@@ -173,8 +202,11 @@ class BotStore:
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, _SCHEMA_VERSION):
+            if version == 1:
+                self._db.executescript(_MIGRATE_1)
+            elif version not in (0, _SCHEMA_VERSION):
                 raise StateError(
                     f"the bot state {self.path} has schema version {version}; this nostr-buzz "
                     f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
@@ -192,6 +224,7 @@ class BotStore:
             raise
         self._depth = 0
         self._intake_open = False
+        self.checkpoints = Checkpointer(self.path)
         self._meta_pending: dict[str, int] = {}
         # Refused wrap ids, oldest first: unopenable ones (False), the gate's (True).
         self._refused: dict[bool, dict[str, None]] = {False: {}, True: {}}
@@ -204,6 +237,7 @@ class BotStore:
     def close(self) -> None:
         with contextlib.suppress(StateError):
             self.flush()
+        self.checkpoints.join()
         self._db.close()
 
     @property
@@ -235,6 +269,7 @@ class BotStore:
         try:
             yield
             self._db.execute("COMMIT")
+            self.checkpoints.committed()
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")
@@ -267,10 +302,17 @@ class BotStore:
         if not self._intake_open:
             return
         try:
-            for key, value in self._meta_pending.items():
-                self._set_meta(key, value)
+            if self._meta_pending:  # one statement for them all: intake pays it every commit
+                pairs = list(self._meta_pending.items())
+                self._exec(
+                    "INSERT INTO meta (key, value) VALUES "
+                    + ", ".join(["(?, ?)"] * len(pairs))
+                    + " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    [x for pair in pairs for x in pair],
+                )
             self._meta_pending.clear()
             self._exec("COMMIT")
+            self.checkpoints.committed()
         except StateError:
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")

@@ -350,6 +350,7 @@ class TurnRunner:
         self._clock = clock
         self._spawn = spawn
         self._wake = wake
+        self._look: asyncio.TimerHandle | None = None  # the worker's planned look, while it waits
         self._secrets = secret_values(config)
         #: The running turn of each queue channel.
         self.running = running
@@ -363,18 +364,49 @@ class TurnRunner:
         """Flush batches and run each as a turn until ``stop``; ``wake`` says the queue
         changed (backoffs end without one: the queue is looked at every ``_POLL`` s)."""
         window = self.config.coalesce_window
-        while not stop.is_set():
-            now = self._clock()
-            batch = self.queue.flush_next(now, settle=window)
-            if batch is None:
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None  # sets ``wake`` when the queue is due a look
+        self._look = None
+        try:
+            while not stop.is_set():
+                now = self._clock()
+                batch = self.queue.flush_next(now, settle=window)
+                if batch is not None:
+                    self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
+                    continue
                 # Nothing to run, or a burst may still be arriving (bounded by the window).
                 settles = self.queue.next_settle(now, settle=window)
+                due = loop.time() + min(_POLL, settles or _POLL)
+                # A timer that rings no later is kept: an early look costs nothing, and a wake
+                # per admitted event then arms no timer of its own (docs/queue.md, "Cost at
+                # depth").
+                if timer is None or timer.when() > due or timer.when() <= loop.time():
+                    if timer is not None:
+                        timer.cancel()
+                    timer = loop.call_at(due, wake.set)
                 wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(_POLL, settles or _POLL)):
-                        await wake.wait()
-                continue
-            self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
+                self._look = timer
+                await wake.wait()
+                self._look = None
+        finally:
+            self._look = None
+            if timer is not None:
+                timer.cancel()
+
+    def admitted(self, channel: str, now: float) -> None:
+        """An event was queued for ``channel`` at ``now``: wake the worker, unless the look it
+        has planned comes before the event could change anything — the channel is running a
+        batch (its end wakes the worker), or the push holds it for the settle window at least
+        that long (docs/queue.md, "Cost at depth").  A flood then costs no look per event."""
+        look = self._look
+        if look is not None:
+            left = look.when() - asyncio.get_running_loop().time()
+            if left > 0 and (
+                self.queue.in_flight(channel)
+                or self.queue.settle_wait(channel, now, settle=self.config.coalesce_window) >= left
+            ):
+                return
+        self._wake()
 
     async def react(self, channel: str, event: Event, prompt_tag: str) -> None:
         """An admitted event for ``channel`` whose turn is running: steer it, interrupt it, or

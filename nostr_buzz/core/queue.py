@@ -43,6 +43,7 @@ from typing import Final, TypeGuard, get_args
 import msgspec
 
 from nostr_buzz.core.backoff import Rng, backoff_base
+from nostr_buzz.core.queue_index import FlushIndex
 from nostr_buzz.core.text import is_utf8_encodable
 from nostr_buzz.core.turn_input import CancelReason as CancelReason  # re-exported
 from nostr_buzz.errors import BuzzError, QueueError
@@ -177,6 +178,7 @@ class _Flight:
 @dataclass
 class _Channel:
     name: str
+    cap: int  # the queue's max_batch: a head run this long is a full batch
     pending: list[_Entry] = field(default_factory=list)
     # The first ``retry_size`` pending events are a returned batch's exact set, retried as is;
     # ``retry_count`` is how many times that set has failed (kept through expiry and restore).
@@ -189,14 +191,52 @@ class _Channel:
     backoff_until: float | None = None
     flight: _Flight | None = None
     strangers: int = 0  # live events (pending, in flight, stored) of actors other than the owner
+    # What settling reads of ``pending``, kept as it changes so that a wake of the worker
+    # looks at no event (docs/queue.md, "Cost at depth"): the latest and earliest
+    # ``received_at``, and the length of the head's authority run (up to ``cap``).
+    newest: float = -math.inf
+    oldest: float = math.inf
+    run: int = 0
 
     def idle(self) -> bool:
         return not self.pending and not self.cancelled and self.flight is None
+
+    def candidate(self) -> bool:
+        return self.flight is None and bool(self.pending or self.cancelled)
+
+    @property
+    def flushed_at(self) -> float | None:
+        return None if self.flight is None else self.flight.flushed_at
 
     def wait(self) -> tuple[float, int]:
         if self.pending:
             return self.pending[0].wait
         return min(e.wait for e in self.cancelled)
+
+    def quiet_wait(self, now: float, settle: float) -> float:
+        return _quiet_wait(self, now, settle)
+
+    def release_at(self, settle: float) -> float:
+        return min(self.newest + settle, self.oldest + SETTLE_LIMIT * settle)
+
+    def appended(self, entry: _Entry) -> None:
+        """``entry`` was appended to ``pending``: the summary follows in O(1)."""
+        received = entry.queued.received_at
+        self.newest, self.oldest = max(self.newest, received), min(self.oldest, received)
+        if self.run == len(self.pending) - 1 < self.cap and entry.key == self.pending[0].key:
+            self.run += 1
+
+    def refresh(self) -> None:
+        """``pending`` changed otherwise (a batch taken or returned, an event dropped): the
+        summary again, O(this channel's events), once per turn or drop."""
+        received = [e.queued.received_at for e in self.pending]
+        self.newest = max(received, default=-math.inf)
+        self.oldest = min(received, default=math.inf)
+        run = 1 if self.pending else 0
+        head = self.pending[0].key if self.pending else None
+        while run < len(self.pending) and run < self.cap and self.pending[run].key == head:
+            run += 1
+        self.run = run
 
 
 # --- snapshot wire schema ---------------------------------------------------------------------
@@ -338,7 +378,8 @@ class DispatchQueue:
         # The OS CSPRNG by default, like the other randomness of the library; tests pin it.
         self._rng: Rng = rng if rng is not None else secrets.SystemRandom()
         self._channels: dict[str, _Channel] = {}
-        self._live: set[str] = set()  # ids pending, in flight or stored as cancelled
+        self._index = FlushIndex(self._channels)
+        self._live: dict[str, str] = {}  # channel of each id pending, in flight or stored
         self._remembered: deque[str] = deque()
         self._remembered_set: set[str] = set()
         self._next_seq = 0
@@ -360,7 +401,9 @@ class DispatchQueue:
         name = nip10.queue_channel(event)
         if self._strangers.refuses(name, event.pubkey):
             return PushResult(accepted=False, duplicate=False, dropped=[], refused=True)
-        ch = self._channels.setdefault(name, _Channel(name))
+        ch = self._channels.get(name)
+        if ch is None:
+            ch = self._channels[name] = _Channel(name, self.max_batch)
         entry = _Entry(
             QueuedEvent(event, prompt_tag, received_at),
             self._next_seq,
@@ -368,6 +411,8 @@ class DispatchQueue:
         )
         self._next_seq += 1
         ch.pending.append(entry)
+        ch.appended(entry)
+        self._index.touch(name)
         self._hold(ch, [entry])
         dropped: list[str] = []
         while len(ch.pending) > self.max_pending:
@@ -378,14 +423,19 @@ class DispatchQueue:
     def _hold(self, ch: _Channel, entries: list[_Entry]) -> None:
         """``entries`` became live in ``ch``."""
         for entry in entries:
-            self._live.add(entry.id)
+            self._live[entry.id] = ch.name
         self._strangers.hold(ch, entries)
 
     def _release(self, ch: _Channel, entries: list[_Entry]) -> None:
         """``entries`` left ``ch`` (delivered, dead-lettered or dropped)."""
         for entry in entries:
-            self._live.discard(entry.id)
+            self._live.pop(entry.id, None)
         self._strangers.release(ch, entries)
+
+    def _touch(self, ch: _Channel) -> None:
+        """``ch`` changed (other than by an append): its summary and its place in the index."""
+        ch.refresh()
+        self._index.touch(ch.name)
 
     # --- flushing -----------------------------------------------------------------------------
 
@@ -398,32 +448,55 @@ class DispatchQueue:
         to ask again."""
         now = _check_now(now)
         settle = _check_settle(settle)
-        for ch in self._channels.values():
+        for name in self._index.overdue(now, self.deadline):
+            ch = self._channels[name]
             fl = ch.flight
-            if fl is not None and now - fl.flushed_at > self.deadline:
-                ch.flight = None
-                # Expiry counts no attempt and sets no backoff: the set keeps its count.
-                self._return(ch, fl, fl.batch.attempt - 1)
-        best: _Channel | None = None
-        for ch in self._channels.values():
-            if ch.flight is not None or (not ch.pending and not ch.cancelled):
-                continue
-            if ch.backoff_until is not None and now < ch.backoff_until:
-                continue
-            if _quiet_wait(ch, now, settle, self.max_batch) > 0:
-                continue
-            if best is None or ch.wait() < best.wait():
-                best = ch
+            assert fl is not None
+            ch.flight = None
+            # Expiry counts no attempt and sets no backoff: the set keeps its count.
+            self._return(ch, fl, fl.batch.attempt - 1)
+            self._touch(ch)
+        if self._index.sync(now, settle):
+            first = self._index.first_ready()
+            best = None if first is None else self._channels[first]
+        else:
+            best = self._scan(now, settle)
         if best is None:
             return None
         return self._start(best, now)
+
+    def settle_wait(self, channel: str, now: float, *, settle: float) -> float:
+        """Seconds ``channel`` is still held back for ``settle`` at ``now`` (0: not held, in
+        flight, or no such channel); O(1), for a caller that wonders whether the push it just
+        made can change what :meth:`flush_next` does before a look it has already planned."""
+        ch = self._channels.get(_check_channel(channel))
+        if ch is None or ch.flight is not None:
+            return 0.0
+        return _quiet_wait(ch, _check_now(now), _check_settle(settle))
+
+    def _scan(self, now: float, settle: float) -> _Channel | None:
+        """:meth:`flush_next`'s choice by a look at every channel: what the index answers
+        when it cannot (a clock stepped back, module :mod:`.queue_index`)."""
+        best: _Channel | None = None
+        for ch in self._channels.values():
+            if not ch.candidate():
+                continue
+            if ch.backoff_until is not None and now < ch.backoff_until:
+                continue
+            if _quiet_wait(ch, now, settle) > 0:
+                continue
+            if best is None or ch.wait() < best.wait():
+                best = ch
+        return best
 
     def next_settle(self, now: float, *, settle: float) -> float | None:
         """Seconds until the first channel :meth:`flush_next` holds back for ``settle`` may
         flush (at most ``settle``); None when no channel is held back."""
         now, settle = _check_now(now), _check_settle(settle)
+        if self._index.sync(now, settle):
+            return self._index.first_settle(now, settle)
         idle = [ch for ch in self._channels.values() if ch.flight is None]
-        waits = [w for ch in idle if (w := _quiet_wait(ch, now, settle, self.max_batch)) > 0]
+        waits = [w for ch in idle if (w := _quiet_wait(ch, now, settle)) > 0]
         return min(waits) if waits else None
 
     def _start(self, ch: _Channel, now: float) -> Batch:
@@ -455,6 +528,7 @@ class DispatchQueue:
         # ``attempt``; riding with new events, it has no count of its own.
         ch.cancelled, ch.cancel_reason, ch.cancelled_count = [], None, 0
         ch.flight = _Flight(batch, events, cancelled, reason, now, redispatch)
+        self._touch(ch)
         return batch
 
     def _return(self, ch: _Channel, fl: _Flight, count: int) -> None:
@@ -482,10 +556,11 @@ class DispatchQueue:
         ch.flight = None
         if ch.idle():
             del self._channels[ch.name]
+        self._index.touch(ch.name)
 
     def _remember(self, ids: Iterable[str]) -> None:
         for event_id in ids:
-            self._live.discard(event_id)
+            self._live.pop(event_id, None)
             self._remembered.append(event_id)
             self._remembered_set.add(event_id)
             if len(self._remembered) > REMEMBERED_IDS:
@@ -524,6 +599,7 @@ class DispatchQueue:
         ch.flight = None
         self._return(ch, fl, attempt)
         ch.backoff_until = now + delay
+        self._touch(ch)
         return None
 
     def hold(self, batch: Batch, until: float) -> None:
@@ -538,6 +614,7 @@ class DispatchQueue:
         ch.flight = None
         self._return(ch, fl, fl.batch.attempt - 1)
         ch.backoff_until = until
+        self._touch(ch)
 
     def release(self, channel: str) -> bool:
         """End the channel's wait (a hold or a backoff) now; False when it has none."""
@@ -545,6 +622,7 @@ class DispatchQueue:
         if ch is None or ch.backoff_until is None:
             return False
         ch.backoff_until = None
+        self._index.touch(ch.name)
         return True
 
     def requeue_cancelled(self, batch: Batch, reason: CancelReason) -> None:
@@ -561,6 +639,7 @@ class DispatchQueue:
         stored = fl.events if fl.redispatch else [*fl.cancelled, *fl.events]
         ch.cancelled = list(stored)
         ch.cancel_reason = "interrupt" if reason == "interrupt" else "steer"
+        self._index.touch(ch.name)
         return None
 
     def steer_result(self, event_id: str, outcome: str, now: float) -> QueuedEvent | None:
@@ -570,19 +649,20 @@ class DispatchQueue:
                 f"steer outcome must be 'injected', 'started_new_turn' or 'failed', got {outcome!r}"
             )
         now = _check_now(now)
-        for ch in self._channels.values():
-            if ch.flight is None:
+        ch = self._channels.get(self._live.get(event_id, ""))
+        if ch is None or ch.flight is None:
+            return None
+        for i, entry in enumerate(ch.pending):
+            if entry.id != event_id:
                 continue
-            for i, entry in enumerate(ch.pending):
-                if entry.id != event_id:
-                    continue
-                if outcome == "failed":
-                    return entry.queued  # stays pending
-                self._remove_pending(ch, i)
-                self._remember([entry.id])
-                if outcome == "injected":
-                    ch.flight.flushed_at = now  # delivered into the running turn
-                return entry.queued
+            if outcome == "failed":
+                return entry.queued  # stays pending
+            self._remove_pending(ch, i)
+            self._remember([entry.id])
+            if outcome == "injected":
+                ch.flight.flushed_at = now  # delivered into the running turn
+                self._index.touch(ch.name)
+            return entry.queued
         return None
 
     def forget(self, event_id: str) -> bool:
@@ -601,6 +681,7 @@ class DispatchQueue:
         if index < ch.retry_size:
             # The returned set lost an event: it is no longer that set, so its count goes.
             ch.retry_size = ch.retry_count = 0
+        self._touch(ch)
         return entry
 
     # --- inspection ---------------------------------------------------------------------------
@@ -731,7 +812,7 @@ class DispatchQueue:
             if not 0 <= w.seq < snap.next_seq or w.seq in seqs:
                 raise corrupt("push order numbers are not unique and below next_seq")
             seqs.add(w.seq)
-            self._live.add(ev.id)
+            self._live[ev.id] = channel
             return _Entry(
                 QueuedEvent(ev, w.prompt_tag, w.received_at),
                 w.seq,
@@ -741,7 +822,7 @@ class DispatchQueue:
         for wc in snap.channels:
             if wc.name in self._channels:
                 raise corrupt(f"channel {wc.name!r} appears twice")
-            ch = _Channel(wc.name)
+            ch = _Channel(wc.name, self.max_batch)
             ch.pending = [entry(w, wc.name) for w in wc.pending]
             ch.cancelled = [entry(w, wc.name) for w in wc.cancelled]
             problem = _check_wire_channel(wc, ch)
@@ -752,6 +833,7 @@ class DispatchQueue:
             ch.backoff_until = wc.backoff_until
             self._strangers.hold(ch, [*ch.pending, *ch.cancelled])
             self._channels[ch.name] = ch
+            self._touch(ch)
         if len(snap.remembered) > REMEMBERED_IDS:
             raise corrupt("too many remembered ids")
         for event_id in snap.remembered:
@@ -793,22 +875,15 @@ def _state_of(ch: _Channel) -> ChannelState:
     )
 
 
-def _quiet_wait(ch: _Channel, now: float, settle: float, max_batch: int) -> float:
+def _quiet_wait(ch: _Channel, now: float, settle: float) -> float:
     """How long ``ch`` must still wait for quiet (0: it may flush).  A channel waits until
     its newest event was received ``settle`` seconds ago, but its oldest waiting event never
     waits more than ``SETTLE_LIMIT`` windows (a flood cannot hold it).  A retried set or a
     full batch does not wait; a ``now`` before the events (a clock stepped back) holds
-    nothing."""
-    if settle <= 0 or not ch.pending or ch.retry_size:
+    nothing.  O(1): it reads the channel's summary, never its events."""
+    if settle <= 0 or not ch.pending or ch.retry_size or ch.run >= ch.cap:
         return 0.0
-    head = ch.pending[0].key
-    run = 1
-    while run < len(ch.pending) and run < max_batch and ch.pending[run].key == head:
-        run += 1
-    if run >= max_batch:
-        return 0.0
-    received = [e.queued.received_at for e in ch.pending]
-    quiet, held, limit = now - max(received), now - min(received), SETTLE_LIMIT * settle
+    quiet, held, limit = now - ch.newest, now - ch.oldest, SETTLE_LIMIT * settle
     if not 0 <= quiet < settle or not 0 <= held < limit:
         return 0.0
     return min(settle - quiet, limit - held)

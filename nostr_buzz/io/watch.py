@@ -61,8 +61,9 @@ __all__ = [
 #: load the bot).
 STATE_DB: Final = "bot.sqlite3"
 FEED_FILE: Final = "diagnostics.jsonl"
-#: The bot's schema version (``PRAGMA user_version``) this reader understands.
-_SCHEMA_VERSION: Final = 1
+#: The bot's schema versions (``PRAGMA user_version``) this reader understands: the columns it
+#: reads are the same in both (2 only changed how ``queued`` rows are ordered on disk).
+_SCHEMA_VERSIONS: Final = (1, 2)
 _TABLES: Final = frozenset({"meta", "queued", "channels", "outbox"})
 
 
@@ -208,11 +209,12 @@ def _check_schema(db: sqlite3.Connection, database: Path) -> None:
     tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if not tables >= _TABLES:
         raise StateDirError("not_a_bot", f"{database} is not a bot's database (no bot tables)")
-    if version != _SCHEMA_VERSION:
+    if version not in _SCHEMA_VERSIONS:
         raise StateDirError(
             "not_a_bot",
             f"{database} has schema version {version}; this buzz watch reads "
-            f"{_SCHEMA_VERSION} (use the nostr-buzz that runs the bot)",
+            f"{_SCHEMA_VERSIONS[0]} to {_SCHEMA_VERSIONS[-1]} "
+            "(use the nostr-buzz that runs the bot)",
         )
 
 

@@ -42,7 +42,8 @@ def test_make_bench_runs_every_row() -> None:
         assert row in out, f"row {row!r} missing"
     for peer in ("nostr-sdk", "pynostr", "raw coincurve"):
         assert re.search(rf"^\s+{re.escape(peer)}\s+[\d.]+\s+[\d.]+x$", out, re.M), peer
-    assert len(re.findall(r"^bot intake .* events/s in one burst$", out, re.M)) == 2
+    assert len(re.findall(r"^bot intake .* events/s in one burst$", out, re.M)) == 3
+    assert re.search(r"^bot memory per pending event, [\d,]+ pending: [\d,]+ bytes", out, re.M)
     assert re.search(r"^mention → prompt on loopback, instant agent \(n=3\): p50 \d+ ms", out, re.M)
     for relays in ("clean", "bad"):  # the WAN rows: the bot and its nostr-sdk peer
         for who in ("thread reply, bot", "private message, bot", "thread reply, nostr-sdk peer"):

@@ -176,3 +176,30 @@ async def test_a_refused_gift_wrap_is_opened_once_not_again_on_reconnect_or_rest
     assert sum(1 for reason, _ in reasons if reason == "own_event") == 1
     # The owner's message was answered once, in the first run only.
     assert len(rec.of("turn_started")) == 1 and rec2.of("turn_started") == []
+
+
+async def test_a_flood_costs_the_worker_a_look_per_window_not_one_per_event(world: World) -> None:
+    # Each mention arrives on its own (its own step of the bot's loop), well within the window
+    # of the one before: each holds the channel past the look the worker has planned, so the
+    # worker is not woken for it (docs/queue.md, "Cost at depth"); the burst is still one turn.
+    config = world.config(coalesce_window=1.5)
+    rec = Recorder()
+    root = world.message(world.owner, "a thread")
+    burst = [world.message(world.owner, f"part {i}", reply_to=root) for i in range(40)]
+    looks = 0
+    async with serving(config, rec) as plugin:
+        flush_next = plugin.queue.flush_next
+
+        def counted(now: float, *, settle: float = 0.0) -> object:
+            nonlocal looks
+            looks += 1
+            return flush_next(now, settle=settle)
+
+        plugin.queue.flush_next = counted  # type: ignore[method-assign,assignment]
+        for event in burst:  # 20 ms apart: one at a time, 0.8 s in all, well within the window
+            await publish([world.relay.url], [event])
+            await asyncio.sleep(0.02)
+        started = await rec.wait(lambda r: r.of("turn_started"), timeout=60, what="the turn")
+        until_turn = looks
+    assert set(started[0].payload["triggeringEventIds"]) == {e.id for e in burst}
+    assert until_turn < len(burst) / 2  # a look per planned wake (every 0.5 s at most)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from nostr_buzz.bot.checkpoint import COMMITS
 from nostr_buzz.bot.config import Shard
 from nostr_buzz.bot.intake import Gate, refusal_scope
 from nostr_buzz.bot.state import (
@@ -90,6 +92,57 @@ def test_an_admitted_event_costs_constant_writes_and_a_duplicate_none(tmp_path: 
     again = msg(ALICE, 1000, channel="c0")
     assert q.push(again, now=700.0).duplicate
     assert store.changes == before
+
+
+def test_the_log_is_checkpointed_by_a_thread_every_few_hundred_commits(tmp_path: Path) -> None:
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    database = tmp_path / STATE_DB
+    empty = database.stat().st_size
+    for n in range(COMMITS):  # outside an event loop each push commits at once
+        push(store, q, msg(ALICE, 1000 + n, channel=f"c{n % 3}"), float(n))
+    store.checkpoints.join()
+    assert store.checkpoints.runs == 1
+    # The rows reached the database file, far before SQLite's own checkpoint would have run.
+    assert database.stat().st_size > empty
+    store.close()
+    assert BotStore(tmp_path).load_queue().pending("c0") == len(range(0, COMMITS, 3))
+
+
+def test_a_version_1_database_has_its_queue_rows_moved_into_write_order(tmp_path: Path) -> None:
+    # Version 1 kept the queue's rows in id order (WITHOUT ROWID); what it held is kept.
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    events = [msg(ALICE, 1000 + n, channel=f"c{n % 2}") for n in range(6)]
+    for n, event in enumerate(events):
+        push(store, q, event, float(n))
+    batch = q.flush_next(10.0)
+    assert batch is not None
+    q.requeue_cancelled(batch, "interrupt")
+    store.sync_channel(q, batch.channel)
+    store.close()
+    db = sqlite3.connect(tmp_path / STATE_DB)
+    db.executescript(
+        """
+        ALTER TABLE queued RENAME TO v2; DROP INDEX queued_channel;
+        CREATE TABLE queued (id TEXT PRIMARY KEY, channel TEXT NOT NULL, seq INTEGER NOT NULL,
+            event TEXT NOT NULL, prompt_tag TEXT NOT NULL, received_at REAL NOT NULL,
+            cancelled_ord INTEGER) WITHOUT ROWID;
+        CREATE INDEX queued_channel ON queued (channel, seq);
+        INSERT INTO queued SELECT id, channel, seq, event, prompt_tag, received_at, cancelled_ord
+            FROM v2;
+        DROP TABLE v2; PRAGMA user_version=1;
+        """
+    )
+    db.close()
+    reopened = BotStore(tmp_path)
+    assert state_of(reopened.load_queue()) == state_of(q)
+    reopened.close()
+    db = sqlite3.connect(tmp_path / STATE_DB)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    sql = db.execute("SELECT sql FROM sqlite_master WHERE name = 'queued'").fetchone()[0]
+    assert "WITHOUT ROWID" not in sql and db.execute("SELECT count(n) FROM queued").fetchone()[0]
+    db.close()
 
 
 def test_remembered_ids_are_capped_and_restored(tmp_path: Path) -> None:

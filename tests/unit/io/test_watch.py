@@ -101,7 +101,7 @@ def test_what_is_not_a_bots_state_directory_is_refused_with_its_reason(tmp_path:
     assert db_reason(b"not a database at all, just text" * 10) == "not_a_bot"
     assert db_reason("CREATE TABLE notes (x);") == "not_a_bot"
     newer = "CREATE TABLE meta(a); CREATE TABLE queued(a); CREATE TABLE channels(a); "
-    newer += "CREATE TABLE outbox(a); PRAGMA user_version=2;"
+    newer += "CREATE TABLE outbox(a); PRAGMA user_version=3;"
     assert db_reason(newer) == "not_a_bot"
     db = tmp_path / "linked"
     db.mkdir(mode=0o700)
