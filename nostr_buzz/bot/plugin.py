@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from nostr_buzz.agent import InProcessAgent
 from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
+from nostr_buzz.core.session_key import keyer
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError, StateError
 from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
@@ -75,7 +76,8 @@ class BuzzPlugin:
         )
         self._gate = intake.gate_of(config)
         self._known_agents: set[str] = set(config.agents)
-        self.queue = DispatchQueue()  # replaced by the stored one at start()
+        # Keyed by session scope (docs/bot.md, "Session scope"); the stored one at start().
+        self.queue = DispatchQueue(channel_of=keyer(config.session_scope))
         self._position: int | None = None
         self._commands: deque[str] = deque(maxlen=REMEMBERED_COMMANDS)
         # A first start serves what arrives from its creation on (nothing older is replayed).
@@ -129,6 +131,7 @@ class BuzzPlugin:
             owner=self.config.owner.hex,
             max_stranger_channels=self.config.max_stranger_channels,
             opened=await _open_stored(store, self.config.signer),
+            channel_of=self.queue.channel_of,
         )
         self._position = store.position()
         self.private_floor = _floor(self._position, self._first_since, self.config.clock_skew)
@@ -308,7 +311,7 @@ class BuzzPlugin:
             self.store.record_push(self.queue, queued, result.dropped, self._position)
         if not result.accepted:
             return False
-        await self._runner.react(decision.channel, event, prompt_tag)
+        await self._runner.react(self.queue.channel_of(event), event, prompt_tag)
         self._wake.set()
         return True
 
