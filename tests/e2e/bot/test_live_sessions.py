@@ -13,15 +13,19 @@ continued (``session/resume``), not opened anew.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from pathlib import Path
 
+from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.event import Event
+from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import open_metric_event
+from tests.support.bot_world import Recorder, World
 from tests.support.buzz_process import Lines, run_bot
 from tests.support.events import chat
 from tests.support.keys import AGENT, OWNER
@@ -143,3 +147,24 @@ async def test_a_thousand_channels_never_hold_more_than_max_live_sessions_at_the
     [c0_again] = [r for r in replies if nip10.thread_ref(r).root == again.id]
     assert c0_again.content.startswith(f"answer {resumed['sid']} #2")  # its earlier turn held
     assert growth < IDLE_GROWTH_LIMIT_KB, f"{growth} KiB for {CHANNELS - FIRST} idle channels"
+
+
+async def test_a_closed_session_leaves_nothing_in_the_driver(world: World) -> None:
+    """In process, the driver's own tables: a closed session's state machine and usage
+    counters go with it, so they never hold more than ``max_live`` sessions."""
+    agent = LiveAgent(world.tmp, {})
+    rec = Recorder()
+    config = world.config(agent_command=sys.executable, agent_args=agent.args, max_live_sessions=2)
+    async with BuzzPlugin(config, on_diagnostic=rec) as bot:
+        for i in range(6):
+            await bot.handle_event(world.say(f"hello {i}", channel=f"c{i}"))
+            await rec.kind("turn_completed", i + 1)
+        driver = bot.supervisor.driver
+        assert isinstance(driver, AgentDriver)
+        assert len(bot.supervisor.sessions) == 2
+        assert len(driver.hub.sessions) == 2 and len(driver.hub.wakes) == 2
+        assert len(driver.usage._sessions) == 2
+    assert agent.most_open() == 2
+    closed = rec.of("session_closed")
+    assert [r.channel_id for r in closed] == ["c0", "c1", "c2", "c3"]
+    assert all(r.payload["sessionClose"] for r in closed)

@@ -80,3 +80,41 @@ async def test_a_strangers_words_in_one_thread_leave_the_owners_tools_in_another
     assert said[0] == ("rejected", human)
     assert said[1] == (("approved", None) if ran else ("rejected", human))
     assert said[2] == ("rejected", human)
+
+
+async def test_the_owners_new_ends_a_threads_session_in_a_thread_and_every_one_at_the_top(
+    world: World,
+) -> None:
+    agent = LiveAgent(world.tmp, {})
+    rec = Recorder()
+    config = world.config(
+        agent_command=sys.executable, agent_args=agent.args, session_scope="thread"
+    )
+    replies: list[str] = []
+
+    async def turn(bot: BuzzPlugin, text: str, reply_to: object = None) -> None:
+        count = len(rec.of("turn_completed")) + 1
+        await bot.handle_event(world.say(text, reply_to=reply_to))  # type: ignore[arg-type]
+        await rec.kind("turn_completed", count)
+
+    async with BuzzPlugin(config, on_diagnostic=rec) as bot:
+        a, b = world.say("thread a"), world.say("thread b")
+        for event in (a, b):
+            await bot.handle_event(event)
+        await rec.kind("turn_completed", 2)
+        await bot.handle_event(world.say("!new", reply_to=a))  # in thread a: a's session ends
+        await turn(bot, "a again", a)
+        await turn(bot, "b again", b)
+        await bot.handle_event(world.say("!new"))  # at the channel's top level: every thread
+        await turn(bot, "b once more", b)
+    texts = await world.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
+    replies = [t.content for t in sorted(texts, key=lambda e: e.created_at)]
+    numbered = sorted(r.split(" ")[2] for r in replies)
+    assert numbered == ["#1", "#1", "#1", "#1", "#2"]  # only b's second turn continued
+    assert len(agent.records("session/new")) == 4
+    assert {r["sid"] for r in agent.records("session/new")} == {
+        "sess-1",
+        "sess-2",
+        "sess-3",
+        "sess-4",
+    }
