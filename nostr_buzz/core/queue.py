@@ -2,7 +2,9 @@
 
 Pure: no clock, no I/O.  Callers pass ``now`` (seconds, any monotonic-ish number) and, for the
 retry jitter, an RNG.  Events are queued per channel and batched at the authority boundary
-``(actor, destination)``; a channel runs at most one batch at a time.
+``(actor, destination)``; a channel runs at most one batch at a time.  A channel is an opaque
+key: :func:`~nostr_buzz.nips.nip10.queue_channel` unless the caller gives ``channel_of`` (the
+bot's session scope, :mod:`nostr_buzz.core.session_key`).
 
 Choices where docs/queue.md is silent or ambiguous (each also noted where it applies):
 
