@@ -8,12 +8,15 @@ are in flight at once, and asks for a tool named in the prompt; the relay is a r
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
 
 from nostr_buzz.bot import BuzzPlugin
+from nostr_buzz.nips import nip10
 from tests.support.bot_world import Recorder, World
+from tests.support.events import chat
 from tests.support.live_agent import LiveAgent
 
 
@@ -118,3 +121,31 @@ async def test_the_owners_new_ends_a_threads_session_in_a_thread_and_every_one_a
         "sess-3",
         "sess-4",
     }
+
+
+async def test_a_direct_threads_turn_names_the_real_channel_to_the_model_and_the_metric(
+    world: World,
+) -> None:
+    # An author's public notes are a direct channel with threads: the key is {dm-…}/{root},
+    # but the envelope, its manifest and the metric name the channel itself (so buzz audit
+    # derives the same channel from the signed event).
+    agent = LiveAgent(world.tmp, {})
+    rec = Recorder()
+    config = world.config(
+        agent_command=sys.executable,
+        agent_args=agent.args,
+        session_scope="thread",
+        kinds=(9, 14, 1),
+    )
+    note = chat(
+        world.owner, world.clock, content="a note", channel=None, kind=1, mention=world.agent
+    )
+    direct = nip10.direct_channel(world.owner.public_key.hex)
+    async with BuzzPlugin(config, on_diagnostic=rec) as bot:
+        await bot.handle_event(note)
+        await rec.kind("turn_completed")
+        [metric] = await world.metrics(1)
+    assert [r.payload["outcome"] for r in rec.of("turn_completed")] == ["success"]
+    [delivery] = rec.of("prompt_context_delivery")
+    assert f"{direct}/" not in json.dumps(delivery.payload)
+    assert metric.channel_id == direct and delivery.channel_id == direct
