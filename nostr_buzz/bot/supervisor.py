@@ -221,7 +221,9 @@ class AgentSupervisor:
         self._diagnostics.emit(kind, payload=payload, **(ids or {}))
 
     def _channel_of(self, session_id: str) -> str | None:
-        return next((c for c, s in self.sessions.items() if s.start.session_id == session_id), None)
+        keys = (k for k, s in self.sessions.items() if s.start.session_id == session_id)
+        key = next(keys, None)
+        return channel_of(key) if key is not None else None
 
     def is_known_session(self, session_id: str | None) -> bool:
         return any(s.start.session_id == session_id for s in self.sessions.values())
