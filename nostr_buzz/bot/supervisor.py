@@ -199,6 +199,8 @@ class AgentSupervisor:
         self.sessions: dict[str, ChannelSession] = {}
         self.live = LiveSessions(config.max_live_sessions)
         self._turns = turns
+        #: Sessions let go but perhaps still open at the agent (:meth:`_close_abandoned`).
+        self._abandoned: list[str] = []
         #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
         #: for the driver's diagnostics.
         self._locate = turns.locate if turns is not None else lambda _: None
@@ -305,6 +307,7 @@ class AgentSupervisor:
             self.forget(queue_channel, session, receipts)
             session = None
         if session is None:
+            await self._close_abandoned()
             await self.live.closed(queue_channel)
             async with self.live.slot(self.sessions, self._busy, self._close_idle):
                 session = await self._open(queue_channel, channel_id, receipts)
@@ -325,6 +328,17 @@ class AgentSupervisor:
             start = await self.driver.new_session(self._cwd, standing_text(standing))
             session = self._session(start, standing)
         return session
+
+    async def _close_abandoned(self) -> None:
+        """Sessions the bot let go (after a cancel, a retirement, the owner's ``!new``) are
+        closed at the agent and forgotten by the driver once no turn runs in them, so they
+        neither stay open at the agent nor in the bot's memory."""
+        for session_id in list(self._abandoned):
+            if session_id not in self._abandoned or self._locate(session_id) is not None:
+                continue  # closed meanwhile by another opener, or its turn is still ending
+            self._abandoned.remove(session_id)
+            if not self.is_known_session(session_id):  # an agent may reuse an id
+                await self.driver.close_session(session_id)
 
     def _busy(self, queue_channel: str) -> bool:
         """A turn runs in the key's session: it is not closed to make room."""
@@ -430,6 +444,7 @@ class AgentSupervisor:
         receipt goes (inside the caller's transaction)."""
         if self.sessions.get(queue_channel) is session:
             del self.sessions[queue_channel]
+            self._abandoned.append(session.start.session_id)
             self.live.notify()
             if receipts is not None:
                 receipts.drop(queue_channel)
@@ -443,6 +458,7 @@ class AgentSupervisor:
 
     def _lost_all(self) -> None:
         self.sessions.clear()
+        self._abandoned.clear()  # they died with the process
         self.live.notify()
 
 

@@ -375,7 +375,8 @@ class AgentDriver:
         """Release an idle session (docs/bot.md, "Live sessions"): ``session/close`` where
         advertised (whether it was sent), and all the driver kept of it forgotten; a later
         :meth:`reopen_session` continues it where the agent can."""
-        sent = await agent_open.close(self._request, self._info if self.alive else None, session_id)
+        wire = self.alive and self.usable(session_id)  # a retired one was closed already
+        sent = await agent_open.close(self._request, self._info if wire else None, session_id)
         self.hub.forget(session_id)
         return sent
 

@@ -31,6 +31,8 @@ from tests.support.events import chat
 from tests.support.keys import AGENT, OWNER
 from tests.support.live_agent import LiveAgent
 from tests.support.relays import RunningRelay
+from tests.support.scripted_agent import USAGE, Scripted
+from tests.support.waits import wait_for
 
 MAX_LIVE = 16
 FIRST, CHANNELS = 200, 1000
@@ -167,3 +169,29 @@ async def test_a_closed_session_leaves_nothing_in_the_driver(world: World) -> No
     closed = rec.of("session_closed")
     assert [r.channel_id for r in closed] == ["c0", "c1", "c2", "c3"]
     assert all(r.payload["sessionClose"] for r in closed)
+
+
+async def test_a_session_the_owner_cancelled_is_closed_at_the_agent_and_leaves_the_driver(
+    world: World,
+) -> None:
+    """Cancelled, it is never prompted again; before the next session opens it is closed
+    (``session/close``) and the driver forgets it, instead of staying open for good."""
+    caps = {"loadSession": False, "sessionCapabilities": {"close": {}}}
+    agent = Scripted(
+        world.tmp,
+        {"turns": [{"then": "wait"}, {"usage": USAGE}], "numbered_sessions": True, "caps": caps},
+    )
+    rec = Recorder()
+    config = world.config(agent_command=sys.executable, agent_args=agent.args)
+    async with BuzzPlugin(config, on_diagnostic=rec) as bot:
+        await bot.handle_event(world.say("a long task"))
+        await wait_for(lambda: agent.requests("session/prompt"), "the prompt")
+        await bot.handle_event(world.say("nostr:npub1xyz !cancel"))
+        await rec.kind("turn_completed")
+        await bot.handle_event(world.say("next"))
+        await rec.kind("turn_completed", 2)
+        driver = bot.supervisor.driver
+        assert isinstance(driver, AgentDriver)
+        assert list(driver.hub.sessions) == ["sess-2"]
+    assert [r["params"]["sessionId"] for r in agent.requests("session/close")] == ["sess-1"]
+    assert [r.payload["outcome"] for r in rec.of("turn_completed")] == ["cancelled", "success"]
