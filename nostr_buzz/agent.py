@@ -47,8 +47,9 @@ class AgentTurn:
     ``sections`` are the compiled sections (each one ``text`` block of an ACP
     ``session/prompt``); ``system`` is the session's standing text on its first turn (again on
     the next one while no turn of the session has returned), else None; ``session_id`` is the
-    bot's session (a new one after a cancel or a restart), ``channel`` the queue channel the
-    turn answers.
+    bot's session (a new one after a cancel or a restart; one per thread under ``[sessions]
+    scope = "thread"``), ``channel`` the queue channel the turn answers (the channel itself,
+    never a thread's key).
     """
 
     sections: tuple[str, ...]

@@ -28,6 +28,7 @@ from nostr_buzz.core.choices import (
     InFlightPolicy,
     Permissions,
     ReplyMode,
+    SessionScope,
     check_choice,
     refuse_choice,
 )
@@ -199,6 +200,22 @@ class BudgetSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     action: BudgetAction = "warn"
 
 
+#: ``[sessions] max_live``'s default: agent sessions kept open at once (docs/bot.md, "Live
+#: sessions").
+DEFAULT_MAX_LIVE: Final = 64
+
+
+class SessionsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """``[sessions]``: what an agent session serves and how many stay open (docs/bot.md)."""
+
+    # "channel": one session per channel; "thread": one per thread of a channel (its root),
+    # so threads run side by side; a private conversation is one session either way.
+    scope: SessionScope = "channel"
+    # Agent sessions open at once: the least recently used idle one is closed (its receipt
+    # kept) when another must open; its next turn continues it where the agent can.
+    max_live: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = DEFAULT_MAX_LIVE
+
+
 class ContextSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """``[context]``: standing context files (paths relative to the config file)."""
 
@@ -247,6 +264,7 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     private: PrivateSection = msgspec.field(default_factory=PrivateSection)
     outbox: OutboxSection = msgspec.field(default_factory=OutboxSection)
     budget: BudgetSection = msgspec.field(default_factory=BudgetSection)
+    sessions: SessionsSection = msgspec.field(default_factory=SessionsSection)
     context: ContextSection = msgspec.field(default_factory=ContextSection)
 
     def __repr__(self) -> str:

@@ -31,6 +31,7 @@ from nostr_buzz.core.budget import (
     with_owner_note,
     with_owner_notes,
 )
+from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
@@ -180,7 +181,7 @@ class BudgetGate:
         sender = events[-1].pubkey
         told = self.first_notice(f"stop:{sender}:{decision.period}", decision.until or 0.0)
         payload = {**_report(decision), "eventIds": [e.id for e in events], "notified": told}
-        self.diagnostics.emit("budget_stopped", channel_id=channel, payload=payload)
+        self.diagnostics.emit("budget_stopped", channel_id=channel_of(channel), payload=payload)
         return told
 
     def change(self, content: str) -> list[str] | None:

@@ -12,6 +12,7 @@ from typing import Final, cast
 import msgspec
 
 from nostr_buzz.config import (
+    DEFAULT_MAX_LIVE,
     DEFAULT_REPLY_BYTES,
     ConfigSources,
     check_channels,
@@ -20,7 +21,13 @@ from nostr_buzz.config import (
     state_directory,
 )
 from nostr_buzz.core.budget import CAP_NAMES, Caps
-from nostr_buzz.core.choices import AuthorGate, InFlightPolicy, Permissions, ReplyMode
+from nostr_buzz.core.choices import (
+    AuthorGate,
+    InFlightPolicy,
+    Permissions,
+    ReplyMode,
+    SessionScope,
+)
 from nostr_buzz.core.gate import Shard, shard_of
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
@@ -60,6 +67,8 @@ _AS_IN_FILE: Final = {
     "hard_timeout": "timeouts.hard",
     "max_recipients": "private.max_recipients",
     "give_up_after": "outbox.give_up_after",
+    "session_scope": "sessions.scope",
+    "max_live_sessions": "sessions.max_live",
 }
 
 
@@ -156,6 +165,12 @@ class PluginConfig:
     #: UTF-8 bytes of the agent's text a reply keeps (``[agent] max_reply_bytes``); the rest
     #: is dropped as it streams in, and the reply ends with a notice of the cut.
     max_reply_bytes: int = DEFAULT_REPLY_BYTES
+    #: What keys an agent session and the queue (``[sessions] scope``): ``channel``, or
+    #: ``thread`` (a thread's root with its channel; docs/bot.md, "Session scope").
+    session_scope: SessionScope = "channel"
+    #: Agent sessions open at once (``[sessions] max_live``): the least recently used idle one
+    #: is closed when another must open (docs/bot.md, "Live sessions").
+    max_live_sessions: int = DEFAULT_MAX_LIVE
 
     def __post_init__(self) -> None:
         self._check_values()
@@ -255,6 +270,8 @@ class PluginConfig:
             give_up_after=file.outbox.give_up_after,
             local_relays=file.outbox.local_relays,
             budget=Caps(**msgspec.structs.asdict(file.budget)),
+            session_scope=file.sessions.scope,
+            max_live_sessions=file.sessions.max_live,
         )
 
 

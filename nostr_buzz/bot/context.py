@@ -143,7 +143,8 @@ class ContextResolver:
             [*events, *cancelled, *kept_events],
             nip10.channel(newest),
             newest.pubkey,
-            direct=(batch.channel, direct_channel_type(newest)),
+            # The real channel, whatever the session scope keys the batch by.
+            direct=(nip10.queue_channel(newest), direct_channel_type(newest)),
         )
         start = session.start
         turn_input = TurnInput(

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from nostr_buzz.agent import InProcessAgent
 from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
+from nostr_buzz.core.session_key import keyer
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError, StateError
 from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
@@ -77,7 +78,8 @@ class BuzzPlugin:
         )
         self._gate = intake.gate_of(config)
         self._known_agents: set[str] = set(config.agents)
-        self.queue = DispatchQueue()  # replaced by the stored one at start()
+        # Keyed by session scope (docs/bot.md, "Session scope"); the stored one at start().
+        self.queue = DispatchQueue(channel_of=keyer(config.session_scope))
         self._position: int | None = None
         self._commands: deque[str] = deque(maxlen=REMEMBERED_COMMANDS)
         # A first start serves what arrives from its creation on (nothing older is replayed).
@@ -132,6 +134,7 @@ class BuzzPlugin:
             owner=self.config.owner.hex,
             max_stranger_channels=self.config.max_stranger_channels,
             opened=await _open_stored(store, self.config.signer),
+            channel_of=self.queue.channel_of,
         )
         self._position = store.position()
         self.private_floor = _floor(self._position, self._first_since, self.config.clock_skew)
@@ -309,8 +312,9 @@ class BuzzPlugin:
             self.store.record_push(self.queue, queued, result.dropped, self._position)
         if not result.accepted:
             return False
-        await self._runner.react(decision.channel, event, prompt_tag)
-        self._runner.admitted(decision.channel, now)
+        key = self.queue.channel_of(event)  # the queue's: a thread's under scope = "thread"
+        await self._runner.react(key, event, prompt_tag)
+        self._runner.admitted(key, now)
         return True
 
     async def _obey(self, decision: intake.Command, event: Event) -> None:

@@ -1,5 +1,6 @@
-"""Session receipts: what a restarted bot needs to continue each queue channel's agent session
-(docs/bot.md, "Sessions that survive a restart").
+"""Session receipts: what a restarted bot needs to continue each queue key's agent session
+(docs/bot.md, "Sessions that survive a restart"; a key is a channel, or a thread of one under
+``[sessions] scope = "thread"``), and what continues a session closed to keep ``max_live``.
 
 A receipt is written, durably, before each prompt goes to the agent: the agent's session id,
 which agent (name and version) holds it, how its standing context travelled and the standing
@@ -20,6 +21,7 @@ from typing import Final, Literal
 import msgspec
 
 from nostr_buzz.acp.types import ReopenMethod, StandingStrategy
+from nostr_buzz.core.session_key import THREAD_SEPARATOR
 from nostr_buzz.core.turn_input import Standing
 
 from .state_table import StateTable
@@ -119,6 +121,14 @@ class SessionReceipts(StateTable):
 
     def drop(self, channel: str) -> None:
         self._exec("DELETE FROM sessions WHERE channel = ?", (channel,))
+
+    def drop_channel(self, channel: str) -> None:
+        """Every receipt of ``channel``: its own and its threads' (``{channel}/{root}``)."""
+        prefix = channel + THREAD_SEPARATOR
+        self._exec(
+            "DELETE FROM sessions WHERE channel = ? OR substr(channel, 1, ?) = ?",
+            (channel, len(prefix), prefix),
+        )
 
 
 def _bounded(receipt: SessionReceipt) -> SessionReceipt:

@@ -64,7 +64,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Final, NamedTuple
 
@@ -464,7 +464,7 @@ class BotStore:
                 "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, NULL)",
                 (
                     event.id,
-                    nip10.queue_channel(event),
+                    queue.channel_of(event),
                     queue.next_seq - 1,
                     _stored_json(event),
                     queued.prompt_tag,
@@ -541,35 +541,20 @@ class BotStore:
         owner: str | None = None,
         max_stranger_channels: int | None = None,
         opened: Mapping[str, Event] | None = None,
+        channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> DispatchQueue:
         """The queue rebuilt from the rows (batches that were running are back in front);
         ``owner`` and ``max_stranger_channels`` as :class:`DispatchQueue` takes them;
-        ``opened``: the private messages of :meth:`queued_wraps`, by wrap id."""
+        ``opened``: the private messages of :meth:`queued_wraps`, by wrap id; ``channel_of``:
+        each event's key (the session scope's, docs/bot.md "Session scope"): a row filed under
+        another key (the scope changed) moves to its key now."""
         meta: dict[str, tuple[int, int, str | None, int, float | None]] = {}
         for name, size, count, reason, cancelled_count, until in self._exec(
             "SELECT name, retry_size, retry_count, cancel_reason, cancelled_count, "
             "backoff_until FROM channels"
         ):
             meta[str(name)] = (int(size), int(count), reason, int(cancelled_count), until)
-        pending: dict[str, list[StoredEvent]] = {}
-        cancelled: dict[str, list[tuple[int, StoredEvent]]] = {}
-        moved: dict[str, _Move] = {}  # rows an earlier version filed under another channel
-        for event_id, channel, seq, text, tag, received, ord_ in self._exec(
-            "SELECT id, channel, seq, event, prompt_tag, received_at, cancelled_ord "
-            "FROM queued ORDER BY channel, seq"
-        ):
-            try:
-                event = self._load_event(text, opened or {})
-            except (InvalidEvent, Nip59Error) as exc:
-                raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
-            stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
-            if nip10.queue_channel(event) != channel:
-                moved[str(event_id)] = _Move(channel, nip10.queue_channel(event), ord_ is None)
-                pending.setdefault(nip10.queue_channel(event), []).append(stored)
-            elif ord_ is None:
-                pending.setdefault(channel, []).append(stored)
-            else:
-                cancelled.setdefault(channel, []).append((int(ord_), stored))
+        pending, cancelled, moved = self._queued_rows(opened or {}, channel_of)
         _reroute(moved.values(), meta, pending, cancelled)
         states = []
         for name in {*pending, *cancelled, *meta}:
@@ -604,6 +589,7 @@ class BotStore:
                 max_attempts=max_attempts,
                 owner=owner,
                 max_stranger_channels=max_stranger_channels,
+                channel_of=channel_of,
             )
         except QueueError as exc:
             raise StateError(f"the bot state {self.path} is inconsistent: {exc}") from None
@@ -624,6 +610,35 @@ class BotStore:
                 {m.filed for m in moved.values()} | {m.to for m in moved.values()}
             ):
                 self._sync(queue, channel)
+
+    def _queued_rows(
+        self, opened: Mapping[str, Event], channel_of: Callable[[Event], str]
+    ) -> tuple[
+        dict[str, list[StoredEvent]], dict[str, list[tuple[int, StoredEvent]]], dict[str, _Move]
+    ]:
+        """The queued rows by key: pending, cancelled (with their order), and the rows filed
+        under another key than their event's now (an earlier version's, or another scope's)."""
+        pending: dict[str, list[StoredEvent]] = {}
+        cancelled: dict[str, list[tuple[int, StoredEvent]]] = {}
+        moved: dict[str, _Move] = {}
+        for event_id, channel, seq, text, tag, received, ord_ in self._exec(
+            "SELECT id, channel, seq, event, prompt_tag, received_at, cancelled_ord "
+            "FROM queued ORDER BY channel, seq"
+        ):
+            try:
+                event = self._load_event(text, opened)
+            except (InvalidEvent, Nip59Error) as exc:
+                raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
+            stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
+            key = channel_of(event)
+            if key != channel:
+                moved[str(event_id)] = _Move(channel, key, ord_ is None)
+                pending.setdefault(key, []).append(stored)
+            elif ord_ is None:
+                pending.setdefault(channel, []).append(stored)
+            else:
+                cancelled.setdefault(channel, []).append((int(ord_), stored))
+        return pending, cancelled, moved
 
     def queued_wraps(self) -> list[Event]:
         """The gift wraps of the queued private messages, to open before :meth:`load_queue`."""
@@ -750,7 +765,8 @@ def _reroute(
     cancelled: dict[str, list[tuple[int, StoredEvent]]],
 ) -> None:
     """Rows move to the channel their event belongs in now (an earlier version queued private
-    messages in the author's ``dm-`` channel, with the public notes), where they are pending,
+    messages in the author's ``dm-`` channel, with the public notes; the session scope changed
+    between ``channel`` and ``thread``), where they are pending,
     in push order.  A channel a pending event left may have lost part of its retry set: the
     set, its attempts and backoff are dropped (the events run again); one left without stored
     cancelled events loses its cancel reason; one left empty, its row."""

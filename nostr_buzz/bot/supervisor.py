@@ -1,4 +1,6 @@
-"""Agent supervision: one ACP agent process, its sessions (one per channel), and restarts.
+"""Agent supervision: one ACP agent process, its sessions (one per queue key: a channel, or a
+thread under ``[sessions] scope = "thread"``), at most ``max_live`` of them open (:mod:`.live`),
+and restarts.
 
 On start, a process group that a previous run left behind when it was killed outright is
 ended first (:mod:`nostr_buzz.io.agent_group`); each agent start records its group, and a
@@ -34,6 +36,7 @@ from nostr_buzz.agent import InProcessAgent
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
+from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import AgentError, BuzzError
 from nostr_buzz.io.agent_driver import AgentDriver, reject_always
@@ -49,6 +52,7 @@ from nostr_buzz.io.inprocess import InProcessDriver, load_agent
 from nostr_buzz.nips import nip10
 
 from .config import PluginConfig
+from .live import LiveSessions, touch
 from .privacy import AGENT_TEXT_KINDS, agent_error_class, private_driver_payload
 from .receipts import SessionReceipt, SessionReceipts, resume_refusal
 
@@ -103,6 +107,8 @@ class TurnLookup(Protocol):
     ) -> PermissionDecision | Awaitable[PermissionDecision]: ...
 
     def locate(self, adapter_session_id: str) -> dict[str, str | None] | None: ...
+
+    def __contains__(self, queue_channel: object) -> bool: ...  # a turn runs there
 
 
 @dataclass
@@ -192,7 +198,12 @@ class AgentSupervisor:
                 channel_of=self._channel_of,
                 max_reply_bytes=config.max_reply_bytes,
             )
-        self.sessions: dict[str, ChannelSession] = {}  # by queue channel
+        #: By queue key, least recently used first (:func:`.live.touch`).
+        self.sessions: dict[str, ChannelSession] = {}
+        self.live = LiveSessions(config.max_live_sessions)
+        self._turns = turns
+        #: Sessions let go but perhaps still open at the agent (:meth:`_close_abandoned`).
+        self._abandoned: list[str] = []
         #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
         #: for the driver's diagnostics.
         self._locate = turns.locate if turns is not None else lambda _: None
@@ -215,7 +226,9 @@ class AgentSupervisor:
         self._diagnostics.emit(kind, payload=payload, **(ids or {}))
 
     def _channel_of(self, session_id: str) -> str | None:
-        return next((c for c, s in self.sessions.items() if s.start.session_id == session_id), None)
+        keys = (k for k, s in self.sessions.items() if s.start.session_id == session_id)
+        key = next(keys, None)
+        return channel_of(key) if key is not None else None
 
     def is_known_session(self, session_id: str | None) -> bool:
         return any(s.start.session_id == session_id for s in self.sessions.values())
@@ -264,7 +277,7 @@ class AgentSupervisor:
                             await self._stopping.wait()
                     if self._closed:
                         return
-                self.sessions.clear()  # sessions died with the process
+                self._lost_all()  # sessions died with the process
                 try:
                     info = await self.driver.restart()
                 except BuzzError as exc:
@@ -288,7 +301,7 @@ class AgentSupervisor:
         conversation or an author's direct channel, which get the configured files only)."""
         if not self.driver.alive:
             await self.ensure_agent()
-        session = self.sessions.get(queue_channel)
+        session = touch(self.sessions, queue_channel)
         if session is not None and not self.driver.usable(session.start.session_id):
             # Retired after a failed turn, or a cancel it did not survive: never prompted again.
             self._diagnostics.emit(
@@ -296,7 +309,20 @@ class AgentSupervisor:
             )
             self.forget(queue_channel, session, receipts)
             session = None
-        if session is None and receipts is not None:
+        if session is None:
+            await self._close_abandoned()
+            await self.live.closed(queue_channel)
+            async with self.live.slot(self.sessions, self._busy, self._close_idle):
+                session = await self._open(queue_channel, channel_id, receipts)
+                self.sessions[queue_channel] = session
+        return session
+
+    async def _open(
+        self, queue_channel: str, channel_id: str | None, receipts: SessionReceipts | None
+    ) -> ChannelSession:
+        """The session of the key's receipt continued, else a new one."""
+        session = None
+        if receipts is not None:
             session = await self._continued(queue_channel, receipts)
         if session is None:
             standing = self.config.standing
@@ -304,8 +330,32 @@ class AgentSupervisor:
                 standing = await self._standing_for(channel_id)
             start = await self.driver.new_session(self._cwd, standing_text(standing))
             session = self._session(start, standing)
-        self.sessions[queue_channel] = session
         return session
+
+    async def _close_abandoned(self) -> None:
+        """Sessions the bot let go (after a cancel, a retirement, the owner's ``!new``) are
+        closed at the agent and forgotten by the driver once no turn runs in them, so they
+        neither stay open at the agent nor in the bot's memory."""
+        for session_id in list(self._abandoned):
+            if session_id not in self._abandoned or self._locate(session_id) is not None:
+                continue  # closed meanwhile by another opener, or its turn is still ending
+            self._abandoned.remove(session_id)
+            if not self.is_known_session(session_id):  # an agent may reuse an id
+                await self.driver.close_session(session_id)
+
+    def _busy(self, queue_channel: str) -> bool:
+        """A turn runs in the key's session: it is not closed to make room."""
+        return self._turns is not None and queue_channel in self._turns
+
+    async def _close_idle(self, queue_channel: str, session: ChannelSession) -> None:
+        """Close an idle session to keep ``max_live`` (docs/bot.md, "Live sessions"); its
+        receipt stays, so its next turn continues it where the agent can."""
+        session_id = session.start.session_id
+        sent = await self.driver.close_session(session_id)
+        payload = {"adapterSessionId": session_id, "reason": "max_live", "sessionClose": sent}
+        self._diagnostics.emit(
+            "session_closed", channel_id=channel_of(queue_channel), payload=payload
+        )
 
     @property
     def continues_sessions(self) -> bool:
@@ -360,7 +410,7 @@ class AgentSupervisor:
             payload = {"adapterSessionId": receipt.session_id, "reason": why}
             self._diagnostics.emit(
                 "session_not_resumed",
-                channel_id=queue_channel,
+                channel_id=channel_of(queue_channel),
                 payload={**payload, **({"error": error} if error else {})},
             )
             return None
@@ -371,12 +421,20 @@ class AgentSupervisor:
         return session
 
     def end_session(self, queue_channel: str, receipts: SessionReceipts | None = None) -> None:
-        """The owner's ``!new``: the channel's session is never prompted or continued again."""
+        """The owner's ``!new``: the key's session is never prompted or continued again."""
         session = self.sessions.get(queue_channel)
         if session is not None:
             self.forget(queue_channel, session, receipts)
         elif receipts is not None:
             receipts.drop(queue_channel)
+
+    def end_channel(self, channel: str, receipts: SessionReceipts | None = None) -> None:
+        """The owner's ``!new`` at a channel's top level under ``thread`` scope: every
+        thread's session of ``channel`` ends (docs/bot.md, "Session scope")."""
+        for key in [k for k in self.sessions if channel_of(k) == channel]:
+            self.end_session(key, receipts)
+        if receipts is not None:
+            receipts.drop_channel(channel)
 
     def forget(
         self,
@@ -389,6 +447,8 @@ class AgentSupervisor:
         receipt goes (inside the caller's transaction)."""
         if self.sessions.get(queue_channel) is session:
             del self.sessions[queue_channel]
+            self._abandoned.append(session.start.session_id)
+            self.live.notify()
             if receipts is not None:
                 receipts.drop(queue_channel)
 
@@ -396,8 +456,13 @@ class AgentSupervisor:
         """Account a turn's end; True when the agent must be restarted (it is gone)."""
         restart, self._failures = restart_accounting(result, self.driver.alive, self._failures)
         if restart:
-            self.sessions.clear()
+            self._lost_all()
         return restart
+
+    def _lost_all(self) -> None:
+        self.sessions.clear()
+        self._abandoned.clear()  # they died with the process
+        self.live.notify()
 
 
 def restart_accounting(result: TurnResult | None, alive: bool, failures: int) -> tuple[bool, int]:

@@ -59,6 +59,7 @@ from nostr_buzz.core.permission import (
     speakers,
 )
 from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
+from nostr_buzz.core.session_key import channel_of, thread_of
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import MetricError, QueueError
 from nostr_buzz.event import Event
@@ -165,7 +166,8 @@ class Turn:
         channel = nip10.channel(newest)
         return cls(
             batch=batch,
-            channel_id=channel or batch.channel,
+            # The real channel, whatever the session scope keys the batch by.
+            channel_id=channel or nip10.queue_channel(newest),
             channel_type="stream" if channel is not None else direct_channel_type(newest),
             turn_id=uuid.uuid4().hex,
         )
@@ -424,20 +426,28 @@ class TurnRunner:
     async def obey(self, command: Literal["cancel", "new", "budget"], event: Event) -> None:
         """The owner's ``!cancel`` (:meth:`cancel_for_owner`), ``!new`` (the channel's next turn
         opens a new agent session, with the standing context as it is then: a running turn
-        ends in the session it has) or ``!budget`` (:meth:`change_budget`)."""
-        channel = nip10.queue_channel(event)
+        ends in the session it has) or ``!budget`` (:meth:`change_budget`).  Under ``thread``
+        scope a command in a thread addresses that thread's session; one at a channel's top
+        level, every thread of the channel (docs/bot.md, "Session scope")."""
+        key = self.queue.channel_of(event)
+        whole = thread_of(key) == event.id  # a top-level command under thread scope
         if command == "budget":
             self.change_budget(event.content)
         elif command == "cancel":
-            await self.cancel_for_owner(channel)
+            await self.cancel_for_owner(key, whole)
+        elif whole:
+            self.supervisor.end_channel(channel_of(key), self.store.receipts)
         else:
-            self.supervisor.end_session(channel, self.store.receipts)
+            self.supervisor.end_session(key, self.store.receipts)
 
-    async def cancel_for_owner(self, channel: str) -> None:
-        """The owner's ``!cancel``: the running turn of its channel, else every running turn."""
+    async def cancel_for_owner(self, key: str, whole: bool = False) -> None:
+        """The owner's ``!cancel``: the running turn of its key (``whole``: of every thread of
+        its channel), else every running turn."""
         running = self.running
-        targets = [running[channel]] if channel in running else list(running.values())
-        for turn in targets:
+        targets = [running[key]] if key in running else []
+        if whole:
+            targets = [t for k, t in running.items() if channel_of(k) == channel_of(key)]
+        for turn in targets or list(running.values()):
             await self.cancel(turn, "owner")
 
     def change_budget(self, content: str) -> None:
@@ -494,6 +504,7 @@ class TurnRunner:
             turn.advance(Phase.SETTLED)
             if self.running.get(batch.channel) is turn:
                 del self.running[batch.channel]
+            self.supervisor.live.notify()  # its session is idle: it may be closed for room
             # Whatever the way out (a cancel before the prompt, a stop): no longer running.
             self.diagnostics.emit("turn_ended", **turn.ids.as_kwargs(), payload={})
             self._wake()
@@ -761,7 +772,7 @@ class TurnRunner:
             return []
         self.diagnostics.emit(
             "event_dead_lettered",
-            channel_id=dead.channel,
+            channel_id=channel_of(dead.channel),
             payload={"eventIds": [q.event.id for q in dead.events], "attempts": dead.attempts},
         )
         return [(dead.events[-1].event, dead_letter_notice(dead.attempts))]

@@ -18,6 +18,7 @@ import typer
 
 from nostr_buzz.cli.common import ConfigOption, one_line, sources
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
+from nostr_buzz.core.session_key import channel_of, thread_of
 from nostr_buzz.errors import StateDirError, StateError
 from nostr_buzz.nips import nip10
 
@@ -55,9 +56,13 @@ def _short_key(npub: str) -> str:
 
 
 def _channel(name: str | None) -> str:
-    """A queue channel for a person: a direct channel's key shortened."""
+    """A queue channel for a person: a direct channel's key shortened, and a thread's root
+    (``[sessions] scope = "thread"``: ``{channel}/{root}``) to its first 8 digits."""
     if name is None:
         return "?"
+    root = thread_of(name)
+    if root is not None:
+        return f"{_channel(channel_of(name))}/{root[:8]}…"
     for prefix in (nip10.PRIVATE_CHANNEL_PREFIX, nip10.DIRECT_CHANNEL_PREFIX):
         if name.startswith(prefix) and len(name) == len(prefix) + 64:
             return f"{prefix}{name[len(prefix) : len(prefix) + 8]}…"

@@ -24,6 +24,7 @@ __all__ = [
     "InFlightPolicy",
     "Permissions",
     "ReplyMode",
+    "SessionScope",
     "check_choice",
     "refuse_choice",
 ]
@@ -43,6 +44,10 @@ ReplyMode = Literal["auto", "agent"]
 #: Over a budget cap: tell the owner once per period, or run no turn until it ends.
 BudgetAction = Literal["warn", "stop"]
 
+#: What keys an agent session (and the queue): one per channel, or one per thread of a
+#: channel (its root with its channel; a private conversation stays one session).
+SessionScope = Literal["channel", "thread"]
+
 #: Every enumerated setting, by its dotted ``buzz.toml`` name, and its choices.
 CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
     "gate.mode": get_args(AuthorGate),
@@ -50,6 +55,7 @@ CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
     "agent.permissions": get_args(Permissions),
     "reply_mode": get_args(ReplyMode),
     "budget.action": get_args(BudgetAction),
+    "sessions.scope": get_args(SessionScope),
 }
 
 

@@ -2,7 +2,9 @@
 
 Pure: no clock, no I/O.  Callers pass ``now`` (seconds, any monotonic-ish number) and, for the
 retry jitter, an RNG.  Events are queued per channel and batched at the authority boundary
-``(actor, destination)``; a channel runs at most one batch at a time.
+``(actor, destination)``; a channel runs at most one batch at a time.  A channel is an opaque
+key: :func:`~nostr_buzz.nips.nip10.queue_channel` unless the caller gives ``channel_of`` (the
+bot's session scope, :mod:`nostr_buzz.core.session_key`).
 
 Choices where docs/queue.md is silent or ambiguous (each also noted where it applies):
 
@@ -36,7 +38,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, TypeGuard, get_args
 
@@ -360,6 +362,7 @@ class DispatchQueue:
         *,
         owner: str | None = None,
         max_stranger_channels: int | None = None,
+        channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> None:
         _check_limits(max_batch=max_batch, max_pending=max_pending, max_attempts=max_attempts)
         if not _is_finite_number(deadline) or deadline < 0:
@@ -372,6 +375,9 @@ class DispatchQueue:
         #: The actor whose events strangers' events never evict nor refuse (None: nobody).
         self.owner = owner
         self.max_stranger_channels = max_stranger_channels
+        #: An event's channel here: an opaque key the caller computes (the bot's session
+        #: scope, docs/bot.md "Session scope"); by default its queue channel.
+        self.channel_of = channel_of
         if rng is not None and not callable(getattr(rng, "uniform", None)):
             # Checked here, not at the first fail, where an AttributeError would escape.
             raise QueueError("rng must have a uniform(a, b) method, like random.Random")
@@ -398,7 +404,7 @@ class DispatchQueue:
         received_at = _check_now(now)
         if event.id in self._live or event.id in self._remembered_set:
             return PushResult(accepted=False, duplicate=True, dropped=[])
-        name = nip10.queue_channel(event)
+        name = _check_channel(self.channel_of(event))
         if self._strangers.refuses(name, event.pubkey):
             return PushResult(accepted=False, duplicate=False, dropped=[], refused=True)
         ch = self._channels.get(name)
@@ -757,12 +763,18 @@ class DispatchQueue:
         deadline: float = 7300,
         owner: str | None = None,
         max_stranger_channels: int | None = None,
+        channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> DispatchQueue:
         """A queue from exported channel states (what a store kept of
         :meth:`channel_state`), remembered ids (oldest first) and ``next_seq``; checked
         exactly like :meth:`restore`, so any inconsistency raises :class:`QueueError`."""
         limits = (max_batch, max_pending, max_attempts, deadline, rng)
-        q = cls(*limits, owner=owner, max_stranger_channels=max_stranger_channels)
+        q = cls(
+            *limits,
+            owner=owner,
+            max_stranger_channels=max_stranger_channels,
+            channel_of=channel_of,
+        )
         snap = _WireSnapshot(
             _SNAPSHOT_VERSION, next_seq, [_wire_channel(c) for c in channels], list(remembered)
         )
@@ -781,13 +793,19 @@ class DispatchQueue:
         deadline: float = 7300,
         owner: str | None = None,
         max_stranger_channels: int | None = None,
+        channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> DispatchQueue:
         """Rebuild a queue from :meth:`snapshot` output; the limits and owner are the caller's.
 
         Every event is verified again, and any inconsistency raises :class:`QueueError`.
         """
         limits = (max_batch, max_pending, max_attempts, deadline, rng)
-        q = cls(*limits, owner=owner, max_stranger_channels=max_stranger_channels)
+        q = cls(
+            *limits,
+            owner=owner,
+            max_stranger_channels=max_stranger_channels,
+            channel_of=channel_of,
+        )
         q._load(_read_snapshot(data))
         return q
 
@@ -803,7 +821,7 @@ class DispatchQueue:
 
         def entry(w: _WireEntry, channel: str) -> _Entry:
             ev = w.event
-            if nip10.queue_channel(ev) != channel:
+            if self.channel_of(ev) != channel:
                 raise corrupt(f"event {ev.id} is filed under the wrong channel")
             if ev.id in self._live:
                 raise corrupt(f"event {ev.id} appears twice")

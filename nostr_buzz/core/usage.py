@@ -206,6 +206,11 @@ class UsageTracker:
         if state.cost_baseline is None:
             state.cost_baseline = 0.0
 
+    def forget(self, session_id: str) -> None:
+        """The session was closed: its counters go (a continued session's baselines are unknown
+        until the agent reports again, as after a restart)."""
+        self._sessions.pop(session_id, None)
+
     def begin_turn(self, session_id: str) -> None:
         state = self._session(session_id)
         if not state.in_turn:

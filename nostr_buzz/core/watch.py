@@ -40,6 +40,7 @@ from nostr_buzz.core.budget import (
     with_owner_notes,
 )
 from nostr_buzz.core.delivery_state import RelayRecord, waiting
+from nostr_buzz.core.session_key import thread_of
 from nostr_buzz.nips import nip10, nip19
 
 __all__ = [
@@ -184,6 +185,9 @@ class ChannelView(msgspec.Struct, frozen=True, rename="camel"):
     oldest_age_seconds: float
     attempts: int
     backoff_seconds: float | None
+    #: The thread root a ``[sessions] scope = "thread"`` key names (``channel`` is the key,
+    #: ``{channel}/{root}``); None for a whole channel's queue.
+    thread: str | None = None
 
 
 class OutboxKindView(msgspec.Struct, frozen=True, rename="camel"):
@@ -446,6 +450,7 @@ def _channel_views(snapshot: StateSnapshot, in_flight: set[str], now: float) -> 
                 backoff_seconds=round(until - now, 3)
                 if until is not None and until > now
                 else None,
+                thread=thread_of(channel),
             )
         )
     return views

@@ -110,8 +110,6 @@ __all__ = [
     "reject_always",
 ]
 
-#: How long ``session/close`` of a retired session may take before it is given up.
-CLOSE_SESSION_TIMEOUT: Final = 5.0
 _WIRE_ERRORS: Final = (RequestError, ConnectionError, OSError, TimeoutError, ValidationError)
 
 
@@ -377,13 +375,16 @@ class AgentDriver:
     async def _retire(self, session_id: str) -> None:
         """Never prompt this session again; ``session/close`` it when the agent can."""
         self.hub.diagnostic("session_retired", session_id, {})
-        info = self._info
-        if info is not None and info.session_close and self.alive:
-            with contextlib.suppress(RequestError, ConnectionError, OSError, TimeoutError):
-                await asyncio.wait_for(
-                    self._request("session/close", {"sessionId": session_id}),
-                    CLOSE_SESSION_TIMEOUT,
-                )
+        await agent_open.close(self._request, self._info if self.alive else None, session_id)
+
+    async def close_session(self, session_id: str) -> bool:
+        """Release an idle session (docs/bot.md, "Live sessions"): ``session/close`` where
+        advertised (whether it was sent), and all the driver kept of it forgotten; a later
+        :meth:`reopen_session` continues it where the agent can."""
+        wire = self.alive and self.usable(session_id)  # a retired one was closed already
+        sent = await agent_open.close(self._request, self._info if wire else None, session_id)
+        self.hub.forget(session_id)
+        return sent
 
     # -- what the state machine asks for --------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Opening an ACP session: a new one (``session/new``), or one of an earlier agent process
 continued (``session/resume``, ``session/load``) — docs/acp-adapters.md, "Sessions that survive
-a restart".
+a restart" — and closing one (``session/close``, where advertised).
 
 Both put the session in the mode that asks the client before a tool runs
 (docs/acp-adapters.md, "Permission modes") and deliver the standing context by the strategy
@@ -11,6 +11,8 @@ session it stores); legacy delivery put it in the first prompt, which the histor
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -22,11 +24,13 @@ from nostr_buzz.acp.profiles import GOOSE_SYSTEM_PROMPT
 from nostr_buzz.acp.types import AgentInfo, ReopenMethod, StandingStrategy
 from nostr_buzz.errors import AgentError
 
-__all__ = ["Opened", "Request", "open_new", "reopen"]
+__all__ = ["CLOSE_SESSION_TIMEOUT", "Opened", "Request", "close", "open_new", "reopen"]
 
 #: ``request(method, params)``: one JSON-RPC request to the agent, bounded in time.
 Request = Callable[[str, dict[str, Any]], Awaitable[Any]]
 _TRANSPORT: Final = (RequestError, ConnectionError, OSError, TimeoutError)
+#: How long ``session/close`` may take before it is given up.
+CLOSE_SESSION_TIMEOUT: Final = 5.0
 _WIRE_ERRORS: Final = (*_TRANSPORT, ValidationError)
 
 #: (the session's id, how its standing context travelled, the permission mode it is in).
@@ -106,3 +110,16 @@ async def reopen(
         ) from None
     mode = await _asking_mode(request, session_id, raw if isinstance(raw, dict) else {})
     return session_id, await _goose_standing(request, session_id, standing, strategy), mode
+
+
+async def close(request: Request, info: AgentInfo | None, session_id: str) -> bool:
+    """``session/close`` where the agent advertises ``sessionCapabilities.close`` (bounded in
+    time, any failure ignored: the session is never prompted again either way); whether it
+    was sent."""
+    if info is None or not info.session_close:
+        return False
+    with contextlib.suppress(*_TRANSPORT):
+        await asyncio.wait_for(
+            request("session/close", {"sessionId": session_id}), CLOSE_SESSION_TIMEOUT
+        )
+    return True

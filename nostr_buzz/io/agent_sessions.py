@@ -87,6 +87,15 @@ class SessionHub:
             self.wakes[session_id] = asyncio.Event()
         return session
 
+    def forget(self, session_id: str) -> None:
+        """Everything kept of an idle session goes (it was closed), its usage counters too: a
+        continued session's baselines are unknown until the agent reports, as after a restart."""
+        for table in (self.sessions, self.wakes, self.prompts, self.on_fact, self._unread):
+            table.pop(session_id, None)
+        self.split.pop(session_id, None)
+        self.replaying.discard(session_id)
+        self.usage.forget(self.key(session_id))
+
     def key(self, session_id: str) -> str:
         """The usage tracker's key of a session of the current agent process.
 

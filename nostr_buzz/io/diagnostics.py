@@ -80,6 +80,9 @@ DiagnosticKind = (
         "agent_restarted",
         "agent_restart_failed",
         "session_replaced",
+        # {adapterSessionId, reason: "max_live", sessionClose}: an idle session closed to
+        # keep [sessions] max_live (sessionClose: session/close was sent); its receipt stays
+        "session_closed",
         # {adapterSessionId, reason, error?}: a new session instead (a private channel's error:
         # its class only, bot/privacy.py)
         "session_not_resumed",

@@ -251,6 +251,12 @@ class InProcessDriver:
         """An in-process agent keeps no conversation of its own to compact."""
         return 0
 
+    async def close_session(self, session_id: str) -> bool:
+        """Forget an idle session (docs/bot.md, "Live sessions"); nothing continues it: its
+        channel's next turn opens a new one.  No ``session/close`` was sent (False)."""
+        self._sessions.pop(session_id, None)
+        return False
+
     # -- turns ----------------------------------------------------------------------------
 
     async def turn(self, session_id: str, sections: Sequence[str]) -> AsyncIterator[Fact]:

@@ -134,9 +134,10 @@ def run_bot(
     agent: SecretKey,
     owner: SecretKey,
     cwd: Path,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """``buzz run`` with ``agent``'s key for ``owner`` on ``relay`` (stdout and stderr piped,
-    unbuffered); the caller ends it."""
+    unbuffered; ``env``: more ``BUZZ_*`` settings); the caller ends it."""
     return subprocess.Popen(
         [*BUZZ, "run", "--agent", agent_command, "--state-dir", str(state_dir)],
         bufsize=0,
@@ -148,6 +149,7 @@ def run_bot(
                 "BUZZ_RELAYS": relay,
                 "BUZZ_PRIVATE_KEY": agent.hex,
                 "BUZZ_OWNER": owner.public_key.bech32,
+                **(env or {}),
             }
         ),
         cwd=cwd,

@@ -32,6 +32,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "agent.permissions": ("permissions", "Owner"),
     "reply_mode": ("reply_mode", "automatic"),
     "budget.action": ("budget", "halt"),
+    "sessions.scope": ("session_scope", "Thread"),
 }
 
 

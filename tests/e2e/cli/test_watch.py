@@ -154,6 +154,7 @@ async def test_watch_shows_the_running_turn_and_the_queue_while_a_slow_agent_run
                     "oldestAgeSeconds": view["queue"][0]["oldestAgeSeconds"],
                     "attempts": 0,
                     "backoffSeconds": None,
+                    "thread": None,
                 }
             ]
             assert view["agent"]["name"] == "buzz-demo-agent" and not view["agent"]["exited"]

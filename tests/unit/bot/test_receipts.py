@@ -83,3 +83,20 @@ def test_an_unreadable_receipt_means_a_new_session(tmp_path: Path) -> None:
 
 def _fields(receipt: SessionReceipt) -> dict[str, Any]:
     return {f: getattr(receipt, f) for f in receipt.__struct_fields__}
+
+
+def test_a_channels_top_level_new_drops_its_threads_receipts_and_no_one_elses(
+    tmp_path: Path,
+) -> None:
+    # Channel ids may hold "_" and "-": a LIKE pattern would let "e_g" reach "eng"'s threads.
+    store = BotStore(tmp_path / "state")
+    keys = ["eng", "eng/" + "a" * 64, "eng/" + "b" * 64, "eng2/" + "c" * 64, "e_g", "e_g/x"]
+    for key in keys:
+        store.receipts.begin_turn(key, RECEIPT)
+    with store.transaction():
+        store.receipts.drop_channel("e_g")
+    assert [k for k in keys if store.receipts.get(k) is not None] == keys[:4]
+    with store.transaction():
+        store.receipts.drop_channel("eng")
+    assert [k for k in keys if store.receipts.get(k) is not None] == ["eng2/" + "c" * 64]
+    store.close()

@@ -20,6 +20,7 @@ from nostr_buzz.bot.state import (
     BotStore,
 )
 from nostr_buzz.core.queue import REMEMBERED_IDS, DispatchQueue, QueuedEvent
+from nostr_buzz.core.session_key import keyer
 from nostr_buzz.errors import StateError
 from nostr_buzz.event import Event
 from nostr_buzz.io.outbox import Outbox
@@ -368,3 +369,18 @@ def test_a_refusal_scope_is_the_gates_whole_configuration() -> None:
     ]
     scopes = {refusal_scope(replace(base, **c)) for c in changes}  # type: ignore[arg-type]
     assert scope not in scopes and len(scopes) == len(changes)
+
+
+def test_a_changed_session_scope_moves_the_stored_events_to_their_keys(tmp_path: Path) -> None:
+    store = BotStore(tmp_path)
+    q = store.load_queue()
+    first, second = msg(ALICE, 100), msg(BOB, 101)
+    reply = msg(BOB, 102, thread=first.id)
+    for i, event in enumerate((first, second, reply)):
+        push(store, q, event, float(i))
+    store.close()
+    by_thread = BotStore(tmp_path).load_queue(channel_of=keyer("thread"))
+    assert sorted(by_thread.channel_names()) == sorted([f"room/{first.id}", f"room/{second.id}"])
+    assert by_thread.pending(f"room/{first.id}") == 2
+    back = BotStore(tmp_path).load_queue()  # and back to one queue per channel
+    assert back.channel_names() == ["room"] and back.pending("room") == 3

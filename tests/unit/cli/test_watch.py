@@ -123,3 +123,14 @@ def test_a_state_directory_that_is_not_a_bots_is_refused_with_its_exit_code(
     empty.chmod(0o770)
     code, out, err = buzz(capsys, "watch", "--once", "--state-dir", str(empty))
     assert (code, out) == (1, "") and "may be written by group or others" in err
+
+
+def test_a_threads_queue_is_shown_by_its_channel_and_root() -> None:
+    # [sessions] scope = "thread": each thread queues apart, under {channel}/{root}.
+    key = "eng/" + "ab" * 32
+    snapshot = StateSnapshot(queued=(QueuedRow(EVENT, key, ALICE.public_key.hex, T0, False),))
+    text = screen(FeedSummary(), snapshot)
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines()]
+    assert ["eng/abababab…", "1", "0", "0", "1 min 15 s", "-"] in rows
+    view = watch_view(snapshot, FeedSummary(), moment=Moment(T0, "now", "d"), state_dir="/s")
+    assert [(c.channel, c.thread) for c in view.queue] == [(key, "ab" * 32)]

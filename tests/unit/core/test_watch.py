@@ -247,7 +247,7 @@ def test_the_once_json_has_the_documented_schema() -> None:
     ]  # fmt: skip
     assert doc["queue"] == [
         {"channel": "eng", "pending": 0, "inFlight": 1, "cancelled": 0,
-         "oldestAgeSeconds": 10.0, "attempts": 0, "backoffSeconds": None},
+         "oldestAgeSeconds": 10.0, "attempts": 0, "backoffSeconds": None, "thread": None},
     ]  # fmt: skip
     assert doc["outbox"]["kinds"][0] == {
         "kind": 9, "name": "reply", "pending": 1, "oldestAgeSeconds": 10.0, "attempts": 0,
