@@ -396,7 +396,7 @@ async def _command(plugin: BuzzPlugin, decision: intake.Command, event: Event, n
         await plugin._obey(decision, event)  # refused and reported by the approvals
         return True
     kind = intake.command_kind(decision, event)
-    last = plugin.store.last_command(kind) if kind is not None else None
+    last = plugin.store.owner_commands.last(kind) if kind is not None else None
     floor = plugin._first_since - int(plugin.config.clock_skew)
     stale = "command_not_newer" if event.id in plugin._commands else None
     stale = stale or intake.stale_command(event, last, floor)

@@ -89,6 +89,11 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 
 from .budget_table import BUDGET_SCHEMA, BudgetTable
 from .checkpoint import Checkpointer
+from .owner_commands import (
+    OWNER_COMMANDS_SCHEMA,
+    REMEMBERED_COMMAND_KINDS,
+    OwnerCommands,
+)
 from .receipts import RECEIPTS_SCHEMA, SessionReceipts
 
 __all__ = [
@@ -103,8 +108,6 @@ __all__ = [
 STATE_DB: Final = "bot.sqlite3"
 #: The owner's obeyed command ids remembered (a replay after a restart is not obeyed again).
 REMEMBERED_COMMANDS: Final = 100
-#: Kinds of owner command whose last obeyed one is kept (``owner_commands``), the newest.
-REMEMBERED_COMMAND_KINDS: Final = 1_000
 #: Refused gift wraps remembered (each kind of refusal: unopenable, refused by the gate).
 REMEMBERED_REFUSALS: Final = 10_000
 #: What earlier versions kept in the state directory: the queue snapshot, the position and
@@ -166,11 +169,6 @@ CREATE TABLE IF NOT EXISTS remembered (
     UNIQUE (kind, id)
 );
 CREATE INDEX IF NOT EXISTS remembered_kind ON remembered (kind, n);
-CREATE TABLE IF NOT EXISTS owner_commands (
-    kind       TEXT PRIMARY KEY,       -- what the command is ordered against (command_kind)
-    created_at INTEGER NOT NULL,       -- the last obeyed command of that kind
-    id         TEXT NOT NULL
-) WITHOUT ROWID;
 """
 
 
@@ -211,11 +209,14 @@ class BotStore:
                     f"the bot state {self.path} has schema version {version}; this nostr-buzz "
                     f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
                 )
-            self._db.executescript(_SCHEMA + RECEIPTS_SCHEMA + BUDGET_SCHEMA)
+            self._db.executescript(
+                _SCHEMA + RECEIPTS_SCHEMA + BUDGET_SCHEMA + OWNER_COMMANDS_SCHEMA
+            )
             self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
             self.outbox = Outbox(self.path, rng=outbox_rng, connection=self._db)
             self.receipts = SessionReceipts(self._exec, self.transaction)
             self.budget = BudgetTable(self._exec, self.transaction)
+            self.owner_commands = OwnerCommands(self._exec, self.transaction)
         except sqlite3.Error as exc:
             self._db.close()
             raise StateError(f"cannot open the bot state {self.path}: {exc}") from None
@@ -359,32 +360,16 @@ class BotStore:
         ).fetchall()
         return [str(r[0]) for r in reversed(rows)]
 
-    def last_command(self, kind: str) -> tuple[int, str] | None:
-        """``(created_at, id)`` of the owner's last obeyed command of ``kind``
-        (:func:`~nostr_buzz.bot.intake.command_kind`), if any is kept."""
-        row = self._exec(
-            "SELECT created_at, id FROM owner_commands WHERE kind = ?", (kind,)
-        ).fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
-
     def remember_command(self, event: Event, kind: str | None, position: int) -> None:
         """The owner's command ``event`` is obeyed: its id is remembered and it is the last of
         its ``kind`` (None: an approval, which has none; the newest
-        :data:`REMEMBERED_COMMAND_KINDS` kinds are kept), committed before it takes effect."""
+        :data:`REMEMBERED_COMMAND_KINDS` kinds are kept, ``.owner_commands``), committed
+        before it takes effect."""
         with self.transaction(durable=True):
             self._remember([event.id], "command", REMEMBERED_COMMANDS)
             self.save_position(position)
-            if kind is None:
-                return
-            self._exec(
-                "INSERT OR REPLACE INTO owner_commands (kind, created_at, id) VALUES (?, ?, ?)",
-                (kind, event.created_at, event.id),
-            )
-            self._exec(
-                "DELETE FROM owner_commands WHERE kind NOT IN (SELECT kind FROM owner_commands "
-                "ORDER BY created_at DESC, id DESC LIMIT ?)",
-                (REMEMBERED_COMMAND_KINDS,),
-            )
+            if kind is not None:
+                self.owner_commands.record(event, kind)
 
     def remember_handled(self, event_id: str, position: int) -> None:
         """An event handled without a turn (an earlier run answered it, ``bot/recall.py``):

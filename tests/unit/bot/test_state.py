@@ -171,8 +171,8 @@ def test_commands_are_remembered_with_the_position(tmp_path: Path) -> None:
     again = BotStore(tmp_path)
     assert again.commands() == [e.id for e in commands[5:]]
     assert again.position() == 154
-    assert again.last_command("budget:daily_usd") == (154, commands[-1].id)
-    assert again.last_command("budget:monthly_usd") is None
+    assert again.owner_commands.last("budget:daily_usd") == (154, commands[-1].id)
+    assert again.owner_commands.last("budget:monthly_usd") is None
 
 
 def test_the_last_command_of_each_kind_is_kept_for_the_newest_kinds(tmp_path: Path) -> None:
@@ -181,8 +181,8 @@ def test_the_last_command_of_each_kind_is_kept_for_the_newest_kinds(tmp_path: Pa
         store.remember_command(chat(ALICE, 1_000 + i, content="!new"), f"new:c{i}", 1_000 + i)
     count = store._exec("SELECT count(*) FROM owner_commands").fetchone()[0]
     assert count == REMEMBERED_COMMAND_KINDS
-    assert store.last_command("new:c0") is None  # the oldest kinds went first
-    assert store.last_command(f"new:c{REMEMBERED_COMMAND_KINDS + 2}") is not None
+    assert store.owner_commands.last("new:c0") is None  # the oldest kinds went first
+    assert store.owner_commands.last(f"new:c{REMEMBERED_COMMAND_KINDS + 2}") is not None
 
 
 def test_a_database_without_the_owner_commands_table_opens_and_gets_it(tmp_path: Path) -> None:
@@ -194,9 +194,9 @@ def test_a_database_without_the_owner_commands_table_opens_and_gets_it(tmp_path:
     db.commit()
     db.close()
     store = BotStore(tmp_path)
-    assert store.last_command("shutdown") is None
+    assert store.owner_commands.last("shutdown") is None
     store.remember_command(chat(ALICE, 5, content="!shutdown"), "shutdown", 5)
-    assert store.last_command("shutdown") is not None
+    assert store.owner_commands.last("shutdown") is not None
 
 
 def test_files_of_an_earlier_version_are_imported_once(tmp_path: Path) -> None:
