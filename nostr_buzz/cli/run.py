@@ -280,17 +280,7 @@ def _run(
 
     overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
     if agent is not None:
-        if overrides["agent.command"] is not None or overrides["agent.args"]:
-            raise CliFailure(
-                ExitCode.BAD_INPUT, "give --agent, or --agent-command with --agent-arg, not both"
-            )
-        try:
-            words = shlex.split(agent)
-        except ValueError as exc:
-            raise CliFailure(ExitCode.BAD_INPUT, f"--agent: {exc}") from None
-        if not words:
-            raise CliFailure(ExitCode.BAD_INPUT, '--agent: the command is empty (e.g. "goose acp")')
-        overrides["agent.command"], overrides["agent.args"] = words[0], words[1:]
+        overrides["agent.command"], overrides["agent.args"] = _agent_words(agent, overrides)
     try:
         parsed_shard = parse_shard(shard) if shard is not None else None
         cfg: ConfigSources = sources(config, overrides)
@@ -348,6 +338,21 @@ def _run(
     except (RelayError, SignerError) as exc:
         raise CliFailure(ExitCode.NETWORK, str(exc)) from None
     note("buzz: stopped")
+
+
+def _agent_words(agent: str, overrides: dict[str, Any]) -> tuple[str, list[str]]:
+    """``--agent``'s command line as the command and its arguments."""
+    if overrides["agent.command"] is not None or overrides["agent.args"]:
+        raise CliFailure(
+            ExitCode.BAD_INPUT, "give --agent, or --agent-command with --agent-arg, not both"
+        )
+    try:
+        words = shlex.split(agent)
+    except ValueError as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"--agent: {exc}") from None
+    if not words:
+        raise CliFailure(ExitCode.BAD_INPUT, '--agent: the command is empty (e.g. "goose acp")')
+    return words[0], words[1:]
 
 
 def _check_command_line(agent_user: str | None, overrides: dict[str, Any]) -> None:
