@@ -50,7 +50,6 @@ from nostr_buzz.core.compaction import standing_redelivered
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, standing_text
 from nostr_buzz.core.context import direct_channel_type
 from nostr_buzz.core.ledger import TurnLedger
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.permission import (
     PermissionDecision,
     Policy,
@@ -64,6 +63,7 @@ from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import MetricError, QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome

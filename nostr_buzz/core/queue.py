@@ -62,11 +62,11 @@ from nostr_buzz.core.queue_types import DeadLetter as DeadLetter
 from nostr_buzz.core.queue_types import PushResult as PushResult
 from nostr_buzz.core.queue_types import QueuedEvent as QueuedEvent
 from nostr_buzz.core.queue_types import StoredEvent as StoredEvent
-from nostr_buzz.core.text import is_utf8_encodable
 from nostr_buzz.core.turn_input import CancelReason as CancelReason  # re-exported
 from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.nips import nip10
+from nostr_buzz.text.unicode import is_utf8_encodable
 
 _REASONS: Final = get_args(CancelReason)
 _OUTCOMES: Final = ("injected", "started_new_turn", "failed")

@@ -22,9 +22,9 @@ from typing import IO, Any, Final, Literal
 
 import msgspec
 
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.errors import SECRET_HINT, looks_secret
 from nostr_buzz.io.filemodes import open_private, read_private
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [
