@@ -6,6 +6,7 @@ output or files; a back end that is stuck never holds a turn, and the bot still 
 
 from __future__ import annotations
 
+import ast
 import json
 import signal
 import subprocess
@@ -304,3 +305,27 @@ def test_telemetry_settings_are_checked_and_never_show_the_credentials(tmp_path:
     helped = buzz("run", "--help", env={"COLUMNS": "200"})
     assert "--telemetry-headers" in helped.stdout.decode()
     assert json.dumps(SECRET) not in helped.stdout.decode()
+
+
+def test_the_bot_without_telemetry_never_imports_opentelemetry() -> None:
+    def loaded(code: str) -> list[str]:
+        listing = "print([m for m in sys.modules if 'opentelemetry' in m or m.endswith('otel')])"
+        done = subprocess.run(
+            [sys.executable, "-c", f"import sys\n{code}\n{listing}"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        return list(ast.literal_eval(done.stdout.strip()))
+
+    assert loaded("import nostr_buzz, nostr_buzz.bot.telemetry, nostr_buzz.core.telemetry") == []
+    # A bot without [telemetry] loads neither the SDK nor the exporter (the ACP library may
+    # load the OpenTelemetry API for its own spans, which go nowhere unless the host says).
+    bot = loaded(
+        "from nostr_buzz import BuzzPlugin\n"
+        "from tests.support.keys import offline_config\n"
+        "offline_config()"
+    )
+    assert [m for m in bot if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))] == []
+    assert "nostr_buzz.io.otel" not in bot
