@@ -23,12 +23,11 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from nostr_buzz.core.telemetry import (
     PermissionSeen,
     SteerSeen,
-    Telemetry,
     TurnBegan,
     TurnEnded,
     TurnSink,
@@ -43,9 +42,16 @@ if TYPE_CHECKING:
     from nostr_buzz.event import Event
     from nostr_buzz.io.diagnostics import DiagnosticsFeed
 
+    from .config import PluginConfig
     from .outputs import TurnIds
+    from .supervisor import AgentSupervisor
 
 __all__ = ["TurnTelemetry", "conversation_key", "open_telemetry"]
+
+
+class _Identified(Protocol):
+    turn_id: str
+
 
 #: The key of private conversations' ids, in the state directory.
 KEY_FILE: Final = "telemetry.key"
@@ -115,8 +121,9 @@ class TurnTelemetry:
         self._call("on_steer", turn_id, seen)
 
     def permission(
-        self, turn_id: str, request: PermissionRequest, decision: PermissionDecision
+        self, turn: _Identified, request: PermissionRequest, decision: PermissionDecision
     ) -> None:
+        turn_id = turn.turn_id
         if self.sink is None or turn_id not in self._began:
             return
         seen = PermissionSeen(
@@ -240,33 +247,30 @@ def conversation_key(state_dir: Path) -> bytes:
 
 
 def open_telemetry(
-    telemetry: Telemetry | None,
+    config: PluginConfig,
     diagnostics: DiagnosticsFeed,
-    *,
-    state_dir: Path,
-    agent_id: str,
-    agent_name: Callable[[], str],
-    request_model: str | None,
-    in_process: bool,
+    supervisor: AgentSupervisor,
     clock: Callable[[], float],
 ) -> TurnTelemetry:
-    """The runner's telemetry: the OpenTelemetry sink when ``telemetry`` is set (its SDK
+    """The runner's telemetry: the OpenTelemetry sink when ``config.telemetry`` is set (its SDK
     imported only then), else one that does nothing."""
+    telemetry = config.telemetry
     if telemetry is None:
         return TurnTelemetry(None)
+    from nostr_buzz.io.inprocess import InProcessDriver
     from nostr_buzz.io.otel import OtelSink
 
     sink = OtelSink(
         telemetry,
-        agent_id=agent_id,
-        agent_name=agent_name,
-        request_model=request_model,
-        in_process=in_process,
+        agent_id=config.signer.public_key.hex,
+        agent_name=lambda: supervisor.harness,
+        request_model=config.model,
+        in_process=isinstance(supervisor.driver, InProcessDriver),
     )
     return TurnTelemetry(
         sink,
         diagnostics,
-        key=conversation_key(state_dir),
+        key=conversation_key(config.state_dir),
         export_content=telemetry.export_content,
         clock=clock,
     )

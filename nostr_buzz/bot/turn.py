@@ -64,7 +64,6 @@ from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import MetricError, QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
-from nostr_buzz.io.inprocess import InProcessDriver
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome
@@ -374,19 +373,8 @@ class TurnRunner:
         #: The running turn of each queue channel.
         self.running = running
         self.budget = BudgetGate(config, store.budget, delivery, diagnostics, clock)
-        self.telemetry = open_telemetry(
-            config.telemetry,
-            diagnostics,
-            state_dir=config.state_dir,
-            agent_id=config.signer.public_key.hex,
-            agent_name=lambda: supervisor.harness,
-            request_model=config.model,
-            in_process=isinstance(supervisor.driver, InProcessDriver),
-            clock=clock,
-        )
-        running.decided = lambda turn, request, decision: self.telemetry.permission(
-            turn.turn_id, request, decision
-        )
+        self.telemetry = open_telemetry(config, diagnostics, supervisor, clock)
+        running.decided = self.telemetry.permission  # each decision, for the turn's span
         # A hold of an earlier run was decided under the caps of then: decided again now.
         release_holds(self.budget, queue, store)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -189,7 +190,9 @@ def test_a_failed_turn_names_its_error_type_and_steers_and_permissions_are_told(
     tel = telemetry(sink)
     tel.started("t1", "room", [chat(OWNER)])
     request = PermissionRequest("sess", "rm -rf /", "execute", "call-1", True)
-    tel.permission("t1", request, PermissionDecision(False, "policy_rejects"))
+    tel.permission(
+        SimpleNamespace(turn_id="t1"), request, PermissionDecision(False, "policy_rejects")
+    )
     tel.steer("t1", chat(OWNER), "failed")
     failed = payload("t1", "failed", "timeout")
     tel.committed(TurnIds("room", None, "t1"), "room", failed, None, None)
