@@ -370,13 +370,28 @@ def _check_public_key(value: str, where: str) -> None:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+#: The variable of ``[telemetry] headers`` (credentials of the telemetry back end).
+ENV_TELEMETRY_HEADERS: Final = "BUZZ_TELEMETRY_HEADERS"
+
+
+def _guarded_variables(key_env: str | None) -> dict[str, str]:
+    """Variables the agent must never be passed, and what each holds."""
+    guarded = {
+        ENV_PRIVATE_KEY: "the bot's secret key",
+        ENV_TELEMETRY_HEADERS: "telemetry credentials",
+    }
+    if key_env:
+        guarded[key_env] = "the bot's secret key"
+    return guarded
+
+
 def _check_agent(config: BuzzConfig, where: str) -> None:
     """The agent never gets the bot's key, and its user is a plain user name."""
-    key_variables = {ENV_PRIVATE_KEY} | ({config.key_env} if config.key_env else set())
+    guarded = _guarded_variables(config.key_env)
     for name in config.agent.pass_env:
-        if name in key_variables:
+        if name in guarded:
             raise ConfigError(
-                f"{where}: agent.pass_env names {name}, which holds the bot's secret key: the "
+                f"{where}: agent.pass_env names {name}, which holds {guarded[name]}: the "
                 "agent must never get it"
             )
     for name, value in config.agent.env.items():
@@ -918,11 +933,11 @@ class ConfigSources:
     def pass_env(self, flags: Sequence[str] = ()) -> tuple[str, ...]:
         """``[agent] pass_env`` plus every ``--pass-env`` name (in order, without repeats)."""
         extra = parse_env_names(flags, source="--pass-env")  # the file's: checked on load
-        key_env = self.file.key_env
+        guarded = _guarded_variables(self.file.key_env)
         for name in extra:
-            if name in (ENV_PRIVATE_KEY, key_env):
+            if name in guarded:
                 raise ConfigError(
-                    f"--pass-env: {name} holds the bot's secret key: the agent must never get it"
+                    f"--pass-env: {name} holds {guarded[name]}: the agent must never get it"
                 )
         return tuple(dict.fromkeys((*self.file.agent.pass_env, *extra)))
 

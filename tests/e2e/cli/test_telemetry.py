@@ -301,6 +301,24 @@ def test_telemetry_settings_are_checked_and_never_show_the_credentials(tmp_path:
     err = done.stderr.decode()
     assert done.returncode == 1 and "telemetry.headers" in err and "chmod 600" in err, err
     assert SECRET not in err
+    # On the command line, readable by the agent's own user: refused with [agent] user.
+    config.unlink()
+    done = buzz(
+        "run",
+        "--agent",
+        DEMO,
+        "--agent-user",
+        "nobody",
+        "--telemetry-endpoint",
+        "http://127.0.0.1:9",
+        "--telemetry-headers",
+        f"Authorization={SECRET}",
+        env=base,
+        cwd=str(tmp_path),
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "--telemetry-headers puts the bot's telemetry" in err, err
+    assert SECRET not in err
     # The help says to keep the credentials off the command line.
     helped = buzz("run", "--help", env={"COLUMNS": "200"})
     assert "--telemetry-headers" in helped.stdout.decode()

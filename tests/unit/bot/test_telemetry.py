@@ -86,6 +86,17 @@ def test_telemetry_values_are_checked_naming_the_field_never_the_credential(
     assert SECRET not in str(refused.value)
 
 
+def test_the_agent_is_never_passed_the_telemetry_credentials(tmp_path: Path) -> None:
+    path = tmp_path / "buzz.toml"
+    path.write_text('[agent]\npass_env = ["BUZZ_TELEMETRY_HEADERS"]\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="holds telemetry credentials"):
+        load_config_file(path)
+    sources = ConfigSources(environ={"BUZZ_TELEMETRY_HEADERS": f"Authorization={SECRET}"})
+    with pytest.raises(ConfigError, match="holds telemetry credentials") as refused:
+        sources.pass_env(["BUZZ_TELEMETRY_HEADERS"])
+    assert SECRET not in str(refused.value)
+
+
 def test_plugin_config_takes_only_a_telemetry() -> None:
     with pytest.raises(ConfigError, match="PluginConfig telemetry: expected a Telemetry, got dict"):
         offline_config(telemetry={"endpoint": "http://127.0.0.1:4318"})
