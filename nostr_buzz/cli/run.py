@@ -223,6 +223,8 @@ class TurnReporter:
             caps = ", ".join(f"{o.get('cap')} {o.get('spent')}" for o in payload.get("over") or [])
             held = "turns wait" if kind == "budget_stopped" else "the owner was told"
             self._write(f"buzz: budget reached ({caps}): {held} until the period ends")
+        elif kind == "telemetry_failed":
+            self._write(f"buzz: telemetry export failed ({payload.get('error')}); turns go on")
         elif kind == "reply_failed":
             self._write(
                 f"buzz: no relay accepted the reply to {str(payload.get('inReplyTo'))[:12]}"
