@@ -225,6 +225,25 @@ def test_a_steer_and_a_tool_permission_are_events_of_the_turns_span(tmp_path: Pa
     assert_secret_nowhere(said, state)
 
 
+def test_a_turn_still_running_at_sigterm_is_flushed_as_abandoned(tmp_path: Path) -> None:
+    agent = Scripted(tmp_path, {"turns": [{"then": "silent"}]})  # never answers
+    command = " ".join([sys.executable, *agent.args])
+    with (
+        relay_process() as relay,
+        otlp_receiver() as receiver,
+        telemetry_bot(tmp_path, relay, receiver.url, command) as (bot, stderr),
+    ):
+        mention(relay, "a long one")
+        _wait(lambda: agent.requests("session/prompt"), "the prompt")
+        assert receiver.received.spans() == []  # the turn runs: its span is open
+        said = stop(bot, stderr)
+    [span] = receiver.received.spans()  # ended and exported by the stop itself
+    attrs = attributes_of(span.attributes)
+    assert (attrs["error.type"], attrs["nostr_buzz.outcome"]) == ("abandoned", "failed")
+    assert span.status.code == 2
+    assert_secret_nowhere(said, tmp_path / "state")
+
+
 def test_a_back_end_that_echoes_the_credentials_in_its_errors_never_gets_them_shown(
     tmp_path: Path,
 ) -> None:
