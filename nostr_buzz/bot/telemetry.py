@@ -36,6 +36,8 @@ from nostr_buzz.io.filemodes import open_private, read_private
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip_am import MetricPayload
 
+from .privacy import tool_kind
+
 if TYPE_CHECKING:
     from nostr_buzz.acp.types import PermissionRequest
     from nostr_buzz.core.permission import PermissionDecision
@@ -126,9 +128,11 @@ class TurnTelemetry:
         turn_id = turn.turn_id
         if self.sink is None or turn_id not in self._began:
             return
-        seen = PermissionSeen(
-            decision.approve, decision.reason, self._clock(), request.kind, request.tool_call_id
-        )
+        # The kind as one of ACP's (the agent's own word could repeat what it was told); a
+        # private conversation's call id is the agent's text too: left out.
+        call_id = None if self._began[turn_id].private else request.tool_call_id
+        kind = tool_kind(request.kind)
+        seen = PermissionSeen(decision.approve, decision.reason, self._clock(), kind, call_id)
         self._call("on_permission", turn_id, seen)
 
     def committed(

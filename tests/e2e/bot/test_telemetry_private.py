@@ -10,6 +10,7 @@ from nostr_buzz.nips import nip59
 from tests.e2e.bot.test_private import running, sdk_private_message
 from tests.support.bot_world import Recorder, World
 from tests.support.otlp_receiver import attributes_of, otlp_receiver
+from tests.support.scripted_agent import Scripted
 
 
 async def test_a_private_turn_is_exported_without_its_counterpart_or_its_words(
@@ -47,3 +48,30 @@ async def test_a_private_turn_is_exported_without_its_counterpart_or_its_words(
     # The public turn, with content exported, carries its words.
     assert public in spans["eng"]["gen_ai.input.messages"]
     assert "gen_ai.output.messages" in spans["eng"]
+
+
+async def test_an_agent_echoing_a_private_message_into_its_requests_leaks_nothing(
+    world: World,
+) -> None:
+    # Hostile: the agent repeats the instruction in a tool call's title and kind, then in the
+    # error that fails its prompt.
+    agent = Scripted(world.tmp, {"turns": [{"then": "echo"}]})
+    question = "private: the vault code is 4412"
+    rec = Recorder()
+    with otlp_receiver() as receiver:
+        telemetry = Telemetry(endpoint=receiver.url, export_content=True)
+        changes = {"agent_args": agent.args, "telemetry": telemetry, "max_attempts": 1}
+        async with running(world, rec, **changes):
+            await rec.kind("dm_relays_published")
+            await world.publish(sdk_private_message(world.owner, world.agent, question))
+            await rec.kind("permission_decision")
+            await rec.kind("metric_published")
+        exported = str(receiver.received.traces) + str(receiver.received.metrics)
+    [span] = receiver.received.spans()
+    attrs = attributes_of(span.attributes)
+    assert (attrs["nostr_buzz.outcome"], span.status.code) == ("failed", 2)
+    [(name, event)] = [(e.name, attributes_of(e.attributes)) for e in span.events]
+    assert name == "nostr_buzz.permission" and event["nostr_buzz.permission.tool_kind"] == "other"
+    assert "gen_ai.tool.call.id" not in event
+    for leaked in ("vault", "4412", world.owner.public_key.hex):
+        assert leaked not in exported
