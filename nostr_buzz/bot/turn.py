@@ -264,7 +264,10 @@ def _counted(
 
 
 async def _counted_later(
-    turn: Turn, later: Awaitable[PermissionDecision], request: PermissionRequest, decided: Any
+    turn: Turn,
+    later: Awaitable[PermissionDecision],
+    request: PermissionRequest,
+    decided: Decided | None,
 ) -> PermissionDecision:
     return _counted(turn, await later, request, decided)
 
