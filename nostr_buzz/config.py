@@ -98,6 +98,7 @@ MAX_REPLY_BYTES: Final = 1 << 20
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
 _Kind = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 _Cost = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
+_Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -251,9 +252,9 @@ class TelemetrySection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
     # Sent with every export, e.g. Authorization = "Basic …": credentials, never shown (prefer
     # $BUZZ_TELEMETRY_HEADERS or this file, mode 0600, to a flag).
     headers: dict[str, str] = {}
-    service_name: str = "nostr-buzz"  # the resource's service.name
-    agent_name: str | None = None  # gen_ai.agent.name (default: the agent's harness name)
-    provider: str | None = None  # gen_ai.provider.name, e.g. "anthropic" (default: guessed)
+    service_name: _Name = "nostr-buzz"  # the resource's service.name
+    agent_name: _Name | None = None  # gen_ai.agent.name (default: the agent's harness name)
+    provider: _Name | None = None  # gen_ai.provider.name, e.g. "anthropic" (default: guessed)
     # Export the words of public turns (the triggering events' text, steers, the reply).
     export_content: bool = False
     metrics: bool = True  # the usage metrics too (Langfuse takes traces only: set false)
