@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -275,11 +276,23 @@ def test_a_stuck_back_end_holds_no_turn_and_the_bot_still_stops(tmp_path: Path) 
             assert len(metrics_on(relay)) == 2  # the replies' metrics went out all the same
             began = time.monotonic()
             said = stop(bot, stderr)
-            # The flush is bounded by the export timeout (2 s, twice: spans and metrics) and
-            # a second: far under the relays' own shutdown bound.
+            # The flush is bounded by the export timeout (2 s) and a second: far under this.
             assert time.monotonic() - began < WAIT
     assert receiver.received.spans() == []
     assert_secret_nowhere(said, state)
+
+
+def test_a_back_end_that_is_down_holds_no_turn(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    with relay_process() as relay, telemetry_bot(tmp_path, relay, url) as (bot, stderr):
+        mention(relay, "are you there?")
+        assert ": success, " in stderr.until("buzz: turn in eng")
+        assert len(metrics_on(relay)) == 1
+        said = stop(bot, stderr)
+    assert "Failed to export" in said  # said on stderr, the turn untouched
+    assert_secret_nowhere(said, tmp_path / "state")
 
 
 def _wait(check: Any, what: str) -> None:
