@@ -76,6 +76,8 @@ _METAVARS = {
     "context.base": "FILE",
     "context.persona": "FILE",
     "context.team_instructions": "FILE",
+    "telemetry.endpoint": "URL",
+    "telemetry.headers": "NAME=VALUE",
 }
 
 
@@ -84,6 +86,8 @@ _NOTES = {
     "signer.bunker": "The agent's key in a NIP-46 bunker (bunker://…): it holds a secret, so "
     "prefer $BUZZ_BUNKER or buzz.toml, since a command line is readable by every user "
     "(/proc/PID/cmdline).",
+    "telemetry.headers": "Credentials of the telemetry back end: prefer $BUZZ_TELEMETRY_HEADERS "
+    "or buzz.toml (mode 0600), since a command line is readable by every user.",
 }
 
 
@@ -219,6 +223,8 @@ class TurnReporter:
             caps = ", ".join(f"{o.get('cap')} {o.get('spent')}" for o in payload.get("over") or [])
             held = "turns wait" if kind == "budget_stopped" else "the owner was told"
             self._write(f"buzz: budget reached ({caps}): {held} until the period ends")
+        elif kind == "telemetry_failed":
+            self._write(f"buzz: telemetry export failed ({payload.get('error')}); turns go on")
         elif kind == "reply_failed":
             self._write(
                 f"buzz: no relay accepted the reply to {str(payload.get('inReplyTo'))[:12]}"
@@ -360,7 +366,11 @@ def _check_command_line(agent_user: str | None, overrides: dict[str, Any]) -> No
     the agent's user would read there what running it as another user keeps from it."""
     if agent_user is None:
         return
-    for name, what in (("secret_key", "secret key"), ("signer.bunker", "bunker's secret")):
+    for name, what in (
+        ("secret_key", "secret key"),
+        ("signer.bunker", "bunker's secret"),
+        ("telemetry.headers", "telemetry credentials"),
+    ):
         setting = SETTINGS_BY_NAME[name]
         if overrides[name] is not None:
             raise CliFailure(

@@ -57,6 +57,7 @@ DiagnosticKind = (
         "turn_completed",
         "turn_failed",
         "turn_ended",  # {}: the turn left the running turns (settled, cancelled, abandoned)
+        "telemetry_failed",  # {error}: the telemetry sink failed (its class; reported once)
         "event_dead_lettered",
         # budgets (docs/bot.md, "Budgets"): {decision, over: [{cap, limit, spent, period}], …}
         "budget_warned",  # over a cap under action "warn": the turn runs, the owner is told
