@@ -25,6 +25,7 @@ from nostr_buzz.core.choices import (
     AuthorGate,
     InFlightPolicy,
     Permissions,
+    RelayListsMode,
     ReplyMode,
     SessionScope,
 )
@@ -61,6 +62,7 @@ _AS_IN_FILE: Final = {
     "in_flight": "in_flight",
     "context_message_limit": "context_message_limit",
     "reply_mode": "reply_mode",
+    "relay_lists": "relay_lists",
     "relay_timeout": "timeouts.relay",
     "relay_grace": "timeouts.grace",
     "idle_timeout": "timeouts.idle",
@@ -171,6 +173,10 @@ class PluginConfig:
     #: Agent sessions open at once (``[sessions] max_live``): the least recently used idle one
     #: is closed when another must open (docs/bot.md, "Live sessions").
     max_live_sessions: int = DEFAULT_MAX_LIVE
+    #: The bot's own relay lists when it listens (``relay_lists``): ``merge`` adds its relays
+    #: to the lists its key has, ``publish`` replaces only a list it made, ``leave`` publishes
+    #: none (docs/bot.md, "Its own relay lists").
+    relay_lists: RelayListsMode = "merge"
 
     def __post_init__(self) -> None:
         self._check_values()
@@ -272,6 +278,7 @@ class PluginConfig:
             budget=Caps(**msgspec.structs.asdict(file.budget)),
             session_scope=file.sessions.scope,
             max_live_sessions=file.sessions.max_live,
+            relay_lists=file.relay_lists,
         )
 
 

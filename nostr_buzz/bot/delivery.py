@@ -164,8 +164,10 @@ class Delivery:
             await self.publisher.abandon()
 
     async def publish_relay_lists(self) -> None:
-        """The agent's own relay lists (:mod:`.own_lists`), through the write relays."""
-        await publish_relay_lists(self.config, self.write_pool, self._diagnostics, self._clock)
+        """The agent's own relay lists (:mod:`.own_lists`), on the write relays."""
+        await publish_relay_lists(
+            self.config, self.write_pool, self._diagnostics, self._clock, self.store.own_lists
+        )
 
     def _add(self, event: Event, relays: tuple[str, ...] = ()) -> None:
         """Commit ``event`` to the outbox (joins the caller's transaction) with every relay it
