@@ -265,13 +265,24 @@ async def test_commands_sign_encrypt_and_decrypt_through_the_bunker(tmp_path: Pa
         assert code == 0, err
         event = Event.from_json(out)
         assert (event.pubkey, event.content) == (key.public_key.hex, "from afar")
+        carol = SecretKey.generate().public_key
+        text = f"ask nostr:{carol.bech32} #deploy"  # NDK would tag both as it signs
+        code, out, err = await buzz_async(
+            "messages", "send", "--channel", "eng", text, env=env, cwd=tmp_path
+        )
+        assert code == 0, err
+        [sent] = (await RelayPool([relay.url], timeout=5).query({"ids": [out.strip()]})).events
+        assert (sent.content, sent.tags) == (
+            text,
+            (("h", "eng"), ("p", carol.hex), ("t", "deploy")),
+        )
         code, out, err = await buzz_async(
             "mem", "set", "core", "remember this", env=env, cwd=tmp_path
         )
         assert code == 0, err
         code, out, err = await buzz_async("mem", "get", "core", env=env, cwd=tmp_path)
         assert (code, out) == (0, "remember this\n"), err
-        assert bunker.answered("connect") == 3 and bunker.answered("nip44_decrypt") == 1
+        assert bunker.answered("connect") == 4 and bunker.answered("nip44_decrypt") == 1
         assert (tmp_path / ".buzz" / "nip46-client.key").is_file()
         assert bunker.secret not in out + err
 
