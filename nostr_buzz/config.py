@@ -27,6 +27,7 @@ from nostr_buzz.core.choices import (
     BudgetAction,
     InFlightPolicy,
     Permissions,
+    RelayListsMode,
     ReplyMode,
     SessionScope,
     check_choice,
@@ -286,6 +287,7 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     in_flight: InFlightPolicy = "steer"
     context_message_limit: Annotated[int, msgspec.Meta(ge=1)] = 20
     reply_mode: ReplyMode = "auto"
+    relay_lists: RelayListsMode = "merge"
     state_dir: str = ".buzz"
     agent: AgentSection = msgspec.field(default_factory=AgentSection)
     subscriptions: SubscriptionsSection = msgspec.field(default_factory=SubscriptionsSection)

@@ -27,6 +27,7 @@ from nostr_buzz.core.choices import (
     AuthorGate,
     InFlightPolicy,
     Permissions,
+    RelayListsMode,
     ReplyMode,
     SessionScope,
 )
@@ -64,6 +65,7 @@ _AS_IN_FILE: Final = {
     "in_flight": "in_flight",
     "context_message_limit": "context_message_limit",
     "reply_mode": "reply_mode",
+    "relay_lists": "relay_lists",
     "relay_timeout": "timeouts.relay",
     "relay_grace": "timeouts.grace",
     "idle_timeout": "timeouts.idle",
@@ -177,6 +179,10 @@ class PluginConfig:
     #: OpenTelemetry export of every turn (``[telemetry]``; None: none, and the SDK is never
     #: imported; docs/bot.md, "Telemetry").
     telemetry: Telemetry | None = None
+    #: The bot's own relay lists when it listens (``relay_lists``): ``merge`` adds its relays
+    #: to the lists its key has, ``publish`` replaces only a list it made, ``leave`` publishes
+    #: none (docs/bot.md, "Its own relay lists").
+    relay_lists: RelayListsMode = "merge"
 
     def __post_init__(self) -> None:
         self._check_values()
@@ -288,6 +294,7 @@ class PluginConfig:
             session_scope=file.sessions.scope,
             max_live_sessions=file.sessions.max_live,
             telemetry=_telemetry(file.telemetry),
+            relay_lists=file.relay_lists,
         )
 
 

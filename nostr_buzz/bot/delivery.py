@@ -49,7 +49,7 @@ from nostr_buzz.io.diagnostics import DiagnosticKind, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
 from nostr_buzz.io.relay_lists import RelayDirectory
-from nostr_buzz.nips import nip10, nip17, nip59
+from nostr_buzz.nips import nip10, nip17, nip27, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event_async
@@ -164,8 +164,10 @@ class Delivery:
             await self.publisher.abandon()
 
     async def publish_relay_lists(self) -> None:
-        """The agent's own relay lists (:mod:`.own_lists`), through the write relays."""
-        await publish_relay_lists(self.config, self.write_pool, self._diagnostics, self._clock)
+        """The agent's own relay lists (:mod:`.own_lists`), on the write relays."""
+        await publish_relay_lists(
+            self.config, self.write_pool, self._diagnostics, self._clock, self.store.own_lists
+        )
 
     def _add(self, event: Event, relays: tuple[str, ...] = ()) -> None:
         """Commit ``event`` to the outbox (joins the caller's transaction) with every relay it
@@ -202,8 +204,10 @@ class Delivery:
         if isinstance(target, PrivateEvent):
             return await self._sign_private(target, text, created_at, ids, dm_relays or {})
         kind, tags = reply_form(self.agent, target)
-        # NIP-65: the author answered and the people the reply tags read on their read relays.
-        people = [target.pubkey, *(t[1] for t in tags if len(t) >= 2 and t[0] == "p")]
+        # NIP-65: the author answered and the people the reply tags (also those its text
+        # references: NIP-27) read on their read relays.
+        named = [*tags, *nip27.references(text)[1]]
+        people = [target.pubkey, *(t[1] for t in named if len(t) >= 2 and t[0] == "p")]
         relays = await self._outbox_relays(people)
         parts, relays = await self._parts(kind, tags, text, created_at, relays)
         events = await self._sign_all(parts)

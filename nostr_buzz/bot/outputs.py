@@ -23,6 +23,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.relay_info import RelayLimits
 from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip10, nip17
+from nostr_buzz.nips.nip27 import with_references
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MAX_TOKENS, MetricPayload, TokenCounts
 from nostr_buzz.signer import EventTemplate, template
@@ -218,9 +219,11 @@ def tagged_parts(
     kind: int, tags: Sequence[Sequence[str]], text: str, created_at: int, max_bytes: int
 ) -> list[EventTemplate]:
     """Unsigned events of ``kind`` with ``tags`` carrying ``text`` in order (:func:`numbered`),
-    part k dated ``created_at + k - 1`` so that readers keep the order."""
+    part k dated ``created_at + k - 1`` so that readers keep the order; each part also carries
+    the tags its own text references call for (NIP-27: :func:`.nip27.with_references`), so
+    that a signer that tags as it signs has nothing to add."""
     return [
-        template(kind=kind, content=content, tags=tags, created_at=created_at + k)
+        with_references(template(kind=kind, content=content, tags=tags, created_at=created_at + k))
         for k, content in enumerate(numbered(text, max_bytes))
     ]
 

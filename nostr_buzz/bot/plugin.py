@@ -163,7 +163,6 @@ class BuzzPlugin:
             wake=self._wake.set,
             running=self.turns,
         )
-        self._spawn(delivery.publish_relay_lists(), "buzz-relay-lists")
         await self.supervisor.start()
         self._loops = [
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
@@ -228,7 +227,7 @@ class BuzzPlugin:
         """Subscribe to the read relays and serve until :meth:`stop` (or ``!shutdown``)."""
         try:
             await self.start()
-            subscription = asyncio.create_task(self._subscribe(), name="buzz-subscription")
+            subscription = asyncio.create_task(_listen(self), name="buzz-subscription")
             stopper = asyncio.create_task(self._stop.wait())
             await asyncio.wait({subscription, stopper}, return_when=asyncio.FIRST_COMPLETED)
             lost = subscription.done() and not self._stop.is_set()
@@ -253,24 +252,6 @@ class BuzzPlugin:
     def subscription_filters(self) -> list[Filter]:
         """What :meth:`run` asks the relays for (live, and when replaying)."""
         return listen_filters(self._gate, self._since(), self.config.channels)
-
-    async def _subscribe(self) -> None:
-        if self._position is None and self.store is not None:
-            self._position = self._first_since
-            self.store.save_position(self._position)
-        listener = Listener(
-            self.pool,
-            self._gate,
-            self.config.channels,
-            since=self._since,
-            handle=self.handle_event,
-            diagnostics=self.diagnostics,
-            stopping=self._stop.is_set,
-            on_reconnect=self.delivery.nudge if self.delivery is not None else None,
-            recall=self.recall,
-            replayed=functools.partial(self._handle, prompt_tag="@mention", replayed=True),
-        )
-        await listener.run()
 
     # -- intake -------------------------------------------------------------------------
 
@@ -347,6 +328,32 @@ class BuzzPlugin:
     @property
     def harness(self) -> str:
         return self.supervisor.harness
+
+
+async def _listen(plugin: BuzzPlugin) -> None:
+    """What :meth:`BuzzPlugin.run` does once started: listen on the read relays (a first start
+    saves its position first), the agent's own relay lists published as it begins
+    (:mod:`.own_lists`): they say where it listens, so only a plugin that listens publishes
+    them, never one its host feeds."""
+    if plugin._position is None and plugin.store is not None:
+        plugin._position = plugin._first_since
+        plugin.store.save_position(plugin._position)
+    delivery = plugin.delivery
+    if delivery is not None:
+        plugin._spawn(delivery.publish_relay_lists(), "buzz-relay-lists")
+    listener = Listener(
+        plugin.pool,
+        plugin._gate,
+        plugin.config.channels,
+        since=plugin._since,
+        handle=plugin.handle_event,
+        diagnostics=plugin.diagnostics,
+        stopping=plugin._stop.is_set,
+        on_reconnect=delivery.nudge if delivery is not None else None,
+        recall=plugin.recall,
+        replayed=functools.partial(plugin._handle, prompt_tag="@mention", replayed=True),
+    )
+    await listener.run()
 
 
 def _refused(plugin: BuzzPlugin, decision: intake.Refuse, event: Event, now: float) -> bool:

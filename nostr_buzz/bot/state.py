@@ -89,6 +89,7 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 
 from .budget_table import BUDGET_SCHEMA, BudgetTable
 from .checkpoint import Checkpointer
+from .own_lists import OWN_LISTS_SCHEMA, OwnLists
 from .owner_commands import (
     OWNER_COMMANDS_SCHEMA,
     REMEMBERED_COMMAND_KINDS,
@@ -210,13 +211,14 @@ class BotStore:
                     f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
                 )
             self._db.executescript(
-                _SCHEMA + RECEIPTS_SCHEMA + BUDGET_SCHEMA + OWNER_COMMANDS_SCHEMA
+                _SCHEMA + RECEIPTS_SCHEMA + BUDGET_SCHEMA + OWNER_COMMANDS_SCHEMA + OWN_LISTS_SCHEMA
             )
             self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
             self.outbox = Outbox(self.path, rng=outbox_rng, connection=self._db)
             self.receipts = SessionReceipts(self._exec, self.transaction)
             self.budget = BudgetTable(self._exec, self.transaction)
             self.owner_commands = OwnerCommands(self._exec, self.transaction)
+            self.own_lists = OwnLists(self._exec, self.transaction)
         except sqlite3.Error as exc:
             self._db.close()
             raise StateError(f"cannot open the bot state {self.path}: {exc}") from None

@@ -45,7 +45,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.fetch import fetch_event
 from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip10
+from nostr_buzz.nips import nip10, nip27
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.relay_url import check_relay_url
@@ -314,6 +314,7 @@ def send(
         tags += [["p", k] for k in dict.fromkeys(mentioned) if k not in listed]
         # The clock is read here, at the edge; the library itself never reads one.
         unsigned = template(kind=CHAT_KIND, content=text, tags=tags, created_at=int(time.time()))
+        unsigned = nip27.with_references(unsigned)  # as clients (and NDK's bunker) tag it
         message = await signed(signer, unsigned)
         pool = RelayPool(write_relays, signer=signer, timeout=timeout)
         progress(f"publishing {message.id} to {len(write_relays)} relay(s)…")

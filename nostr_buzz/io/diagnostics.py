@@ -103,8 +103,10 @@ DiagnosticKind = (
         "private_room_narrowed",  # {inReplyTo, reason, room, maxRecipients}: sender only
         "dm_relays_published",
         "dm_relays_failed",
+        "dm_relays_kept",  # {reason}: relay_lists = "leave", unchanged, or not the bot's
         "relay_list_published",
         "relay_list_failed",
+        "relay_list_kept",  # {reason}: as dm_relays_kept
     ]
 )
 

@@ -1,4 +1,5 @@
-"""NIP-19: bech32-encoded entities (npub, nsec, note, nevent, nprofile).
+"""NIP-19: bech32-encoded entities (npub, nsec, note, nevent, nprofile; naddr read by
+:func:`decode_address`).
 
 The bech32 checksum and bit conversion come from pynostr; everything Nostr-specific (which
 human-readable parts exist, their payload sizes, the TLV layout, strict case and length rules)
@@ -39,6 +40,20 @@ class ProfilePointer(NamedTuple):
 
     pubkey: str
     relays: tuple[str, ...] = ()
+
+
+class AddressPointer(NamedTuple):
+    """Decoded ``naddr``: an addressable event's kind, author and identifier, plus relay hints."""
+
+    kind: int
+    pubkey: str
+    identifier: str
+    relays: tuple[str, ...] = ()
+
+    @property
+    def coordinate(self) -> str:
+        """``<kind>:<pubkey>:<d tag>``, as ``a`` and ``q`` tags carry it."""
+        return f"{self.kind}:{self.pubkey}:{self.identifier}"
 
 
 Decoded = str | EventPointer | ProfilePointer
@@ -119,19 +134,7 @@ def decode(s: str) -> tuple[str, Decoded]:
     ``value`` is a 64-hex str for npub/nsec/note, an :class:`EventPointer` for nevent and a
     :class:`ProfilePointer` for nprofile.  Unknown TLV types are ignored.
     """
-    if not isinstance(s, str):
-        raise Nip19Error("expected a bech32 string")
-    if len(s) > MAX_LENGTH:
-        raise Nip19Error(f"bech32 string longer than {MAX_LENGTH} characters")
-    if s.lower() != s and s.upper() != s:
-        raise Nip19Error("bech32 string mixes upper and lower case")
-    hrp, words, spec = bech32.bech32_decode(s)
-    if hrp is None or spec != bech32.Encoding.BECH32:
-        raise Nip19Error(f"not a valid bech32 string (bad characters or checksum): {_describe(s)}")
-    raw_list = bech32.convertbits(words, 5, 8, False)
-    if raw_list is None:
-        raise Nip19Error("bech32 data has invalid padding")
-    raw = bytes(raw_list)
+    hrp, raw = _payload(s)
     if hrp in _BARE:
         if len(raw) != 32:
             raise Nip19Error(f"{hrp} must hold 32 bytes, got {len(raw)}")
@@ -144,11 +147,26 @@ def decode(s: str) -> tuple[str, Decoded]:
     raise Nip19Error(f"unsupported NIP-19 prefix {hrp!r}")
 
 
-def _read_tlv(raw: bytes, hrp: str) -> tuple[str, tuple[str, ...], str | None, int | None]:
-    special: str | None = None
-    relays: list[str] = []
-    author: str | None = None
-    kind: int | None = None
+def _payload(s: str) -> tuple[str, bytes]:
+    """The human-readable part and the bytes of a bech32 string (its checksum checked)."""
+    if not isinstance(s, str):
+        raise Nip19Error("expected a bech32 string")
+    if len(s) > MAX_LENGTH:
+        raise Nip19Error(f"bech32 string longer than {MAX_LENGTH} characters")
+    if s.lower() != s and s.upper() != s:
+        raise Nip19Error("bech32 string mixes upper and lower case")
+    hrp, words, spec = bech32.bech32_decode(s)
+    if hrp is None or spec != bech32.Encoding.BECH32:
+        raise Nip19Error(f"not a valid bech32 string (bad characters or checksum): {_describe(s)}")
+    raw_list = bech32.convertbits(words, 5, 8, False)
+    if raw_list is None:
+        raise Nip19Error("bech32 data has invalid padding")
+    return hrp, bytes(raw_list)
+
+
+def _records(raw: bytes, hrp: str) -> list[tuple[int, bytes]]:
+    """The TLV records of ``raw``, in order."""
+    records: list[tuple[int, bytes]] = []
     i = 0
     while i < len(raw):
         if i + 2 > len(raw):
@@ -158,6 +176,37 @@ def _read_tlv(raw: bytes, hrp: str) -> tuple[str, tuple[str, ...], str | None, i
         if len(value) != length:
             raise Nip19Error(f"{hrp}: TLV record runs past the end")
         i += 2 + length
+        records.append((t, value))
+    return records
+
+
+def decode_address(s: str) -> AddressPointer:
+    """Decode an ``naddr``: its identifier (TLV 0, UTF-8), author (TLV 2, 32 bytes) and kind
+    (TLV 3, 4 bytes) are required, relay hints (TLV 1) optional; the first of each counts."""
+    hrp, raw = _payload(s)
+    if hrp != "naddr":
+        raise Nip19Error(f"expected naddr, got {hrp!r}")
+    found: dict[int, list[bytes]] = {}
+    for t, value in _records(raw, hrp):
+        found.setdefault(t, []).append(value)
+    author, kind = found.get(_AUTHOR, [b""])[0], found.get(_KIND, [b""])[0]
+    if _SPECIAL not in found or len(author) != 32 or len(kind) != 4:
+        raise Nip19Error("naddr: needs an identifier, a 32-byte author and a 4-byte kind")
+    try:
+        identifier = found[_SPECIAL][0].decode("utf-8")
+        relays = tuple(r.decode("utf-8") for r in found.get(_RELAY, []))
+    except UnicodeDecodeError:
+        raise Nip19Error("naddr: a text record is not UTF-8") from None
+    return AddressPointer(int.from_bytes(kind, "big"), author.hex(), identifier, relays)
+
+
+def _read_tlv(raw: bytes, hrp: str) -> tuple[str, tuple[str, ...], str | None, int | None]:
+    special: str | None = None
+    relays: list[str] = []
+    author: str | None = None
+    kind: int | None = None
+    for t, value in _records(raw, hrp):
+        length = len(value)
         if t == _SPECIAL:
             if length != 32:
                 raise Nip19Error(f"{hrp}: the id/pubkey record must be 32 bytes")

@@ -25,11 +25,11 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from nostr_buzz.errors import InvalidEvent, InvalidKey, MetricError, Nip44Error
-from nostr_buzz.event import Event, not_an_event, sign_event
+from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
 from nostr_buzz.manifest import SCHEMA_VERSION, Manifest
 from nostr_buzz.nips import nip44
-from nostr_buzz.signer import EventTemplate, Signer, check_signed
+from nostr_buzz.signer import EventTemplate, Signer, check_signed, sign_template
 from nostr_buzz.text.unicode import utf8_document
 
 __all__ = [
@@ -570,14 +570,7 @@ def build_metric_event(
         raise MetricError(f"cannot encrypt the metric: {exc}") from None
     unsigned = _template(agent.public_key, owner, payload, content)
     try:
-        return sign_event(
-            agent,
-            kind=unsigned.kind,
-            content=unsigned.content,
-            tags=unsigned.tags,
-            created_at=unsigned.created_at,
-            aux_rand=aux_rand,
-        )
+        return sign_template(agent, unsigned, aux_rand)
     except InvalidEvent as exc:
         raise MetricError(f"cannot sign the metric event: {exc}") from None
 
