@@ -14,7 +14,8 @@ relays (a :class:`Lookup`); :func:`audit_metric` then judges each layer:
   the configured gate admits (``wrong_author`` when the gate refuses its author,
   ``not_admitted`` for another of the gate's reasons); for a channel canvas the owner, the
   agent or a ``[gate] trusted`` key; for core memory the agent alone (nips/STANDING.md, "Who
-  is trusted").
+  is trusted"); for a thread checkpoint the agent alone, its tags laid out as nips/NIP-TC.md
+  says (``malformed`` otherwise).
 
 A NIP-17 private message's current instruction is named by its rumor's id: the rumor is never
 on a relay (only the gift wraps that carry it are), so a turn of a private channel
@@ -38,11 +39,13 @@ import msgspec
 
 from nostr_buzz.core.manifest import Layer
 from nostr_buzz.core.metrics_report import OpenedMetric
+from nostr_buzz.errors import CheckpointError
 from nostr_buzz.event import Event
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip10 import TEXT_NOTE_KIND
 from nostr_buzz.nips.nip22 import COMMENT_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
+from nostr_buzz.nips.nip_tc import CHECKPOINT_KIND, check_layout
 from nostr_buzz.nips.standing import CANVAS_KIND, CORE_MEMORY_KIND
 
 __all__ = [
@@ -70,11 +73,12 @@ Verdict = Literal[
     "wrong_kind",
     "wrong_author",  # the gate refuses its author, or the layer does not trust it
     "not_admitted",  # the gate refuses the event for another reason (channel, mention, …)
+    "malformed",  # the event is not laid out as its kind requires (a checkpoint's tags)
     "no_rule",  # an event id in a layer this audit has no rule for
 ]
 #: Verdicts that make an audit fail (exit 4); ``unreachable`` fails as a network problem.
 FAILED: Final[frozenset[Verdict]] = frozenset(
-    {"missing", "forged", "wrong_kind", "wrong_author", "not_admitted", "no_rule"}
+    {"missing", "forged", "wrong_kind", "wrong_author", "not_admitted", "malformed", "no_rule"}
 )
 #: The gate's reasons (``nostr_buzz.bot.intake.refusal``) that are about who signed.
 _AUTHOR_REASONS: Final = frozenset({"own_event", "author_not_owner", "author_not_allowed"})
@@ -102,6 +106,8 @@ LAYER_RULES: Final[Mapping[str, LayerRule]] = {
     "current_instruction": LayerRule(frozenset({CHAT_KIND, TEXT_NOTE_KIND, COMMENT_KIND}), "gate"),
     "channel_canvas": LayerRule(frozenset({CANVAS_KIND}), "trusted"),
     "core_memory": LayerRule(frozenset({CORE_MEMORY_KIND}), "agent"),
+    # A new session's thread checkpoint (nips/NIP-TC.md): the agent's own, to its owner.
+    "thread_checkpoint": LayerRule(frozenset({CHECKPOINT_KIND}), "agent"),
 }
 #: Layers a turn of a private channel fills with a rumor's id.
 _PRIVATE_LAYERS: Final = frozenset({"current_instruction"})
@@ -277,6 +283,11 @@ def _judge(layer: Layer, rule: LayerRule, lookup: Lookup, authority: Authority) 
     problem = _author_problem(event, rule, authority)
     if problem is not None:
         return verdict(*problem, event)
+    if event.kind == CHECKPOINT_KIND:
+        try:
+            check_layout(event, authority.agent, authority.owner)
+        except CheckpointError as exc:
+            return verdict("malformed", f"not a checkpoint of the agent's to you: {exc}", event)
     detail = f"kind {event.kind} by {_who(event.pubkey, authority)}"
     detail += f", on {len(lookup.served_by)} relay(s)"
     if forged:

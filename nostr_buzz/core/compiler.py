@@ -38,6 +38,7 @@ from nostr_buzz.core.turn_input import (
     ProfileInfo,
     Retrieval,
     Standing,
+    ThreadCheckpointInput,
     TurnContext,
     TurnEvent,
     TurnInput,
@@ -141,6 +142,11 @@ LAYER_TABLE: Final[Mapping[str, _LayerKind]] = {
     "channel_snapshot": _LayerKind(4, "channel", "channel_metadata", "shared_evidence", "cached"),
     "channel_canvas": _LayerKind(
         4, "channel", "channel_canvas", "shared_evidence", "session_start"
+    ),
+    # A new session's summary of its thread so far (nips/NIP-TC.md): versioned by the signed
+    # checkpoint's event id, not by a hash of its text.
+    "thread_checkpoint": _LayerKind(
+        5, "thread", "thread_checkpoint_event", "advisory_context", "session_start"
     ),
     "context_status": _LayerKind(6, "turn", "delivery_state", "evidence", "current"),
     # The scope of the thread delta is the context's kind (thread or dm), given per turn.
@@ -334,6 +340,12 @@ def _recent_delta(context: TurnContext, profiles: _Profiles) -> str:
     return "\n".join(lines)
 
 
+def _thread_checkpoint(checkpoint: ThreadCheckpointInput) -> str | None:
+    """``<thread-checkpoint>`` with the trimmed summary escaped; None when it is blank."""
+    body = trim(checkpoint.summary)
+    return _section("thread-checkpoint", body) if body else None
+
+
 def _delta_version(context: TurnContext) -> str:
     payload = {
         "messages": [[m.event_id, m.pubkey, m.timestamp, m.content] for m in context.messages],
@@ -508,6 +520,11 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         canvas = rendered["channel-canvas"]
         layers.append(_layer("channel_canvas", canvas, freshness=_read(fresh, unconfirmed)))
     layers.append(_layer("context_status", status))
+    checkpoint = turn_input.thread_checkpoint
+    summary = _thread_checkpoint(checkpoint) if checkpoint is not None else None
+    if checkpoint is not None and summary is not None:
+        fragments.append(summary)
+        layers.append(_layer("thread_checkpoint", summary, version=checkpoint.event_id))
     if turn_input.context is not None:
         delta = _recent_delta(turn_input.context, profiles)
         fragments.append(delta)
