@@ -23,6 +23,7 @@ from nostr_buzz.config import (
 from nostr_buzz.core.budget import CAP_NAMES, Caps
 from nostr_buzz.core.choices import (
     AuthorGate,
+    CheckpointMode,
     InFlightPolicy,
     Permissions,
     ReplyMode,
@@ -69,6 +70,7 @@ _AS_IN_FILE: Final = {
     "give_up_after": "outbox.give_up_after",
     "session_scope": "sessions.scope",
     "max_live_sessions": "sessions.max_live",
+    "thread_checkpoint": "sessions.checkpoint",
 }
 
 
@@ -171,6 +173,10 @@ class PluginConfig:
     #: Agent sessions open at once (``[sessions] max_live``): the least recently used idle one
     #: is closed when another must open (docs/bot.md, "Live sessions").
     max_live_sessions: int = DEFAULT_MAX_LIVE
+    #: Thread checkpoints (``[sessions] checkpoint``): ``off``, or ``compaction`` (the agent's
+    #: compaction summary kept as the key's checkpoint, and a new session starts from it;
+    #: docs/bot.md, "Thread checkpoints").
+    thread_checkpoint: CheckpointMode = "off"
 
     def __post_init__(self) -> None:
         self._check_values()
@@ -272,6 +278,7 @@ class PluginConfig:
             budget=Caps(**msgspec.structs.asdict(file.budget)),
             session_scope=file.sessions.scope,
             max_live_sessions=file.sessions.max_live,
+            thread_checkpoint=file.sessions.checkpoint,
         )
 
 

@@ -136,6 +136,13 @@ class ChannelSession:
     #: The agent's count of this session's compactions when its standing sections last went
     #: into an answered prompt (docs/envelope.md, "Compaction").
     standing_compactions: int = 0
+    #: Continued from its receipt (it holds its conversation): it starts from no checkpoint.
+    continued: bool = False
+    #: Its key's thread checkpoint was looked for (the first prompt's, once).
+    checkpoint_read: bool = False
+    #: The newest event the session is known to hold (its last completed turn's, or what its
+    #: checkpoint covered): what a checkpoint made of its compaction covers.
+    covered: str | None = None
 
     def receipt(self) -> SessionReceipt:
         """What the state database keeps of this session (:mod:`.receipts`)."""
@@ -415,6 +422,7 @@ class AgentSupervisor:
             )
             return None
         session = self._session(start, receipt.standing)
+        session.continued = True
         session.actors.update(receipt.actors)
         session.delivered.update(receipt.delivered)
         session.started_at = receipt.started_at

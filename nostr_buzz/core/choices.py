@@ -47,6 +47,9 @@ BudgetAction = Literal["warn", "stop"]
 #: What keys an agent session (and the queue): one per channel, or one per thread of a
 #: channel (its root with its channel; a private conversation stays one session).
 SessionScope = Literal["channel", "thread"]
+#: Thread checkpoints (nips/NIP-TC.md): none, or the agent's own compaction summaries, written
+#: and read by the bot.
+CheckpointMode = Literal["off", "compaction"]
 
 #: Every enumerated setting, by its dotted ``buzz.toml`` name, and its choices.
 CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
@@ -56,6 +59,7 @@ CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
     "reply_mode": get_args(ReplyMode),
     "budget.action": get_args(BudgetAction),
     "sessions.scope": get_args(SessionScope),
+    "sessions.checkpoint": get_args(CheckpointMode),
 }
 
 

@@ -33,6 +33,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "reply_mode": ("reply_mode", "automatic"),
     "budget.action": ("budget", "halt"),
     "sessions.scope": ("session_scope", "Thread"),
+    "sessions.checkpoint": ("thread_checkpoint", "compactions"),
 }
 
 

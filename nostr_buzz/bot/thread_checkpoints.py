@@ -1,0 +1,161 @@
+"""Thread checkpoints in ``buzz run`` (nips/NIP-TC.md; docs/bot.md, "Thread checkpoints").
+
+Under ``[sessions] checkpoint = "compaction"``:
+
+* **Written**: when the agent compacts a session and sends its summary (ACP's
+  ``compaction_update``; claude-agent-acp does, codex-acp does not), that summary becomes the
+  checkpoint of the session's key, signed by the agent and encrypted to the owner, stored in the
+  outbox with the turn's metric.  It covers the newest event of the session's last completed
+  turn: a compaction happens at the start of a prompt, so the summary holds everything before
+  it (and when in doubt an earlier event is named: a message delivered twice costs less than
+  one lost).  A session that completed no turn yet covers what its own checkpoint covered; with
+  neither, nothing is written.
+* **Read**: a new session of a key (not one continued from its receipt) starts from the key's
+  newest checkpoint, read from the relays as state and trusted only when the agent's own key
+  signed it and it opens as this key's (:func:`~nostr_buzz.nips.nip_tc.open_own_checkpoint_event`);
+  anything else a relay serves is ignored with ``thread_checkpoint_ignored``.
+
+(``bot/checkpoint.py`` is something else: the queue's state snapshot.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from nostr_buzz.acp.types import TurnResult
+from nostr_buzz.core.text import utf8_head
+from nostr_buzz.core.turn_input import ThreadCheckpointInput
+from nostr_buzz.errors import BuzzError
+from nostr_buzz.event import Event
+from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.nips import nip10
+from nostr_buzz.nips.nip_tc import (
+    ThreadCheckpoint,
+    build_checkpoint_event_async,
+    checkpoint_filter,
+    open_own_checkpoint_event,
+)
+from nostr_buzz.timestamps import metric_timestamp
+
+from .config import PluginConfig
+from .delivery import Delivery, Signed
+from .outputs import TurnIds
+from .supervisor import ChannelSession
+
+__all__ = ["MAX_SUMMARY_BYTES", "ThreadCheckpoints"]
+
+#: UTF-8 bytes of a summary a checkpoint keeps: its payload must stay under NIP-TC's 65,535
+#: bytes once JSON-escaped.
+MAX_SUMMARY_BYTES: Final = 32_000
+
+
+def _newest_first(event: Event) -> tuple[int, str]:
+    # NIP-01: the greatest created_at, and on a tie the lowest id.
+    return (-event.created_at, event.id)
+
+
+class ThreadCheckpoints:
+    """Reads a new session's checkpoint and signs the ones compactions leave."""
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        pool: RelayPool,
+        delivery: Delivery,
+        diagnostics: DiagnosticsFeed,
+        clock: Callable[[], float],
+    ) -> None:
+        self.enabled = config.thread_checkpoint == "compaction"
+        self._owner = config.owner
+        self._signer = config.signer
+        self._agent = config.signer.public_key.hex
+        self._timeout = config.relay_timeout
+        self._pool = pool
+        self._delivery = delivery
+        self._diagnostics = diagnostics
+        self._clock = clock
+
+    async def for_session(
+        self, key: str, session: ChannelSession, ids: TurnIds
+    ) -> ThreadCheckpointInput | None:
+        """The checkpoint a session's first prompt carries: only a new session's (one
+        continued from its receipt holds its conversation), read once."""
+        if not self.enabled or session.turns or session.continued or session.checkpoint_read:
+            return None
+        session.checkpoint_read = True
+        found = await self.read(key, ids)
+        if found is not None:
+            session.covered = found.covers_through
+        return found
+
+    async def read(self, key: str, ids: TurnIds) -> ThreadCheckpointInput | None:
+        """The newest valid checkpoint of ``key`` on the relays, or None."""
+        flt = checkpoint_filter(self._signer.public_key, self._owner, key)
+        try:
+            result = await self._pool.query_state(flt, timeout=self._timeout)
+        except BuzzError as exc:
+            self._ignored(None, f"the relays could not be read: {type(exc).__name__}", ids)
+            return None
+        for event in sorted(result.events, key=_newest_first):
+            if event.pubkey != self._agent:
+                self._ignored(event, "not signed by the agent's key", ids)
+                continue
+            try:
+                opened = await open_own_checkpoint_event(self._signer, self._owner, event, key)
+            except BuzzError as exc:
+                self._ignored(event, str(exc), ids)
+                continue
+            payload = {
+                "eventId": event.id,
+                "coversThrough": opened.covers_through,
+                "method": opened.method,
+            }
+            self._diagnostics.emit("thread_checkpoint_used", **ids.as_kwargs(), payload=payload)
+            return ThreadCheckpointInput(event.id, opened.covers_through, opened.summary)
+        return None
+
+    def _ignored(self, event: Event | None, why: str, ids: TurnIds) -> None:
+        payload = {
+            "eventId": event.id if event is not None else None,
+            "author": event.pubkey if event is not None else None,
+            "reason": why,
+        }
+        self._diagnostics.emit("thread_checkpoint_ignored", **ids.as_kwargs(), payload=payload)
+
+    async def after_turn(
+        self, key: str, session: ChannelSession, result: TurnResult, ids: TurnIds
+    ) -> Signed | None:
+        """The checkpoint a compaction's summary makes (signed, for the turn's transaction),
+        or None: checkpoints off, no summary, or nothing known to be covered."""
+        summary = result.compaction_summary
+        if not self.enabled or not summary or not summary.strip() or session.covered is None:
+            return None
+        checkpoint_id = None
+        try:
+            checkpoint = ThreadCheckpoint(
+                session_key=key,
+                covers_through=session.covered,
+                method="agent_compaction",
+                summary=utf8_head(summary, MAX_SUMMARY_BYTES),
+                timestamp=metric_timestamp(self._clock()),
+                session_id=session.metric_session_id,
+            )
+            event = await build_checkpoint_event_async(self._signer, self._owner, checkpoint)
+            checkpoint_id = event.id
+            return await self._delivery.to_owner(event, ids)
+        except BuzzError as exc:
+            # A private conversation's summary may quote it: the error's class only.
+            private = nip10.is_private_channel(key)
+            error = type(exc).__name__ if private else str(exc)
+            payload = {"eventId": checkpoint_id, "error": error}
+            self._diagnostics.emit("thread_checkpoint_failed", **ids.as_kwargs(), payload=payload)
+            return None
+
+    def queued(self, signed: Signed) -> None:
+        """Said once the checkpoint is in the outbox (committed with its turn)."""
+        ids = signed.ids.as_kwargs() if signed.ids is not None else {}
+        for event in signed.events:
+            payload = {"eventId": event.id, "method": "agent_compaction"}
+            self._diagnostics.emit("thread_checkpoint_queued", **ids, payload=payload)
