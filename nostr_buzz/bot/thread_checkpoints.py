@@ -11,9 +11,10 @@ Under ``[sessions] checkpoint = "compaction"``:
   one lost).  A session that completed no turn yet covers what its own checkpoint covered; with
   neither, nothing is written.
 * **Read**: a new session of a key (not one continued from its receipt) starts from the key's
-  newest checkpoint, read from the relays as state and trusted only when the agent's own key
-  signed it and it opens as this key's (:func:`~nostr_buzz.nips.nip_tc.open_own_checkpoint_event`);
-  anything else a relay serves is ignored with ``thread_checkpoint_ignored``.
+  newest checkpoint, read as state from the read relays and the agent's write relays, and
+  trusted only when the agent's own key signed it and it opens as this key's
+  (:func:`~nostr_buzz.nips.nip_tc.open_own_checkpoint_event`); anything else a relay serves is
+  ignored with ``thread_checkpoint_ignored``.
 
 (``bot/checkpoint.py`` is something else: the queue's state snapshot.)
 """
@@ -72,6 +73,8 @@ class ThreadCheckpoints:
         self._signer = config.signer
         self._agent = config.signer.public_key.hex
         self._timeout = config.relay_timeout
+        #: Where the agent's checkpoints go besides the owner's read relays: asked too.
+        self._write_relays = tuple(config.write_relays)
         self._pool = pool
         self._delivery = delivery
         self._diagnostics = diagnostics
@@ -94,7 +97,9 @@ class ThreadCheckpoints:
         """The newest valid checkpoint of ``key`` on the relays, or None."""
         flt = checkpoint_filter(self._signer.public_key, self._owner, key)
         try:
-            result = await self._pool.query_state(flt, timeout=self._timeout)
+            result = await self._pool.query_state(
+                flt, write_relays=self._write_relays, timeout=self._timeout
+            )
         except BuzzError as exc:
             self._ignored(None, f"the relays could not be read: {type(exc).__name__}", ids)
             return None

@@ -113,3 +113,26 @@ def test_buzz_compile_takes_it(tmp_path: Path, capfd: pytest.CaptureFixture[str]
     expected = (TURNS / "thread_with_checkpoint.manifest.json").read_text(encoding="utf-8")
     assert json.dumps(out["manifest"], separators=(",", ":"), ensure_ascii=False) + "\n" == expected
     assert any("<thread-checkpoint>" in s for s in out["sections"])
+
+
+def test_the_history_after_a_checkpoint_starts_after_the_covered_event() -> None:
+    from nostr_buzz.core.context import History, turn_context
+    from tests.support.events import chat
+    from tests.support.keys import ALICE, OWNER
+
+    root = chat(OWNER, 1, content="root")
+    middle = chat(ALICE, 2, content="middle", reply_to=root)
+    newest = chat(OWNER, 3, content="newest", reply_to=root)
+    history = History("thread", [root, middle, newest], 3, False)
+
+    def shown(**kw: Any) -> list[str]:
+        context = turn_context(history, in_batch={newest.id}, **kw)
+        return [] if context is None else [m.content for m in context.messages]
+
+    assert shown() == ["root", "middle"]
+    assert shown(after=root.id) == ["middle"]
+    assert shown(after=middle.id) == []  # nothing left: no history at all
+    # A covered event the fetch did not return: nothing is left out for it.
+    assert shown(after="f" * 64) == ["root", "middle"]
+    context = turn_context(history, in_batch={newest.id}, after=root.id)
+    assert context is not None and context.total == 3  # what the thread holds, as fetched
