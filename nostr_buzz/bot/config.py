@@ -173,9 +173,10 @@ class PluginConfig:
     #: Agent sessions open at once (``[sessions] max_live``): the least recently used idle one
     #: is closed when another must open (docs/bot.md, "Live sessions").
     max_live_sessions: int = DEFAULT_MAX_LIVE
-    #: Thread checkpoints (``[sessions] checkpoint``): ``off``, or ``compaction`` (the agent's
-    #: compaction summary kept as the key's checkpoint, and a new session starts from it;
-    #: docs/bot.md, "Thread checkpoints").
+    #: Thread checkpoints (``[sessions] checkpoint``): ``off``; ``compaction`` (the agent's
+    #: compaction summary kept as the key's checkpoint, and a new session starts from it);
+    #: ``summary_on_close`` (also a summary turn before a close for room; docs/bot.md,
+    #: "Thread checkpoints").
     thread_checkpoint: CheckpointMode = "off"
 
     def __post_init__(self) -> None:

@@ -209,6 +209,9 @@ class AgentSupervisor:
         self.sessions: dict[str, ChannelSession] = {}
         self.live = LiveSessions(config.max_live_sessions)
         self._turns = turns
+        #: What runs before an idle session is closed to keep ``max_live`` (a summary turn,
+        #: ``.thread_checkpoints.SummaryTurns``); None: nothing.
+        self.before_close: Callable[[str, ChannelSession], Awaitable[None]] | None = None
         #: Sessions let go but perhaps still open at the agent (:meth:`_close_abandoned`).
         self._abandoned: list[str] = []
         #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
@@ -358,6 +361,8 @@ class AgentSupervisor:
         """Close an idle session to keep ``max_live`` (docs/bot.md, "Live sessions"); its
         receipt stays, so its next turn continues it where the agent can."""
         session_id = session.start.session_id
+        if self.before_close is not None:
+            await self.before_close(queue_channel, session)
         sent = await self.driver.close_session(session_id)
         payload = {"adapterSessionId": session_id, "reason": "max_live", "sessionClose": sent}
         self._diagnostics.emit(

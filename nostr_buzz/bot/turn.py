@@ -358,7 +358,8 @@ class TurnRunner:
         #: The running turn of each queue channel.
         self.running = running
         self.budget = BudgetGate(config, store.budget, delivery, diagnostics, clock)
-        self.checkpoints = ThreadCheckpoints(config, delivery.pool, delivery, diagnostics, clock)
+        self.checkpoints = ThreadCheckpoints(config, delivery, diagnostics, clock)
+        self.checkpoints.summarize_on_close(supervisor, store, self.budget)
         # A hold of an earlier run was decided under the caps of then: decided again now.
         release_holds(self.budget, queue, store)
 

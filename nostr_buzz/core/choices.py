@@ -47,9 +47,9 @@ BudgetAction = Literal["warn", "stop"]
 #: What keys an agent session (and the queue): one per channel, or one per thread of a
 #: channel (its root with its channel; a private conversation stays one session).
 SessionScope = Literal["channel", "thread"]
-#: Thread checkpoints (nips/NIP-TC.md): none, or the agent's own compaction summaries, written
-#: and read by the bot.
-CheckpointMode = Literal["off", "compaction"]
+#: Thread checkpoints (nips/NIP-TC.md): none; the agent's own compaction summaries; or those
+#: and a summary asked for before the bot closes a session the agent cannot continue.
+CheckpointMode = Literal["off", "compaction", "summary_on_close"]
 
 #: Every enumerated setting, by its dotted ``buzz.toml`` name, and its choices.
 CHOICES: Final[Mapping[str, tuple[str, ...]]] = {

@@ -59,6 +59,14 @@ WORKSPACE_BODY: Final = (
     "clone there."
 )
 
+#: The body of ``<buzz-checkpoint-request>`` (docs/envelope.md, "The thread checkpoint"): what
+#: the agent is asked before its session closes, when a summary turn is configured.
+CHECKPOINT_REQUEST: Final = (
+    "This session is about to close. Write a summary of the conversation so far for whoever "
+    "continues it: who asked what, what was decided or done, and what is still open. Reply "
+    "with the summary alone; it is not sent to anyone in the conversation."
+)
+
 DESCRIPTION_LIMIT: Final = 500
 _NEWLINES: Final = re.compile("[" + LINE_BREAKS + "]")
 _HANDLE: Final = re.compile(r"[A-Za-z0-9._-]+")
@@ -153,6 +161,10 @@ LAYER_TABLE: Final[Mapping[str, _LayerKind]] = {
     "recent_thread_delta": _LayerKind(6, "thread", "relay_events", "evidence", "current"),
     "interrupted_turn": _LayerKind(6, "thread", "cancelled_events", "evidence", "current"),
     "current_instruction": _LayerKind(7, "turn", "nostr_event", "authoritative", "current"),
+    # The request for a summary before a session closes (a turn of its own, no Nostr event).
+    "checkpoint_request": _LayerKind(
+        7, "session", "buzz_checkpoint_request", "instructions", "current"
+    ),
     "delivery_contract": _LayerKind(8, "turn", "buzz_routing", "routing_constraint", "current"),
     "steer_delivery_contract": _LayerKind(
         8, "turn", "native_steer_framing", "routing_constraint", "current"
@@ -562,6 +574,16 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     layers.append(_layer("delivery_contract", delivery))
     sections.append("</buzz-turn>")
     return CompiledTurn(sections=sections, manifest=manifest_from_layers(layers))
+
+
+def compile_checkpoint_request() -> CompiledTurn:
+    """The summary turn before a session closes (``[sessions] checkpoint =
+    "summary_on_close"``): one block, ``<buzz-checkpoint-request>``, and its one-layer
+    manifest (``checkpoint_request``, versioned by its text's hash)."""
+    text = _section("buzz-checkpoint-request", CHECKPOINT_REQUEST)
+    return CompiledTurn(
+        sections=[text], manifest=manifest_from_layers([_layer("checkpoint_request", text)])
+    )
 
 
 def steer_guidance() -> str:

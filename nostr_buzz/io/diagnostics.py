@@ -91,7 +91,7 @@ DiagnosticKind = (
         "thread_checkpoint_ignored",  # {eventId, author, reason}: a relay's event not taken
         "thread_checkpoint_queued",  # {eventId, method}: in the outbox with its turn
         "thread_checkpoint_published",  # {eventId, relays}
-        "thread_checkpoint_failed",  # {eventId, error}: a compaction's checkpoint not made
+        "thread_checkpoint_failed",  # {error, method}: a checkpoint not made
         "agent_group_ended",  # {pgid, processes, signal, left}: a killed run's leftover group
         "agent_group_spared",  # {pgid, processes, reason}: a recorded group left alone
         # what the bot sends

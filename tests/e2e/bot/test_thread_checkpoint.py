@@ -247,3 +247,55 @@ def test_a_compaction_leaves_the_threads_checkpoint_and_the_next_session_starts_
     assert checkpoint_layer.version == made.id
     assert [layer_5(p) for p in payloads[:2]] == [[], []]
     assert code == 0, err
+
+
+def test_a_session_closed_for_room_is_asked_for_its_summary_and_the_next_one_starts_from_it(
+    tmp_path: Path,
+) -> None:
+    """``summary_on_close`` with ``max_live = 1``: opening thread B's session closes thread
+    A's, which is asked for its summary first (a metered turn of its own); A's next session
+    starts from that summary."""
+    config = '[sessions]\nscope = "thread"\nmax_live = 1\ncheckpoint = "summary_on_close"\n'
+    (tmp_path / "buzz.toml").write_text(config, encoding="utf-8")
+    said_a = {"updates": [chunk("SUMMARY-A: A asked about the gateway.")], "usage": USAGE}
+    said_b = {"updates": [chunk("SUMMARY-B: B asked about the docs.")], "usage": USAGE}
+    turns = [ANSWER, said_a, ANSWER, said_b, ANSWER]
+    agent = Scripted(tmp_path, {"turns": turns, "caps": {"loadSession": False}})
+    now = int(time.time())
+    root_a = chat(OWNER, now - 60, content="ROOT-A", channel="eng")
+    root_b = chat(OWNER, now - 59, content="ROOT-B", channel="eng")
+    by_agent = {"kinds": [CHECKPOINT_KIND], "authors": [AGENT.public_key.hex]}
+    with relay_process() as relay:
+        publish(relay, root_a, root_b)
+        with bot(relay, agent, tmp_path) as stderr:
+            first = mention(relay, stderr, root_a, "A-ONE: is the gateway up?", now - 50)
+            mention(relay, stderr, root_b, "B-ONE: are the docs built?", now - 40)
+            mention(relay, stderr, root_a, "A-TWO: and now?", now - 30)
+            made = wait_for(relay, by_agent, 2)
+            payloads = metrics(relay, 5)
+    sent = prompts(agent)
+    assert len(sent) == 5 and len(agent.requests("session/new")) == 3
+    assert "<buzz-checkpoint-request>" in sent[1] and "<buzz-checkpoint-request>" in sent[3]
+    opened = {
+        c.session_key: (c, e)
+        for e in made
+        for c in [open_checkpoint_event(OWNER, AGENT.public_key, e)]
+    }
+    checkpoint_a, event_a = opened[f"eng/{root_a.id}"]
+    assert checkpoint_a.method == "summary_turn" and checkpoint_a.covers_through == first.id
+    assert checkpoint_a.summary == "SUMMARY-A: A asked about the gateway."
+    assert opened[f"eng/{root_b.id}"][0].summary.startswith("SUMMARY-B")
+    # A's new session starts from A's summary, with only what came after the covered event.
+    assert (
+        "<thread-checkpoint>\nSUMMARY-A: A asked about the gateway.\n</thread-checkpoint>"
+        in sent[4]
+    )
+    assert "A-ONE" not in sent[4] and "SUMMARY-B" not in sent[4]
+    # Each summary turn has its metric: its manifest is the request alone, no event caused it.
+    asked = [p for p in payloads if not p.triggering_event_ids]
+    assert len(asked) == 2
+    for p in asked:
+        assert p.context_manifest is not None
+        assert [x.layer for x in p.context_manifest.layers] == ["checkpoint_request"]
+    last = max(payloads, key=lambda p: p.timestamp)
+    assert [x.version for x in layer_5(last)] == [event_a.id]

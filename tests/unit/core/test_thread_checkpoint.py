@@ -136,3 +136,16 @@ def test_the_history_after_a_checkpoint_starts_after_the_covered_event() -> None
     assert shown(after="f" * 64) == ["root", "middle"]
     context = turn_context(history, in_batch={newest.id}, after=root.id)
     assert context is not None and context.total == 3  # what the thread holds, as fetched
+
+
+def test_the_summary_request_is_one_compiled_block_with_its_own_layer() -> None:
+    from nostr_buzz.core.compiler import CHECKPOINT_REQUEST, compile_checkpoint_request
+    from nostr_buzz.core.manifest import content_hash
+
+    compiled = compile_checkpoint_request()
+    [text] = compiled.sections
+    assert text == f"<buzz-checkpoint-request>\n{CHECKPOINT_REQUEST}\n</buzz-checkpoint-request>"
+    [layer] = compiled.manifest.layers
+    assert (layer.order, layer.layer, layer.scope) == (7, "checkpoint_request", "session")
+    assert layer.version == content_hash(text) and compiled.manifest.hash_matches()
+    assert compile_checkpoint_request() == compiled  # pure
