@@ -238,6 +238,18 @@ def test_a_thread_checkpoint_verifies_only_as_the_agent_s_own_to_the_owner() -> 
         return next(a.verdict for a in result.layers if a.layer == "thread_checkpoint"), result.ok
 
     assert judged(real) == ("verified", True)
+    # With the owner's key the audit opens it: a checkpoint of another channel fails.
+    elsewhere = build_checkpoint_event(
+        AGENT, OWNER.public_key, msgspec.structs.replace(payload, session_key="ops/" + trigger.id)
+    )
+    lookups[elsewhere.id] = found(elsewhere)
+    opening = authority_for(BuzzConfig(), ME, AGENT.public_key.hex, owner_secret=OWNER)
+    for event, want in ((real, "verified"), (elsewhere, "wrong_channel")):
+        metric = opened(_with_layer(trigger, "thread_checkpoint", event.id))
+        result = audit_metric(metric, lookups, opening)
+        assert [a.verdict for a in result.layers if a.order == 3] == [want]
+        assert result.ok is (want == "verified")
+    assert judged(elsewhere) == ("verified", True)  # without the key: who signed, not what
     assert judged(forged) == ("wrong_author", False)
     assert judged(to_someone_else) == ("malformed", False)
     assert judged(trigger) == ("wrong_kind", False)
