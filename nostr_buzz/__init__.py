@@ -24,11 +24,8 @@ if TYPE_CHECKING:
         compile_turn,
     )
     from nostr_buzz.core.context import History, channel_info_of, turn_context
-    from nostr_buzz.core.escape import escape_attribute, escape_text
     from nostr_buzz.core.gate import Admit, Command, Decision, Gate, Refuse, decide
     from nostr_buzz.core.ledger import TurnLedger
-    from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
-    from nostr_buzz.core.metrics_report import MetricsReport, build_report
     from nostr_buzz.core.queue import Batch, DeadLetter, DispatchQueue, PushResult, QueuedEvent
     from nostr_buzz.core.reply import build_reply, reply_template
     from nostr_buzz.core.turn_input import (
@@ -72,6 +69,7 @@ if TYPE_CHECKING:
     from nostr_buzz.io.relay import QueryResult, RelayClient, Verdict
     from nostr_buzz.io.sdk_signer import SdkSigner
     from nostr_buzz.keys import PublicKey, SecretKey
+    from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
     from nostr_buzz.nips.nip01 import Filter
     from nostr_buzz.nips.nip10 import ThreadRef
     from nostr_buzz.nips.nip_am import (
@@ -84,7 +82,9 @@ if TYPE_CHECKING:
         open_metric_event,
     )
     from nostr_buzz.profile import Profile
+    from nostr_buzz.reports.metrics_report import MetricsReport, build_report
     from nostr_buzz.signer import EventTemplate, LocalSigner, Signer, SignerError
+    from nostr_buzz.text.escape import escape_attribute, escape_text
     from nostr_buzz.timestamps import metric_timestamp
 
 #: Where each public name lives.  Nothing is imported until a name is asked for.
@@ -99,13 +99,13 @@ _EXPORTS: dict[str, str] = {
         "nostr_buzz.core.compiler",
     ),
     **dict.fromkeys(("History", "channel_info_of", "turn_context"), "nostr_buzz.core.context"),
-    **dict.fromkeys(("escape_attribute", "escape_text"), "nostr_buzz.core.escape"),
+    **dict.fromkeys(("escape_attribute", "escape_text"), "nostr_buzz.text.escape"),
     **dict.fromkeys(
         ("Admit", "Command", "Decision", "Gate", "Refuse", "decide"), "nostr_buzz.core.gate"
     ),
     "TurnLedger": "nostr_buzz.core.ledger",
-    **dict.fromkeys(("Layer", "Manifest", "manifest_from_layers"), "nostr_buzz.core.manifest"),
-    **dict.fromkeys(("MetricsReport", "build_report"), "nostr_buzz.core.metrics_report"),
+    **dict.fromkeys(("Layer", "Manifest", "manifest_from_layers"), "nostr_buzz.manifest"),
+    **dict.fromkeys(("MetricsReport", "build_report"), "nostr_buzz.reports.metrics_report"),
     **dict.fromkeys(
         ("Batch", "DeadLetter", "DispatchQueue", "PushResult", "QueuedEvent"),
         "nostr_buzz.core.queue",

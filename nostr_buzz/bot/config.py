@@ -3,6 +3,7 @@ flags) and the ``--shard i/n`` split of destinations between processes."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from nostr_buzz.config import (
     DEFAULT_MAX_LIVE,
     DEFAULT_REPLY_BYTES,
     ConfigSources,
+    TelemetrySection,
     check_channels,
     check_gate_allowlist,
     check_given,
@@ -31,6 +33,7 @@ from nostr_buzz.core.choices import (
 )
 from nostr_buzz.core.gate import Shard, shard_of
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
+from nostr_buzz.core.telemetry import Telemetry
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import PublicKey, SecretKey
@@ -178,6 +181,9 @@ class PluginConfig:
     #: ``summary_on_close`` (also a summary turn before a close for room; docs/bot.md,
     #: "Thread checkpoints").
     thread_checkpoint: CheckpointMode = "off"
+    #: OpenTelemetry export of every turn (``[telemetry]``; None: none, and the SDK is never
+    #: imported; docs/bot.md, "Telemetry").
+    telemetry: Telemetry | None = None
 
     def __post_init__(self) -> None:
         self._check_values()
@@ -204,6 +210,15 @@ class PluginConfig:
             check_given(f"budget.{cap}", getattr(self.budget, cap), f"PluginConfig budget.{cap}")
         check_gate_allowlist(self.gate, self.allowlist, "PluginConfig")
         check_channels(self.channels, "PluginConfig channels")
+        if self.telemetry is not None and not isinstance(self.telemetry, Telemetry):
+            raise ConfigError(
+                f"PluginConfig telemetry: expected a Telemetry, got {type(self.telemetry).__name__}"
+            )
+        if self.telemetry is not None and importlib.util.find_spec("opentelemetry.sdk") is None:
+            raise ConfigError(
+                "PluginConfig telemetry needs the OpenTelemetry SDK: "
+                "pip install 'nostr-buzz[telemetry]'"
+            )
 
     def __repr__(self) -> str:  # never the secret key
         return (
@@ -280,7 +295,16 @@ class PluginConfig:
             session_scope=file.sessions.scope,
             max_live_sessions=file.sessions.max_live,
             thread_checkpoint=file.sessions.checkpoint,
+            telemetry=_telemetry(file.telemetry),
         )
+
+
+def _telemetry(section: TelemetrySection) -> Telemetry | None:
+    """``[telemetry]`` as the bot takes it: None while no endpoint is set."""
+    if section.endpoint is None:
+        return None
+    fields = msgspec.structs.asdict(section)
+    return Telemetry(**fields)
 
 
 def _standing_files(sources: ConfigSources) -> Standing:

@@ -19,14 +19,14 @@ import msgspec
 
 from nostr_buzz.acp.types import TurnResult
 from nostr_buzz.config import MAX_REPLY_BYTES
-from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.text import utf8_size
 from nostr_buzz.event import Event
 from nostr_buzz.io.relay_info import RelayLimits
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MAX_TOKENS, MetricPayload, TokenCounts
 from nostr_buzz.signer import EventTemplate, template
+from nostr_buzz.text.unicode import utf8_size
 from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [

@@ -139,8 +139,8 @@ class BuzzPlugin:
         self._position = store.position()
         self.private_floor = _floor(self._position, self._first_since, self.config.clock_skew)
         self._commands.extend(store.commands())
-        store.load_refusals(intake.refusal_scope(self._gate))
-        self.recall.skip = store.refused
+        store.refusals.load(intake.refusal_scope(self._gate))
+        self.recall.skip = store.refusals.__contains__
         self.pool.open()
         self.recall.pool = self.pool.using(self.recall.pool.urls)  # the connections kept now
         delivery = Delivery(
@@ -353,7 +353,7 @@ def _refused(plugin: BuzzPlugin, decision: intake.Refuse, event: Event, now: flo
     """A refusal: reported (but another shard's), remembered for a wrap, the position moved."""
     assert plugin.store is not None
     if isinstance(event, nip59.PrivateEvent):
-        plugin.store.remember_refusal(event.wrap.id, by_gate=True)
+        plugin.store.refusals.remember(event.wrap.id, by_gate=True)
     if decision.reason is None:
         return False  # another process serves it: no diagnostic, no position change
     plugin.diagnostics.event_rejected(
@@ -428,7 +428,7 @@ async def _open_wrap(wrap: Event, plugin: BuzzPlugin, store: BotStore) -> nip59.
     message dated before the plugin's :attr:`~BuzzPlugin.private_floor` is refused silently and
     remembered, as if a relay's ``since`` had left it out (:func:`.intake.private_before`).
     A signer that cannot open it now is reported (``gift_wrap_signer_failed``), not remembered."""
-    if store.refused(wrap.id):
+    if wrap.id in store.refusals:
         return None
     try:
         opened = plugin.recall.opened(wrap.id)  # opened by the replay that brought it
@@ -439,10 +439,10 @@ async def _open_wrap(wrap: Event, plugin: BuzzPlugin, store: BotStore) -> nip59.
         return None
     except Nip59Error as exc:
         plugin.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=wrap.id)
-        store.remember_refusal(wrap.id, by_gate=False)
+        store.refusals.remember(wrap.id, by_gate=False)
         return None
     if intake.private_before(opened, plugin.private_floor):
-        store.remember_refusal(wrap.id, by_gate=False)  # an old message stays old
+        store.refusals.remember(wrap.id, by_gate=False)  # an old message stays old
         return None
     return opened
 

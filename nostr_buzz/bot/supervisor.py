@@ -85,12 +85,13 @@ def harness_name(command: str, args: Sequence[str], agent_name: str | None) -> s
 
 
 def secret_values(config: PluginConfig) -> list[str]:
-    """Values no diagnostic may repeat: the agent's key and what the agent's environment
-    carries (``[agent] env`` values, the variables passed through by name)."""
+    """Values no diagnostic may repeat: the agent's key, what the agent's environment carries
+    (``[agent] env`` values, the variables passed through by name) and the telemetry headers."""
     secret = config.agent_secret  # None when a signer holds the key elsewhere
     values = [secret.hex, secret.bech32] if secret is not None else []
     values += config.agent_env.values()
     values += [os.environ[name] for name in config.agent_pass_env if name in os.environ]
+    values += config.telemetry.secrets if config.telemetry is not None else []
     return [v for v in values if v]
 
 

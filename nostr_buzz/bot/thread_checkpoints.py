@@ -30,14 +30,13 @@ from typing import Final
 from nostr_buzz.acp.facts import Ended
 from nostr_buzz.acp.types import TurnResult
 from nostr_buzz.core.compiler import compile_checkpoint_request
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.session_key import channel_of
-from nostr_buzz.core.text import utf8_head
 from nostr_buzz.core.turn_input import ThreadCheckpointInput
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip_am import MetricPayload
 from nostr_buzz.nips.nip_tc import (
@@ -47,6 +46,7 @@ from nostr_buzz.nips.nip_tc import (
     checkpoint_filter,
     open_own_checkpoint_event,
 )
+from nostr_buzz.text.unicode import utf8_head
 from nostr_buzz.timestamps import metric_timestamp
 
 from .budget import BudgetGate

@@ -50,7 +50,6 @@ from nostr_buzz.core.compaction import standing_redelivered
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, standing_text
 from nostr_buzz.core.context import direct_channel_type
 from nostr_buzz.core.ledger import TurnLedger
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.permission import (
     PermissionDecision,
     Policy,
@@ -64,6 +63,7 @@ from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import MetricError, QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome
@@ -78,6 +78,7 @@ from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_
 from .privacy import result_error_class
 from .state import BotStore
 from .supervisor import AgentSupervisor, ChannelSession, secret_values
+from .telemetry import open_telemetry
 from .thread_checkpoints import ThreadCheckpoints
 
 __all__ = [
@@ -243,17 +244,33 @@ def turn_permission(turn: Turn | None, policy: Policy, owner: str) -> Permission
     return decide(policy, owner, provenance, session)
 
 
-def _counted(turn: Turn | None, decision: PermissionDecision) -> PermissionDecision:
-    """Count ``decision`` in its turn (for the metric)."""
+#: Told of each permission decision of a turn (telemetry): the turn, the request, the decision.
+Decided = Callable[["Turn", PermissionRequest, PermissionDecision], None]
+
+
+def _counted(
+    turn: Turn | None,
+    decision: PermissionDecision,
+    request: PermissionRequest | None = None,
+    decided: Decided | None = None,
+) -> PermissionDecision:
+    """Count ``decision`` in its turn (for the metric), and tell ``decided``."""
     if turn is not None:
         approved, rejected = turn.permissions
         yes = int(decision.approve)
         turn.permissions = (approved + yes, rejected + 1 - yes)
+        if decided is not None and request is not None:
+            decided(turn, request, decision)
     return decision
 
 
-async def _counted_later(turn: Turn, later: Awaitable[PermissionDecision]) -> PermissionDecision:
-    return _counted(turn, await later)
+async def _counted_later(
+    turn: Turn,
+    later: Awaitable[PermissionDecision],
+    request: PermissionRequest,
+    decided: Decided | None,
+) -> PermissionDecision:
+    return _counted(turn, await later, request, decided)
 
 
 class RunningTurns(dict[str, Turn]):
@@ -265,6 +282,8 @@ class RunningTurns(dict[str, Turn]):
         self.policy, self.owner = policy, owner
         #: Where a request the owner must decide goes (None: such requests are rejected).
         self.approvals = approvals
+        #: Told of every decision made for a running turn (the runner's telemetry).
+        self.decided: Decided | None = None
 
     @classmethod
     def of(
@@ -290,14 +309,14 @@ class RunningTurns(dict[str, Turn]):
         decision = turn_permission(turn, self.policy, self.owner)
         approvals = self.approvals
         if turn is None or approvals is None or not approvals.enabled:
-            return _counted(turn, decision)
+            return _counted(turn, decision, request, self.decided)
         if not decision.asks_owner:
-            return _counted(turn, decision)
+            return _counted(turn, decision, request, self.decided)
         private = nip10.is_private_channel(turn.batch.channel)
         provenance = turn.provenance()
         others = speakers(self.owner, provenance, turn.earlier_actors)
         asked = approvals.ask(request, decision, turn.ids, provenance.batch, private, others)
-        return _counted_later(turn, asked)
+        return _counted_later(turn, asked, request, self.decided)
 
     def answer(self, event: Event, verdict: Literal["allow", "deny"], code: str) -> None:
         """An ``!allow``/``!deny`` seen in ``event`` (anyone's: only the owner's decides)."""
@@ -360,6 +379,8 @@ class TurnRunner:
         self.budget = BudgetGate(config, store.budget, delivery, diagnostics, clock)
         self.checkpoints = ThreadCheckpoints(config, delivery, diagnostics, clock)
         self.checkpoints.summarize_on_close(supervisor, store, self.budget)
+        self.telemetry = open_telemetry(config, diagnostics, supervisor, clock)
+        running.decided = self.telemetry.permission  # each decision, for the turn's span
         # A hold of an earlier run was decided under the caps of then: decided again now.
         release_holds(self.budget, queue, store)
 
@@ -397,6 +418,10 @@ class TurnRunner:
             self._look = None
             if timer is not None:
                 timer.cancel()
+            # The bot is stopping: the turns cancelled with the worker end their spans first,
+            # then what is left is exported (bounded, in a thread: docs/bot.md, "Telemetry").
+            await asyncio.sleep(0)
+            await self.telemetry.aclose()
 
     def admitted(self, channel: str, now: float) -> None:
         """An event was queued for ``channel`` at ``now``: wake the worker, unless the look it
@@ -474,6 +499,8 @@ class TurnRunner:
         turn = Turn.of(batch)
         self.running[batch.channel] = turn
         started_at = datetime.fromtimestamp(self._clock(), UTC)
+        events = [q.event for q in batch.events]
+        self.telemetry.started(turn.turn_id, batch.channel, events)
         # A private answer's DM relays, looked up while the turn runs (a round trip saved).
         dm_lookup = self.delivery.look_up_private_relays(batch.events[-1].event)
         try:
@@ -496,6 +523,7 @@ class TurnRunner:
                 "turn in %s failed: %s", batch.channel, type(exc).__name__ if private else exc
             )
             self._report_failure(turn, f"{type(exc).__name__}: {exc}", None, type(exc).__name__)
+            self.telemetry.failed(turn.turn_id, type(exc).__name__)
             await self._commit(turn, lambda: self._fail(turn))
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
@@ -510,6 +538,7 @@ class TurnRunner:
             self.supervisor.live.notify()  # its session is idle: it may be closed for room
             # Whatever the way out (a cancel before the prompt, a stop): no longer running.
             self.diagnostics.emit("turn_ended", **turn.ids.as_kwargs(), payload={})
+            self.telemetry.ended(turn.turn_id, cancelled=turn.cancel_reason is not None)
             self._wake()
 
     async def _commit(
@@ -530,10 +559,12 @@ class TurnRunner:
         replies: list[Signed] = []
         metrics: list[Signed] = []
         spent: list[tuple[str, MetricPayload]] = []  # each turn's spend, for the budget
+        metric_of: list[tuple[Output, Signed | None]] = []  # each metric's turn (telemetry)
         for out in outputs:
             if out.payload is not None:
                 metric = await self.delivery.sign_metric(out.payload, out.ids)
                 metrics += [metric] if metric is not None else []
+                metric_of.append((out, metric))
                 key = metric.events[0].id if metric is not None else f"turn:{out.ids.turn_id}"
                 spent.append((key, out.payload))
             if out.reply is not None:
@@ -554,6 +585,9 @@ class TurnRunner:
         if checkpoint is not None:
             self.checkpoints.queued(checkpoint)
         self.delivery.send(stored)
+        for out, signed in metric_of:
+            metric_id = signed.events[0].id if signed is not None else None
+            self.telemetry.committed(out.ids, turn.batch.channel, out.payload, metric_id, out.reply)
         for target, text in notices:
             await self.delivery.notify(target, text)
 
@@ -824,6 +858,7 @@ class TurnRunner:
         outcome = await self.supervisor.driver.steer(turn.session.start.session_id, steer.text)
         ids = turn.ids.as_kwargs()
         now = self._clock()
+        self.telemetry.steer(turn.turn_id, event, outcome)
         if outcome == "injected":
             turn.ledger.accept_update(steer.manifest)  # in the ledger before it is acknowledged
             taken = self._steer_result(event.id, "injected", now)

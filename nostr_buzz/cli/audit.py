@@ -6,7 +6,7 @@ The owner audits with their own secret key (``--key``, else ``BUZZ_PRIVATE_KEY``
 one metric (``--metric ID``: hex, ``note1…`` or ``nevent1…``), or every metric of the owner's
 agents in a period (``--since`` / ``--until``, as ``buzz metrics`` reads them).  For each layer
 of a metric's context manifest whose version is an event id, the event is fetched from every
-relay and judged (:mod:`nostr_buzz.core.audit`): valid id and signature, a kind the layer takes,
+relay and judged (:mod:`nostr_buzz.reports.audit`): valid id and signature, a kind the layer takes,
 an author the layer trusts — for the current instruction, an event the gate of ``buzz.toml``
 admits (``[gate]`` and ``[subscriptions]``, with the metric's signer as the agent).  Layers
 versioned by a hash are reported as known only by hash; a private message's rumor as private.
@@ -66,9 +66,7 @@ from nostr_buzz.cli.metrics import (
 )
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import BuzzConfig
-from nostr_buzz.core.audit import Authority, MetricAudit, audit_metric, event_ids
 from nostr_buzz.core.gate import Gate, author_refusal, refusal
-from nostr_buzz.core.metrics_report import OpenedMetric, open_metric
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.audit import look_up_events
@@ -78,6 +76,8 @@ from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip19 import EventRef
 from nostr_buzz.nips.nip_tc import open_checkpoint_event
+from nostr_buzz.reports.audit import Authority, MetricAudit, audit_metric, event_ids
+from nostr_buzz.reports.metrics_report import OpenedMetric, open_metric
 
 Format = Literal["table", "json"]
 FORMATS: Final[tuple[Format, ...]] = ("table", "json")

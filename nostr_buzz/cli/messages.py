@@ -309,29 +309,7 @@ def send(
     async def _send(signer: Signer) -> tuple[Event, PublishResult]:
         tags: list[list[str]] = [["h", channel]]
         if ref is not None:
-            hints = _usable_hints(ref.relays)
-            parent, found = await _fetch(ref, read_relays, hints, signer, timeout)
-            parent_channel = nip10.channel(parent)
-            if parent_channel is not None and parent_channel != channel:
-                raise CliFailure(
-                    ExitCode.BAD_INPUT,
-                    f"--reply-to: that event is in channel {parent_channel}, not {channel}",
-                )
-            root_id = nip10.thread_ref(parent).root or parent.id
-            root: Event | None = parent if root_id == parent.id else None
-            root_relay = _first_relay_with(found, root_id)
-            if root is None:
-                pool = RelayPool(read_relays, signer=signer, timeout=timeout)
-                lookup = await pool.query(Filter(ids=(root_id,)), extra_urls=hints, timeout=timeout)
-                root = next((e for e in lookup.events if e.id == root_id), None)
-                root_relay = _first_relay_with(lookup, root_id)
-            tags += nip10.reply_tags(
-                parent,
-                sender=signer.public_key.hex,
-                root=root,
-                parent_relay=_first_relay_with(found, parent.id),
-                root_relay=root_relay,
-            )
+            tags += await _reply_tags(ref, channel, read_relays, signer, timeout)
         listed = {t[1] for t in tags if t[0] == "p"}
         tags += [["p", k] for k in dict.fromkeys(mentioned) if k not in listed]
         # The clock is read here, at the edge; the library itself never reads one.
@@ -343,3 +321,33 @@ def send(
 
     message, published = run(body())
     report_publish(message, published, json_output, with_event=True)
+
+
+async def _reply_tags(
+    ref: EventRef, channel: str, read_relays: Sequence[str], signer: Signer, timeout: float
+) -> list[list[str]]:
+    """NIP-10 marked tags for a reply to ``ref``: the parent fetched (it must be in
+    ``channel``), and its thread's root, for the relay hints."""
+    hints = _usable_hints(ref.relays)
+    parent, found = await _fetch(ref, read_relays, hints, signer, timeout)
+    parent_channel = nip10.channel(parent)
+    if parent_channel is not None and parent_channel != channel:
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"--reply-to: that event is in channel {parent_channel}, not {channel}",
+        )
+    root_id = nip10.thread_ref(parent).root or parent.id
+    root: Event | None = parent if root_id == parent.id else None
+    root_relay = _first_relay_with(found, root_id)
+    if root is None:
+        pool = RelayPool(read_relays, signer=signer, timeout=timeout)
+        lookup = await pool.query(Filter(ids=(root_id,)), extra_urls=hints, timeout=timeout)
+        root = next((e for e in lookup.events if e.id == root_id), None)
+        root_relay = _first_relay_with(lookup, root_id)
+    return nip10.reply_tags(
+        parent,
+        sender=signer.public_key.hex,
+        root=root,
+        parent_relay=_first_relay_with(found, parent.id),
+        root_relay=root_relay,
+    )

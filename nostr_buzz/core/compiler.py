@@ -15,23 +15,7 @@ from typing import Final, NamedTuple
 import msgspec
 
 from nostr_buzz.core.compaction import REDELIVERED_AFTER_COMPACTION
-from nostr_buzz.core.escape import escape_attribute, escape_name, escape_text
 from nostr_buzz.core.labels import message_lines, one_line, unique_labels
-from nostr_buzz.core.manifest import (
-    Layer,
-    Manifest,
-    content_hash,
-    estimate_tokens,
-    manifest_from_layers,
-)
-from nostr_buzz.core.text import (
-    LINE_BREAKS,
-    WHITESPACE,
-    ascii_lower,
-    is_blank,
-    sanitize_label,
-    trim,
-)
 from nostr_buzz.core.turn_input import (
     BUZZ_RETRIEVAL,
     ChannelInfo,
@@ -44,7 +28,23 @@ from nostr_buzz.core.turn_input import (
     TurnInput,
 )
 from nostr_buzz.event import Event
+from nostr_buzz.manifest import (
+    Layer,
+    Manifest,
+    content_hash,
+    estimate_tokens,
+    manifest_from_layers,
+)
 from nostr_buzz.nips import nip10
+from nostr_buzz.text.escape import escape_attribute, escape_name, escape_text
+from nostr_buzz.text.unicode import (
+    LINE_BREAKS,
+    WHITESPACE,
+    ascii_lower,
+    is_blank,
+    sanitize_label,
+    trim,
+)
 
 #: The fixed ``<continuation-guidance>`` note of every steer (docs/envelope.md).
 STEER_NOTE: Final = (

@@ -17,10 +17,10 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from nostr_buzz.core.text import LINE_BREAKS, ascii_lower, is_utf8_encodable, utf8_document
 from nostr_buzz.errors import InvalidEvent, TurnInputError
 from nostr_buzz.event import Event, WireEvent, check_structure
 from nostr_buzz.nips import nip10
+from nostr_buzz.text.unicode import LINE_BREAKS, ascii_lower, is_utf8_encodable, utf8_document
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _LOWER_HEX = frozenset("0123456789abcdef")

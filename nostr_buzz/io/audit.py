@@ -1,5 +1,5 @@
 """Fetching what an audit checks: each event a manifest names, from every relay (docs/cli.md,
-"buzz audit"; the verdicts are :mod:`nostr_buzz.core.audit`'s).
+"buzz audit"; the verdicts are :mod:`nostr_buzz.reports.audit`'s).
 
 Each id is one :func:`~nostr_buzz.io.fetch.fetch_event` that waits for every relay
 (``wait_all``): an audit wants each relay's answer, so that a relay serving a forged copy is
@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Final
 
-from nostr_buzz.core.audit import Lookup
+from nostr_buzz.reports.audit import Lookup
 
 from .fetch import fetch_event
 from .pool import RelayPool

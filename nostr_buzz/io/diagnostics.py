@@ -22,9 +22,9 @@ from typing import IO, Any, Final, Literal
 
 import msgspec
 
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.errors import SECRET_HINT, looks_secret
 from nostr_buzz.io.filemodes import open_private, read_private
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [
@@ -57,6 +57,7 @@ DiagnosticKind = (
         "turn_completed",
         "turn_failed",
         "turn_ended",  # {}: the turn left the running turns (settled, cancelled, abandoned)
+        "telemetry_failed",  # {error}: the telemetry sink failed (its class; reported once)
         "event_dead_lettered",
         # budgets (docs/bot.md, "Budgets"): {decision, over: [{cap, limit, spent, period}], …}
         "budget_warned",  # over a cap under action "warn": the turn runs, the owner is told

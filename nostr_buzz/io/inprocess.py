@@ -56,10 +56,10 @@ from nostr_buzz.agent import (
     InProcessAgent,
     parse_spec,
 )
-from nostr_buzz.core.text import utf8_head, utf8_size
 from nostr_buzz.core.usage import UsageRecord, checked_counts
 from nostr_buzz.errors import AgentError
 from nostr_buzz.io.agent_sessions import DiagnosticCallback
+from nostr_buzz.text.unicode import utf8_head, utf8_size
 
 __all__ = ["InProcessDriver", "load_agent"]
 

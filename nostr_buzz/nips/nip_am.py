@@ -24,14 +24,14 @@ from typing import Any, Final, Literal, get_args
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from nostr_buzz.core.manifest import SCHEMA_VERSION, Manifest
-from nostr_buzz.core.text import utf8_document
 from nostr_buzz.errors import InvalidKey, MetricError, Nip44Error
 from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
+from nostr_buzz.manifest import SCHEMA_VERSION, Manifest
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.to_owner import MAX_CONTENT_CHARS, seal_local, seal_with_signer
 from nostr_buzz.signer import EventTemplate, Signer
+from nostr_buzz.text.unicode import utf8_document
 
 __all__ = [
     "KIND",

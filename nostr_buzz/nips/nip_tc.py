@@ -22,7 +22,6 @@ from typing import Final, Literal, get_args
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from nostr_buzz.core.text import utf8_document
 from nostr_buzz.errors import CheckpointError, Nip44Error
 from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
@@ -31,6 +30,7 @@ from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import created_at_of
 from nostr_buzz.nips.to_owner import MAX_CONTENT_CHARS, seal_local, seal_with_signer
 from nostr_buzz.signer import EventTemplate, Signer
+from nostr_buzz.text.unicode import utf8_document
 
 __all__ = [
     "CHECKPOINT_KIND",

@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from nostr_buzz.core.manifest import Layer
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import Layer
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, open_metric_event

@@ -1,4 +1,4 @@
-"""The audit's verdicts on a metric's layers (nostr_buzz/core/audit.py), with the gate that
+"""The audit's verdicts on a metric's layers (nostr_buzz/reports/audit.py), with the gate that
 ``buzz audit`` builds from a configuration (cli/audit.py ``authority_for``)."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import msgspec
 
 from nostr_buzz.cli.audit import authority_for
 from nostr_buzz.config import BuzzConfig, GateSection, SubscriptionsSection
-from nostr_buzz.core.audit import Authority, Lookup, MetricAudit, audit_metric, event_ids
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
-from nostr_buzz.core.metrics_report import OpenedMetric
 from nostr_buzz.event import Event, sign_event
+from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
 from nostr_buzz.nips.nip_am import MetricPayload
 from nostr_buzz.nips.standing import CANVAS_KIND, CORE_MEMORY_KIND
+from nostr_buzz.reports.audit import Authority, Lookup, MetricAudit, audit_metric, event_ids
+from nostr_buzz.reports.metrics_report import OpenedMetric
 from tests.support.audit_metrics import manifest_for
 from tests.support.events import chat
 from tests.support.keys import AGENT, ALICE, OWNER, STRANGER

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nostr_buzz.core.metrics_report import OpenedMetric, build_report, open_metric
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
+from nostr_buzz.reports.metrics_report import OpenedMetric, build_report, open_metric
 from tests.support.metric_scenario import (
     AGENT_A,
     AGENT_B,

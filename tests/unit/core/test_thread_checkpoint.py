@@ -140,7 +140,7 @@ def test_the_history_after_a_checkpoint_starts_after_the_covered_event() -> None
 
 def test_the_summary_request_is_one_compiled_block_with_its_own_layer() -> None:
     from nostr_buzz.core.compiler import CHECKPOINT_REQUEST, compile_checkpoint_request
-    from nostr_buzz.core.manifest import content_hash
+    from nostr_buzz.manifest import content_hash
 
     compiled = compile_checkpoint_request()
     [text] = compiled.sections

@@ -38,17 +38,17 @@ from typing import Final, Literal
 
 import msgspec
 
-from nostr_buzz.core.manifest import Layer
-from nostr_buzz.core.metrics_report import OpenedMetric
 from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.errors import CheckpointError
 from nostr_buzz.event import Event
+from nostr_buzz.manifest import Layer
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip10 import TEXT_NOTE_KIND
 from nostr_buzz.nips.nip22 import COMMENT_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip_tc import CHECKPOINT_KIND, check_layout
 from nostr_buzz.nips.standing import CANVAS_KIND, CORE_MEMORY_KIND
+from nostr_buzz.reports.metrics_report import OpenedMetric
 
 __all__ = [
     "FAILED",
