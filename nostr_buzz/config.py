@@ -25,6 +25,7 @@ from nostr_buzz.core.choices import (
     CHOICES,
     AuthorGate,
     BudgetAction,
+    CheckpointMode,
     InFlightPolicy,
     Permissions,
     RelayListsMode,
@@ -218,6 +219,11 @@ class SessionsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
     # Agent sessions open at once: the least recently used idle one is closed (its receipt
     # kept) when another must open; its next turn continues it where the agent can.
     max_live: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = DEFAULT_MAX_LIVE
+    # Thread checkpoints (nips/NIP-TC.md): "off" writes and reads none; "compaction" keeps the
+    # agent's own compaction summary of a session as its checkpoint, and a new session of the
+    # same key starts from it; "summary_on_close" also asks an agent that cannot continue a
+    # session for a summary before closing it for room (docs/bot.md, "Thread checkpoints").
+    checkpoint: CheckpointMode = "off"
 
 
 class ContextSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

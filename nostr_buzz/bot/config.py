@@ -25,6 +25,7 @@ from nostr_buzz.config import (
 from nostr_buzz.core.budget import CAP_NAMES, Caps
 from nostr_buzz.core.choices import (
     AuthorGate,
+    CheckpointMode,
     InFlightPolicy,
     Permissions,
     RelayListsMode,
@@ -74,6 +75,7 @@ _AS_IN_FILE: Final = {
     "give_up_after": "outbox.give_up_after",
     "session_scope": "sessions.scope",
     "max_live_sessions": "sessions.max_live",
+    "thread_checkpoint": "sessions.checkpoint",
 }
 
 
@@ -176,6 +178,11 @@ class PluginConfig:
     #: Agent sessions open at once (``[sessions] max_live``): the least recently used idle one
     #: is closed when another must open (docs/bot.md, "Live sessions").
     max_live_sessions: int = DEFAULT_MAX_LIVE
+    #: Thread checkpoints (``[sessions] checkpoint``): ``off``; ``compaction`` (the agent's
+    #: compaction summary kept as the key's checkpoint, and a new session starts from it);
+    #: ``summary_on_close`` (also a summary turn before a close for room; docs/bot.md,
+    #: "Thread checkpoints").
+    thread_checkpoint: CheckpointMode = "off"
     #: OpenTelemetry export of every turn (``[telemetry]``; None: none, and the SDK is never
     #: imported; docs/bot.md, "Telemetry").
     telemetry: Telemetry | None = None
@@ -293,6 +300,7 @@ class PluginConfig:
             budget=Caps(**msgspec.structs.asdict(file.budget)),
             session_scope=file.sessions.scope,
             max_live_sessions=file.sessions.max_live,
+            thread_checkpoint=file.sessions.checkpoint,
             telemetry=_telemetry(file.telemetry),
             relay_lists=file.relay_lists,
         )

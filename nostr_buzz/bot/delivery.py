@@ -1,4 +1,5 @@
-"""Delivery: the signed events a turn leaves (its metric, its reply) reach the write relays;
+"""Delivery: the signed events a turn leaves (its metric, its reply, a thread checkpoint) reach
+the write relays;
 a private message's answer goes as gift wraps to each addressee's DM relays.
 
 Replies are durable like metrics.  Both are signed once, through the agent's signer and before
@@ -53,6 +54,7 @@ from nostr_buzz.nips import nip10, nip17, nip27, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event_async
+from nostr_buzz.nips.nip_tc import CHECKPOINT_KIND
 from nostr_buzz.signer import EventTemplate, signed
 
 from .config import PluginConfig
@@ -188,8 +190,14 @@ class Delivery:
             self._diagnostics.emit("metric_invalid", **ids.as_kwargs(), payload={"error": str(exc)})
             return None
         cost = payload.turn.cost_usd if payload.turn is not None else None
+        routed = await self.to_owner(event, ids)
+        return Signed(routed.events, ids, routed.relays, metric=True, cost_usd=cost)
+
+    async def to_owner(self, event: Event, ids: TurnIds | None) -> Signed:
+        """An event for the owner (a metric, a thread checkpoint) and where it goes: the write
+        relays and the owner's read relays."""
         relays = await self._outbox_relays([self.config.owner.hex])
-        return Signed([event], ids, self._routes([event], relays), metric=True, cost_usd=cost)
+        return Signed([event], ids, self._routes([event], relays))
 
     async def sign_reply(
         self,
@@ -445,12 +453,15 @@ class Delivery:
             return
         if report.earlier:  # delivered and said so before: this was for the slower relays
             return
-        if event.kind == METRIC_KIND:
+        if event.kind in (METRIC_KIND, CHECKPOINT_KIND):
             if report.delivered:
                 ids = self._ids.pop(event.id, None)
                 accepted = [url for url, v in report.verdicts.items() if v.ok]
                 kwargs = ids.as_kwargs() if ids is not None else {}
-                self._diagnostics.metric_published(event.id, accepted, **kwargs)
+                kind: DiagnosticKind = "metric_published"
+                if event.kind == CHECKPOINT_KIND:
+                    kind = "thread_checkpoint_published"
+                self._diagnostics.metric_published(event.id, accepted, kind=kind, **kwargs)
             return
         if event.id in self._notes:
             if report.delivered or report.given_up:

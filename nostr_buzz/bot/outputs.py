@@ -321,10 +321,10 @@ def metric_payload(
     """The NIP-AM payload of a turn; when the agent reported no usage, every counter of
     ``turn`` is unknown (null) and ``turnSeq`` still follows the session's sequence.
     ``permissions``: the turn's permission requests approved and rejected (both left out when
-    it asked none)."""
+    it asked none).  ``triggering`` is empty for a turn no event caused (a summary turn)."""
     usage = result.usage
     approved, rejected = permissions if sum(permissions) else (None, None)
-    ref = nip10.thread_ref(triggering[-1])
+    ref = nip10.thread_ref(triggering[-1]) if triggering else nip10.ThreadRef(None, None)
     return MetricPayload(
         harness=harness,
         timestamp=rfc3339_ms(result.ended_at),

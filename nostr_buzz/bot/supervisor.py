@@ -137,6 +137,13 @@ class ChannelSession:
     #: The agent's count of this session's compactions when its standing sections last went
     #: into an answered prompt (docs/envelope.md, "Compaction").
     standing_compactions: int = 0
+    #: Continued from its receipt (it holds its conversation): it starts from no checkpoint.
+    continued: bool = False
+    #: Its key's thread checkpoint was looked for (the first prompt's, once).
+    checkpoint_read: bool = False
+    #: The newest event the session is known to hold (its last completed turn's, or what its
+    #: checkpoint covered): what a checkpoint made of its compaction covers.
+    covered: str | None = None
 
     def receipt(self) -> SessionReceipt:
         """What the state database keeps of this session (:mod:`.receipts`)."""
@@ -203,6 +210,9 @@ class AgentSupervisor:
         self.sessions: dict[str, ChannelSession] = {}
         self.live = LiveSessions(config.max_live_sessions)
         self._turns = turns
+        #: What runs before an idle session is closed to keep ``max_live`` (a summary turn,
+        #: ``.thread_checkpoints.SummaryTurns``); None: nothing.
+        self.before_close: Callable[[str, ChannelSession], Awaitable[None]] | None = None
         #: Sessions let go but perhaps still open at the agent (:meth:`_close_abandoned`).
         self._abandoned: list[str] = []
         #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
@@ -352,6 +362,8 @@ class AgentSupervisor:
         """Close an idle session to keep ``max_live`` (docs/bot.md, "Live sessions"); its
         receipt stays, so its next turn continues it where the agent can."""
         session_id = session.start.session_id
+        if self.before_close is not None:
+            await self.before_close(queue_channel, session)
         sent = await self.driver.close_session(session_id)
         payload = {"adapterSessionId": session_id, "reason": "max_live", "sessionClose": sent}
         self._diagnostics.emit(
@@ -416,6 +428,7 @@ class AgentSupervisor:
             )
             return None
         session = self._session(start, receipt.standing)
+        session.continued = True
         session.actors.update(receipt.actors)
         session.delivered.update(receipt.delivered)
         session.started_at = receipt.started_at

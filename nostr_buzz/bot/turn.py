@@ -79,6 +79,7 @@ from .privacy import result_error_class
 from .state import BotStore
 from .supervisor import AgentSupervisor, ChannelSession, secret_values
 from .telemetry import open_telemetry
+from .thread_checkpoints import ThreadCheckpoints
 
 __all__ = [
     "CancelWhy",
@@ -376,6 +377,8 @@ class TurnRunner:
         #: The running turn of each queue channel.
         self.running = running
         self.budget = BudgetGate(config, store.budget, delivery, diagnostics, clock)
+        self.checkpoints = ThreadCheckpoints(config, delivery, diagnostics, clock)
+        self.checkpoints.summarize_on_close(supervisor, store, self.budget)
         self.telemetry = open_telemetry(config, diagnostics, supervisor, clock)
         running.decided = self.telemetry.permission  # each decision, for the turn's span
         # A hold of an earlier run was decided under the caps of then: decided again now.
@@ -544,13 +547,15 @@ class TurnRunner:
         settle: Callable[[], list[Notice]],
         outputs: Sequence[Output] = (),
         dm_relays: Mapping[str, tuple[str, ...]] | None = None,
+        checkpoint: Signed | None = None,
     ) -> None:
         """Sign the turn's replies and metrics through the agent's signer (before any
         transaction: a signer may answer over the network), record the outcome with them in
         one durable transaction, then send them: a crash before the commit leaves the batch
         (and any steer that started a turn of its own) to run again with nothing published;
-        after it, the outbox holds exactly these replies and metrics.  A dead-letter notice,
-        known once the queue has settled, is signed and stored just after."""
+        after it, the outbox holds exactly these replies and metrics (and the ``checkpoint`` a
+        compaction left).  A dead-letter notice, known once the queue has settled, is signed
+        and stored just after."""
         replies: list[Signed] = []
         metrics: list[Signed] = []
         spent: list[tuple[str, MetricPayload]] = []  # each turn's spend, for the budget
@@ -567,13 +572,18 @@ class TurnRunner:
                     await self.delivery.sign_reply(out.target, out.reply, out.ids, dm_relays)
                 )
         with self.store.transaction(durable=True):
+            made = [checkpoint] if checkpoint is not None else []
             stored = [
-                e for signed in [*replies, *metrics] for e in self.delivery.store_signed(signed)
+                e
+                for signed in [*replies, *metrics, *made]
+                for e in self.delivery.store_signed(signed)
             ]
             notices = settle()
             self.store.sync_channel(self.queue, turn.batch.channel)
             for key, payload in spent:
                 self.budget.record(key, payload)
+        if checkpoint is not None:
+            self.checkpoints.queued(checkpoint)
         self.delivery.send(stored)
         for out, signed in metric_of:
             metric_id = signed.events[0].id if signed is not None else None
@@ -601,7 +611,8 @@ class TurnRunner:
         receipts = self.store.receipts
         session = await self.supervisor.session_for(batch.channel, channel_id, receipts)
         turn.session = session
-        turn_input, history_ids = await self.resolver.resolve(batch, session)
+        checkpoint = await self.checkpoints.for_session(batch.channel, session, turn.ids)
+        turn_input, history_ids = await self.resolver.resolve(batch, session, checkpoint)
         compactions = self.supervisor.driver.compactions(session.start.session_id)
         if standing_redelivered(
             system_prompt_support=turn_input.system_prompt_support,
@@ -686,8 +697,9 @@ class TurnRunner:
             turn.permissions,
         )
         outputs = [main, *followups]
+        made = await self.checkpoints.after_turn(turn.batch.channel, session, result, ids)
         await self._commit(
-            turn, lambda: self._settle(turn, result, session, history_ids), outputs, dm_relays
+            turn, lambda: self._settle(turn, result, session, history_ids), outputs, dm_relays, made
         )
         if self.supervisor.needs_restart(result):
             self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
@@ -769,6 +781,7 @@ class TurnRunner:
             session.delivered.update(q.event.id for q in batch.cancelled_events)
             session.delivered.update(history)
             session.delivered.update(q.event.id for q in turn.steered)
+            session.covered = batch.events[-1].event.id
             if turn.standing_sent_at is not None:
                 session.standing_compactions = turn.standing_sent_at
             if self.supervisor.continues_sessions:

@@ -78,12 +78,21 @@ def utc_timestamp(seconds: int) -> str:
 
 
 def turn_context(
-    history: History, delivered: Collection[str] = (), in_batch: Collection[str] = ()
+    history: History,
+    delivered: Collection[str] = (),
+    in_batch: Collection[str] = (),
+    after: str | None = None,
 ) -> TurnContext | None:
     """The compiler's context: history minus what the session was already given
-    (``delivered``: event ids) and what the batch itself holds (``in_batch``); None when
+    (``delivered``: event ids), what the batch itself holds (``in_batch``) and, ``after`` a
+    thread checkpoint's covered event, everything up to it (when the history holds it: else
+    nothing is left out for it, since a message seen twice costs less than one lost); None when
     nothing is left."""
-    kept = [e for e in history.messages if e.id not in delivered and e.id not in in_batch]
+    messages = history.messages
+    ids = [e.id for e in messages]
+    if after is not None and after in ids:
+        messages = messages[ids.index(after) + 1 :]
+    kept = [e for e in messages if e.id not in delivered and e.id not in in_batch]
     if history.kind is None or not kept:
         return None
     return TurnContext(

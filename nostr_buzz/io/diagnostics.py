@@ -87,6 +87,12 @@ DiagnosticKind = (
         # {adapterSessionId, reason, error?}: a new session instead (a private channel's error:
         # its class only, bot/privacy.py)
         "session_not_resumed",
+        # thread checkpoints (nips/NIP-TC.md; docs/bot.md, "Thread checkpoints")
+        "thread_checkpoint_used",  # {eventId, coversThrough, method}: a new session starts there
+        "thread_checkpoint_ignored",  # {eventId, author, reason}: a relay's event not taken
+        "thread_checkpoint_queued",  # {eventId, method}: in the outbox with its turn
+        "thread_checkpoint_published",  # {eventId, relays}
+        "thread_checkpoint_failed",  # {error, method}: a checkpoint not made
         "agent_group_ended",  # {pgid, processes, signal, left}: a killed run's leftover group
         "agent_group_spared",  # {pgid, processes, reason}: a recorded group left alone
         # what the bot sends
@@ -377,9 +383,12 @@ class DiagnosticsFeed:
         channel_id: str | None = None,
         session_id: str | None = None,
         turn_id: str | None = None,
+        kind: DiagnosticKind = "metric_published",
     ) -> DiagnosticRecord:
+        """An event for the owner some relay accepted: a metric (``kind``: or a thread
+        checkpoint's ``thread_checkpoint_published``)."""
         return self.emit(
-            "metric_published",
+            kind,
             channel_id=channel_id,
             session_id=session_id,
             turn_id=turn_id,

@@ -34,6 +34,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "budget.action": ("budget", "halt"),
     "sessions.scope": ("session_scope", "Thread"),
     "relay_lists": ("relay_lists", "replace"),
+    "sessions.checkpoint": ("thread_checkpoint", "compactions"),
 }
 
 
