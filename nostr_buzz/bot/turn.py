@@ -502,7 +502,7 @@ class TurnRunner:
         events = [q.event for q in batch.events]
         self.telemetry.started(turn.turn_id, batch.channel, events)
         # A private answer's DM relays, looked up while the turn runs (a round trip saved).
-        dm_lookup = self.delivery.look_up_private_relays(batch.events[-1].event)
+        dm_lookup = self.delivery.private.look_up(batch.events[-1].event)
         try:
             prepared = await self._prepare(turn)
             if prepared is None:  # cancelled before the prompt went out
@@ -513,7 +513,7 @@ class TurnRunner:
             self._completed(turn, result)
             followups = await self._follow(turn)
             targets = [turn.batch.events[-1].event, *(out.target for out in followups)]
-            dm_relays = await self.delivery.private_relays_for(dm_lookup, targets)
+            dm_relays = await self.delivery.private.relays_for(dm_lookup, targets)
             await self._finish(turn, result, history_ids, started_at, followups, dm_relays)
         except asyncio.CancelledError:
             raise
