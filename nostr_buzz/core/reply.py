@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from nostr_buzz.core.given import given_key
 from nostr_buzz.errors import BuzzError
-from nostr_buzz.event import Event, sign_event
-from nostr_buzz.keys import SecretKey
+from nostr_buzz.event import Event, require_event, sign_event
+from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
 from nostr_buzz.nips import nip10, nip22
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent
@@ -51,7 +52,9 @@ def _note_reply_tags(target: Event, sender: str) -> list[list[str]]:
 
 def reply_form(sender: str, target: Event) -> tuple[int, list[list[str]]]:
     """The kind and tags of a public reply to ``target`` by ``sender`` (hex).  A private
-    message is refused (:class:`BuzzError`): it is answered privately."""
+    message is refused (:class:`BuzzError`): it is answered privately; anything but a verified
+    :class:`Event` (a dict, another library's event) is an :class:`InvalidEvent`."""
+    target = require_event(target, "the event replied to")
     if isinstance(target, PrivateEvent):
         raise BuzzError("a private message is answered privately (nostr_buzz.nips.nip17.reply)")
     if target.kind == nip22.COMMENT_KIND:
@@ -61,14 +64,20 @@ def reply_form(sender: str, target: Event) -> tuple[int, list[list[str]]]:
     return CHAT_KIND, chat_reply_tags(target, sender)
 
 
-def reply_template(target: Event, text: str, *, sender: str, created_at: int) -> EventTemplate:
+def reply_template(
+    target: Event, text: str, *, sender: str | PublicKey, created_at: int
+) -> EventTemplate:
     """The unsigned reply to ``target`` carrying ``text``, in ``target``'s kind, for any
-    :class:`~nostr_buzz.signer.Signer` (``sender``: the signer's public key, hex)."""
-    kind, tags = reply_form(sender, target)
+    :class:`~nostr_buzz.signer.Signer` (``sender``: the signer's public key, as hex,
+    ``npub1…`` or a :class:`~nostr_buzz.keys.PublicKey`)."""
+    sender_hex = given_key(sender, "reply_template sender", BuzzError).hex
+    kind, tags = reply_form(sender_hex, target)
     return template(kind=kind, content=text, tags=tags, created_at=created_at)
 
 
-def build_reply(secret: SecretKey, target: Event, text: str, created_at: int) -> Event:
-    """The signed public reply to ``target``, in its kind."""
+def build_reply(secret: SecretKey | str, target: Event, text: str, created_at: int) -> Event:
+    """The signed public reply to ``target``, in its kind (``secret``: a :class:`SecretKey`,
+    or its hex or ``nsec1…``)."""
+    secret = as_secret_key(secret, "build_reply secret")
     kind, tags = reply_form(secret.public_key.hex, target)
     return sign_event(secret, kind=kind, content=text, tags=tags, created_at=created_at)

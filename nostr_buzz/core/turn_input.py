@@ -19,7 +19,7 @@ import msgspec
 
 from nostr_buzz.core.text import LINE_BREAKS, ascii_lower, is_utf8_encodable, utf8_document
 from nostr_buzz.errors import InvalidEvent, TurnInputError
-from nostr_buzz.event import Event, WireEvent, check_structure
+from nostr_buzz.event import Event, WireEvent, check_structure, not_an_event
 from nostr_buzz.nips import nip10
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -39,6 +39,15 @@ class TurnEvent(msgspec.Struct, frozen=True):
 
     event: Event
     prompt_tag: str = DEFAULT_PROMPT_TAG
+
+    def __post_init__(self) -> None:
+        # A dict or another library's event is never read as if it were verified.
+        if not isinstance(self.event, Event):
+            raise TurnInputError(f"TurnEvent event: {not_an_event(self.event)}")
+        if not isinstance(self.prompt_tag, str):
+            raise TurnInputError(
+                f"TurnEvent prompt_tag: expected a str, got {type(self.prompt_tag).__name__}"
+            )
 
 
 class ChannelInfo(msgspec.Struct, frozen=True):
