@@ -40,8 +40,8 @@ from nostr_buzz.core.given import (
 )
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
-from nostr_buzz.errors import ConfigError
-from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.errors import ConfigError, InvalidKey
+from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.signer import LocalSigner, Signer
@@ -101,7 +101,7 @@ class PluginConfig:
     :class:`~nostr_buzz.signer.LocalSigner` of ``agent_secret`` when that was given.
     """
 
-    #: The agent's secret key, when it lives in this process.
+    #: The agent's secret key, when it lives in this process (a SecretKey, ``nsec1…`` or hex).
     agent_secret: SecretKey | None = None
     #: Who signs for the agent (ready: its public key known); set from ``agent_secret`` if absent.
     signer: Signer = _NO_SIGNER
@@ -206,6 +206,11 @@ class PluginConfig:
         where = "PluginConfig"
         put = functools.partial(object.__setattr__, self)
         put("owner", given_key(self.owner, f"{where} owner"))
+        if self.agent_secret is not None:  # nsec1… or hex too; an error never quotes it
+            try:
+                put("agent_secret", as_secret_key(self.agent_secret, f"{where} agent_secret"))
+            except InvalidKey as exc:
+                raise ConfigError(str(exc)) from None
         for name in ("allowlist", "agents", "trusted"):
             put(name, given_key_set(getattr(self, name), f"{where} {name}"))
         for name in ("read_relays", "write_relays", "local_relays"):

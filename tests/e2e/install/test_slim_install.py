@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -238,3 +239,24 @@ def test_importing_the_bot_on_the_base_install_loads_no_agent_protocol(
     total = sum(int(m.group(1)) for m in lines if m.group(2).startswith("nostr_buzz"))
     print(f"from nostr_buzz import BuzzPlugin on the base install: {total / 1000:.0f} ms")
     assert total > 0
+
+
+def test_the_build_gives_the_license_as_an_spdx_expression_without_a_warning(
+    tmp_path: Path,
+) -> None:
+    source = _source_copy(tmp_path / "src")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), "."],
+        capture_output=True,
+        timeout=300,
+        check=False,
+        cwd=source,
+    )
+    log = built.stdout.decode() + built.stderr.decode()
+    assert built.returncode == 0, log
+    assert "BuildBackendWarning" not in log and "license" not in log.lower(), log
+    [wheel] = tmp_path.glob("nostr_buzz-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(name).decode()
+    assert "\nLicense-Expression: MIT\n" in metadata and "\nLicense: " not in metadata
