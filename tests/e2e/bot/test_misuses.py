@@ -40,6 +40,7 @@ from nostr_buzz import (
     DispatchQueue,
     Gate,
     InvalidEvent,
+    InvalidKey,
     PluginConfig,
     PublicKey,
     QueueError,
@@ -49,12 +50,16 @@ from nostr_buzz import (
     TurnEvent,
     TurnInputError,
     build_reply,
+    channel_info_of,
     decide,
     event_from_nostr_sdk,
+    fetch_history,
     read_metrics,
+    reply_tags,
     reply_template,
 )
 from nostr_buzz.interop import event_to_nostr_sdk
+from nostr_buzz.io.pool import RelayPool
 from tests.support.bot_world import Recorder, World
 from tests.support.events import chat
 
@@ -227,6 +232,21 @@ REFUSED: dict[str, tuple[Callable[[], object], type[BuzzError], str]] = {
         QueueError,
         "push: expected a verified nostr_buzz Event, got nostr_sdk",
     ),
+    "a reply's tags for a sender given as a number": (
+        lambda: reply_tags(mention(), sender=7),
+        InvalidKey,
+        "reply_tags sender must be a PublicKey, 64 hex characters or npub1…, not int",
+    ),
+    "a channel's trusted keys as one npub": (
+        lambda: channel_info_of(mention(), trusted=OWNER.public_key.bech32),
+        BuzzError,
+        "channel_info_of trusted: expected a collection of public keys, got the str 'npub1",
+    ),
+    "channel_info_of given a dict": (
+        lambda: channel_info_of(mention().to_dict()),
+        InvalidEvent,
+        "channel_info_of: expected a verified nostr_buzz Event, got builtins.dict",
+    ),
     "a class as the agent": (
         lambda: BuzzPlugin(config(), agent=ClassAgent),
         AgentModuleError,
@@ -302,6 +322,11 @@ def test_every_key_argument_takes_hex_npub_or_a_public_key_alike(form: str) -> N
     # The reply's sender is never tagged in its own reply, whatever its form.
     reply = reply_template(owners, "hi", sender=given(AGENT.public_key), created_at=5)
     assert ["p", AGENT.public_key.hex] not in [list(t) for t in reply.tags]
+    to_self = chat(AGENT, 5, content="note to self", channel="eng")
+    assert reply_tags(to_self, sender=given(AGENT.public_key)) == reply_tags(
+        to_self, sender=AGENT.public_key.hex
+    )
+    assert ["p", AGENT.public_key.hex] not in reply_tags(to_self, sender=given(AGENT.public_key))
 
 
 def test_a_nostr_sdk_event_through_the_converter_is_decided_as_any_event() -> None:
@@ -310,6 +335,18 @@ def test_a_nostr_sdk_event_through_the_converter_is_decided_as_any_event() -> No
 
 
 # -- on a real relay --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+async def test_a_direct_conversations_history_is_the_same_for_every_form_of_the_agents_key(
+    world: World, form: str
+) -> None:
+    earlier = world.message(world.owner, "first", channel=None)
+    await world.publish(earlier)
+    latest = world.message(world.owner, "second", channel=None)
+    pool = RelayPool([world.relay.url], timeout=5)
+    history = await fetch_history(pool, latest, agent=FORMS[form](world.agent.public_key))
+    assert [e.id for e in history.messages] == [earlier.id]
 
 
 async def test_an_npub_owner_and_a_function_agent_answer_the_owner_only_with_a_known_usage(
