@@ -218,6 +218,13 @@ class PluginConfig:
         for name in ("channels", "agent_args", "agent_pass_env"):
             put(name, given_strings(getattr(self, name), f"{where} {name}"))
         put("kinds", given_ints(self.kinds, f"{where} kinds"))
+        env = self.agent_env
+        if not isinstance(env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ConfigError(
+                f"{where} agent_env: expected a mapping of str to str, got {shown(env)}"
+            )
         for name in ("agent_command", "agent_module"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):

@@ -146,6 +146,16 @@ REFUSED: dict[str, tuple[Callable[[], object], type[BuzzError], str]] = {
         ConfigError,
         "PluginConfig channels: expected a collection of strings, got the str 'eng'",
     ),
+    "the agent's arguments as one string": (
+        lambda: config(agent_command="goose", agent_args="acp --verbose"),
+        ConfigError,
+        "PluginConfig agent_args: expected a collection of strings, got the str 'acp --verbose'",
+    ),
+    "the agent's environment with a secret as a number": (
+        lambda: config(agent_env={"API_KEY": 12345678}),
+        ConfigError,
+        "PluginConfig agent_env: expected a mapping of str to str, got a dict",
+    ),
     "kinds as one number": (
         lambda: config(kinds=9),
         ConfigError,
