@@ -70,6 +70,7 @@ def reply_template(
     """The unsigned reply to ``target`` carrying ``text``, in ``target``'s kind, for any
     :class:`~nostr_buzz.signer.Signer` (``sender``: the signer's public key, as hex,
     ``npub1…`` or a :class:`~nostr_buzz.keys.PublicKey`)."""
+    target = require_event(target, "the event replied to")
     sender_hex = given_key(sender, "reply_template sender", BuzzError).hex
     kind, tags = reply_form(sender_hex, target)
     return template(kind=kind, content=text, tags=tags, created_at=created_at)

@@ -224,6 +224,7 @@ def reply_tags(
     default to empty.  The caller adds the channel's ``h`` tag.
     """
     tags: list[list[str]] = []
+    parent = require_event(parent)  # what was given first is what is said first
     sender_hex = as_public_key(sender, "reply_tags sender").hex
     if root is not None:
         require_event(root, "root")
