@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 from nostr_buzz._lazy import lazy_getattr as _lazy_getattr
 
 if TYPE_CHECKING:
-    from nostr_buzz.agent import AgentModuleError, AgentReply, AgentTurn, InProcessAgent
+    from nostr_buzz.agent import (
+        AgentFunction,
+        AgentModuleError,
+        AgentReply,
+        AgentTurn,
+        InProcessAgent,
+    )
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
     from nostr_buzz.config import BuzzConfig, ConfigSources
     from nostr_buzz.core.compiler import (
@@ -57,12 +63,13 @@ if TYPE_CHECKING:
         TurnInputError,
     )
     from nostr_buzz.event import Event, sign_event
+    from nostr_buzz.interop import event_from_nostr_sdk
     from nostr_buzz.io.agent_driver import AgentDriver
     from nostr_buzz.io.context import fetch_history, fetch_turn_context
     from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
-    from nostr_buzz.io.fetch import FetchResult, fetch_event
+    from nostr_buzz.io.fetch import FetchResult, fetch_event, fetch_event_result
     from nostr_buzz.io.metrics_reader import read_metrics
-    from nostr_buzz.io.nip46 import Nip46Signer
+    from nostr_buzz.io.nip46 import Nip46Signer, client_key_in
     from nostr_buzz.io.outbox import Outbox
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
     from nostr_buzz.io.publisher import MetricPublisher, PublishReport
@@ -71,13 +78,14 @@ if TYPE_CHECKING:
     from nostr_buzz.keys import PublicKey, SecretKey
     from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
     from nostr_buzz.nips.nip01 import Filter
-    from nostr_buzz.nips.nip10 import ThreadRef
+    from nostr_buzz.nips.nip10 import ThreadRef, reply_tags
     from nostr_buzz.nips.nip_am import (
         METRIC_KIND,
         MetricPayload,
         PricingIdentity,
         TokenCounts,
         build_metric_event,
+        build_metric_event_async,
         created_at_of,
         open_metric_event,
     )
@@ -90,7 +98,8 @@ if TYPE_CHECKING:
 #: Where each public name lives.  Nothing is imported until a name is asked for.
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
-        ("AgentModuleError", "AgentReply", "AgentTurn", "InProcessAgent"), "nostr_buzz.agent"
+        ("AgentFunction", "AgentModuleError", "AgentReply", "AgentTurn", "InProcessAgent"),
+        "nostr_buzz.agent",
     ),
     **dict.fromkeys(("BuzzPlugin", "PluginConfig"), "nostr_buzz.bot"),
     **dict.fromkeys(("BuzzConfig", "ConfigSources"), "nostr_buzz.config"),
@@ -146,19 +155,20 @@ _EXPORTS: dict[str, str] = {
         "nostr_buzz.errors",
     ),
     **dict.fromkeys(("Event", "sign_event"), "nostr_buzz.event"),
+    "event_from_nostr_sdk": "nostr_buzz.interop",
     "AgentDriver": "nostr_buzz.io.agent_driver",
     **dict.fromkeys(("fetch_history", "fetch_turn_context"), "nostr_buzz.io.context"),
     **dict.fromkeys(("DiagnosticRecord", "DiagnosticsFeed"), "nostr_buzz.io.diagnostics"),
-    **dict.fromkeys(("FetchResult", "fetch_event"), "nostr_buzz.io.fetch"),
+    **dict.fromkeys(("FetchResult", "fetch_event", "fetch_event_result"), "nostr_buzz.io.fetch"),
     "read_metrics": "nostr_buzz.io.metrics_reader",
     "Outbox": "nostr_buzz.io.outbox",
     **dict.fromkeys(("PoolQueryResult", "PublishResult", "RelayPool"), "nostr_buzz.io.pool"),
-    "Nip46Signer": "nostr_buzz.io.nip46",
+    **dict.fromkeys(("Nip46Signer", "client_key_in"), "nostr_buzz.io.nip46"),
     **dict.fromkeys(("MetricPublisher", "PublishReport"), "nostr_buzz.io.publisher"),
     **dict.fromkeys(("QueryResult", "RelayClient", "Verdict"), "nostr_buzz.io.relay"),
     "Filter": "nostr_buzz.nips.nip01",
     **dict.fromkeys(("PublicKey", "SecretKey"), "nostr_buzz.keys"),
-    "ThreadRef": "nostr_buzz.nips.nip10",
+    **dict.fromkeys(("ThreadRef", "reply_tags"), "nostr_buzz.nips.nip10"),
     **dict.fromkeys(
         (
             "METRIC_KIND",
@@ -166,6 +176,7 @@ _EXPORTS: dict[str, str] = {
             "PricingIdentity",
             "TokenCounts",
             "build_metric_event",
+            "build_metric_event_async",
             "created_at_of",
             "open_metric_event",
         ),
@@ -183,6 +194,7 @@ __all__ = [
     "Admit",
     "AgentDriver",
     "AgentError",
+    "AgentFunction",
     "AgentModuleError",
     "AgentReply",
     "AgentTurn",
@@ -258,22 +270,27 @@ __all__ = [
     "UsageTracker",
     "Verdict",
     "build_metric_event",
+    "build_metric_event_async",
     "build_reply",
     "build_report",
     "channel_info_of",
+    "client_key_in",
     "compile_steer",
     "compile_turn",
     "created_at_of",
     "decide",
     "escape_attribute",
     "escape_text",
+    "event_from_nostr_sdk",
     "fetch_event",
+    "fetch_event_result",
     "fetch_history",
     "fetch_turn_context",
     "manifest_from_layers",
     "metric_timestamp",
     "open_metric_event",
     "read_metrics",
+    "reply_tags",
     "reply_template",
     "sign_event",
     "turn_context",

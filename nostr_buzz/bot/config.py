@@ -3,6 +3,7 @@ flags) and the ``--shard i/n`` split of destinations between processes."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 from collections.abc import Mapping, Sequence
@@ -33,14 +34,21 @@ from nostr_buzz.core.choices import (
     SessionScope,
 )
 from nostr_buzz.core.gate import Shard, shard_of
+from nostr_buzz.core.given import (
+    given_ints,
+    given_key,
+    given_key_set,
+    given_relays,
+    given_strings,
+    shown,
+)
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
 from nostr_buzz.core.telemetry import Telemetry
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
-from nostr_buzz.errors import ConfigError
-from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.errors import ConfigError, InvalidKey
+from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
-from nostr_buzz.nips.relay_url import check_relay_url
 from nostr_buzz.signer import LocalSigner, Signer
 
 __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
@@ -100,14 +108,19 @@ class PluginConfig:
     :class:`~nostr_buzz.signer.LocalSigner` of ``agent_secret`` when that was given.
     """
 
-    #: The agent's secret key, when it lives in this process.
+    #: The agent's secret key, when it lives in this process (a SecretKey, ``nsec1…`` or hex).
     agent_secret: SecretKey | None = None
     #: Who signs for the agent (ready: its public key known); set from ``agent_secret`` if absent.
     signer: Signer = _NO_SIGNER
+    #: The owner's public key: a :class:`PublicKey`, 64 hex digits or ``npub1…`` (kept as a
+    #: PublicKey).
     owner: PublicKey
+    #: Relay URLs, a tuple (or list) of them: a single string is refused.
     read_relays: tuple[str, ...]
     write_relays: tuple[str, ...]
-    agent_command: str
+    #: The ACP agent's command (``[agent] command``); None with ``agent_module`` or with an
+    #: agent object given to ``BuzzPlugin(config, agent=…)``.
+    agent_command: str | None = None
     agent_args: tuple[str, ...] = ()
     agent_env: Mapping[str, str] = field(default_factory=dict)
     agent_pass_env: tuple[str, ...] = ()
@@ -129,6 +142,7 @@ class PluginConfig:
     #: Serve a kind 9 without an ``h`` tag as a direct message (plaintext: off by default).
     plaintext_dm: bool = False
     gate: AuthorGate = "owner-only"
+    #: Public keys (each hex, ``npub1…`` or a :class:`PublicKey`; kept as hex).
     allowlist: frozenset[str] = frozenset()
     agents: frozenset[str] = frozenset()
     #: Keys trusted like the owner for a channel's canvas and huddle guidelines.
@@ -192,9 +206,8 @@ class PluginConfig:
     relay_lists: RelayListsMode = "merge"
 
     def __post_init__(self) -> None:
+        self._normalise()
         self._check_values()
-        for url in self.local_relays:
-            check_relay_url(url)  # RelayError naming it
         secret, signer = self.agent_secret, cast(Signer | None, self.signer)
         if signer is None:
             if secret is None:
@@ -205,6 +218,41 @@ class PluginConfig:
         elif secret is not None and not _signs_as(signer, secret):
             # (dataclasses.replace passes both back: the LocalSigner made from the same key)
             raise ConfigError("PluginConfig takes agent_secret or signer, not both")
+
+    def _normalise(self) -> None:
+        """Keys in any of their forms, lists for tuples: one form kept (``core/given.py``);
+        a value of another type is a :class:`ConfigError` naming the field and what it got."""
+        where = "PluginConfig"
+        put = functools.partial(object.__setattr__, self)
+        put("owner", given_key(self.owner, f"{where} owner"))
+        if self.agent_secret is not None:  # nsec1… or hex too; an error never quotes it
+            try:
+                put("agent_secret", as_secret_key(self.agent_secret, f"{where} agent_secret"))
+            except InvalidKey as exc:
+                raise ConfigError(str(exc)) from None
+        for name in ("allowlist", "agents", "trusted"):
+            put(name, given_key_set(getattr(self, name), f"{where} {name}"))
+        for name in ("read_relays", "write_relays", "local_relays"):
+            put(name, given_relays(getattr(self, name), f"{where} {name}"))
+        for name in ("channels", "agent_args", "agent_pass_env"):
+            put(name, given_strings(getattr(self, name), f"{where} {name}"))
+        put("kinds", given_ints(self.kinds, f"{where} kinds"))
+        env = self.agent_env
+        if not isinstance(env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ConfigError(
+                f"{where} agent_env: expected a mapping of str to str, got {shown(env)}"
+            )
+        for name in ("agent_command", "agent_module"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"{where} {name}: expected a non-empty str, got {shown(value)}")
+        if self.agent_command is not None and self.agent_module is not None:
+            raise ConfigError(
+                f"{where}: give agent_command (an ACP agent) or agent_module (an in-process "
+                "agent), not both"
+            )
 
     def _check_values(self) -> None:
         """Every value ``buzz.toml`` would check, checked the same way (a misspelt gate mode
@@ -263,7 +311,7 @@ class PluginConfig:
             owner=owner_key,
             read_relays=read,
             write_relays=write,
-            agent_command=file.agent.command or "",
+            agent_command=file.agent.command,
             agent_args=file.agent.args,
             agent_module=file.agent.module,
             agent_env=dict(file.agent.env),

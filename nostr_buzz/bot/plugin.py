@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from nostr_buzz.agent import InProcessAgent
+from nostr_buzz.agent import AgentFunction, InProcessAgent
 from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
 from nostr_buzz.core.session_key import keyer
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError, StateError
@@ -63,7 +63,7 @@ class BuzzPlugin:
         on_diagnostic: Callable[[DiagnosticRecord], None] | None = None,
         clock: Callable[[], float] = time.time,
         include_prompt_text: bool = False,
-        agent: InProcessAgent | None = None,  # instead of the ACP command (docs/bot.md)
+        agent: InProcessAgent | AgentFunction | None = None,  # instead of an ACP agent
     ) -> None:
         self.config = config
         self._clock = clock

@@ -28,18 +28,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nostr_buzz.acp.profiles import reopen_method
 from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
-from nostr_buzz.agent import InProcessAgent
+from nostr_buzz.agent import AgentFunction, InProcessAgent
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.core.turn_input import Standing
-from nostr_buzz.errors import AgentError, BuzzError
-from nostr_buzz.io.agent_driver import AgentDriver, reject_always
+from nostr_buzz.errors import AgentError, BuzzError, ConfigError
 from nostr_buzz.io.agent_group import (
     GroupRecord,
     clear_record,
@@ -52,6 +51,9 @@ from nostr_buzz.io.inprocess import InProcessDriver, load_agent
 from nostr_buzz.nips import nip10
 
 from .config import PluginConfig
+
+if TYPE_CHECKING:  # the acp extra: imported only for an ACP agent (_acp_driver)
+    from nostr_buzz.io.agent_driver import AgentDriver
 from .live import LiveSessions, touch
 from .privacy import AGENT_TEXT_KINDS, agent_error_class, private_driver_payload
 from .receipts import SessionReceipt, SessionReceipts, resume_refusal
@@ -72,9 +74,10 @@ _RESTART_CAP: Final = 30.0
 _KNOWN_HARNESSES: Final = ("goose", "codex", "claude")
 
 
-def harness_name(command: str, args: Sequence[str], agent_name: str | None) -> str:
+def harness_name(command: str | None, args: Sequence[str], agent_name: str | None) -> str:
     """The metric's ``harness``: goose/codex/claude when the command, its arguments or the
     agent's name say so, else the agent's reported name, else the command's file name."""
+    command = command or ""
     words = " ".join([command, *args, agent_name or ""]).lower()
     for known in _KNOWN_HARNESSES:
         if known in words:
@@ -170,32 +173,16 @@ class AgentSupervisor:
         stopping: asyncio.Event,
         standing_for: Callable[[str | None], Awaitable[Standing]] | None = None,
         turns: TurnLookup | None = None,
-        agent: InProcessAgent | None = None,
+        agent: InProcessAgent | AgentFunction | None = None,
     ) -> None:
         self.config = config
         self._clock = clock
         self._standing_for = standing_for
         self._diagnostics = diagnostics
         self._stopping = stopping
-        self.driver: AgentDriver | InProcessDriver = AgentDriver(
-            config.agent_command,
-            config.agent_args,
-            env_names=config.agent_pass_env,
-            env=config.agent_env,
-            cwd=config.agent_cwd,
-            user=config.agent_user,
-            log_path=config.state_dir / AGENT_LOG,
-            idle_timeout=config.idle_timeout,
-            hard_timeout=config.hard_timeout,
-            on_diagnostic=self._on_driver_diagnostic,
-            permission=turns.permission if turns is not None else reject_always,
-            on_spawn=self._remember_group,
-            max_reply_bytes=config.max_reply_bytes,
-            # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
-            clock=lambda: datetime.fromtimestamp(clock(), UTC),
-        )
         if agent is None and config.agent_module is not None:
             agent = load_agent(config.agent_module)
+        self.driver: AgentDriver | InProcessDriver
         if agent is not None:  # a Python object instead of the ACP subprocess
             self.driver = InProcessDriver(
                 agent,
@@ -206,6 +193,8 @@ class AgentSupervisor:
                 channel_of=self._channel_of,
                 max_reply_bytes=config.max_reply_bytes,
             )
+        else:
+            self.driver = self._acp_driver(config, clock, turns)
         #: By queue key, least recently used first (:func:`.live.touch`).
         self.sessions: dict[str, ChannelSession] = {}
         self.live = LiveSessions(config.max_live_sessions)
@@ -223,6 +212,39 @@ class AgentSupervisor:
         self._failures = 0
         self._closed = False
         self._recorded = False  # an agent group of this run is recorded in the state directory
+
+    def _acp_driver(
+        self, config: PluginConfig, clock: Callable[[], float], turns: TurnLookup | None
+    ) -> AgentDriver:
+        """The ACP agent's driver; the ``acp`` extra is imported only here."""
+        if config.agent_command is None:
+            raise ConfigError(
+                "no agent: give PluginConfig agent_command (an ACP agent) or agent_module, or "
+                "an in-process agent as BuzzPlugin(config, agent=…)"
+            )
+        try:
+            from nostr_buzz.io.agent_driver import AgentDriver, reject_always
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f"an ACP agent needs the acp extra (pip install 'nostr-buzz[acp]'): {exc}"
+            ) from None
+        return AgentDriver(
+            config.agent_command,
+            config.agent_args,
+            env_names=config.agent_pass_env,
+            env=config.agent_env,
+            cwd=config.agent_cwd,
+            user=config.agent_user,
+            log_path=config.state_dir / AGENT_LOG,
+            idle_timeout=config.idle_timeout,
+            hard_timeout=config.hard_timeout,
+            on_diagnostic=self._on_driver_diagnostic,
+            permission=turns.permission if turns is not None else reject_always,
+            on_spawn=self._remember_group,
+            max_reply_bytes=config.max_reply_bytes,
+            # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
+            clock=lambda: datetime.fromtimestamp(clock(), UTC),
+        )
 
     def _on_driver_diagnostic(
         self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
@@ -375,7 +397,7 @@ class AgentSupervisor:
         """Whether the running agent can continue a session after a restart: then each
         channel's session has a receipt in the state database (:mod:`.receipts`)."""
         driver = self.driver
-        if not isinstance(driver, AgentDriver) or not driver.alive:
+        if isinstance(driver, InProcessDriver) or not driver.alive:
             return False
         return reopen_method(driver.profile, driver.info) is not None
 
@@ -385,7 +407,7 @@ class AgentSupervisor:
 
     def _session(self, start: SessionStart, standing: Standing) -> ChannelSession:
         driver = self.driver
-        info = driver.info if isinstance(driver, AgentDriver) else None
+        info = driver.info if not isinstance(driver, InProcessDriver) else None
         return ChannelSession(
             start=start,
             metric_session_id=uuid.uuid4().hex,
@@ -402,7 +424,7 @@ class AgentSupervisor:
         not be: the channel then opens a new session, never silently."""
         found = receipts.get(queue_channel)
         driver = self.driver
-        if found is None or not isinstance(driver, AgentDriver):
+        if found is None or isinstance(driver, InProcessDriver):
             return None
         receipt, in_turn = found
         info = driver.info

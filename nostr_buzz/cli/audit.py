@@ -70,7 +70,7 @@ from nostr_buzz.core.gate import Gate, author_refusal, refusal
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.audit import look_up_events
-from nostr_buzz.io.fetch import fetch_event
+from nostr_buzz.io.fetch import fetch_event_result
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
@@ -150,7 +150,7 @@ async def _one_metric(
     ref: EventRef, pool: RelayPool, owner: SecretKey, agents: Sequence[str], timeout: float
 ) -> list[OpenedMetric]:
     progress(f"asking {len(pool.urls)} relay(s) for metric {ref.id}…")
-    found = require_fetched(await fetch_event(ref, pool=pool, timeout=timeout))
+    found = require_fetched(await fetch_event_result(ref, pool=pool, timeout=timeout))
     opened = open_metric(owner, found)
     if isinstance(opened, str):
         raise CliFailure(

@@ -42,7 +42,7 @@ from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_st
 from nostr_buzz.cli.signing import BunkerOption, local_secret, opened_signer, require_key_choice
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event
-from nostr_buzz.io.fetch import fetch_event
+from nostr_buzz.io.fetch import fetch_event_result
 from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip27
@@ -122,11 +122,11 @@ async def _fetch(
     *,
     wait_all: bool = False,
 ) -> tuple[Event, PoolQueryResult]:
-    """:func:`~nostr_buzz.io.fetch.fetch_event` with the command line's progress line, warnings
-    and exit codes; the key authenticates (NIP-42) to the configured relays only."""
+    """:func:`~nostr_buzz.io.fetch.fetch_event_result` with the command line's progress line,
+    warnings and exit codes; the key authenticates (NIP-42) to the configured relays only."""
     progress(f"asking {_asked(relays, hints)} relay(s) for {ref.id}…")
     pool = RelayPool(relays, signer=None if secret is None else as_signer(secret), timeout=timeout)
-    result = await fetch_event(
+    result = await fetch_event_result(
         ref._replace(relays=tuple(hints)), pool=pool, timeout=timeout, wait_all=wait_all
     )
     return require_fetched(result), result.query

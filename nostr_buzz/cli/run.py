@@ -148,9 +148,10 @@ def _is_int(annotation: Any) -> bool:
 
 
 def start_line(settings: PluginConfig, config_file: Path | None) -> str:
-    command = "agent command: " + shlex.join([settings.agent_command, *settings.agent_args])
-    if settings.agent_module is not None:
+    if settings.agent_module is not None or settings.agent_command is None:
         command = f"in-process agent: {settings.agent_module}"
+    else:
+        command = "agent command: " + shlex.join([settings.agent_command, *settings.agent_args])
     relays = ", ".join(dict.fromkeys([*settings.read_relays, *settings.write_relays]))
     gate = settings.gate + (", mentions required" if settings.mentions_required else "")
     where = f"; config {config_file}" if config_file is not None else ""
@@ -322,7 +323,10 @@ def _run(
         signer = None if bunker is None else await connect_bunker(bunker, cfg)
         try:
             settings, agent_object = resolved or resolve(signer)
-            plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
+            try:
+                plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
+            except ConfigError as exc:  # an ACP agent without the acp extra, say
+                raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
             reporter.stopping = lambda: plugin.stopping
             reporter.tokens_of = lambda event_id: _token_summary(
                 settings, _stored_metric(plugin, event_id)

@@ -18,8 +18,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from nostr_buzz.core.given import given_key_set
 from nostr_buzz.core.turn_input import ChannelInfo, ContextMessage, TurnContext
-from nostr_buzz.event import Event
+from nostr_buzz.errors import BuzzError
+from nostr_buzz.event import Event, require_event
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip29 import IgnoredMetadata, newest_group_metadata
 from nostr_buzz.nips.standing import rfc3339_seconds
@@ -169,7 +171,10 @@ def channel_info_of(
     private message or a plaintext direct message: its ``dm-`` conversation, named after its
     author (``label``, else the key).  A public note or comment outside any channel: a public
     channel with no name.  ``buzz run`` also trusts a relay's own NIP-11 key for the metadata
-    that relay served (:func:`channel_info`)."""
+    that relay served (:func:`channel_info`).  ``trusted`` keys may be hex, ``npub1…`` or
+    :class:`~nostr_buzz.keys.PublicKey`."""
+    event = require_event(event, "channel_info_of")
+    trusted = given_key_set(trusted, "channel_info_of trusted", BuzzError)
     direct = (nip10.queue_channel(event), direct_channel_type(event))
     info, _ = channel_info(metadata, nip10.channel(event), event.pubkey, label, trusted, direct)
     return info

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Final, TypeGuard, get_args
 
 from nostr_buzz.core.backoff import Rng, backoff_base
+from nostr_buzz.core.given import given_key
 from nostr_buzz.core.queue_index import FlushIndex
 from nostr_buzz.core.queue_snapshot import (
     WireEntry,
@@ -65,6 +66,7 @@ from nostr_buzz.core.queue_types import StoredEvent as StoredEvent
 from nostr_buzz.core.turn_input import CancelReason as CancelReason  # re-exported
 from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event, not_an_event
+from nostr_buzz.keys import PublicKey
 from nostr_buzz.nips import nip10
 from nostr_buzz.text.unicode import is_utf8_encodable
 
@@ -265,12 +267,13 @@ class _Strangers:
     strangers hold live events: a full channel drops a stranger's event first, and strangers
     open at most ``cap`` channels (docs/queue.md, "Floods")."""
 
-    def __init__(self, owner: str | None, cap: int | None) -> None:
-        if owner is not None and not isinstance(owner, str):
-            raise QueueError("owner must be the owner's public key as a hex string, or None")
+    def __init__(self, owner: str | PublicKey | None, cap: int | None) -> None:
+        # hex, npub1… or a PublicKey, compared as hex with events' pubkeys
+        hex_owner = None if owner is None else given_key(owner, "DispatchQueue owner", QueueError)
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise QueueError("max_stranger_channels must be an integer of at least 1, or None")
-        self.owner, self.cap = owner, cap
+        self.owner: str | None = hex_owner.hex if hex_owner is not None else None
+        self.cap = cap
         self.channels: set[str] = set()  # channels whose ``strangers`` is above 0
 
     def of(self, entry: _Entry) -> bool:
@@ -354,7 +357,7 @@ class DispatchQueue:
         deadline: float = 7300,
         rng: Rng | None = None,
         *,
-        owner: str | None = None,
+        owner: str | PublicKey | None = None,
         max_stranger_channels: int | None = None,
         channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> None:
@@ -366,8 +369,8 @@ class DispatchQueue:
         self.max_attempts = max_attempts
         self.deadline = deadline
         self._strangers = _Strangers(owner, max_stranger_channels)
-        #: The actor whose events strangers' events never evict nor refuse (None: nobody).
-        self.owner = owner
+        #: The actor whose events strangers' events never evict nor refuse (None: nobody), hex.
+        self.owner = self._strangers.owner
         self.max_stranger_channels = max_stranger_channels
         #: An event's channel here: an opaque key the caller computes (the bot's session
         #: scope, docs/bot.md "Session scope"); by default its queue channel.
@@ -699,7 +702,7 @@ class DispatchQueue:
         max_pending: int = 500,
         max_attempts: int = 10,
         deadline: float = 7300,
-        owner: str | None = None,
+        owner: str | PublicKey | None = None,
         max_stranger_channels: int | None = None,
         channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> DispatchQueue:
@@ -726,7 +729,7 @@ class DispatchQueue:
         max_pending: int = 500,
         max_attempts: int = 10,
         deadline: float = 7300,
-        owner: str | None = None,
+        owner: str | PublicKey | None = None,
         max_stranger_channels: int | None = None,
         channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> DispatchQueue:

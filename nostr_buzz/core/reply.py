@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from nostr_buzz.core.given import given_key
 from nostr_buzz.errors import BuzzError
-from nostr_buzz.event import Event
-from nostr_buzz.keys import SecretKey
+from nostr_buzz.event import Event, require_event
+from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
 from nostr_buzz.nips import nip10, nip22
 from nostr_buzz.nips.nip27 import with_references
 from nostr_buzz.nips.nip29 import CHAT_KIND
@@ -55,7 +56,9 @@ def _note_reply_tags(target: Event, sender: str) -> list[list[str]]:
 
 def reply_form(sender: str, target: Event) -> tuple[int, list[list[str]]]:
     """The kind and tags of a public reply to ``target`` by ``sender`` (hex).  A private
-    message is refused (:class:`BuzzError`): it is answered privately."""
+    message is refused (:class:`BuzzError`): it is answered privately; anything but a verified
+    :class:`Event` (a dict, another library's event) is an :class:`InvalidEvent`."""
+    target = require_event(target, "the event replied to")
     if isinstance(target, PrivateEvent):
         raise BuzzError("a private message is answered privately (nostr_buzz.nips.nip17.reply)")
     if target.kind == nip22.COMMENT_KIND:
@@ -65,16 +68,23 @@ def reply_form(sender: str, target: Event) -> tuple[int, list[list[str]]]:
     return CHAT_KIND, chat_reply_tags(target, sender)
 
 
-def reply_template(target: Event, text: str, *, sender: str, created_at: int) -> EventTemplate:
+def reply_template(
+    target: Event, text: str, *, sender: str | PublicKey, created_at: int
+) -> EventTemplate:
     """The unsigned reply to ``target`` carrying ``text``, in ``target``'s kind, for any
-    :class:`~nostr_buzz.signer.Signer` (``sender``: the signer's public key, hex), with the
-    tags its text references call for (NIP-27: :func:`~nostr_buzz.nips.nip27.with_references`)
-    so that a signer that tags as it signs has nothing to add."""
-    kind, tags = reply_form(sender, target)
+    :class:`~nostr_buzz.signer.Signer` (``sender``: the signer's public key, as hex,
+    ``npub1…`` or a :class:`~nostr_buzz.keys.PublicKey`), with the tags its text references
+    call for (NIP-27: :func:`~nostr_buzz.nips.nip27.with_references`) so that a signer that
+    tags as it signs has nothing to add."""
+    target = require_event(target, "the event replied to")
+    sender_hex = given_key(sender, "reply_template sender", BuzzError).hex
+    kind, tags = reply_form(sender_hex, target)
     return with_references(template(kind=kind, content=text, tags=tags, created_at=created_at))
 
 
-def build_reply(secret: SecretKey, target: Event, text: str, created_at: int) -> Event:
-    """The signed public reply to ``target``, in its kind (as :func:`reply_template`)."""
-    unsigned = reply_template(target, text, sender=secret.public_key.hex, created_at=created_at)
+def build_reply(secret: SecretKey | str, target: Event, text: str, created_at: int) -> Event:
+    """The signed public reply to ``target``, in its kind (``secret``: a :class:`SecretKey`,
+    or its hex or ``nsec1…``)."""
+    secret = as_secret_key(secret, "build_reply secret")
+    unsigned = reply_template(target, text, sender=secret.public_key, created_at=created_at)
     return sign_template(secret, unsigned)

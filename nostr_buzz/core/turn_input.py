@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from nostr_buzz.errors import InvalidEvent, TurnInputError
-from nostr_buzz.event import Event, WireEvent, check_structure
+from nostr_buzz.event import Event, WireEvent, check_structure, not_an_event
 from nostr_buzz.nips import nip10
 from nostr_buzz.text.unicode import LINE_BREAKS, ascii_lower, is_utf8_encodable, utf8_document
 
@@ -40,6 +40,15 @@ class TurnEvent(msgspec.Struct, frozen=True):
 
     event: Event
     prompt_tag: str = DEFAULT_PROMPT_TAG
+
+    def __post_init__(self) -> None:
+        # A dict or another library's event is never read as if it were verified.
+        if not isinstance(self.event, Event):
+            raise TurnInputError(f"TurnEvent event: {not_an_event(self.event)}")
+        if not isinstance(self.prompt_tag, str):
+            raise TurnInputError(
+                f"TurnEvent prompt_tag: expected a str, got {type(self.prompt_tag).__name__}"
+            )
 
 
 class ChannelInfo(msgspec.Struct, frozen=True):

@@ -29,6 +29,7 @@ from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [
     "AgentDiagnosticKind",
+    "DiagnosticCallback",
     "DiagnosticKind",
     "DiagnosticRecord",
     "DiagnosticsFeed",
@@ -45,6 +46,9 @@ AgentDiagnosticKind = Literal[
     "permission_policy_failed",  # {error}
     "permission_decision",  # {decision, title, toolKind, turnRunning, reason, part?, actor?}
 ]
+
+#: ``on_diagnostic(kind, session_id, payload)``: driver-level observer records (no prompt text).
+DiagnosticCallback = Callable[[AgentDiagnosticKind, str | None, dict[str, Any]], None]
 
 #: Every kind of record the feed carries (docs/bot.md).  ``emit`` takes nothing else.
 DiagnosticKind = (

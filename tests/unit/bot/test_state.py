@@ -347,25 +347,26 @@ def test_refused_wraps_are_remembered_capped_and_kept_only_under_the_same_gate(
 
 
 def test_a_refusal_scope_is_the_gates_whole_configuration() -> None:
+    KEYS = {c: SecretKey(bytes([n]) * 32).public_key.hex for n, c in enumerate("abcde", 1)}
     base = Gate(
-        agent="a" * 64,
-        owner="b" * 64,
+        agent=KEYS["a"],
+        owner=KEYS["b"],
         kinds=frozenset({9, 14}),
         channels=frozenset(),
         mentions_required=True,
         mode="allowlist",
-        allowlist=frozenset({"c" * 64, "d" * 64}),
+        allowlist=frozenset({KEYS["c"], KEYS["d"]}),
     )
     scope = refusal_scope(base)
     assert len(scope) == 16 and int(scope, 16) >= 0
-    assert refusal_scope(replace(base, allowlist=frozenset({"d" * 64, "c" * 64}))) == scope
+    assert refusal_scope(replace(base, allowlist=frozenset({KEYS["d"], KEYS["c"]}))) == scope
     changes = [
         {"mode": "anyone"},
-        {"allowlist": frozenset({"c" * 64})},
+        {"allowlist": frozenset({KEYS["c"]})},
         {"kinds": frozenset({9})},
         {"shard": Shard(0, 2)},
         {"plaintext_dm": True},
-        {"owner": "e" * 64},
+        {"owner": KEYS["e"]},
     ]
     scopes = {refusal_scope(replace(base, **c)) for c in changes}  # type: ignore[arg-type]
     assert scope not in scopes and len(scopes) == len(changes)
