@@ -23,7 +23,7 @@ def _pure_modules() -> list[Path]:
     files = [
         f for d in ("text", "core", "reports", "nips") for f in sorted((PACKAGE / d).glob("*.py"))
     ]
-    names = ("event.py", "keys.py", "errors.py", "profile.py", "manifest.py")
+    names = ("event.py", "keys.py", "bech32.py", "errors.py", "profile.py", "manifest.py")
     files += [PACKAGE / name for name in names]
     return [f for f in files if f.is_file()]
 
@@ -102,7 +102,8 @@ LAYERS: dict[str, int] = {
     # Text, escaping and the manifest: primitives the codecs and the compiler both build on.
     "nostr_buzz.text": 1,
     "nostr_buzz.manifest": 2,
-    "nostr_buzz.nips.nip19": 3,  # bech32 keys: below keys.py, which parses npub/nsec
+    "nostr_buzz.bech32": 3,  # the encoding under NIP-19 and the key forms npub/nsec
+    "nostr_buzz.nips.nip19": 3,
     "nostr_buzz.keys": 4,
     "nostr_buzz.event": 5,
     "nostr_buzz.nips": 6,
