@@ -135,11 +135,16 @@ def agent_info(raw: Any, pid: int) -> AgentInfo:
 
 
 def new_session_params(
-    cwd: str, standing: str, strategy: StandingStrategy, info: AgentInfo
+    cwd: str,
+    standing: str,
+    strategy: StandingStrategy,
+    info: AgentInfo,
+    mcp_servers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """``session/new`` with the standing context in the strategy's field (goose's and legacy
-    delivery put nothing here)."""
-    params: dict[str, Any] = {"cwd": cwd, "mcpServers": []}
+    """``session/new`` with the MCP servers offered to the session (the bot's tool server,
+    docs/bot.md) and the standing context in the strategy's field (goose's and legacy delivery
+    put nothing here)."""
+    params: dict[str, Any] = {"cwd": cwd, "mcpServers": [dict(s) for s in mcp_servers]}
     if not standing:
         return params
     if strategy == "system_prompt" and info.system_prompt_capability:
@@ -152,12 +157,19 @@ def new_session_params(
 
 
 def reopen_params(
-    session_id: str, cwd: str, standing: str, strategy: StandingStrategy, info: AgentInfo
+    session_id: str,
+    cwd: str,
+    standing: str,
+    strategy: StandingStrategy,
+    info: AgentInfo,
+    mcp_servers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """``session/resume`` or ``session/load`` of ``session_id``: the same fields as
     ``session/new`` (the standing context again where it travels beside the history: an
-    adapter keeps it in the process, not in the session it stores)."""
-    return {**new_session_params(cwd, standing, strategy, info), "sessionId": session_id}
+    adapter keeps it in the process, not in the session it stores), and the MCP servers
+    offered again (an adapter starts them per process)."""
+    params = new_session_params(cwd, standing, strategy, info, mcp_servers)
+    return {**params, "sessionId": session_id}
 
 
 def session_id_of(raw: Any) -> str:

@@ -38,6 +38,7 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.profile import Profile
 from nostr_buzz.signer import Signer
 
+from .config import PluginConfig
 from .known_state import KnownState, newest_profiles
 from .supervisor import ChannelSession
 
@@ -104,6 +105,30 @@ class ContextResolver:
         self.directory: RelayDirectory | None = None
         #: Profiles and channel metadata, read as state and kept a while (.known_state).
         self._known = KnownState(pool, timeout)
+
+    @classmethod
+    def of(
+        cls,
+        config: PluginConfig,
+        pool: RelayPool,
+        known_agents: set[str],
+        trusted_authors: Callable[[], Collection[str]],
+        on_untrusted: Callable[[Event, str], None],
+    ) -> ContextResolver:
+        """A bot's resolver: its configured kinds, limits, signer, owner and retrieval hint."""
+        return cls(
+            pool,
+            agent=config.signer.public_key.hex,
+            kinds=config.kinds,
+            limit=config.context_message_limit,
+            timeout=config.relay_timeout,
+            known_agents=known_agents,
+            signer=config.signer,
+            owner=config.owner.hex,
+            trusted_authors=trusted_authors,
+            on_untrusted=on_untrusted,
+            retrieval=config.retrieval,
+        )
 
     async def _their_relays(self, people: Iterable[str]) -> tuple[str, ...]:
         """The write relays of ``people`` (:class:`RelayDirectory` bounds them), asked as
