@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip17, nip59
 from nostr_buzz.nips.nip_am import MetricPayload
 from tests.support import cli
 from tests.support.adapter_bot import Bot, answer, bot_world, running
@@ -114,3 +117,70 @@ async def test_the_model_fetches_a_signed_event_through_the_bots_tool(
         if layer["layer"] == "retrieved_event"
     ]
     assert sorted(verdicts) == sorted([(earlier.id, "verified"), (stranger.id, "verified")])
+
+
+def private_message(bot: Bot, author: SecretKey, content: str) -> tuple[Event, str]:
+    """A NIP-17 message from ``author`` to the agent: its gift wrap, and its rumor's id."""
+    bot.clock += 1
+    rumor = nip17.message(
+        author.public_key.hex, [bot.agent.public_key.hex], content, created_at=bot.clock
+    )
+    wrap = nip59.gift_wrap(author, bot.agent.public_key, rumor, now=int(time.time()))
+    return wrap, rumor.id
+
+
+@pytest.mark.parametrize("name", [CLAUDE, CODEX])
+async def test_a_session_reads_its_own_private_conversation_and_no_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """The attacker is the model: in the owner's private conversation it asks for a stranger's
+    private message (by its rumor's id, and by its gift wrap's id); in a public channel, for
+    the owner's private message.  It gets the owner's own message only in the owner's
+    conversation."""
+    async with bot_world(tmp_path) as bot:
+        gate = {"gate": "allowlist", "allowlist": frozenset({bot.human.public_key.hex})}
+        ours, ours_id = private_message(bot, bot.owner, "the vault code is 4711")
+        theirs, theirs_id = private_message(bot, bot.human, "my own secret 0815")
+        for wrap in (ours, theirs):
+            await publish(bot, wrap)
+        asks = {
+            "p1": theirs_id,  # another conversation's message, by its rumor's id
+            "p2": theirs.id,  # … and by the gift wrap carrying it
+            "p3": ours_id,  # this conversation's own earlier message
+        }
+        public = {"c1": ours_id, "c2": ours.id}  # a public session asks for a private one
+        async with running(bot, name, **gate) as plugin:
+            for word, ref in asks.items():
+                done = len(bot.of("turn_completed"))
+                wrap, _ = private_message(bot, bot.owner, f"MCP:fetch_event:id={ref};; ASK:{word}")
+                await plugin.handle_event(wrap)
+                await bot.count("turn_completed", done + 1)
+            for word, ref in public.items():
+                ask = bot.message(f"MCP:fetch_event:id={ref};; ASK:{word}")
+                await publish(bot, ask)
+                assert (await answer(bot, plugin, ask)).endswith(f"ANSWER:{word}")
+            metrics = await bot.metrics(5)
+        doc = await audited(bot, capsys)
+    answers = {word: tool_output(bot, f"ASK:{word}") for word in [*asks, *public]}
+    assert answers["p1"] == {
+        "error": "not_found",
+        "detail": "no relay has this event",
+        "id": theirs_id,
+    }
+    private = "private messages are not served in this session"
+    assert answers["p2"] == {"error": "private", "detail": private, "id": theirs.id}
+    assert answers["p3"]["event"]["content"] == "the vault code is 4711"
+    assert answers["p3"]["id"] == ours_id and "sig" not in answers["p3"]["event"]
+    assert answers["c1"] == {
+        "error": "not_found",
+        "detail": "no relay has this event",
+        "id": ours_id,
+    }
+    assert answers["c2"] == {"error": "private", "detail": private, "id": ours.id}
+    # nothing the stranger wrote reached the model, in any request
+    assert not any("0815" in seen.body for seen in bot.server.requests)
+    by_channel = {(m.channel_id, tuple(retrieved(m))) for m in metrics}
+    owners = f"dm-private-{bot.owner.public_key.hex}"
+    assert (owners, (("fetch_event", "private_conversation", ours_id),)) in by_channel
+    assert [m for m in metrics if retrieved(m) and m.channel_id != owners] == []
+    assert doc["ok"], doc
