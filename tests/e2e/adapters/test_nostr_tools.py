@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
@@ -32,6 +33,15 @@ pytestmark = pytest.mark.usefixtures("no_ambient_config")
 async def publish(bot: Bot, event: Event) -> None:
     result = await RelayPool([bot.relay.url], timeout=5).publish(event)
     assert result.ok, result.verdicts
+
+
+async def asked(bot: Bot, plugin: BuzzPlugin, text: str, word: str) -> str:
+    """The owner's mention ``text ASK:word`` published and answered; the reply."""
+    ask = bot.message(f"{text} ASK:{word}")
+    await publish(bot, ask)
+    reply = await answer(bot, plugin, ask)
+    assert reply.endswith(f"ANSWER:{word}"), reply
+    return reply
 
 
 def tool_output(bot: Bot, marker: str) -> dict[str, Any]:
@@ -80,16 +90,11 @@ async def test_the_model_fetches_a_signed_event_through_the_bots_tool(
         for event in (earlier, stranger):
             await publish(bot, event)
         async with running(bot, name) as plugin:
-            ask = bot.message(f"What did I say? MCP:fetch_event:id={earlier.id};; ASK:one")
-            await publish(bot, ask)
-            assert (await answer(bot, plugin, ask)).endswith("TOOL-DONE ANSWER:one")
+            said = await asked(bot, plugin, f"MCP:fetch_event:id={earlier.id};;", "one")
+            assert said.endswith("TOOL-DONE ANSWER:one")
             unknown = secrets.token_hex(32)
-            missing = bot.message(f"MCP:fetch_event:id={unknown};; ASK:two")
-            await publish(bot, missing)
-            assert (await answer(bot, plugin, missing)).endswith("ANSWER:two")
-            theirs = bot.message(f"MCP:fetch_event:id={stranger.id};; ASK:three")
-            await publish(bot, theirs)
-            assert (await answer(bot, plugin, theirs)).endswith("ANSWER:three")
+            await asked(bot, plugin, f"MCP:fetch_event:id={unknown};;", "two")
+            await asked(bot, plugin, f"MCP:fetch_event:id={stranger.id};;", "three")
             metrics = await bot.metrics(3)
         doc = await audited(bot, capsys)
     # the model got the event's raw signed JSON, verified, with the gate's word on its author
@@ -156,9 +161,7 @@ async def test_a_session_reads_its_own_private_conversation_and_no_other(
                 await plugin.handle_event(wrap)
                 await bot.count("turn_completed", done + 1)
             for word, ref in public.items():
-                ask = bot.message(f"MCP:fetch_event:id={ref};; ASK:{word}")
-                await publish(bot, ask)
-                assert (await answer(bot, plugin, ask)).endswith(f"ANSWER:{word}")
+                await asked(bot, plugin, f"MCP:fetch_event:id={ref};;", word)
             metrics = await bot.metrics(5)
         doc = await audited(bot, capsys)
     answers = {word: tool_output(bot, f"ASK:{word}") for word in [*asks, *public]}

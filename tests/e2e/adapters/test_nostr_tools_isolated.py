@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.adapters.test_nostr_tools import publish, retrieved, tool_output
-from tests.support.adapter_bot import answer, bot_world, running
+from tests.e2e.adapters.test_nostr_tools import asked, publish, retrieved, tool_output
+from tests.support.adapter_bot import bot_world, running
 from tests.support.real_adapters import CLAUDE, adapter_env
 
 AGENT_USER = "buzz-agent-tools"
@@ -82,12 +82,10 @@ async def test_an_isolated_agent_fetches_through_the_bot_and_reads_none_of_its_s
         changes = {"agent_env": env, "agent_cwd": str(work), "agent_user": AGENT_USER}
         async with running(bot, CLAUDE, state_dir=state, **changes) as plugin:
             probe = f"cat {key_file} {config} /proc/{os.getpid()}/environ {state}/*; id -u"
-            ask = bot.message(f"SHELL:{probe};; ASK:probe")
-            await publish(bot, ask)
-            assert (await answer(bot, plugin, ask)).endswith("TOOL-DONE ANSWER:probe")
-            fetch = bot.message(f"MCP:fetch_event:id={earlier.id};; ASK:one")
-            await publish(bot, fetch)
-            assert (await answer(bot, plugin, fetch)).endswith("TOOL-DONE ANSWER:one")
+            said = await asked(bot, plugin, f"SHELL:{probe};;", "probe")
+            assert said.endswith("TOOL-DONE ANSWER:probe")
+            said = await asked(bot, plugin, f"MCP:fetch_event:id={earlier.id};;", "one")
+            assert said.endswith("TOOL-DONE ANSWER:one")
             metrics = await bot.metrics(2)
     found = tool_output(bot, "ASK:one")
     assert found["event"] == json.loads(earlier.to_json()) and found["gate"] == "admitted"
