@@ -26,6 +26,7 @@ from nostr_buzz.core.turn_input import (
     Retrieval,
     TurnEvent,
     TurnInput,
+    retrieval_for,
 )
 from nostr_buzz.event import Event
 from nostr_buzz.io.context import fetch_history
@@ -82,6 +83,8 @@ class ContextResolver:
         self.pool = pool
         #: How the envelope tells the model to fetch more history (``PluginConfig.retrieval``).
         self.retrieval = retrieval
+        #: The agent has a shell and the bot's configuration: buzz's commands may be named.
+        self.cli = True
         #: Only the owner's messages may carry a slash command.
         self.owner = owner
         #: Whose channel metadata counts from any relay (the owner, the agent, ``[gate]
@@ -179,7 +182,7 @@ class ContextResolver:
             ),
             cancel_reason=batch.cancel_reason or "steer",
             channel=info,
-            retrieval=self.retrieval,
+            retrieval=self.retrieval_of(session),
             context=context,
             context_had_delivered_events=any(i in session.delivered for i in fetched_ids),
             profiles=profiles,
@@ -189,6 +192,11 @@ class ContextResolver:
             owner=self.owner,
         )
         return turn_input, fetched_ids
+
+    def retrieval_of(self, session: ChannelSession) -> Retrieval:
+        """The history hint of ``session``'s turns and steers (:func:`retrieval_for`): the
+        bot's tools where the session was offered them."""
+        return retrieval_for(self.retrieval, tools=session.tool_grant is not None, cli=self.cli)
 
     def _trusted(self) -> Collection[str]:
         if self._trusted_authors is not None:

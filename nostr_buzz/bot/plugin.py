@@ -100,6 +100,7 @@ class BuzzPlugin:
         self.resolver = ContextResolver.of(
             config, self.pool, self._known_agents, self.standing.trusted, self._untrusted_metadata
         )
+        self.resolver.cli = self.supervisor.agent_has_cli  # for the history hint
         self.supervisor.tools = ToolGrants.of(self)  # the agent's Nostr tools (.tools)
         self.store: BotStore | None = None
         self.delivery: Delivery | None = None

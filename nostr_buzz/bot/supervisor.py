@@ -405,6 +405,13 @@ class AgentSupervisor:
         )
 
     @property
+    def agent_has_cli(self) -> bool:
+        """Whether the agent may run ``buzz``: a subprocess run as the bot's own user (an
+        in-process agent has no shell; an agent under ``[agent] user`` has not the bot's
+        configuration)."""
+        return isinstance(self.driver, AgentDriver) and self.config.agent_user is None
+
+    @property
     def continues_sessions(self) -> bool:
         """Whether the running agent can continue a session after a restart: then each
         channel's session has a receipt in the state database (:mod:`.receipts`)."""

@@ -34,7 +34,10 @@ from nostr_buzz.io.standing import fetch_standing
 from nostr_buzz.keys import as_public_key
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip01 import Filter
+from nostr_buzz.nips.nip10 import TEXT_NOTE_KIND
 from nostr_buzz.nips.nip19 import parse_event_ref
+from nostr_buzz.nips.nip22 import COMMENT_KIND
+from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.signer import Signer
 
@@ -87,9 +90,20 @@ TOOLS: Final = (
     ),
     ToolSpec(
         "fetch_thread",
-        f"Fetch a thread by its root event: the root and its replies, verified, oldest first "
-        f"and newest last (at most {MAX_THREAD}).",
-        _one("root", _EVENT_REF),
+        f"Fetch the thread an event is part of: its root and the replies, verified, oldest "
+        f"first and newest last (at most {MAX_THREAD}), each with the gate's word on its author.",
+        _one("event", "any event of the thread (its root or a reply): " + _EVENT_REF),
+    ),
+    ToolSpec(
+        "fetch_messages",
+        f"Fetch a channel's or a conversation's recent messages, verified, oldest first and "
+        f"newest last (at most {MAX_THREAD}), each with the gate's word on its author.",
+        _one(
+            "channel",
+            "a channel id (the h tag of its messages), dm-<pubkey> for the public notes and "
+            "messages between that person and the agent, or this session's own private "
+            "conversation dm-private-<pubkey>",
+        ),
     ),
     ToolSpec(
         "fetch_profile",
@@ -173,6 +187,7 @@ class NostrTools:
         tools: dict[str, Callable[[Grant, str], Any]] = {
             "fetch_event": self._event,
             "fetch_thread": self._thread,
+            "fetch_messages": self._messages,
             "fetch_profile": self._profile,
             "fetch_channel": self._channel,
         }
@@ -271,6 +286,9 @@ class NostrTools:
 
     async def _thread(self, grant: Grant, ref: str) -> _Handover:
         root = await self._fetch(grant, ref)
+        root_id = nip10.thread_ref(root).root
+        if root_id is not None and root_id != root.id:
+            root = await self._fetch(grant, root_id)
         if isinstance(root, PrivateEvent):
             replies: Sequence[Event] = [
                 e for e in await self._private(grant) if nip10.thread_ref(e).root == root.id
@@ -283,15 +301,54 @@ class NostrTools:
                 for e in result.events
                 if e.kind not in PRIVATE_KINDS and root.id in nip10.thread_ref(e)
             ]
-        ordered = sorted({e.id: e for e in replies}.values(), key=lambda e: (e.created_at, e.id))
+        ordered = _newest_last(replies)
         events = [root, *ordered[-(MAX_THREAD - 1) :]]
+        return self._listed({"root": root.id}, events, 1 + len(ordered))
+
+    def _listed(self, head: dict[str, Any], events: Sequence[Event], total: int) -> _Handover:
         value = {
-            "root": root.id,
-            "total": 1 + len(ordered),
-            "truncated": len(ordered) > MAX_THREAD - 1,
+            **head,
+            "total": total,
+            "truncated": total > len(events),
             "events": [self._judged(e) for e in events],
         }
         return _Handover(value, tuple(self._item(e) for e in events))
+
+    async def _messages(self, grant: Grant, channel: str) -> _Handover:
+        if nip10.is_private_channel(channel):
+            peer = channel.removeprefix(nip10.PRIVATE_CHANNEL_PREFIX)
+            if grant.peer is None or peer != grant.peer:
+                raise _Refused(
+                    ToolAnswer.failed(
+                        "private", "another private conversation is not served in this session"
+                    )
+                )
+            found: Sequence[Event] = await self._private(grant)
+        elif channel.startswith(nip10.DIRECT_CHANNEL_PREFIX):
+            found = await self._direct(channel.removeprefix(nip10.DIRECT_CHANNEL_PREFIX))
+        elif nip10.is_valid_channel_id(channel):
+            flt = Filter(kinds=(CHAT_KIND,), limit=MAX_THREAD, tags={"h": (channel,)})
+            result = await self.pool.query(flt, timeout=self.timeout)
+            found = [e for e in result.events if nip10.channel(e) == channel]
+        else:
+            raise _Refused(ToolAnswer.failed("invalid_argument", "not a channel id"))
+        ordered = _newest_last(found)
+        return self._listed({"channel": channel}, ordered[-MAX_THREAD:], len(ordered))
+
+    async def _direct(self, person: str) -> list[Event]:
+        """The public notes and messages without a channel between ``person`` and the agent."""
+        try:
+            pubkey = as_public_key(person).hex
+        except BuzzError as exc:
+            raise _Refused(ToolAnswer.failed("invalid_argument", str(exc))) from None
+        me = self.signer.public_key.hex
+        kinds = (TEXT_NOTE_KIND, CHAT_KIND, COMMENT_KIND)
+        filters = [
+            Filter(authors=(pubkey,), kinds=kinds, limit=MAX_THREAD, tags={"p": (me,)}),
+            Filter(authors=(me,), kinds=kinds, limit=MAX_THREAD, tags={"p": (pubkey,)}),
+        ]
+        result = await self.pool.query(filters, timeout=self.timeout)
+        return [e for e in result.events if nip10.channel(e) is None]
 
     async def _profile(self, grant: Grant, who: str) -> _Handover:
         try:
@@ -329,6 +386,10 @@ class Bot(Protocol):
     turns: RunningTurns
     resolver: ContextResolver
     standing: SessionStanding
+
+
+def _newest_last(events: Sequence[Event]) -> list[Event]:
+    return sorted({e.id: e for e in events}.values(), key=lambda e: (e.created_at, e.id))
 
 
 class ToolGrants:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nostr_buzz.bot import BuzzPlugin
-from nostr_buzz.event import Event
+from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip59
@@ -187,3 +187,39 @@ async def test_a_session_reads_its_own_private_conversation_and_no_other(
     assert (owners, (("fetch_event", "private_conversation", ours_id),)) in by_channel
     assert [m for m in metrics if retrieved(m) and m.channel_id != owners] == []
     assert doc["ok"], doc
+
+
+async def test_the_hint_names_the_sessions_tool_and_the_tool_it_names_works(
+    tmp_path: Path,
+) -> None:
+    """A kind-1 note's channel is ``dm-<pubkey>``, which buzz's command line refuses: the
+    context status names the session's tool instead, and the model that follows it gets the
+    notes between that person and the agent."""
+    async with bot_world(tmp_path) as bot:
+        channel = f"dm-{bot.owner.public_key.hex}"
+
+        def note(content: str) -> Event:
+            bot.clock += 1
+            tags = [["p", bot.agent.public_key.hex]]
+            return sign_event(bot.owner, kind=1, content=content, tags=tags, created_at=bot.clock)
+
+        older, earlier = note("we deploy today"), note("the deploy is at noon")
+        ask = note(f"MCP:fetch_messages:channel={channel};; ASK:note")
+        for event in (older, earlier, ask):
+            await publish(bot, event)
+        # at most one message of history: the envelope holds not all of it, and says where it is
+        limits = {"kinds": (1, 9, 14), "context_message_limit": 1}
+        async with running(bot, CLAUDE, **limits) as plugin:
+            await plugin.handle_event(ask)
+            await bot.count("metric_queued", 1)
+            [metric] = await bot.metrics(1)
+    [first, *_] = bot.server.main_requests()
+    hint = f"retrieve: the buzz tool fetch_messages(channel={channel})"
+    assert hint in first.user_text and "buzz messages" not in first.body
+    listed = tool_output(bot, "ASK:note")
+    assert listed["channel"] == channel
+    events = [item["event"] for item in listed["events"]]
+    assert events == [json.loads(e.to_json()) for e in (older, earlier, ask)]
+    assert sorted(retrieved(metric)) == sorted(
+        ("fetch_messages", "relay_event", e.id) for e in (older, earlier, ask)
+    )

@@ -69,7 +69,8 @@ async def test_a_mention_is_answered_with_the_objects_text_and_metered_with_its_
     assert turn.channel == "eng"
     assert "please summarise the deploy" in turn.text
     assert "You are a careful bot." not in turn.text  # standing travels as system only
-    assert "retrieve: buzz messages get --channel eng" in turn.text  # the default hint
+    # no shell, so no command: an in-process agent is named no hint unless it brings a tool
+    assert "History: not loaded\n" in turn.text and "retrieve:" not in turn.text
     assert metric.adapter_session_id == turn.session_id
     assert [r.payload["agentName"] for r in rec.of("agent_started")] == ["test-answerer"]
 
