@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import time
+from asyncio.subprocess import PIPE
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,10 @@ from nostr_buzz.bot import BuzzPlugin
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip17, nip59
+from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip_am import MetricPayload
 from tests.support import cli
-from tests.support.adapter_bot import Bot, answer, bot_world, running
+from tests.support.adapter_bot import Bot, answer, bot_world, held, running, until_reply
 from tests.support.model_server import Seen
 from tests.support.real_adapters import CLAUDE, CODEX
 
@@ -223,3 +225,68 @@ async def test_the_hint_names_the_sessions_tool_and_the_tool_it_names_works(
     assert sorted(retrieved(metric)) == sorted(
         ("fetch_messages", "relay_event", e.id) for e in (older, earlier, ask)
     )
+
+
+async def ts_client(url: str, token: str, calls: list[list[Any]]) -> dict[str, Any]:
+    """tests/agents/mcp_client.mjs (the official TypeScript SDK) against the tool server: its
+    one JSON line.  The token travels in the environment, never the command line."""
+    script = Path(__file__).resolve().parents[2] / "agents" / "mcp_client.mjs"
+    env = {"PATH": os.environ.get("PATH", ""), "MCP_URL": url, "MCP_TOKEN": token}
+    process = await asyncio.create_subprocess_exec(
+        "node", str(script), json.dumps(calls), env=env, stdout=PIPE, stderr=PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    [line] = out.decode().splitlines() or [f'{{"error": {json.dumps(err.decode()[-500:])}}}']
+    value = json.loads(line)
+    assert isinstance(value, dict)
+    return value
+
+
+async def test_the_tool_server_answers_an_independent_mcp_client(tmp_path: Path) -> None:
+    """The official TypeScript SDK, holding the capability of a session whose turn is running,
+    gets what the adapters' model got (the tool list, the raw signed event, the typed
+    not-found) and its retrieval is in that turn's metric; without a token, or once the turn
+    is over, it reads nothing."""
+    async with bot_world(tmp_path) as bot:
+        earlier = bot.message("the deploy is at noon")
+        await publish(bot, earlier)
+        unknown = secrets.token_hex(32)
+        calls = [["fetch_event", {"id": earlier.id}], ["fetch_event", {"id": unknown}]]
+        async with running(bot, CLAUDE) as plugin:
+            busy = bot.message("ASK:busy HOLD:busy")
+            await publish(bot, busy)
+            await held(bot, plugin, busy, "busy")
+            session = plugin.supervisor.sessions[nip10.queue_channel(busy)]
+            tools = plugin.supervisor.tools
+            assert tools is not None and session.tool_grant is not None
+            entry = tools.server.grant(session.tool_grant)  # the session's capability, again
+            [header] = entry["headers"]
+            token = header["value"].removeprefix("Bearer ")
+            during = await ts_client(entry["url"], token, calls)
+            stranger = await ts_client(entry["url"], secrets.token_urlsafe(32), calls)
+            bot.server.release("busy")
+            assert (await until_reply(bot, busy)).endswith("ANSWER:busy")
+            after = await ts_client(entry["url"], token, calls[:1])
+            [metric] = await bot.metrics(1)
+    assert during["tools"] == [
+        "fetch_event",
+        "fetch_thread",
+        "fetch_messages",
+        "fetch_profile",
+        "fetch_channel",
+    ]
+    found, missing = during["calls"]
+    assert not found["isError"] and json.loads(found["text"]) == {
+        "id": earlier.id,
+        "event": json.loads(earlier.to_json()),
+        "gate": "admitted",
+    }
+    assert missing["isError"] and json.loads(missing["text"]) == {
+        "error": "not_found",
+        "detail": "no relay has this event",
+        "id": unknown,
+    }
+    assert "unknown or revoked token" in stranger["error"]  # refused before the MCP layer
+    [late] = after["calls"]
+    assert late["isError"] and json.loads(late["text"])["error"] == "no_turn"
+    assert retrieved(metric) == [("fetch_event", "relay_event", earlier.id)]
