@@ -66,6 +66,8 @@ METHOD_NOT_FOUND: Final = -32601
 #: (an agent's words: bounded whatever it sends; the turn caps the summary it keeps again).
 MAX_COMPACTION_ID: Final = 256
 MAX_SUMMARY_BYTES: Final = 65_536
+#: The most of a tool call's title one fact carries.
+MAX_TOOL_TITLE_BYTES: Final = 512
 _STOP_REASONS: Final[dict[str, StopReason]] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
@@ -326,7 +328,16 @@ def session_update_facts(params: Any) -> tuple[AgentFact, ...]:
         if isinstance(update.content, schema.TextContentBlock):
             facts.append(Text(update.content.text, update.message_id))
     elif isinstance(update, schema.ToolCallStart | schema.ToolCallProgress):
-        facts.append(ToolCall(update.tool_call_id))
+        title = utf8_head(update.title, MAX_TOOL_TITLE_BYTES) if update.title else None
+        facts.append(
+            ToolCall(
+                update.tool_call_id,
+                kind=_str(update.kind),
+                title=title,
+                status=_str(update.status),
+                started=isinstance(update, schema.ToolCallStart),
+            )
+        )
     elif isinstance(update, schema.UsageUpdate):
         cost = update.cost
         if cost is not None and cost.currency.upper() == "USD":  # costUsd is USD

@@ -44,6 +44,7 @@ AgentDiagnosticKind = Literal[
     "steer_sent",  # {method, result}
     "permission_policy_failed",  # {error}
     "permission_decision",  # {decision, title, toolKind, turnRunning, reason, part?, actor?}
+    "tool_call",  # {toolCallId, toolKind, title, status}: a tool call the agent started
 ]
 
 #: Every kind of record the feed carries (docs/bot.md).  ``emit`` takes nothing else.

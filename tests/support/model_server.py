@@ -19,7 +19,8 @@ answer can be traced back to its question:
   ``<tool>`` (an MCP tool: ``mcp__buzz__fetch_event`` in Claude Code), with that one argument;
   once its result is in the conversation (kept whole in :attr:`Seen.tool_output`), the text
   ``TOOL-DONE`` plus the answer;
-* ``HOLD:<name>`` → the answer waits until the test calls :meth:`ModelServer.release`
+* ``HOLD:<name>`` → the answer (after a tool call: the answer to its result) waits until the
+  test calls :meth:`ModelServer.release`
   (bounded by ``hold_timeout``), so a turn can be kept running without timing guesses.
 
 The server is also the adapters' HTTP(S) proxy (``HTTPS_PROXY``): any request for another
@@ -260,11 +261,11 @@ class ModelServer:
         mcp = MCP.findall(user_text)
         call = (tools or _Tools()).next_call(*mcp[-1]) if mcp else None
         if call is not None:
-            return _Decision("Let me look.", None, holds[-1] if holds else None, mcp=call)
+            return _Decision("Let me look.", None, None, mcp=call)
         if shell and not tool_result:
-            return _Decision("Let me run that.", shell[-1].strip(), holds[-1] if holds else None)
-        if tool_result:
-            return _Decision(f"TOOL-DONE {answer}", None, None)
+            return _Decision("Let me run that.", shell[-1].strip(), None)
+        if tool_result:  # a HOLD waits here, once the tool has run
+            return _Decision(f"TOOL-DONE {answer}", None, holds[-1] if holds else None)
         return _Decision(answer, None, holds[-1] if holds else None)
 
     def _record(self, seen: Seen) -> None:

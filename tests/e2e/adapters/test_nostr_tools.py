@@ -25,7 +25,15 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip_am import MetricPayload
 from tests.support import cli
-from tests.support.adapter_bot import Bot, answer, bot_world, held, running, until_reply
+from tests.support.adapter_bot import (
+    Bot,
+    answer,
+    bot_world,
+    held,
+    running,
+    until,
+    until_reply,
+)
 from tests.support.model_server import Seen
 from tests.support.real_adapters import CLAUDE, CODEX
 
@@ -290,3 +298,46 @@ async def test_the_tool_server_answers_an_independent_mcp_client(tmp_path: Path)
     [late] = after["calls"]
     assert late["isError"] and json.loads(late["text"])["error"] == "no_turn"
     assert retrieved(metric) == [("fetch_event", "relay_event", earlier.id)]
+
+
+async def test_watch_shows_a_running_turns_last_tool_call_whatever_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agent calls the bot's tool (no shell, nothing that needs the owner): ``buzz watch``
+    shows it as the running turn's last tool call, and the feed names it, with its title in a
+    public turn and its kind alone in a private one."""
+    async with bot_world(tmp_path) as bot:
+        earlier = bot.message("the deploy is at noon")
+        await publish(bot, earlier)
+        async with running(bot, CLAUDE) as plugin:
+            busy = bot.message(f"MCP:fetch_event:id={earlier.id};; HOLD:w ASK:w")
+            await publish(bot, busy)
+            await plugin.handle_event(busy)
+            await asyncio.to_thread(
+                bot.server.wait_for,
+                lambda seen: any(s.tool_result and "HOLD:w" in s.user_text for s in seen),
+            )
+            # the adapter's notice of the call may come after the model's next request
+            await until(
+                lambda: any("fetch_event" in str(r.payload) for r in bot.of("tool_call")),
+                "the fetch_event call in the feed",
+            )
+            argv = ["watch", "--once", "--state-dir", str(tmp_path / "state")]
+            code, out, err = await asyncio.to_thread(cli.buzz, capsys, *argv)
+            bot.server.release("w")
+            assert (await until_reply(bot, busy)).endswith("TOOL-DONE ANSWER:w")
+            done = len(bot.of("turn_completed"))
+            wrap, _ = private_message(bot, bot.owner, f"MCP:fetch_event:id={earlier.id};; ASK:p")
+            await plugin.handle_event(wrap)
+            await bot.count("turn_completed", done + 1)
+    assert code == 0, err
+    [turn] = json.loads(out)["runningTurns"]
+    last = turn["lastTool"]
+    assert last is not None and "fetch_event" in (last["title"] or ""), last
+    calls = [(r.channel_id, r.payload) for r in bot.of("tool_call")]
+    public = [p for c, p in calls if c == "eng"]
+    private = [p for c, p in calls if c == f"dm-private-{bot.owner.public_key.hex}"]
+    # every call, whatever it was (Claude Code's tool search first), by its title and kind
+    assert any("fetch_event" in (p["title"] or "") for p in public), calls
+    assert all(p["title"] and p["toolKind"] for p in public), calls
+    assert private and all("title" not in p and p["toolKind"] for p in private), calls
