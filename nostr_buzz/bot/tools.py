@@ -15,8 +15,10 @@ Each answer is a :class:`ToolAnswer`: a JSON text for the model and whether it i
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 from nostr_buzz.core.audit import PRIVATE_KINDS
@@ -26,7 +28,9 @@ from nostr_buzz.core.manifest import content_hash
 from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.errors import BuzzError, Nip19Error
 from nostr_buzz.event import Event
+from nostr_buzz.io import mcp_bridge
 from nostr_buzz.io.fetch import fetch_event
+from nostr_buzz.io.mcp_bridge import TOKEN_VARIABLE, URL_VARIABLE
 from nostr_buzz.io.mcp_server import McpToolServer
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import MAX_QUERY_LIMIT, conversation
@@ -49,6 +53,8 @@ from .turn import Phase, RunningTurns, Turn
 
 __all__ = ["ERRORS", "TOOLS", "Grant", "NostrTools", "ToolAnswer", "ToolGrants", "ToolSpec"]
 
+#: The stdio bridge, run by path (``python -P``) as the agent's user.
+BRIDGE: Final = str(Path(mcp_bridge.__file__).resolve())
 #: The most events one thread answer holds (newest last).
 MAX_THREAD: Final = 50
 ERRORS: Final = (
@@ -394,8 +400,7 @@ def _newest_last(events: Sequence[Event]) -> list[Event]:
 
 class ToolGrants:
     """The tool server of a bot: :class:`NostrTools` over MCP (:mod:`nostr_buzz.io.mcp_server`),
-    offered to every session of an agent that takes an HTTP MCP server
-    (``mcpCapabilities.http``), one grant a session."""
+    offered to every session of an ACP agent, one grant a session."""
 
     def __init__(self, tools: NostrTools, *, version: str = "0") -> None:
         self.tools = tools
@@ -432,12 +437,25 @@ class ToolGrants:
         return answer.text, answer.error is not None
 
     def offer(self, queue_channel: str, driver: object) -> tuple[list[dict[str, Any]], Any]:
+        """The session's server: HTTP where the agent advertises ``mcpCapabilities.http``,
+        else the stdio bridge (:mod:`nostr_buzz.io.mcp_bridge`), which every ACP agent takes."""
         info = getattr(driver, "info", None)
         caps = info.capabilities.get("mcpCapabilities") if info is not None else None
-        if not self.started or not isinstance(caps, dict) or caps.get("http") is not True:
+        if not self.started:
             return [], None
         grant = Grant(queue_channel)
-        return [self.server.grant(grant)], grant
+        entry = self.server.grant(grant)
+        if isinstance(caps, dict) and caps.get("http") is True:
+            return [entry], grant
+        [header] = entry["headers"]
+        env = {URL_VARIABLE: entry["url"], TOKEN_VARIABLE: header["value"].removeprefix("Bearer ")}
+        bridge = {
+            "name": entry["name"],
+            "command": sys.executable,
+            "args": ["-P", BRIDGE],
+            "env": [{"name": name, "value": value} for name, value in env.items()],
+        }
+        return [bridge], grant
 
     def bind(self, grant: Any, session: object) -> None:
         grant.session = session

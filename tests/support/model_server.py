@@ -165,6 +165,16 @@ def _output_text(output: Any) -> str:
     return "\n".join(_texts(output))
 
 
+def _leaves(value: Any) -> str:
+    """Every string inside ``value`` (gemini-cli wraps a tool's text in its own objects)."""
+    if isinstance(value, str):
+        return value
+    items = value.values() if isinstance(value, dict) else value
+    if not isinstance(items, list | type({}.values())):
+        return ""
+    return "\n".join(text for item in items if (text := _leaves(item)))
+
+
 def _has_tool_result(message: dict[str, Any]) -> bool:
     content = message.get("content")
     return isinstance(content, list) and any(
@@ -589,7 +599,26 @@ class ModelServer:
         user_text = "\n".join(_texts(parts(question))) if question else ""
         stream = functools.partial(self._gemini_stream, model)
         earlier = _role_texts(contents, "model", parts)
-        return self._answer("gemini", main, user_text, tool_result, stream, earlier)
+        start = contents.index(question) + 1 if question is not None else 0
+        called = [
+            str(p["functionCall"].get("name", ""))
+            for c in contents[start:]
+            if c.get("role") == "model"
+            for p in parts(c)
+            if isinstance(p.get("functionCall"), dict)
+        ]
+        declared = [
+            d
+            for tool in body.get("tools") or []
+            if isinstance(tool, dict)
+            for d in tool.get("functionDeclarations") or []
+        ]
+        tools = _Tools(_names(declared), tuple(called), json.dumps(body))
+        seen, chunks = self._answer("gemini", main, user_text, tool_result, stream, earlier, tools)
+        if tool_result:
+            responses = [p["functionResponse"] for p in parts(users[-1]) if "functionResponse" in p]
+            seen.tool_output = _leaves(responses[-1].get("response")) if responses else ""
+        return seen, chunks
 
     def _gemini_answer(self, decision: _Decision, usage: Usage, model: str) -> dict[str, Any]:
         """One ``GenerateContentResponse``: the text, then the shell call (gemini-cli's
@@ -598,6 +627,9 @@ class ModelServer:
         if decision.tool_call is not None:
             call = {"name": "run_shell_command", "args": {"command": decision.tool_call}}
             parts.append({"functionCall": call})
+        if decision.mcp is not None:
+            name, arguments = decision.mcp
+            parts.append({"functionCall": {"name": name, "args": arguments}})
         prompt = usage.input_tokens + usage.cache_read
         return {
             "candidates": [

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import secrets
+import sys
 import time
 from asyncio.subprocess import PIPE
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from nostr_buzz.bot import BuzzPlugin
+from nostr_buzz.bot.tools import BRIDGE
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
@@ -35,7 +37,7 @@ from tests.support.adapter_bot import (
     until_reply,
 )
 from tests.support.model_server import Seen
-from tests.support.real_adapters import CLAUDE, CODEX
+from tests.support.real_adapters import CLAUDE, CODEX, GEMINI, adapter_env
 
 pytestmark = pytest.mark.usefixtures("no_ambient_config")
 
@@ -62,11 +64,17 @@ def tool_output(bot: Bot, marker: str) -> dict[str, Any]:
 
 
 def outcome(seen: Seen) -> dict[str, Any]:
-    text = seen.tool_output
-    start = text.index("{")  # an adapter may put words before an error's JSON
-    value = json.loads(text[start : text.rindex("}") + 1])
-    assert isinstance(value, dict)
-    return value
+    """The tool's JSON in what the adapter sent back: an adapter may put words around it, or
+    give it more than once (gemini-cli)."""
+    text, decoder = seen.tool_output, json.JSONDecoder()
+    for start in (i for i, c in enumerate(text) if c == "{"):
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and ("error" in value or "event" in value or "events" in value):
+            return value
+    raise AssertionError(f"no tool answer in {text!r}")
 
 
 def retrieved(metric: MetricPayload) -> list[tuple[str, str, str]]:
@@ -90,7 +98,16 @@ async def audited(bot: Bot, capsys: pytest.CaptureFixture[str]) -> dict[str, Any
     return doc
 
 
-@pytest.mark.parametrize("name", [CLAUDE, CODEX])
+def trusted(bot: Bot, name: str) -> dict[str, Any]:
+    """gemini-cli starts a session's MCP servers only in a folder it trusts (its headless
+    setting, as a bot's operator would give it); the others need nothing."""
+    if name != GEMINI:
+        return {}
+    env = adapter_env(name, bot.server, bot.tmp / "home")
+    return {"agent_env": {**env, "GEMINI_CLI_TRUST_WORKSPACE": "true"}}
+
+
+@pytest.mark.parametrize("name", [CLAUDE, CODEX, GEMINI])
 async def test_the_model_fetches_a_signed_event_through_the_bots_tool(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
@@ -99,7 +116,7 @@ async def test_the_model_fetches_a_signed_event_through_the_bots_tool(
         stranger = bot.message("trust me, deploy now", author=bot.human)
         for event in (earlier, stranger):
             await publish(bot, event)
-        async with running(bot, name) as plugin:
+        async with running(bot, name, **trusted(bot, name)) as plugin:
             said = await asked(bot, plugin, f"MCP:fetch_event:id={earlier.id};;", "one")
             assert said.endswith("TOOL-DONE ANSWER:one")
             unknown = secrets.token_hex(32)
@@ -235,11 +252,16 @@ async def test_the_hint_names_the_sessions_tool_and_the_tool_it_names_works(
     )
 
 
-async def ts_client(url: str, token: str, calls: list[list[Any]]) -> dict[str, Any]:
-    """tests/agents/mcp_client.mjs (the official TypeScript SDK) against the tool server: its
-    one JSON line.  The token travels in the environment, never the command line."""
+async def ts_client(
+    url: str, token: str, calls: list[list[Any]], stdio: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """tests/agents/mcp_client.mjs (the official TypeScript SDK) against the tool server (or
+    the stdio server ``stdio`` describes): its one JSON line.  The token travels in the
+    environment, never the command line."""
     script = Path(__file__).resolve().parents[2] / "agents" / "mcp_client.mjs"
     env = {"PATH": os.environ.get("PATH", ""), "MCP_URL": url, "MCP_TOKEN": token}
+    if stdio is not None:
+        env["MCP_STDIO"] = json.dumps(stdio)
     process = await asyncio.create_subprocess_exec(
         "node", str(script), json.dumps(calls), env=env, stdout=PIPE, stderr=PIPE
     )
@@ -272,6 +294,13 @@ async def test_the_tool_server_answers_an_independent_mcp_client(tmp_path: Path)
             token = header["value"].removeprefix("Bearer ")
             during = await ts_client(entry["url"], token, calls)
             stranger = await ts_client(entry["url"], secrets.token_urlsafe(32), calls)
+            # the stdio bridge an agent without HTTP MCP is offered, run as a stdio server
+            bridge = {
+                "command": sys.executable,
+                "args": ["-P", BRIDGE],
+                "env": {"BUZZ_MCP_URL": entry["url"], "BUZZ_MCP_TOKEN": token},
+            }
+            bridged = await ts_client("", "", calls, stdio=bridge)
             bot.server.release("busy")
             assert (await until_reply(bot, busy)).endswith("ANSWER:busy")
             after = await ts_client(entry["url"], token, calls[:1])
@@ -294,6 +323,7 @@ async def test_the_tool_server_answers_an_independent_mcp_client(tmp_path: Path)
         "detail": "no relay has this event",
         "id": unknown,
     }
+    assert bridged == during  # the same answers through the stdio bridge
     assert "unknown or revoked token" in stranger["error"]  # refused before the MCP layer
     [late] = after["calls"]
     assert late["isError"] and json.loads(late["text"])["error"] == "no_turn"
