@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 from nostr_buzz._lazy import lazy_getattr as _lazy_getattr
 
 if TYPE_CHECKING:
-    from nostr_buzz.agent import AgentModuleError, AgentReply, AgentTurn, InProcessAgent
+    from nostr_buzz.agent import (
+        AgentModuleError,
+        AgentReply,
+        AgentTool,
+        AgentTurn,
+        InProcessAgent,
+    )
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
     from nostr_buzz.config import BuzzConfig, ConfigSources
     from nostr_buzz.core.compiler import (
@@ -89,7 +95,8 @@ if TYPE_CHECKING:
 #: Where each public name lives.  Nothing is imported until a name is asked for.
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
-        ("AgentModuleError", "AgentReply", "AgentTurn", "InProcessAgent"), "nostr_buzz.agent"
+        ("AgentModuleError", "AgentReply", "AgentTool", "AgentTurn", "InProcessAgent"),
+        "nostr_buzz.agent",
     ),
     **dict.fromkeys(("BuzzPlugin", "PluginConfig"), "nostr_buzz.bot"),
     **dict.fromkeys(("BuzzConfig", "ConfigSources"), "nostr_buzz.config"),
@@ -183,6 +190,7 @@ __all__ = [
     "AgentError",
     "AgentModuleError",
     "AgentReply",
+    "AgentTool",
     "AgentTurn",
     "Batch",
     "BuzzConfig",

@@ -32,7 +32,7 @@ from typing import Any, Final, Protocol
 
 from nostr_buzz.acp.profiles import reopen_method
 from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
-from nostr_buzz.agent import InProcessAgent
+from nostr_buzz.agent import AgentTool, InProcessAgent
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
@@ -121,6 +121,8 @@ class ToolOffer(Protocol):
     def bind(self, grant: Any, session: ChannelSession) -> None: ...
 
     def revoke(self, grant: Any) -> None: ...
+
+    def agent_tools(self, grant: Any) -> tuple[AgentTool, ...]: ...
 
     async def start(self) -> None: ...
 
@@ -215,6 +217,7 @@ class AgentSupervisor:
                 clock=lambda: datetime.fromtimestamp(clock(), UTC),
                 channel_of=self._channel_of,
                 max_reply_bytes=config.max_reply_bytes,
+                tools_of=self._tools_of,
             )
         #: By queue key, least recently used first (:func:`.live.touch`).
         self.sessions: dict[str, ChannelSession] = {}
@@ -370,9 +373,17 @@ class AgentSupervisor:
         return session
 
     def _offer(self, queue_channel: str) -> tuple[list[dict[str, Any]], Any]:
-        if self.tools is None or not isinstance(self.driver, AgentDriver):
+        if self.tools is None:
             return [], None
         return self.tools.offer(queue_channel, self.driver)
+
+    def _tools_of(self, session_id: str) -> tuple[AgentTool, ...]:
+        """An in-process agent's session's tools (:class:`~nostr_buzz.agent.AgentTool`)."""
+        found = (s for s in self.sessions.values() if s.start.session_id == session_id)
+        session = next(found, None)
+        if self.tools is None or session is None or session.tool_grant is None:
+            return ()
+        return self.tools.agent_tools(session.tool_grant)
 
     def _revoke(self, grant: Any) -> None:
         if self.tools is not None and grant is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from nostr_buzz.agent import AgentTool
 from nostr_buzz.core.audit import PRIVATE_KINDS
 from nostr_buzz.core.gate import Gate, author_refusal
 from nostr_buzz.core.ledger import RetrievalSource, retrieval_layer
@@ -29,6 +30,7 @@ from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.errors import BuzzError, Nip19Error
 from nostr_buzz.event import Event
 from nostr_buzz.io import mcp_bridge
+from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.fetch import fetch_event
 from nostr_buzz.io.mcp_bridge import TOKEN_VARIABLE, URL_VARIABLE
 from nostr_buzz.io.mcp_server import McpToolServer
@@ -438,12 +440,14 @@ class ToolGrants:
 
     def offer(self, queue_channel: str, driver: object) -> tuple[list[dict[str, Any]], Any]:
         """The session's server: HTTP where the agent advertises ``mcpCapabilities.http``,
-        else the stdio bridge (:mod:`nostr_buzz.io.mcp_bridge`), which every ACP agent takes."""
-        info = getattr(driver, "info", None)
-        caps = info.capabilities.get("mcpCapabilities") if info is not None else None
+        else the stdio bridge (:mod:`nostr_buzz.io.mcp_bridge`), which every ACP agent takes;
+        an in-process agent gets a grant and no server (:meth:`agent_tools`)."""
+        grant = Grant(queue_channel)
+        if not isinstance(driver, AgentDriver):  # in process: the tools as callables
+            return [], grant
+        caps = driver.info.capabilities.get("mcpCapabilities")
         if not self.started:
             return [], None
-        grant = Grant(queue_channel)
         entry = self.server.grant(grant)
         if isinstance(caps, dict) and caps.get("http") is True:
             return [entry], grant
@@ -456,6 +460,20 @@ class ToolGrants:
             "env": [{"name": name, "value": value} for name, value in env.items()],
         }
         return [bridge], grant
+
+    def agent_tools(self, grant: Grant) -> tuple[AgentTool, ...]:
+        """The tools of ``grant``'s session as an in-process agent calls them."""
+
+        def call_of(name: str) -> Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]:
+            async def call(arguments: Mapping[str, Any]) -> dict[str, Any]:
+                answer = await self.tools.call(grant, name, arguments)
+                value = json.loads(answer.text)
+                assert isinstance(value, dict)
+                return value
+
+            return call
+
+        return tuple(AgentTool(t.name, t.description, t.schema, call_of(t.name)) for t in TOOLS)
 
     def bind(self, grant: Any, session: object) -> None:
         grant.session = session

@@ -371,3 +371,25 @@ async def test_watch_shows_a_running_turns_last_tool_call_whatever_it_was(
     assert any("fetch_event" in (p["title"] or "") for p in public), calls
     assert all(p["title"] and p["toolKind"] for p in public), calls
     assert private and all("title" not in p and p["toolKind"] for p in private), calls
+
+
+async def test_the_in_process_example_agent_fetches_through_its_tool(tmp_path: Path) -> None:
+    """examples/http_agent.py offers the bot's tools (``turn.tools``) to the model (the tests'
+    Messages API): the model calls fetch_event, gets the raw signed event, and the turn's
+    metric names it, as over MCP."""
+    from examples.http_agent import HttpAgent
+
+    async with bot_world(tmp_path) as bot:
+        earlier = bot.message("the deploy is at noon")
+        await publish(bot, earlier)
+        agent = HttpAgent("sk-test-not-a-key", base_url=bot.server.url)
+        config = bot.config(CLAUDE)
+        async with BuzzPlugin(config, on_diagnostic=bot.records.append, agent=agent) as plugin:
+            said = await asked(bot, plugin, f"MCP:fetch_event:id={earlier.id};;", "ex")
+            [metric] = await bot.metrics(1)
+    assert said.endswith("TOOL-DONE ANSWER:ex")
+    found = tool_output(bot, "ASK:ex")
+    assert found["event"] == json.loads(earlier.to_json()) and found["gate"] == "admitted"
+    assert retrieved(metric) == [("fetch_event", "relay_event", earlier.id)]
+    [first, *_] = bot.server.main_requests()  # the hint names the tool it was given
+    assert "retrieve: the buzz tool fetch_messages(channel=eng)" in first.user_text
