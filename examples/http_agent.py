@@ -16,9 +16,13 @@ Environment:
 * ``HTTP_AGENT_MAX_TOKENS`` — default 1024.
 
 Each bot session is one conversation: the agent keeps its messages (and the standing text,
-sent as ``system``) until the bot opens a new session.  It has no ``steer`` (a follow-up of the
-same author cancels the turn and the bot runs both messages together) and no ``cancel`` (the
-bot cancels the task; a request already sent finishes in its thread and is discarded).
+sent as ``system``) until the bot opens a new session.  The bot's Nostr tools (``turn.tools``:
+fetch a signed event, a thread, a channel's messages, a profile, a channel) are offered to the
+model as its tools; each call the model makes is answered by the bot, and what it hands over
+is named in the turn's metric (at most ``MAX_TOOL_ROUNDS`` rounds a turn).  It has no
+``steer`` (a follow-up of the same author cancels the turn and the bot runs both messages
+together) and no ``cancel`` (the bot cancels the task; a request already sent finishes in its
+thread and is discarded).
 """
 
 from __future__ import annotations
@@ -29,13 +33,26 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from nostr_buzz import AgentReply, AgentTurn, TokenCounts
+from nostr_buzz import AgentReply, AgentTool, AgentTurn, TokenCounts
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-5"
 API_VERSION = "2023-06-01"
+#: The most model requests one turn makes while the model calls tools.
+MAX_TOOL_ROUNDS = 8
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One model response: its text, the tool calls it asks for, its counts and model."""
+
+    text: str
+    calls: list[dict[str, Any]]  # {"type": "tool_use", "id", "name", "input"}
+    counts: dict[str, int]
+    model: str | None
 
 
 class ModelError(RuntimeError):
@@ -71,20 +88,27 @@ class HttpAgent:
         if turn.system is not None:
             self._system[turn.session_id] = turn.system
         history = self._history.setdefault(turn.session_id, [])
-        question = {"role": "user", "content": turn.text}
-        body: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": self.max_tokens,
-            "stream": True,
-            "messages": [*history, question],
-        }
+        messages = [*history, {"role": "user", "content": turn.text}]
+        body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "stream": True}
         if self._system.get(turn.session_id):
             body["system"] = self._system[turn.session_id]
-        text, usage, model = await asyncio.to_thread(self._ask, body)
-        history += [question, {"role": "assistant", "content": text}]  # only once answered
-        return AgentReply(text, usage=usage, model=model)
+        if turn.tools:
+            body["tools"] = [_tool_spec(tool) for tool in turn.tools]
+        counts: dict[str, int] = {}
+        for _ in range(MAX_TOOL_ROUNDS):
+            answer = await asyncio.to_thread(self._ask, {**body, "messages": messages})
+            for name, value in answer.counts.items():  # every round's tokens count
+                counts[name] = counts.get(name, 0) + value
+            if not answer.calls:
+                break
+            said = [{"type": "text", "text": answer.text}] if answer.text else []
+            messages.append({"role": "assistant", "content": [*said, *answer.calls]})
+            messages.append({"role": "user", "content": await _results(turn, answer.calls)})
+        messages.append({"role": "assistant", "content": answer.text})
+        history[:] = messages  # only once answered
+        return AgentReply(answer.text, usage=_usage(counts), model=answer.model)
 
-    def _ask(self, body: dict[str, Any]) -> tuple[str, TokenCounts | None, str | None]:
+    def _ask(self, body: dict[str, Any]) -> Answer:
         request = urllib.request.Request(
             self.url,
             data=json.dumps(body).encode(),
@@ -112,26 +136,63 @@ def _events(lines: Iterable[bytes]) -> Iterable[dict[str, Any]]:
                 yield data
 
 
-def _read_stream(lines: Iterable[bytes]) -> tuple[str, TokenCounts | None, str | None]:
-    """The answer's text, its token counts and the model, from a Messages API stream."""
+def _read_stream(lines: Iterable[bytes]) -> Answer:
+    """The answer's text, its tool calls, its token counts and the model, from a Messages API
+    stream."""
     parts: list[str] = []
     model: str | None = None
     counts: dict[str, int] = {}
+    calls: dict[int, dict[str, Any]] = {}
+    inputs: dict[int, list[str]] = {}
     for event in _events(lines):
         kind = event.get("type")
         if kind == "message_start":
             message = event.get("message") or {}
             model = message.get("model")
             counts.update((k, v) for k, v in (message.get("usage") or {}).items() if type(v) is int)
+        elif kind == "content_block_start":
+            block = event.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                calls[event.get("index", 0)] = {k: block.get(k) for k in ("id", "name")}
         elif kind == "content_block_delta":
             delta = event.get("delta") or {}
             if delta.get("type") == "text_delta":
                 parts.append(str(delta.get("text", "")))
+            elif delta.get("type") == "input_json_delta":
+                inputs.setdefault(event.get("index", 0), []).append(delta.get("partial_json", ""))
         elif kind == "message_delta":
             counts.update((k, v) for k, v in (event.get("usage") or {}).items() if type(v) is int)
         elif kind == "error":
             raise ModelError(f"the model API failed mid-answer: {event.get('error')}")
-    return "".join(parts), _usage(counts), model
+    uses = [
+        {"type": "tool_use", **call, "input": json.loads("".join(inputs.get(i, [])) or "{}")}
+        for i, call in sorted(calls.items())
+    ]
+    return Answer("".join(parts), uses, counts, model)
+
+
+def _tool_spec(tool: AgentTool) -> dict[str, Any]:
+    """A bot's tool as the Messages API offers it to the model."""
+    return {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+
+
+async def _results(turn: AgentTurn, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each tool call answered by the bot's tool (its JSON answer as the result's text)."""
+    results = []
+    for call in calls:
+        tool = turn.tool(str(call.get("name")))
+        given = call.get("input")
+        arguments: dict[str, Any] = given if isinstance(given, dict) else {}
+        value = await tool(**arguments) if tool is not None else {"error": "no such tool"}
+        results.append(
+            {
+                "type": "tool_result",
+                "tool_use_id": call.get("id"),
+                "content": json.dumps(value, ensure_ascii=False),
+                "is_error": "error" in value,
+            }
+        )
+    return results
 
 
 def _usage(counts: dict[str, int]) -> TokenCounts | None:

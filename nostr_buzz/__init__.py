@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         AgentFunction,
         AgentModuleError,
         AgentReply,
+        AgentTool,
         AgentTurn,
         InProcessAgent,
     )
@@ -98,7 +99,14 @@ if TYPE_CHECKING:
 #: Where each public name lives.  Nothing is imported until a name is asked for.
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
-        ("AgentFunction", "AgentModuleError", "AgentReply", "AgentTurn", "InProcessAgent"),
+        (
+            "AgentFunction",
+            "AgentModuleError",
+            "AgentReply",
+            "AgentTool",
+            "AgentTurn",
+            "InProcessAgent",
+        ),
         "nostr_buzz.agent",
     ),
     **dict.fromkeys(("BuzzPlugin", "PluginConfig"), "nostr_buzz.bot"),
@@ -197,6 +205,7 @@ __all__ = [
     "AgentFunction",
     "AgentModuleError",
     "AgentReply",
+    "AgentTool",
     "AgentTurn",
     "Batch",
     "BuzzConfig",

@@ -25,9 +25,9 @@ one with :func:`nostr_buzz.io.inprocess.load_agent`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Protocol, TypeAlias, runtime_checkable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.nips.nip_am import TokenCounts
@@ -36,6 +36,7 @@ __all__ = [
     "AgentFunction",
     "AgentModuleError",
     "AgentReply",
+    "AgentTool",
     "AgentTurn",
     "InProcessAgent",
     "parse_spec",
@@ -52,6 +53,23 @@ class AgentModuleError(ConfigError):
 
 
 @dataclass(frozen=True)
+class AgentTool:
+    """One of the bot's Nostr tools, for an in-process agent (docs/bot.md, "The agent's Nostr
+    tools"): its name, a description and the JSON Schema of its arguments, as a model is shown
+    them, and ``await tool(**arguments)``: the tool's JSON answer (``{"error": …, "detail":
+    …}`` when it failed).  Every event it hands over is in the turn's ledger first, as over
+    MCP; a call once the turn is over reads nothing (``no_turn``)."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    call: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]] = field(repr=False)
+
+    async def __call__(self, **arguments: Any) -> dict[str, Any]:
+        return await self.call(arguments)
+
+
+@dataclass(frozen=True)
 class AgentTurn:
     """One prompt for an in-process agent: what an ACP agent would receive.
 
@@ -60,13 +78,18 @@ class AgentTurn:
     the next one while no turn of the session has returned), else None; ``session_id`` is the
     bot's session (a new one after a cancel or a restart; one per thread under ``[sessions]
     scope = "thread"``), ``channel`` the queue channel the turn answers (the channel itself,
-    never a thread's key).
+    never a thread's key), ``tools`` the bot's Nostr tools for this session (:class:`AgentTool`).
     """
 
     sections: tuple[str, ...]
     system: str | None
     session_id: str
     channel: str
+    tools: tuple[AgentTool, ...] = ()
+
+    def tool(self, name: str) -> AgentTool | None:
+        """The tool named ``name`` (None: not given to this turn)."""
+        return next((t for t in self.tools if t.name == name), None)
 
     @property
     def text(self) -> str:

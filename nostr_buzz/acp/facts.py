@@ -58,9 +58,15 @@ class Text:
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A ``tool_call`` or ``tool_call_update``."""
+    """A ``tool_call`` (``started``) or ``tool_call_update``: its id, ACP kind, title and
+    status as the agent gave them (the agent's words: a private session's records keep only
+    the kind)."""
 
     tool_call_id: str | None = None
+    kind: str | None = None
+    title: str | None = None
+    status: str | None = None
+    started: bool = False
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,8 @@ METHOD_NOT_FOUND: Final = -32601
 #: (an agent's words: bounded whatever it sends; the turn caps the summary it keeps again).
 MAX_COMPACTION_ID: Final = 256
 MAX_SUMMARY_BYTES: Final = 65_536
+#: The most of a tool call's title one fact carries.
+MAX_TOOL_TITLE_BYTES: Final = 512
 _STOP_REASONS: Final[dict[str, StopReason]] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
@@ -135,11 +137,16 @@ def agent_info(raw: Any, pid: int) -> AgentInfo:
 
 
 def new_session_params(
-    cwd: str, standing: str, strategy: StandingStrategy, info: AgentInfo
+    cwd: str,
+    standing: str,
+    strategy: StandingStrategy,
+    info: AgentInfo,
+    mcp_servers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """``session/new`` with the standing context in the strategy's field (goose's and legacy
-    delivery put nothing here)."""
-    params: dict[str, Any] = {"cwd": cwd, "mcpServers": []}
+    """``session/new`` with the MCP servers offered to the session (the bot's tool server,
+    docs/bot.md) and the standing context in the strategy's field (goose's and legacy delivery
+    put nothing here)."""
+    params: dict[str, Any] = {"cwd": cwd, "mcpServers": [dict(s) for s in mcp_servers]}
     if not standing:
         return params
     if strategy == "system_prompt" and info.system_prompt_capability:
@@ -152,12 +159,19 @@ def new_session_params(
 
 
 def reopen_params(
-    session_id: str, cwd: str, standing: str, strategy: StandingStrategy, info: AgentInfo
+    session_id: str,
+    cwd: str,
+    standing: str,
+    strategy: StandingStrategy,
+    info: AgentInfo,
+    mcp_servers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """``session/resume`` or ``session/load`` of ``session_id``: the same fields as
     ``session/new`` (the standing context again where it travels beside the history: an
-    adapter keeps it in the process, not in the session it stores)."""
-    return {**new_session_params(cwd, standing, strategy, info), "sessionId": session_id}
+    adapter keeps it in the process, not in the session it stores), and the MCP servers
+    offered again (an adapter starts them per process)."""
+    params = new_session_params(cwd, standing, strategy, info, mcp_servers)
+    return {**params, "sessionId": session_id}
 
 
 def session_id_of(raw: Any) -> str:
@@ -314,7 +328,16 @@ def session_update_facts(params: Any) -> tuple[AgentFact, ...]:
         if isinstance(update.content, schema.TextContentBlock):
             facts.append(Text(update.content.text, update.message_id))
     elif isinstance(update, schema.ToolCallStart | schema.ToolCallProgress):
-        facts.append(ToolCall(update.tool_call_id))
+        title = utf8_head(update.title, MAX_TOOL_TITLE_BYTES) if update.title else None
+        facts.append(
+            ToolCall(
+                update.tool_call_id,
+                kind=_str(update.kind),
+                title=title,
+                status=_str(update.status),
+                started=isinstance(update, schema.ToolCallStart),
+            )
+        )
     elif isinstance(update, schema.UsageUpdate):
         cost = update.cost
         if cost is not None and cost.currency.upper() == "USD":  # costUsd is USD

@@ -27,6 +27,7 @@ from nostr_buzz.core.turn_input import (
     ThreadCheckpointInput,
     TurnEvent,
     TurnInput,
+    retrieval_for,
 )
 from nostr_buzz.event import Event
 from nostr_buzz.io.context import fetch_history
@@ -39,6 +40,7 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.profile import Profile
 from nostr_buzz.signer import Signer
 
+from .config import PluginConfig
 from .known_state import KnownState, newest_profiles
 from .supervisor import ChannelSession
 
@@ -82,6 +84,8 @@ class ContextResolver:
         self.pool = pool
         #: How the envelope tells the model to fetch more history (``PluginConfig.retrieval``).
         self.retrieval = retrieval
+        #: The agent has a shell and the bot's configuration: buzz's commands may be named.
+        self.cli = True
         #: Only the owner's messages may carry a slash command.
         self.owner = owner
         #: Whose channel metadata counts from any relay (the owner, the agent, ``[gate]
@@ -105,6 +109,30 @@ class ContextResolver:
         self.directory: RelayDirectory | None = None
         #: Profiles and channel metadata, read as state and kept a while (.known_state).
         self._known = KnownState(pool, timeout)
+
+    @classmethod
+    def of(
+        cls,
+        config: PluginConfig,
+        pool: RelayPool,
+        known_agents: set[str],
+        trusted_authors: Callable[[], Collection[str]],
+        on_untrusted: Callable[[Event, str], None],
+    ) -> ContextResolver:
+        """A bot's resolver: its configured kinds, limits, signer, owner and retrieval hint."""
+        return cls(
+            pool,
+            agent=config.signer.public_key.hex,
+            kinds=config.kinds,
+            limit=config.context_message_limit,
+            timeout=config.relay_timeout,
+            known_agents=known_agents,
+            signer=config.signer,
+            owner=config.owner.hex,
+            trusted_authors=trusted_authors,
+            on_untrusted=on_untrusted,
+            retrieval=config.retrieval,
+        )
 
     async def _their_relays(self, people: Iterable[str]) -> tuple[str, ...]:
         """The write relays of ``people`` (:class:`RelayDirectory` bounds them), asked as
@@ -162,7 +190,7 @@ class ContextResolver:
             ),
             cancel_reason=batch.cancel_reason or "steer",
             channel=info,
-            retrieval=self.retrieval,
+            retrieval=self.retrieval_of(session),
             context=context,
             context_had_delivered_events=any(i in session.delivered for i in fetched_ids),
             profiles=profiles,
@@ -173,6 +201,11 @@ class ContextResolver:
             thread_checkpoint=checkpoint,
         )
         return turn_input, fetched_ids
+
+    def retrieval_of(self, session: ChannelSession) -> Retrieval:
+        """The history hint of ``session``'s turns and steers (:func:`retrieval_for`): the
+        bot's tools where the session was offered them."""
+        return retrieval_for(self.retrieval, tools=session.tool_grant is not None, cli=self.cli)
 
     def _trusted(self) -> Collection[str]:
         if self._trusted_authors is not None:

@@ -41,6 +41,7 @@ from .replay import REPLAY_PAGE, Listener, listen_filters
 from .standing import SessionStanding
 from .state import REMEMBERED_COMMANDS, BotStore
 from .supervisor import AgentSupervisor
+from .tools import ToolGrants
 from .turn import RunningTurns, TurnRunner
 
 __all__ = ["DIAGNOSTICS_FILE", "BuzzPlugin"]
@@ -96,19 +97,11 @@ class BuzzPlugin:
         self.supervisor = AgentSupervisor(
             config, self.diagnostics, clock, self._stop, self.standing.freeze, self.turns, agent
         )
-        self.resolver = ContextResolver(
-            self.pool,
-            agent=self.agent_hex,
-            kinds=config.kinds,
-            limit=config.context_message_limit,
-            timeout=config.relay_timeout,
-            known_agents=self._known_agents,
-            signer=config.signer,
-            owner=config.owner.hex,
-            trusted_authors=self.standing.trusted,
-            on_untrusted=self._untrusted_metadata,
-            retrieval=config.retrieval,
+        self.resolver = ContextResolver.of(
+            config, self.pool, self._known_agents, self.standing.trusted, self._untrusted_metadata
         )
+        self.resolver.cli = self.supervisor.agent_has_cli  # for the history hint
+        self.supervisor.tools = ToolGrants.of(self)  # the agent's Nostr tools (.tools)
         self.store: BotStore | None = None
         self.delivery: Delivery | None = None
         self._runner: TurnRunner | None = None

@@ -39,7 +39,9 @@ TOOL_KINDS: Final = frozenset(
 
 #: The driver's records that may carry the agent's free text (a tool's title and kind, an
 #: error's message).
-AGENT_TEXT_KINDS: Final = frozenset({"permission_decision", "permission_policy_failed"})
+AGENT_TEXT_KINDS: Final = frozenset(
+    {"permission_decision", "permission_policy_failed", "tool_call"}
+)
 
 _JSON_RPC_CODE: Final = re.compile(r"JSON-RPC error (-?\d{1,6})\b")
 _CLASS_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -79,9 +81,10 @@ def _exception_class(text: object) -> str:
 
 def private_driver_payload(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     """A driver diagnostic's payload for a session that is not known to be public: a
-    permission decision keeps its decision and the tool's ACP kind (no title); a failed
+    permission decision or a tool call keeps its decision or status and the tool's ACP kind
+    (no title); a failed
     policy keeps the error's class.  Other kinds carry no text of the agent's."""
-    if kind == "permission_decision":
+    if kind == "permission_decision" or kind == "tool_call":
         kept = {k: v for k, v in payload.items() if k != "title"}
         kept["toolKind"] = tool_kind(payload.get("toolKind"))
         return kept

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nostr_buzz.acp.profiles import reopen_method
 from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
-from nostr_buzz.agent import AgentFunction, InProcessAgent
+from nostr_buzz.agent import AgentFunction, AgentTool, InProcessAgent
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
@@ -115,6 +115,24 @@ class TurnLookup(Protocol):
     def __contains__(self, queue_channel: object) -> bool: ...  # a turn runs there
 
 
+class ToolOffer(Protocol):
+    """The bot's tool server, as sessions are offered it (:mod:`.tools`): the ACP
+    ``mcpServers`` of a new session of a queue key and its grant, bound to the session once
+    open, revoked when the bot lets it go."""
+
+    def offer(self, queue_channel: str, driver: object) -> tuple[list[dict[str, Any]], Any]: ...
+
+    def bind(self, grant: Any, session: ChannelSession) -> None: ...
+
+    def revoke(self, grant: Any) -> None: ...
+
+    def agent_tools(self, grant: Any) -> tuple[AgentTool, ...]: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass
 class ChannelSession:
     """One live ACP session (one per queue channel) and what it has been given.
@@ -147,6 +165,8 @@ class ChannelSession:
     #: The newest event the session is known to hold (its last completed turn's, or what its
     #: checkpoint covered): what a checkpoint made of its compaction covers.
     covered: str | None = None
+    #: The session's grant of the bot's tool server (None: not offered).
+    tool_grant: Any = None
 
     def receipt(self) -> SessionReceipt:
         """What the state database keeps of this session (:mod:`.receipts`)."""
@@ -192,6 +212,7 @@ class AgentSupervisor:
                 clock=lambda: datetime.fromtimestamp(clock(), UTC),
                 channel_of=self._channel_of,
                 max_reply_bytes=config.max_reply_bytes,
+                tools_of=self._tools_of,
             )
         else:
             self.driver = self._acp_driver(config, clock, turns)
@@ -212,6 +233,8 @@ class AgentSupervisor:
         self._failures = 0
         self._closed = False
         self._recorded = False  # an agent group of this run is recorded in the state directory
+        #: The bot's tool server, offered to each session (None: no tools).
+        self.tools: ToolOffer | None = None
 
     def _acp_driver(
         self, config: PluginConfig, clock: Callable[[], float], turns: TurnLookup | None
@@ -291,12 +314,16 @@ class AgentSupervisor:
 
     async def start(self) -> None:
         await self._end_orphans()
+        if self.tools is not None and isinstance(self.driver, AgentDriver):
+            await self.tools.start()  # before any session is offered it
         info = await self.driver.start()
         self.harness = harness_name(self.config.agent_command, self.config.agent_args, info.name)
 
     async def close(self) -> None:
         self._closed = True
         await self.driver.close()
+        if self.tools is not None:
+            await self.tools.close()
         if self._recorded:  # the group was ended with the agent
             clear_record(self.config.state_dir)
 
@@ -355,15 +382,45 @@ class AgentSupervisor:
     ) -> ChannelSession:
         """The session of the key's receipt continued, else a new one."""
         session = None
-        if receipts is not None:
-            session = await self._continued(queue_channel, receipts)
-        if session is None:
-            standing = self.config.standing
-            if self._standing_for is not None:
-                standing = await self._standing_for(channel_id)
-            start = await self.driver.new_session(self._cwd, standing_text(standing))
-            session = self._session(start, standing)
+        servers, grant = self._offer(queue_channel)
+        try:
+            if receipts is not None:
+                session = await self._continued(queue_channel, receipts, servers)
+            if session is None:
+                standing = self.config.standing
+                if self._standing_for is not None:
+                    standing = await self._standing_for(channel_id)
+                text = standing_text(standing)
+                if servers:
+                    assert isinstance(self.driver, AgentDriver)
+                    start = await self.driver.new_session(self._cwd, text, servers)
+                else:
+                    start = await self.driver.new_session(self._cwd, text)
+                session = self._session(start, standing)
+        except BaseException:
+            self._revoke(grant)
+            raise
+        if self.tools is not None and grant is not None:
+            session.tool_grant = grant
+            self.tools.bind(grant, session)
         return session
+
+    def _offer(self, queue_channel: str) -> tuple[list[dict[str, Any]], Any]:
+        if self.tools is None:
+            return [], None
+        return self.tools.offer(queue_channel, self.driver)
+
+    def _tools_of(self, session_id: str) -> tuple[AgentTool, ...]:
+        """An in-process agent's session's tools (:class:`~nostr_buzz.agent.AgentTool`)."""
+        found = (s for s in self.sessions.values() if s.start.session_id == session_id)
+        session = next(found, None)
+        if self.tools is None or session is None or session.tool_grant is None:
+            return ()
+        return self.tools.agent_tools(session.tool_grant)
+
+    def _revoke(self, grant: Any) -> None:
+        if self.tools is not None and grant is not None:
+            self.tools.revoke(grant)
 
     async def _close_abandoned(self) -> None:
         """Sessions the bot let go (after a cancel, a retirement, the owner's ``!new``) are
@@ -386,11 +443,19 @@ class AgentSupervisor:
         session_id = session.start.session_id
         if self.before_close is not None:
             await self.before_close(queue_channel, session)
+        self._revoke(session.tool_grant)
         sent = await self.driver.close_session(session_id)
         payload = {"adapterSessionId": session_id, "reason": "max_live", "sessionClose": sent}
         self._diagnostics.emit(
             "session_closed", channel_id=channel_of(queue_channel), payload=payload
         )
+
+    @property
+    def agent_has_cli(self) -> bool:
+        """Whether the agent may run ``buzz``: a subprocess run as the bot's own user (an
+        in-process agent has no shell; an agent under ``[agent] user`` has not the bot's
+        configuration)."""
+        return isinstance(self.driver, AgentDriver) and self.config.agent_user is None
 
     @property
     def continues_sessions(self) -> bool:
@@ -417,7 +482,7 @@ class AgentSupervisor:
         )
 
     async def _continued(
-        self, queue_channel: str, receipts: SessionReceipts
+        self, queue_channel: str, receipts: SessionReceipts, servers: list[dict[str, Any]]
     ) -> ChannelSession | None:
         """The session of the channel's receipt, continued by the running agent; None (with a
         ``session_not_resumed`` diagnostic, and the receipt dropped) when it may not or could
@@ -433,8 +498,9 @@ class AgentSupervisor:
         error: str | None = None
         if why is None:
             try:
+                text = standing_text(receipt.standing)
                 start = await driver.reopen_session(
-                    receipt.session_id, receipt.strategy, self._cwd, standing_text(receipt.standing)
+                    receipt.session_id, receipt.strategy, self._cwd, text, servers
                 )
             except AgentError as exc:
                 why, error = "refused", str(exc)
@@ -483,6 +549,7 @@ class AgentSupervisor:
         receipt goes (inside the caller's transaction)."""
         if self.sessions.get(queue_channel) is session:
             del self.sessions[queue_channel]
+            self._revoke(session.tool_grant)
             self._abandoned.append(session.start.session_id)
             self.live.notify()
             if receipts is not None:
@@ -496,6 +563,8 @@ class AgentSupervisor:
         return restart
 
     def _lost_all(self) -> None:
+        for session in self.sessions.values():
+            self._revoke(session.tool_grant)
         self.sessions.clear()
         self._abandoned.clear()  # they died with the process
         self.live.notify()

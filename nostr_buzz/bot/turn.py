@@ -850,7 +850,7 @@ class TurnRunner:
             channel_id=turn.channel_id,
             channel_type=turn.channel_type,
             prompt_tag=prompt_tag,
-            retrieval=self.config.retrieval,
+            retrieval=self.resolver.retrieval_of(turn.session),
         )
         # Its words reach the agent whatever the answer: they count for permissions from now.
         turn.steer_actors.append(event.pubkey)

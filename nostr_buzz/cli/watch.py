@@ -73,7 +73,7 @@ def _tool(tool: ToolView | None) -> str:
     if tool is None:
         return "-"
     what = one_line(tool.title, _CELL) if tool.title is not None else f"({tool.kind or 'tool'})"
-    return f"{what}: {tool.decision or '?'}"
+    return f"{what}: {tool.decision or tool.status or 'started'}"
 
 
 def _turn_row(turn: TurnView) -> tuple[str, ...]:

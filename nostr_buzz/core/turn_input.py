@@ -117,14 +117,20 @@ class Retrieval(msgspec.Struct, frozen=True):
         )
 
     def command(self, channel_id: str, event_id: str | None) -> str | None:
-        """The hint for a thread (``event_id``: the newest event's) or a channel (None)."""
+        """The hint for a thread (``event_id``: the newest event's) or a channel (None).
+        buzz's own commands read channels only: for a direct channel (``dm-…``, which the CLI
+        refuses) they give no hint."""
         template = self.thread if event_id is not None else self.channel
         if template is None:
+            return None
+        if template.startswith(BUZZ_COMMAND) and channel_id.startswith(nip10.DIRECT_CHANNEL_PREFIX):
             return None
         rendered = template.replace(CHANNEL_PLACEHOLDER, channel_id)
         return rendered.replace(EVENT_PLACEHOLDER, event_id or "")
 
 
+#: What every hint naming buzz's own command line starts with.
+BUZZ_COMMAND = "buzz messages "
 #: buzz's own commands (the default: the reference goldens and hash vectors use it).
 BUZZ_RETRIEVAL = Retrieval(
     thread="buzz messages thread --channel {channel} --event {event}",
@@ -132,6 +138,24 @@ BUZZ_RETRIEVAL = Retrieval(
 )
 #: No retrieval hint at all.
 NO_RETRIEVAL = Retrieval()
+#: The bot's own Nostr tools, served to the session over MCP (docs/bot.md, "The agent's Nostr
+#: tools").
+MCP_RETRIEVAL = Retrieval(
+    thread="the buzz tool fetch_thread(event={event})",
+    channel="the buzz tool fetch_messages(channel={channel})",
+)
+
+
+def retrieval_for(configured: Retrieval, *, tools: bool, cli: bool) -> Retrieval:
+    """The hint a session's turns carry: the caller's own (anything but buzz's commands) as
+    configured; else the bot's tools where the session was offered them (``tools``); else
+    buzz's commands where the agent has a shell and the bot's configuration (``cli``: an agent
+    process run as the bot's own user); else none."""
+    if configured != BUZZ_RETRIEVAL:
+        return configured
+    if tools:
+        return MCP_RETRIEVAL
+    return BUZZ_RETRIEVAL if cli else NO_RETRIEVAL
 
 
 class Standing(msgspec.Struct, frozen=True, rename="camel"):

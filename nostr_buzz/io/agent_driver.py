@@ -88,7 +88,6 @@ from nostr_buzz.acp.types import (
     AgentInfo,
     Ending,
     PermissionRequest,
-    ReopenMethod,
     SessionStart,
     StandingStrategy,
     SteerOutcome,
@@ -311,7 +310,9 @@ class AgentDriver:
 
     # -- sessions -------------------------------------------------------------------------
 
-    async def new_session(self, cwd: str, standing: str = "") -> SessionStart:
+    async def new_session(
+        self, cwd: str, standing: str = "", mcp_servers: Sequence[Mapping[str, Any]] = ()
+    ) -> SessionStart:
         """``session/new`` with the standing context, by the first strategy the agent supports
         (:func:`~nostr_buzz.acp.profiles.choose_strategy`); legacy delivery leaves it to the
         caller, which compiles the standing sections, ``<workspace>`` first, into the first
@@ -319,15 +320,23 @@ class AgentDriver:
 
         ``standing`` is the system-role text the compiler rendered
         (:func:`nostr_buzz.core.compiler.standing_text`); the driver sends it as given.  Raises
-        :class:`AgentError` when the agent refuses the session.
+        :class:`AgentError` when the agent refuses the session.  ``mcp_servers``: ACP
+        ``McpServer`` entries offered to the session (the bot's tool server).
         """
         strategy = choose_strategy(self.profile, self.info)
-        opened = await agent_open.open_new(self._request, self.info, strategy, cwd, standing)
+        opened = await agent_open.open_new(
+            self._request, self.info, strategy, cwd, standing, mcp_servers
+        )
         self.usage.session_started(self.hub.key(opened[0]))  # ours: zero baseline
-        return self._opened(opened, None)
+        return agent_open.started(self.hub, opened, None)
 
     async def reopen_session(
-        self, session_id: str, strategy: StandingStrategy, cwd: str, standing: str = ""
+        self,
+        session_id: str,
+        strategy: StandingStrategy,
+        cwd: str,
+        standing: str = "",
+        mcp_servers: Sequence[Mapping[str, Any]] = (),
     ) -> SessionStart:
         """Continue ``session_id``, opened by an earlier agent process with ``strategy`` and
         ``standing`` (the same text again), by :func:`~nostr_buzz.acp.profiles.reopen_method`:
@@ -342,23 +351,12 @@ class AgentDriver:
         self.hub.replaying.add(session_id)
         try:
             opened = await agent_open.reopen(
-                self._request, self.info, method, session_id, strategy, cwd, standing
+                self._request, self.info, method, session_id, strategy, cwd, standing, mcp_servers
             )
         except BaseException:
             self.hub.replaying.discard(session_id)
             raise
-        return self._opened(opened, method)
-
-    def _opened(self, opened: agent_open.Opened, reopened: ReopenMethod | None) -> SessionStart:
-        session_id, strategy, mode = opened
-        self.hub.session(session_id)
-        started: dict[str, Any] = {"standingStrategy": strategy}
-        if mode is not None:  # docs/acp-adapters.md, "Permission modes"
-            started["permissionMode"] = mode
-        if reopened is not None:
-            started["reopened"] = reopened
-        self.hub.diagnostic("session_started", session_id, started)
-        return SessionStart(session_id=session_id, strategy=strategy, reopened=reopened)
+        return agent_open.started(self.hub, opened, method)
 
     def usable(self, session_id: str) -> bool:
         """False for a session retired after a cancel (see the module docstring): the

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from acp.exceptions import RequestError
@@ -21,10 +21,20 @@ from pydantic import ValidationError
 
 from nostr_buzz.acp import wire
 from nostr_buzz.acp.profiles import GOOSE_SYSTEM_PROMPT
-from nostr_buzz.acp.types import AgentInfo, ReopenMethod, StandingStrategy
+from nostr_buzz.acp.types import AgentInfo, ReopenMethod, SessionStart, StandingStrategy
 from nostr_buzz.errors import AgentError
 
-__all__ = ["CLOSE_SESSION_TIMEOUT", "Opened", "Request", "close", "open_new", "reopen"]
+from .agent_sessions import SessionHub
+
+__all__ = [
+    "CLOSE_SESSION_TIMEOUT",
+    "Opened",
+    "Request",
+    "close",
+    "open_new",
+    "reopen",
+    "started",
+]
 
 #: ``request(method, params)``: one JSON-RPC request to the agent, bounded in time.
 Request = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -76,11 +86,17 @@ async def _goose_standing(
 
 
 async def open_new(
-    request: Request, info: AgentInfo, strategy: StandingStrategy, cwd: str, standing: str
+    request: Request,
+    info: AgentInfo,
+    strategy: StandingStrategy,
+    cwd: str,
+    standing: str,
+    mcp_servers: Sequence[Mapping[str, Any]] = (),
 ) -> Opened:
-    """``session/new`` with the standing context; :class:`AgentError` when refused."""
+    """``session/new`` with the standing context and the MCP servers offered;
+    :class:`AgentError` when refused."""
     try:
-        params = wire.new_session_params(cwd, standing, strategy, info)
+        params = wire.new_session_params(cwd, standing, strategy, info, mcp_servers)
         raw = await request("session/new", params)
         session_id = wire.session_id_of(raw)
     except _WIRE_ERRORS as exc:
@@ -97,11 +113,12 @@ async def reopen(
     strategy: StandingStrategy,
     cwd: str,
     standing: str,
+    mcp_servers: Sequence[Mapping[str, Any]] = (),
 ) -> Opened:
     """``session/resume`` or ``session/load`` of ``session_id``, whose standing context first
-    travelled by ``strategy``; :class:`AgentError` when the agent refuses it.  The caller
-    keeps what ``session/load`` replays out of the session's turns."""
-    params = wire.reopen_params(session_id, cwd, standing, strategy, info)
+    travelled by ``strategy``, with the MCP servers offered; :class:`AgentError` when the agent
+    refuses it.  The caller keeps what ``session/load`` replays out of the session's turns."""
+    params = wire.reopen_params(session_id, cwd, standing, strategy, info, mcp_servers)
     try:
         raw = await request(f"session/{method}", params)
     except _WIRE_ERRORS as exc:
@@ -110,6 +127,20 @@ async def reopen(
         ) from None
     mode = await _asking_mode(request, session_id, raw if isinstance(raw, dict) else {})
     return session_id, await _goose_standing(request, session_id, standing, strategy), mode
+
+
+def started(hub: SessionHub, opened: Opened, reopened: ReopenMethod | None) -> SessionStart:
+    """The session ``opened`` (``reopened``: how it was continued) known to ``hub``, and its
+    ``session_started`` diagnostic."""
+    session_id, strategy, mode = opened
+    hub.session(session_id)
+    payload: dict[str, Any] = {"standingStrategy": strategy}
+    if mode is not None:  # docs/acp-adapters.md, "Permission modes"
+        payload["permissionMode"] = mode
+    if reopened is not None:
+        payload["reopened"] = reopened
+    hub.diagnostic("session_started", session_id, payload)
+    return SessionStart(session_id=session_id, strategy=strategy, reopened=reopened)
 
 
 async def close(request: Request, info: AgentInfo | None, session_id: str) -> bool:

@@ -25,6 +25,7 @@ from nostr_buzz.acp.facts import (
     Fact,
     PermissionAsked,
     PromptFailed,
+    ToolCall,
 )
 from nostr_buzz.acp.permission import PermissionPolicy
 from nostr_buzz.acp.profiles import GENERIC, GOOSE_UPDATE, AdapterProfile
@@ -184,6 +185,8 @@ class SessionHub:
                     count_usage(self.usage, self.key(session_id), fact)
             return
         for fact in facts:
+            if isinstance(fact, ToolCall) and fact.started:
+                self.diagnostic("tool_call", session_id, tool_call_payload(fact))
             self.feed(session_id, session, fact)
 
     async def _permission_answer(self, params: Any) -> dict[str, Any]:
@@ -230,3 +233,14 @@ class SessionHub:
     ) -> None:
         if self._on_diagnostic is not None:
             self._on_diagnostic(kind, session_id, payload)
+
+
+def tool_call_payload(call: ToolCall) -> dict[str, Any]:
+    """A ``tool_call`` diagnostic: the call's id, ACP kind, title and status as the agent
+    gave them (a private session's keeps only the kind: ``bot/privacy.py``)."""
+    return {
+        "toolCallId": call.tool_call_id,
+        "toolKind": call.kind,
+        "title": call.title,
+        "status": call.status,
+    }

@@ -45,6 +45,7 @@ AgentDiagnosticKind = Literal[
     "steer_sent",  # {method, result}
     "permission_policy_failed",  # {error}
     "permission_decision",  # {decision, title, toolKind, turnRunning, reason, part?, actor?}
+    "tool_call",  # {toolCallId, toolKind, title, status}: a tool call the agent started
 ]
 
 #: ``on_diagnostic(kind, session_id, payload)``: driver-level observer records (no prompt text).

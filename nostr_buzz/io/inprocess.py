@@ -53,6 +53,7 @@ from nostr_buzz.agent import (
     AgentFunction,
     AgentModuleError,
     AgentReply,
+    AgentTool,
     AgentTurn,
     InProcessAgent,
     parse_spec,
@@ -207,6 +208,7 @@ class InProcessDriver:
         clock: Callable[[], datetime] = _utc_now,
         channel_of: Callable[[str], str | None] = lambda _: None,
         max_reply_bytes: int | None = None,
+        tools_of: Callable[[str], tuple[AgentTool, ...]] = lambda _: (),
     ) -> None:
         self.agent = checked_agent(agent, "BuzzPlugin(agent=…)")
         #: UTF-8 bytes of a reply kept (None: all): the rest is dropped, and counted.
@@ -218,6 +220,7 @@ class InProcessDriver:
         self._on_diagnostic = on_diagnostic
         self._clock = clock
         self._channel_of = channel_of
+        self._tools_of = tools_of  # the bot's Nostr tools of a session
         self._info: AgentInfo | None = None
         self._sessions: dict[str, _Session] = {}
         self._running: dict[str, _Running] = {}
@@ -300,7 +303,8 @@ class InProcessDriver:
             raise AgentError(f"a prompt is already running in session {session_id!r}")
         started_at = self._clock()
         channel = self._channel_of(session_id) or ""
-        turn = AgentTurn(tuple(sections), session.standing, session_id, channel)
+        tools = self._tools_of(session_id)
+        turn = AgentTurn(tuple(sections), session.standing, session_id, channel, tools)
         running = _Running(asyncio.ensure_future(self.agent.prompt(turn)), turn)
         self._running[session_id] = running
         try:
@@ -410,7 +414,7 @@ class InProcessDriver:
         method = getattr(self.agent, "steer", None)
         if running is None or not callable(method):
             return "failed"
-        turn = AgentTurn((text,), None, session_id, running.turn.channel)
+        turn = AgentTurn((text,), None, session_id, running.turn.channel, running.turn.tools)
         outcome: SteerOutcome = "failed"
         try:
             if await asyncio.wait_for(method(turn), self.request_timeout) is True:

@@ -16,7 +16,9 @@ relays (a :class:`Lookup`); :func:`audit_metric` then judges each layer:
   agent or a ``[gate] trusted`` key; for core memory the agent alone (nips/STANDING.md, "Who
   is trusted"); for a thread checkpoint the agent alone, its tags laid out as nips/NIP-TC.md
   says and, where the auditor can decrypt it, a checkpoint of the metric's own channel
-  (``malformed``, ``wrong_channel`` otherwise).
+  (``malformed``, ``wrong_channel`` otherwise); an event a tool handed over mid-turn
+  (``retrieved_event``, docs/envelope.md, "Retrievals") may be anyone's of any kind but a
+  private one: the agent asked for it, and the tool told it what the gate says of its author.
 
 A NIP-17 private message's current instruction is named by its rumor's id: the rumor is never
 on a relay (only the gift wraps that carry it are), so a turn of a private channel
@@ -53,6 +55,7 @@ from nostr_buzz.reports.metrics_report import OpenedMetric
 __all__ = [
     "FAILED",
     "LAYER_RULES",
+    "PRIVATE_KINDS",
     "Authority",
     "ChannelAudit",
     "LayerAudit",
@@ -97,16 +100,17 @@ _AUTHOR_REASONS: Final = frozenset({"own_event", "author_not_owner", "author_not
 
 _EVENT_ID: Final = re.compile(r"[0-9a-f]{64}")
 
-AuthorRule = Literal["gate", "trusted", "agent"]
+AuthorRule = Literal["gate", "trusted", "agent", "any"]
 
 
 @dataclass(frozen=True)
 class LayerRule:
     """What a layer whose version is an event id may name: its kinds, and whose event counts
     (``gate``: one the configured gate admits; ``trusted``: the owner, the agent or a
-    ``[gate] trusted`` key; ``agent``: the agent alone)."""
+    ``[gate] trusted`` key; ``agent``: the agent alone; ``any``: anyone).  ``kinds`` None: any
+    kind but a private message's wrapping (:data:`PRIVATE_KINDS`)."""
 
-    kinds: frozenset[int]
+    kinds: frozenset[int] | None
     authors: AuthorRule
 
 
@@ -120,9 +124,14 @@ LAYER_RULES: Final[Mapping[str, LayerRule]] = {
     "core_memory": LayerRule(frozenset({CORE_MEMORY_KIND}), "agent"),
     # A new session's thread checkpoint (nips/NIP-TC.md): the agent's own, to its owner.
     "thread_checkpoint": LayerRule(frozenset({CHECKPOINT_KIND}), "agent"),
+    "retrieved_event": LayerRule(None, "any"),
 }
+#: Seals, private messages and gift wraps: never what a tool hands over from a relay.
+PRIVATE_KINDS: Final = frozenset({13, 14, 15, 1059, 21059})
 #: Layers a turn of a private channel fills with a rumor's id.
 _PRIVATE_LAYERS: Final = frozenset({"current_instruction"})
+#: A retrieval's source for a message of the session's own private conversation (a rumor).
+_PRIVATE_RETRIEVAL: Final = "private_conversation"
 
 
 def is_event_version(version: str) -> bool:
@@ -230,6 +239,7 @@ def event_ids(metric: OpenedMetric) -> list[str]:
             if is_event_version(layer.version)
             and layer.layer in LAYER_RULES
             and not (private and layer.layer in _PRIVATE_LAYERS)
+            and layer.source != _PRIVATE_RETRIEVAL
         )
     )
 
@@ -256,6 +266,8 @@ def _author_problem(
             return None
         verdict: Verdict = "wrong_author" if reason in _AUTHOR_REASONS else "not_admitted"
         return verdict, f"signed by {who}: the gate refuses it ({reason})"
+    if rule.authors == "any":
+        return None
     if rule.authors == "agent":
         if event.pubkey == authority.agent:
             return None
@@ -312,7 +324,9 @@ def _judge(
             )
             return verdict("missing", "no relay has this event" + (f"; {silent}" if silent else ""))
         return verdict("unreachable", "no relay answered the query for this event")
-    if event.kind not in rule.kinds:
+    if rule.kinds is None and event.kind in PRIVATE_KINDS:
+        return verdict("wrong_kind", f"kind {event.kind}: a private message's wrapping", event)
+    if rule.kinds is not None and event.kind not in rule.kinds:
         kinds = ", ".join(map(str, sorted(rule.kinds)))
         return verdict("wrong_kind", f"kind {event.kind}; {layer.layer} takes {kinds}", event)
     problem = _author_problem(event, rule, authority)
@@ -373,6 +387,10 @@ def _audit_layer(
         return plain(
             "private", "a NIP-17 private message's rumor: never on relays, not auditable there"
         )
+    if layer.source == _PRIVATE_RETRIEVAL:
+        if _private(metric):
+            return plain("private", "a message of this private conversation, handed over mid-turn")
+        return plain("not_admitted", "a private message handed over outside a private conversation")
     lookup = lookups.get(layer.version)
     if lookup is None:
         return plain("unreachable", "not looked up")

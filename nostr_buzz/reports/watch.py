@@ -3,7 +3,7 @@
 Two inputs, both read by :mod:`nostr_buzz.io.watch`:
 
 * the bot's diagnostics feed, folded record by record into a :class:`FeedSummary`: the turns
-  running now, the last tool call each asked permission for, the agent, the spend per UTC day;
+  running now, the last tool call of each, the agent, the spend per UTC day;
 * a :class:`StateSnapshot` of its state database: the queued events, the channels' retry
   state, the outbox.
 
@@ -15,9 +15,9 @@ schema ``buzz watch --once`` prints (``version`` changes when a member changes m
 new agent process, after a crash or a restart of the bot, runs none of them).  A bot killed
 outright leaves its turns shown as running until it starts again.  **Who**: the authors of
 the turn's events, from their rows in the queue (a private conversation's author from its
-channel: its rows hold gift wraps).  **Last tool call**: the newest ``permission_decision``
-of the turn — tool calls the agent makes without asking are not in the feed; for a private
-conversation's turn only the tool's kind, never its title (docs/bot.md).  **Spend**: the
+channel: its rows hold gift wraps).  **Last tool call**: the newest ``tool_call`` (the agent
+started one, whatever it was) or ``permission_decision`` (the bot decided one) of the turn; for
+a private conversation's turn only the tool's kind, never its title (docs/bot.md).  **Spend**: the
 ``costUsd`` of each ``metric_queued`` (one per turn, every outcome), by the UTC day of the
 record; what the feed no longer holds (rotated away twice) is not counted.
 """
@@ -81,6 +81,8 @@ _OUTBOX_KINDS: Final = {
 MAX_OUTBOX_ENTRIES: Final = 20
 #: Records that end a running turn (by its turn id).
 _TURN_ENDS: Final = frozenset({"turn_completed", "turn_failed", "turn_ended"})
+#: The records that name a tool call of a turn: the agent starting it, the bot deciding it.
+_TOOL_KINDS: Final = frozenset({"tool_call", "permission_decision"})
 
 
 # --- the inputs -------------------------------------------------------------------------------
@@ -155,13 +157,14 @@ class Moment(NamedTuple):
 
 
 class ToolView(msgspec.Struct, frozen=True, rename="camel"):
-    """A permission request of the turn: the tool's title (None in a private turn), its ACP
-    kind, the decision and when."""
+    """The turn's last tool call: the tool's title (None in a private turn), its ACP kind,
+    the bot's decision (None: it did not ask), when, and its status as the agent started it."""
 
     title: str | None
     kind: str | None
     decision: str | None
     at: str
+    status: str | None = None
 
 
 class TurnView(msgspec.Struct, frozen=True, rename="camel"):
@@ -338,19 +341,15 @@ class FeedSummary:
             )
         elif kind in _TURN_ENDS and turn is not None:
             self.running.pop(turn, None)
-        elif kind == "permission_decision" and turn in self.running:
+        elif kind in _TOOL_KINDS and turn in self.running:
             started = self.running[turn]
             private = started.channel_id is not None and nip10.is_private_channel(
                 started.channel_id
             )
             title = None if private else _text(payload.get("title"))
-            tool = ToolView(
-                title,
-                _text(payload.get("toolKind")),
-                _text(payload.get("decision")),
-                record.timestamp,
-            )
-            started.tool = tool
+            decision, status = _text(payload.get("decision")), _text(payload.get("status"))
+            tool_kind = _text(payload.get("toolKind"))
+            started.tool = ToolView(title, tool_kind, decision, record.timestamp, status)
         elif kind == "metric_queued":
             self._count_cost(payload.get("costUsd"), at)
 

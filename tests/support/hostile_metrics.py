@@ -93,8 +93,8 @@ def hostile_metrics() -> list[Event]:
 #: something or hide the page if it were not escaped.
 HTML_INJECTIONS = {
     "model": "</svg><script>document.title='owned'</script>",
-    "channel_id": "\"><img src=x onerror=\"document.title='owned'\">",
-    "session_id": "</table><style>body{display:none}</style><iframe src=\"https://x.invalid/\">",
+    "channel_id": '"><img src=x onerror="document.title=\'owned\'">',
+    "session_id": '</table><style>body{display:none}</style><iframe src="https://x.invalid/">',
     "other_model": "<svg onload=\"document.title='owned'\">" + BIDI,
 }
 

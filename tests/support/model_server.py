@@ -15,7 +15,12 @@ answer can be traced back to its question:
   result is in the conversation, the text ``TOOL-DONE`` plus the answer;
 * ``FAIL:<word>`` → an HTTP 400 error whose message contains ``<word>`` (once per word: a
   later request that still carries the marker is answered normally);
-* ``HOLD:<name>`` → the answer waits until the test calls :meth:`ModelServer.release`
+* ``MCP:<tool>:<argument>=<value>;;`` → first a call of the offered tool whose name ends with
+  ``<tool>`` (an MCP tool: ``mcp__buzz__fetch_event`` in Claude Code), with that one argument;
+  once its result is in the conversation (kept whole in :attr:`Seen.tool_output`), the text
+  ``TOOL-DONE`` plus the answer;
+* ``HOLD:<name>`` → the answer (after a tool call: the answer to its result) waits until the
+  test calls :meth:`ModelServer.release`
   (bounded by ``hold_timeout``), so a turn can be kept running without timing guesses.
 
 The server is also the adapters' HTTP(S) proxy (``HTTPS_PROXY``): any request for another
@@ -43,6 +48,7 @@ from typing import Any
 
 ASK = re.compile(r"ASK:([A-Za-z0-9_-]+)")
 SHELL = re.compile(r"SHELL:(.+?);;", re.DOTALL)
+MCP = re.compile(r"MCP:([A-Za-z0-9_]+):([A-Za-z0-9_]+)=(.*?);;", re.DOTALL)
 HOLD = re.compile(r"HOLD:([A-Za-z0-9_-]+)")
 FAIL = re.compile(r"FAIL:([A-Za-z0-9_-]+)")
 #: What gemini-cli's non-streamed side calls get: the JSON its next-speaker check and its
@@ -77,6 +83,34 @@ class Seen:
     earlier_answers: str = ""
     #: The whole request as sent (system prompt and instructions included).
     body: str = ""
+    #: The newest tool result's text, when the newest input is one.
+    tool_output: str = ""
+
+
+@dataclass
+class _Tools:
+    """The tools a request offers, the tools the model called since the question, and the
+    request's text (where Claude Code lists the deferred tools it loads on demand)."""
+
+    offered: tuple[str, ...] = ()
+    called: tuple[str, ...] = ()
+    body: str = ""
+
+    def next_call(self, ending: str, param: str, value: str) -> tuple[str, dict[str, Any]] | None:
+        """The next call for ``MCP:<ending>:<param>=<value>;;``: the tool itself once offered;
+        before that, Claude Code's ``ToolSearch`` for it when it is deferred (what a model does
+        for a tool listed but not loaded); None once the tool was called."""
+        if any(name.endswith(ending) for name in self.called):
+            return None
+        full = next((name for name in self.offered if name.endswith(ending)), None)
+        if full is not None:
+            return full, {param: value.strip()}
+        deferred = re.search(rf"mcp__[A-Za-z0-9_-]+__{ending}", self.body)
+        if deferred and "ToolSearch" in self.offered and "ToolSearch" not in self.called:
+            return "ToolSearch", {"query": f"select:{deferred.group(0)}", "max_results": 1}
+        if "tool_search" in self.offered and "tool_search" not in self.called:
+            return "tool_search", {"query": ending.replace("_", " "), "limit": 8}
+        return None
 
 
 @dataclass
@@ -85,6 +119,8 @@ class _Decision:
     tool_call: str | None
     hold: str | None
     fail: str | None = None
+    #: A tool to call by name (an MCP tool, or what loads it), with its arguments.
+    mcp: tuple[str, dict[str, Any]] | None = None
 
 
 def _texts(content: Any) -> Iterator[str]:
@@ -108,6 +144,35 @@ def _role_texts(messages: Any, role: str, content: Callable[[dict[str, Any]], An
         for text in _texts(content(m))
     ]
     return "\n".join(said)
+
+
+def _names(tools: Any) -> tuple[str, ...]:
+    """The names of the tools a request offers."""
+    names = []
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            nested = function.get("name") if isinstance(function, dict) else None
+            name = tool.get("name") or nested or tool.get("type")
+            if tool.get("type") == "namespace":  # codex: a server's tools, found by tool_search
+                names += [f"{name}__{inner}" for inner in _names(tool.get("tools"))]
+            names.append(name if isinstance(name, str) else "")
+    return tuple(names)
+
+
+def _output_text(output: Any) -> str:
+    """A tool result's text: a string, or the texts of its content blocks."""
+    return "\n".join(_texts(output))
+
+
+def _leaves(value: Any) -> str:
+    """Every string inside ``value`` (gemini-cli wraps a tool's text in its own objects)."""
+    if isinstance(value, str):
+        return value
+    items = value.values() if isinstance(value, dict) else value
+    if not isinstance(items, list | type({}.values())):
+        return ""
+    return "\n".join(text for item in items if (text := _leaves(item)))
 
 
 def _has_tool_result(message: dict[str, Any]) -> bool:
@@ -188,7 +253,9 @@ class ModelServer:
 
     # -- what the model says ------------------------------------------------------------
 
-    def _decide(self, user_text: str, tool_result: bool, main: bool) -> _Decision:
+    def _decide(
+        self, user_text: str, tool_result: bool, main: bool, tools: _Tools | None = None
+    ) -> _Decision:
         if not main:
             return _Decision("Buzz conversation", None, None)
         if self.refuse is not None:
@@ -201,10 +268,14 @@ class ModelServer:
         answer = f"ANSWER:{asks[-1]}" if asks else "ANSWER:none"
         holds = HOLD.findall(user_text)
         shell = SHELL.findall(user_text)
+        mcp = MCP.findall(user_text)
+        call = (tools or _Tools()).next_call(*mcp[-1]) if mcp else None
+        if call is not None:
+            return _Decision("Let me look.", None, None, mcp=call)
         if shell and not tool_result:
-            return _Decision("Let me run that.", shell[-1].strip(), holds[-1] if holds else None)
-        if tool_result:
-            return _Decision(f"TOOL-DONE {answer}", None, None)
+            return _Decision("Let me run that.", shell[-1].strip(), None)
+        if tool_result:  # a HOLD waits here, once the tool has run
+            return _Decision(f"TOOL-DONE {answer}", None, holds[-1] if holds else None)
         return _Decision(answer, None, holds[-1] if holds else None)
 
     def _record(self, seen: Seen) -> None:
@@ -231,7 +302,23 @@ class ModelServer:
         user_text = "\n".join(_texts(question.get("content"))) if question else ""
         stream = functools.partial(self._messages_stream, body)
         earlier = _role_texts(messages, "assistant", lambda m: m.get("content"))
-        return self._answer("messages", main, user_text, tool_result, stream, earlier)
+        start = messages.index(question) + 1 if question in messages else 0
+        called = [
+            b.get("name", "")
+            for m in messages[start:]
+            if isinstance(m, dict) and m.get("role") == "assistant"
+            for b in (m.get("content") if isinstance(m.get("content"), list) else [])
+            if isinstance(b, dict) and b.get("type") == "tool_use"
+        ]
+        tools = _Tools(_names(body.get("tools")), tuple(called), json.dumps(body))
+        seen, chunks = self._answer(
+            "messages", main, user_text, tool_result, stream, earlier, tools
+        )
+        if tool_result:
+            blocks = [b for b in users[-1].get("content") or [] if isinstance(b, dict)]
+            results = [b.get("content") for b in blocks if b.get("type") == "tool_result"]
+            seen.tool_output = "\n".join(_output_text(r) for r in results)
+        return seen, chunks
 
     def _answer(
         self,
@@ -241,10 +328,11 @@ class ModelServer:
         tool_result: bool,
         stream: Callable[[_Decision, Usage], Iterator[bytes]],
         earlier: str = "",
+        tools: _Tools | None = None,
     ) -> tuple[Seen, Iterator[bytes]]:
         """The decision on a request and its stream (none for a refusal); side calls get a
         small usage of their own."""
-        decision = self._decide(user_text, tool_result, main)
+        decision = self._decide(user_text, tool_result, main, tools)
         usage = self.usage if main else Usage(5, 2)
         seen = Seen(
             api, main, user_text, tool_result, decision.text, decision.tool_call, usage, earlier
@@ -299,7 +387,25 @@ class ModelServer:
         )
         yield event("content_block_stop", {"type": "content_block_stop", "index": 0})
         stop = "end_turn"
-        if decision.tool_call is not None:
+        if decision.mcp is not None:
+            stop = "tool_use"
+            ending, arguments = decision.mcp
+            block = {
+                "type": "tool_use",
+                "id": f"toolu_{len(self.requests)}",
+                "name": ending,
+                "input": {},
+            }
+            yield event(
+                "content_block_start",
+                {"type": "content_block_start", "index": 1, "content_block": block},
+            )
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(arguments)}
+            yield event(
+                "content_block_delta", {"type": "content_block_delta", "index": 1, "delta": delta}
+            )
+            yield event("content_block_stop", {"type": "content_block_stop", "index": 1})
+        elif decision.tool_call is not None:
             stop = "tool_use"
             yield event(
                 "content_block_start",
@@ -347,16 +453,30 @@ class ModelServer:
             and isinstance(items[-1], dict)
             and items[-1].get("type") in ("function_call_output", "custom_tool_call_output")
         )
-        user_text = ""
-        for item in reversed(items):
+        user_text, asked = "", 0
+        for index in range(len(items) - 1, -1, -1):
+            item = items[index]
             if (
                 isinstance(item, dict)
                 and item.get("type", "message") == "message"
                 and item.get("role") == "user"
             ):
-                user_text = "\n".join(_texts(item.get("content")))
+                user_text, asked = "\n".join(_texts(item.get("content"))), index
                 break
-        decision = self._decide(user_text, tool_result, main)
+        called = [
+            "tool_search" if i.get("type") == "tool_search_call" else str(i.get("name", ""))
+            for i in items[asked:]
+            if isinstance(i, dict) and i.get("type") in ("function_call", "tool_search_call")
+        ]
+        searched = [
+            tool
+            for i in items[asked:]
+            if isinstance(i, dict) and i.get("type") == "tool_search_output"
+            for tool in i.get("tools") or []
+        ]
+        offered = (*_names(tools), *_names(searched))
+        view = _Tools(offered, tuple(called), json.dumps(body))
+        decision = self._decide(user_text, tool_result, main, view)
         earlier = _role_texts(items, "assistant", lambda m: m.get("content"))
         seen = Seen(
             "responses",
@@ -368,6 +488,8 @@ class ModelServer:
             self.usage,
             earlier,
         )
+        if tool_result:
+            seen.tool_output = _output_text(items[-1].get("output"))
         if decision.fail is not None:
             return seen, iter(())
         return seen, self._responses_stream(tools, decision)
@@ -403,7 +525,29 @@ class ModelServer:
             }
         )
         yield event({"type": "response.output_item.done", "output_index": 0, "item": message})
-        if decision.tool_call is not None:
+        if decision.mcp is not None:
+            ending, arguments = decision.mcp
+            call = {
+                "type": "function_call",
+                "id": f"fc_{n}",
+                "call_id": f"call_{n}",
+                "name": ending,
+                "arguments": json.dumps(arguments),
+            }
+            namespace, _, short = ending.rpartition("__")
+            if ending.startswith("mcp__") and namespace:  # a tool of a namespace it searched
+                call.update(namespace=namespace, name=short)
+            if ending == "tool_search":  # codex's search for deferred tools, run by codex
+                call = {
+                    "type": "tool_search_call",
+                    "id": f"ts_{n}",
+                    "call_id": f"call_{n}",
+                    "execution": "client",
+                    "status": "completed",
+                    "arguments": arguments,
+                }
+            yield event({"type": "response.output_item.done", "output_index": 1, "item": call})
+        elif decision.tool_call is not None:
             names = {t.get("name") for t in tools if isinstance(t, dict)}
             if "shell" in names:
                 name, args = "shell", {"command": ["bash", "-lc", decision.tool_call]}
@@ -455,7 +599,26 @@ class ModelServer:
         user_text = "\n".join(_texts(parts(question))) if question else ""
         stream = functools.partial(self._gemini_stream, model)
         earlier = _role_texts(contents, "model", parts)
-        return self._answer("gemini", main, user_text, tool_result, stream, earlier)
+        start = contents.index(question) + 1 if question is not None else 0
+        called = [
+            str(p["functionCall"].get("name", ""))
+            for c in contents[start:]
+            if c.get("role") == "model"
+            for p in parts(c)
+            if isinstance(p.get("functionCall"), dict)
+        ]
+        declared = [
+            d
+            for tool in body.get("tools") or []
+            if isinstance(tool, dict)
+            for d in tool.get("functionDeclarations") or []
+        ]
+        tools = _Tools(_names(declared), tuple(called), json.dumps(body))
+        seen, chunks = self._answer("gemini", main, user_text, tool_result, stream, earlier, tools)
+        if tool_result:
+            responses = [p["functionResponse"] for p in parts(users[-1]) if "functionResponse" in p]
+            seen.tool_output = _leaves(responses[-1].get("response")) if responses else ""
+        return seen, chunks
 
     def _gemini_answer(self, decision: _Decision, usage: Usage, model: str) -> dict[str, Any]:
         """One ``GenerateContentResponse``: the text, then the shell call (gemini-cli's
@@ -464,6 +627,9 @@ class ModelServer:
         if decision.tool_call is not None:
             call = {"name": "run_shell_command", "args": {"command": decision.tool_call}}
             parts.append({"functionCall": call})
+        if decision.mcp is not None:
+            name, arguments = decision.mcp
+            parts.append({"functionCall": {"name": name, "args": arguments}})
         prompt = usage.input_tokens + usage.cache_read
         return {
             "candidates": [

@@ -128,9 +128,7 @@ def test_a_public_key_is_never_taken_for_a_secret_one() -> None:
         (lambda: ours().to_json(), "Event.from_json"),
     ],
 )
-def test_what_needs_a_verified_event_names_the_conversion(
-    foreign: Any, conversion: str
-) -> None:
+def test_what_needs_a_verified_event_names_the_conversion(foreign: Any, conversion: str) -> None:
     value = foreign()
     for use in (
         nip10.destination,

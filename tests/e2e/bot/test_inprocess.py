@@ -69,7 +69,16 @@ async def test_a_mention_is_answered_with_the_objects_text_and_metered_with_its_
     assert turn.channel == "eng"
     assert "please summarise the deploy" in turn.text
     assert "You are a careful bot." not in turn.text  # standing travels as system only
-    assert "retrieve: buzz messages get --channel eng" in turn.text  # the default hint
+    # no shell, so no command: the hint names the bot's tools, which the turn carries
+    assert "retrieve: the buzz tool fetch_messages(channel=eng)" in turn.text
+    assert "buzz messages" not in turn.text
+    assert [t.name for t in turn.tools] == [
+        "fetch_event",
+        "fetch_thread",
+        "fetch_messages",
+        "fetch_profile",
+        "fetch_channel",
+    ]
     assert metric.adapter_session_id == turn.session_id
     assert [r.payload["agentName"] for r in rec.of("agent_started")] == ["test-answerer"]
 

@@ -13,8 +13,14 @@ from typing import Any
 import pytest
 
 from nostr_buzz.bot import BuzzPlugin, parse_shard, shard_of
-from nostr_buzz.core.compiler import compile_turn, standing_text
-from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
+from nostr_buzz.core.compiler import CompiledTurn, compile_turn, standing_text
+from nostr_buzz.core.turn_input import (
+    MCP_RETRIEVAL,
+    ChannelInfo,
+    Standing,
+    TurnEvent,
+    TurnInput,
+)
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
@@ -440,13 +446,20 @@ async def _steer_scenario(world: World, agent: Scripted) -> tuple[Recorder, Even
     return rec, first, steer
 
 
-def expected_steer_text(event: Event) -> str:
-    alone = compile_turn(
+def steer_alone(event: Event) -> CompiledTurn:
+    """The steer's event compiled alone, with its session's history hint: the bot's tools,
+    which every session is given (docs/bot.md, "The history hint")."""
+    return compile_turn(
         TurnInput(
             events=(TurnEvent(event, "@mention"),),
             channel=ChannelInfo(name="", id="eng", type="stream"),
+            retrieval=MCP_RETRIEVAL,
         )
     )
+
+
+def expected_steer_text(event: Event) -> str:
+    alone = steer_alone(event)
     return (
         '<buzz-turn-update mode="steer">\n'
         + "\n".join(alone.sections)
@@ -477,12 +490,7 @@ async def test_injected_steer_exact_wrapper_ledger_and_metric(world: World) -> N
     assert steer_layers[0].version == "sha256:" + hashlib.sha256(wrapper.encode()).hexdigest()
     # snapshot = base layers + the steer's layers (its event compiled alone, then the wrapper
     # layer), stably re-sorted by order and re-hashed
-    alone = compile_turn(
-        TurnInput(
-            events=(TurnEvent(steer, "@mention"),),
-            channel=ChannelInfo(name="", id="eng", type="stream"),
-        )
-    )
+    alone = steer_alone(steer)
     expected = manifest_from_layers([*base.layers, *alone.manifest.layers, steer_layers[0]])
     assert snapshot == expected
     [metric] = await world.metrics(1)

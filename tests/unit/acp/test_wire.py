@@ -38,8 +38,8 @@ def info(**changes: Any) -> AgentInfo:
     return AgentInfo(**{**base, **changes})
 
 
-def update(kind: str, **fields: Any) -> dict[str, Any]:
-    return {"sessionId": "s", "update": {"sessionUpdate": kind, **fields}}
+def update(session_update: str, **fields: Any) -> dict[str, Any]:
+    return {"sessionId": "s", "update": {"sessionUpdate": session_update, **fields}}
 
 
 def test_initialize_result_becomes_agent_info() -> None:
@@ -98,8 +98,18 @@ def test_session_updates_become_facts() -> None:
     assert wire.session_update_facts(chunk) == (Update("agent_message_chunk"), Text("hi", "m1"))
     thought = update("agent_thought_chunk", content={"type": "text", "text": "hmm"})
     assert wire.session_update_facts(thought) == (Update("agent_thought_chunk"),)
-    tool = update("tool_call", toolCallId="c1", title="ls")
-    assert wire.session_update_facts(tool) == (Update("tool_call"), ToolCall("c1"))
+    tool = update("tool_call", toolCallId="c1", title="ls", kind="execute", status="pending")
+    started = ToolCall("c1", kind="execute", title="ls", status="pending", started=True)
+    assert wire.session_update_facts(tool) == (Update("tool_call"), started)
+    done = update("tool_call_update", toolCallId="c1", status="completed")
+    assert wire.session_update_facts(done) == (
+        Update("tool_call_update"),
+        ToolCall("c1", status="completed"),
+    )
+    long = update("tool_call", toolCallId="c2", title="é" * 1000)
+    [_, cut] = wire.session_update_facts(long)
+    assert isinstance(cut, ToolCall) and cut.title is not None
+    assert len(cut.title.encode()) <= wire.MAX_TOOL_TITLE_BYTES
     usd = update("usage_update", used=10, size=100, cost={"amount": 0.5, "currency": "usd"})
     assert wire.session_update_facts(usd) == (Update("usage_update"), Cost(0.5), Occupancy(10, 100))
     eur = update("usage_update", used=1, size=2, cost={"amount": 0.5, "currency": "EUR"})

@@ -174,9 +174,9 @@ def test_agent_to_agent_and_dm_by_hand() -> None:
     assert dm_thread[-2] == (
         f'<delivery channel_id="dm-{morgan}" scope="dm" reply_to="{ev["id"]}" />'
     )
+    # buzz's commands read channels only: a direct channel gets no hint the CLI would refuse
     assert dm_thread[1] == (
-        "<ambient-context>\nScope: dm\nHistory: not loaded; retrieve: buzz messages thread "
-        f"--channel dm-{morgan} --event {ev['id']}\nChannel: Morgan\n</ambient-context>"
+        "<ambient-context>\nScope: dm\nHistory: not loaded\nChannel: Morgan\n</ambient-context>"
     )
 
 
@@ -1238,10 +1238,7 @@ def test_dm_top_level_has_no_reply_to_and_thread_scope_is_not_used() -> None:
     ev = sign(RILEY, "hi", [["h", CH]])
     obj = {"events": [item(ev)], "channel": {"id": "dm-x", "name": "", "type": "dm"}}
     sections, _ = run(obj)
-    assert sections[1] == (
-        "<ambient-context>\nScope: dm\n"
-        "History: not loaded; retrieve: buzz messages get --channel dm-x\n</ambient-context>"
-    )
+    assert sections[1] == "<ambient-context>\nScope: dm\nHistory: not loaded\n</ambient-context>"
     assert sections[3] == '<delivery channel_id="dm-x" scope="dm" />'
 
 

@@ -9,7 +9,12 @@ import msgspec
 import pytest
 
 from nostr_buzz import Retrieval, TurnInput, compile_steer, compile_turn
-from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, NO_RETRIEVAL
+from nostr_buzz.core.turn_input import (
+    BUZZ_RETRIEVAL,
+    MCP_RETRIEVAL,
+    NO_RETRIEVAL,
+    retrieval_for,
+)
 from nostr_buzz.errors import TurnInputError
 from tests.support import golden_gen
 from tests.support.data import FIXTURES
@@ -28,6 +33,29 @@ BUZZ_HINTS = {
 
 def _from(name: str) -> TurnInput:
     return TurnInput.from_json((TURNS / f"{name}.input.json").read_bytes())
+
+
+def test_buzz_commands_are_never_named_for_a_direct_channel_which_the_cli_refuses() -> None:
+    # A kind-1 note's channel (dm-<pubkey>) and a private conversation's: the CLI's --channel
+    # refuses both (cli/common.py check_channel), so the hint is left out, not made up.
+    for channel in (f"dm-{'a' * 64}", f"dm-private-{'b' * 64}"):
+        assert BUZZ_RETRIEVAL.command(channel, None) is None
+        assert BUZZ_RETRIEVAL.command(channel, "c" * 64) is None
+        assert Retrieval.tool("read").command(channel, None) == f"read(channel={channel})"
+    assert BUZZ_RETRIEVAL.command("eng", None) == "buzz messages get --channel eng"
+
+
+def test_the_hint_names_the_tool_the_session_has() -> None:
+    own = Retrieval.tool("history")
+    assert retrieval_for(own, tools=True, cli=True) == own  # the caller's own, always
+    assert retrieval_for(NO_RETRIEVAL, tools=True, cli=True) == NO_RETRIEVAL
+    assert retrieval_for(BUZZ_RETRIEVAL, tools=True, cli=True) == MCP_RETRIEVAL
+    assert retrieval_for(BUZZ_RETRIEVAL, tools=False, cli=True) == BUZZ_RETRIEVAL
+    assert retrieval_for(BUZZ_RETRIEVAL, tools=False, cli=False) == NO_RETRIEVAL
+    assert (
+        MCP_RETRIEVAL.command("dm-x", "e" * 64) == f"the buzz tool fetch_thread(event={'e' * 64})"
+    )
+    assert MCP_RETRIEVAL.command("dm-x", None) == "the buzz tool fetch_messages(channel=dm-x)"
 
 
 @pytest.mark.parametrize("name", DEFAULT_CASES)
