@@ -314,7 +314,7 @@ class AgentSupervisor:
 
     async def start(self) -> None:
         await self._end_orphans()
-        if self.tools is not None and isinstance(self.driver, AgentDriver):
+        if self.tools is not None and not isinstance(self.driver, InProcessDriver):
             await self.tools.start()  # before any session is offered it
         info = await self.driver.start()
         self.harness = harness_name(self.config.agent_command, self.config.agent_args, info.name)
@@ -392,7 +392,7 @@ class AgentSupervisor:
                     standing = await self._standing_for(channel_id)
                 text = standing_text(standing)
                 if servers:
-                    assert isinstance(self.driver, AgentDriver)
+                    assert not isinstance(self.driver, InProcessDriver)
                     start = await self.driver.new_session(self._cwd, text, servers)
                 else:
                     start = await self.driver.new_session(self._cwd, text)
@@ -455,7 +455,7 @@ class AgentSupervisor:
         """Whether the agent may run ``buzz``: a subprocess run as the bot's own user (an
         in-process agent has no shell; an agent under ``[agent] user`` has not the bot's
         configuration)."""
-        return isinstance(self.driver, AgentDriver) and self.config.agent_user is None
+        return not isinstance(self.driver, InProcessDriver) and self.config.agent_user is None
 
     @property
     def continues_sessions(self) -> bool:

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from nostr_buzz.agent import AgentTool
 from nostr_buzz.core.gate import Gate, author_refusal
@@ -28,10 +28,9 @@ from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.errors import BuzzError, Nip19Error
 from nostr_buzz.event import Event
 from nostr_buzz.io import mcp_bridge
-from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.io.fetch import fetch_event_result
+from nostr_buzz.io.inprocess import InProcessDriver
 from nostr_buzz.io.mcp_bridge import TOKEN_VARIABLE, URL_VARIABLE
-from nostr_buzz.io.mcp_server import McpToolServer
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import MAX_QUERY_LIMIT, conversation
 from nostr_buzz.io.standing import fetch_standing
@@ -46,6 +45,10 @@ from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.reports.audit import PRIVATE_KINDS
 from nostr_buzz.signer import Signer
+
+if TYPE_CHECKING:  # the acp extra is imported only when an ACP agent is started
+    from nostr_buzz.io.agent_driver import AgentDriver
+    from nostr_buzz.io.mcp_server import McpToolServer
 
 from . import intake
 from .config import PluginConfig
@@ -406,8 +409,9 @@ class ToolGrants:
 
     def __init__(self, tools: NostrTools, *, version: str = "0") -> None:
         self.tools = tools
-        specs = [(t.name, t.description, t.schema) for t in TOOLS]
-        self.server: McpToolServer[Grant] = McpToolServer(specs, self._call, version=version)
+        self._version = version
+        #: Made at :meth:`start`: the MCP SDK (the acp extra) loads only for an ACP agent.
+        self.server: McpToolServer[Grant] | None = None
         self.started = False
 
     @classmethod
@@ -425,12 +429,17 @@ class ToolGrants:
         return cls(tools)
 
     async def start(self) -> None:
+        from nostr_buzz.io.mcp_server import McpToolServer
+
+        specs = [(t.name, t.description, t.schema) for t in TOOLS]
+        self.server = McpToolServer(specs, self._call, version=self._version)
         await self.server.start()
         self.started = True
 
     async def close(self) -> None:
         self.started = False
-        await self.server.close()
+        if self.server is not None:
+            await self.server.close()
 
     async def _call(
         self, grant: Grant, name: str, arguments: Mapping[str, Any]
@@ -443,10 +452,10 @@ class ToolGrants:
         else the stdio bridge (:mod:`nostr_buzz.io.mcp_bridge`), which every ACP agent takes;
         an in-process agent gets a grant and no server (:meth:`agent_tools`)."""
         grant = Grant(queue_channel)
-        if not isinstance(driver, AgentDriver):  # in process: the tools as callables
+        if isinstance(driver, InProcessDriver):  # in process: the tools as callables
             return [], grant
-        caps = driver.info.capabilities.get("mcpCapabilities")
-        if not self.started:
+        caps = cast("AgentDriver", driver).info.capabilities.get("mcpCapabilities")
+        if not self.started or self.server is None:
             return [], None
         entry = self.server.grant(grant)
         if isinstance(caps, dict) and caps.get("http") is True:
@@ -479,7 +488,8 @@ class ToolGrants:
         grant.session = session
 
     def revoke(self, grant: Any) -> None:
-        self.server.revoke(grant)
+        if self.server is not None:
+            self.server.revoke(grant)
 
 
 def channel_state(
