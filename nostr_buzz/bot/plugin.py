@@ -38,11 +38,12 @@ from .delivery import Delivery
 from .recall import Recall
 from .relays import bot_pool
 from .replay import REPLAY_PAGE, Listener, listen_filters
+from .running import RunningTurns
 from .standing import SessionStanding
 from .state import REMEMBERED_COMMANDS, BotStore
 from .supervisor import AgentSupervisor
 from .tools import ToolGrants
-from .turn import RunningTurns, TurnRunner
+from .turn import TurnRunner
 
 __all__ = ["DIAGNOSTICS_FILE", "BuzzPlugin"]
 

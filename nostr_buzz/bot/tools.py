@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # the acp extra is imported only when an ACP agent is started
 from . import intake
 from .config import PluginConfig
 from .context import ContextResolver
+from .running import Phase, RunningTurns, Turn
 from .standing import SessionStanding
-from .turn import Phase, RunningTurns, Turn
 
 __all__ = ["ERRORS", "TOOLS", "Grant", "NostrTools", "ToolAnswer", "ToolGrants", "ToolSpec"]
 

@@ -34,62 +34,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
-import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-import msgspec
-
 from nostr_buzz.acp.facts import Ended, PromptSent
-from nostr_buzz.acp.types import PermissionRequest, TurnResult
-from nostr_buzz.core.compaction import standing_redelivered
-from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, standing_text
-from nostr_buzz.core.context import direct_channel_type
-from nostr_buzz.core.ledger import TurnLedger
-from nostr_buzz.core.permission import (
-    PermissionDecision,
-    Policy,
-    TurnProvenance,
-    decide,
-    speakers,
-)
-from nostr_buzz.core.queue import Batch, DispatchQueue, QueuedEvent
+from nostr_buzz.acp.types import TurnResult
+from nostr_buzz.core.compiler import CompiledTurn
+from nostr_buzz.core.queue import Batch, DispatchQueue
 from nostr_buzz.core.session_key import channel_of, thread_of
-from nostr_buzz.core.turn_input import TurnInput
-from nostr_buzz.errors import MetricError, QueueError
+from nostr_buzz.errors import MetricError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip10
-from nostr_buzz.nips.nip59 import PrivateEvent
-from nostr_buzz.nips.nip_am import MetricPayload, Outcome
+from nostr_buzz.nips.nip_am import MetricPayload
 
-from .approvals import Approvals
 from .budget import BudgetGate, admit, release_held, release_holds
 from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery, Signed
 from .intake import in_flight_action
 from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
+from .preparer import TurnPreparer
 from .privacy import result_error_class
+from .running import CancelWhy, Output, Phase, RunningTurns, Turn, settlement
 from .state import BotStore
+from .steering import Steering
 from .supervisor import AgentSupervisor, ChannelSession, secret_values
 from .telemetry import open_telemetry
 from .thread_checkpoints import ThreadCheckpoints
 
-__all__ = [
-    "CancelWhy",
-    "Phase",
-    "RunningTurns",
-    "Turn",
-    "TurnRunner",
-    "settlement",
-    "turn_permission",
-]
+__all__ = ["TurnRunner"]
 
 log = logging.getLogger(__name__)
 
@@ -99,244 +76,9 @@ Notice = tuple[Event, str]
 #: The worker re-checks the queue at least this often (backoffs end without a wake-up).
 _POLL: Final = 0.5
 
-#: A turn the agent started on its own is over once it has been quiet this long (seconds),
-#: or given up when nothing at all came for ``FOLLOW_SILENCE``.
-FOLLOW_QUIET: Final = 1.0
-FOLLOW_SILENCE: Final = 30.0
 
-CancelWhy = Literal["interrupt", "steer", "owner"]
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 
-
-class Phase(enum.IntEnum):
-    PREPARING = 1
-    LIVE = 2
-    ENDED = 3
-    SETTLED = 4
-
-
-@dataclass(frozen=True)
-class Followup:
-    """A steer that started the agent's own next turn: its event and its own manifest."""
-
-    event: Event
-    manifest: Manifest
-
-
-@dataclass(frozen=True)
-class Output:
-    """What one turn leaves: the reply's target and text, the metric payload."""
-
-    target: Event
-    reply: str | None
-    payload: MetricPayload | None
-    ids: TurnIds
-
-
-@dataclass(eq=False)
-class Turn:
-    """A batch between flush and settlement (see the module docstring)."""
-
-    batch: Batch
-    channel_id: str
-    channel_type: Literal["stream", "dm"]
-    turn_id: str
-    ledger: TurnLedger = field(default_factory=TurnLedger)
-    session: ChannelSession | None = None
-    phase: Phase = Phase.PREPARING
-    cancel_reason: CancelWhy | None = None
-    steered: list[QueuedEvent] = field(default_factory=list)  # injected into this turn
-    #: The authors of every steer sent into this turn, whatever the agent answered.
-    steer_actors: list[str] = field(default_factory=list)
-    #: Steers the agent answered ``startedNewTurn``: each is a turn of its own.
-    followups: list[Followup] = field(default_factory=list)
-    #: Held while a steer of this turn is on the wire: steers wait their turn here (whether
-    #: one may go is the agent session's rule, ``acp.state.Session.may_steer``).
-    steer_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: The agent's permission requests decided in this turn: approved, rejected.
-    permissions: tuple[int, int] = (0, 0)
-    #: The session's actors when this turn's prompt went out: whose words reached it earlier.
-    earlier_actors: frozenset[str] = frozenset()
-    #: The agent's count of the session's compactions when this prompt carried the standing
-    #: sections (None: it did not carry them).
-    standing_sent_at: int | None = None
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @classmethod
-    def of(cls, batch: Batch) -> Turn:
-        newest = batch.events[-1].event
-        channel = nip10.channel(newest)
-        return cls(
-            batch=batch,
-            # The real channel, whatever the session scope keys the batch by.
-            channel_id=channel or nip10.queue_channel(newest),
-            channel_type="stream" if channel is not None else direct_channel_type(newest),
-            turn_id=uuid.uuid4().hex,
-        )
-
-    @property
-    def ids(self) -> TurnIds:
-        session = self.session.metric_session_id if self.session is not None else None
-        return TurnIds(self.channel_id, session, self.turn_id)
-
-    def advance(self, phase: Phase) -> None:
-        """Move to ``phase`` (never backwards) and wake whoever waits on the turn."""
-        if phase < self.phase:
-            raise RuntimeError(f"a turn cannot go back from {self.phase.name} to {phase.name}")
-        self.phase = phase
-        self.notify()
-
-    def notify(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    async def until(self, condition: Callable[[Turn], bool], timeout: float | None = None) -> bool:
-        """Wait until ``condition(self)`` holds (True) or ``timeout`` passes (False)."""
-        try:
-            async with asyncio.timeout(timeout):
-                while True:
-                    changed = self._changed
-                    if condition(self):
-                        return True
-                    await changed.wait()
-        except TimeoutError:
-            return False
-
-    def may_steer(self) -> bool:
-        """A steer may go into this turn now: its prompt is live and no cancel is pending."""
-        return self.phase == Phase.LIVE and self.cancel_reason is None and self.session is not None
-
-    def may_cancel_at_agent(self) -> bool:
-        return self.session is not None and Phase.LIVE <= self.phase < Phase.SETTLED
-
-    def provenance(self) -> TurnProvenance:
-        """Whose words reach the agent in this turn (thread history aside)."""
-        return TurnProvenance(
-            batch=tuple(q.event.pubkey for q in self.batch.events),
-            cancelled=tuple(q.event.pubkey for q in self.batch.cancelled_events),
-            steers=tuple(self.steer_actors),
-        )
-
-
-Settlement = Literal["complete", "requeue", "drop", "fail"]
-
-
-def settlement(outcome: Outcome, cancel_reason: CancelWhy | None) -> Settlement:
-    """What becomes of a turn's batch: success completes it; a cancel for ``interrupt`` or
-    ``steer`` requeues it as cancelled events for the channel's next turn; the owner's
-    ``!cancel`` (or a cancel by the agent itself) drops it as delivered; anything else fails
-    it (back to the queue with backoff, until it is dead-lettered)."""
-    if outcome == "success":
-        return "complete"
-    if outcome == "cancelled":
-        return "requeue" if cancel_reason in ("interrupt", "steer") else "drop"
-    return "fail"
-
-
-def turn_permission(turn: Turn | None, policy: Policy, owner: str) -> PermissionDecision:
-    """The decision for a permission request of the session ``turn`` runs in (None: no turn
-    runs there): only a live turn with no cancel pending may be approved
-    (:func:`nostr_buzz.core.permission.decide`)."""
-    live = turn if turn is not None and turn.phase == Phase.LIVE else None
-    live = live if live is not None and live.cancel_reason is None else None
-    session = live.session.actors if live is not None and live.session is not None else ()
-    provenance = live.provenance() if live is not None else None
-    return decide(policy, owner, provenance, session)
-
-
-#: Told of each permission decision of a turn (telemetry): the turn, the request, the decision.
-Decided = Callable[["Turn", PermissionRequest, PermissionDecision], None]
-
-
-def _counted(
-    turn: Turn | None,
-    decision: PermissionDecision,
-    request: PermissionRequest | None = None,
-    decided: Decided | None = None,
-) -> PermissionDecision:
-    """Count ``decision`` in its turn (for the metric), and tell ``decided``."""
-    if turn is not None:
-        approved, rejected = turn.permissions
-        yes = int(decision.approve)
-        turn.permissions = (approved + yes, rejected + 1 - yes)
-        if decided is not None and request is not None:
-            decided(turn, request, decision)
-    return decision
-
-
-async def _counted_later(
-    turn: Turn,
-    later: Awaitable[PermissionDecision],
-    request: PermissionRequest,
-    decided: Decided | None,
-) -> PermissionDecision:
-    return _counted(turn, await later, request, decided)
-
-
-class RunningTurns(dict[str, Turn]):
-    """The running turn of each queue channel, and the lookups the agent's requests need
-    (by adapter session): made before the supervisor and the runner, and given to both."""
-
-    def __init__(self, policy: Policy, owner: str, approvals: Approvals | None = None) -> None:
-        super().__init__()
-        self.policy, self.owner = policy, owner
-        #: Where a request the owner must decide goes (None: such requests are rejected).
-        self.approvals = approvals
-        #: Told of every decision made for a running turn (the runner's telemetry).
-        self.decided: Decided | None = None
-
-    @classmethod
-    def of(
-        cls, config: PluginConfig, diagnostics: DiagnosticsFeed, clock: Callable[[], float]
-    ) -> RunningTurns:
-        """A bot's running turns, asking its owner through its signer (:mod:`.approvals`)."""
-        return cls(config.permissions, config.owner.hex, Approvals(config, diagnostics, clock))
-
-    def in_session(self, adapter_session_id: str) -> Turn | None:
-        for turn in self.values():
-            session = turn.session
-            if session is not None and session.start.session_id == adapter_session_id:
-                return turn
-        return None
-
-    def permission(
-        self, request: PermissionRequest
-    ) -> PermissionDecision | Awaitable[PermissionDecision]:
-        """Approve? Only for a live turn of the asking session; under ``owner``, only when
-        the owner alone spoke in that turn and in its session; what the rule leaves to the
-        owner is decided later, by the owner's answer (:mod:`.approvals`)."""
-        turn = self.in_session(request.session_id)
-        decision = turn_permission(turn, self.policy, self.owner)
-        approvals = self.approvals
-        if turn is None or approvals is None or not approvals.enabled:
-            return _counted(turn, decision, request, self.decided)
-        if not decision.asks_owner:
-            return _counted(turn, decision, request, self.decided)
-        private = nip10.is_private_channel(turn.batch.channel)
-        provenance = turn.provenance()
-        others = speakers(self.owner, provenance, turn.earlier_actors)
-        asked = approvals.ask(request, decision, turn.ids, provenance.batch, private, others)
-        return _counted_later(turn, asked, request, self.decided)
-
-    def answer(self, event: Event, verdict: Literal["allow", "deny"], code: str) -> None:
-        """An ``!allow``/``!deny`` seen in ``event`` (anyone's: only the owner's decides)."""
-        if self.approvals is not None:
-            self.approvals.answer(event, verdict, code)
-
-    def withdraw(self, turn: Turn) -> None:
-        """``turn`` ends or is being cancelled: the questions it put to the owner are void."""
-        if self.approvals is not None:
-            self.approvals.withdraw(turn.turn_id)
-
-    def ended(self, turn: Turn) -> Coroutine[Any, Any, None] | None:
-        """``turn`` ended: what tells the owner the requests it could not ask (to run; None:
-        nothing to tell, :meth:`.approvals.Approvals.end_turn`)."""
-        return self.approvals.end_turn(turn.ids) if self.approvals is not None else None
-
-    def locate(self, adapter_session_id: str) -> dict[str, str | None] | None:
-        """The ids of the turn running in an adapter session (for diagnostics)."""
-        turn = self.in_session(adapter_session_id)
-        return turn.ids.as_kwargs() if turn is not None else None
 
 
 class TurnRunner:
@@ -381,6 +123,10 @@ class TurnRunner:
         self.checkpoints.summarize_on_close(supervisor, store, self.budget)
         self.telemetry = open_telemetry(config, diagnostics, supervisor, clock)
         running.decided = self.telemetry.permission  # each decision, for the turn's span
+        self.preparer = TurnPreparer(store, supervisor, resolver, self.checkpoints, diagnostics)
+        self.steering = Steering(
+            queue, supervisor, resolver, diagnostics, clock, self.telemetry, self.cancel
+        )
         # A hold of an earlier run was decided under the caps of then: decided again now.
         release_holds(self.budget, queue, store)
 
@@ -447,7 +193,7 @@ class TurnRunner:
         newest = turn.batch.events[-1].event
         action = in_flight_action(self.config.in_flight, newest, event)
         if action == "steer":
-            self._spawn(self.steer(turn, event, prompt_tag), "buzz-steer")
+            self._spawn(self.steering.steer(turn, event, prompt_tag), "buzz-steer")
         elif action == "interrupt":
             await self.cancel(turn, "interrupt")
 
@@ -504,14 +250,14 @@ class TurnRunner:
         # A private answer's DM relays, looked up while the turn runs (a round trip saved).
         dm_lookup = self.delivery.private.look_up(batch.events[-1].event)
         try:
-            prepared = await self._prepare(turn)
+            prepared = await self.preparer.prepare(turn)
             if prepared is None:  # cancelled before the prompt went out
                 await self._commit(turn, lambda: self._settle_cancelled(turn))
                 return
             compiled, history_ids = prepared
             result = await self._prompt(turn, compiled)
             self._completed(turn, result)
-            followups = await self._follow(turn)
+            followups = await self.steering.follow(turn, self._output)
             targets = [turn.batch.events[-1].event, *(out.target for out in followups)]
             dm_relays = await self.delivery.private.relays_for(dm_lookup, targets)
             await self._finish(turn, result, history_ids, started_at, followups, dm_relays)
@@ -603,51 +349,6 @@ class TurnRunner:
         if result is not None:
             payload["terminalEvidence"] = result.terminal_evidence
         self.diagnostics.emit("turn_failed", **turn.ids.as_kwargs(), payload=payload)
-
-    async def _prepare(self, turn: Turn) -> tuple[CompiledTurn, list[str]] | None:
-        """Session, context, compile; the compiled turn, or None when cancelled meanwhile."""
-        batch = turn.batch
-        channel_id = nip10.channel(batch.events[-1].event)  # None: no channel's standing
-        receipts = self.store.receipts
-        session = await self.supervisor.session_for(batch.channel, channel_id, receipts)
-        turn.session = session
-        checkpoint = await self.checkpoints.for_session(batch.channel, session, turn.ids)
-        turn_input, history_ids = await self.resolver.resolve(batch, session, checkpoint)
-        compactions = self.supervisor.driver.compactions(session.start.session_id)
-        if standing_redelivered(
-            system_prompt_support=turn_input.system_prompt_support,
-            standing_context_sent=turn_input.standing_context_sent,
-            compactions=compactions,
-            compactions_at_delivery=session.standing_compactions,
-        ):
-            turn_input = msgspec.structs.replace(turn_input, standing_redelivered=True)
-        if self._standing_included(turn_input):
-            turn.standing_sent_at = compactions
-        compiled = compile_turn(turn_input)
-        turn.ledger.reset()
-        turn.ledger.set_base(compiled.manifest)
-        ids = turn.ids.as_kwargs()
-        self.diagnostics.turn_started([q.event.id for q in batch.events], **ids)
-        if turn.cancel_reason is not None:
-            return None
-        self.diagnostics.prompt_context_delivery(
-            compiled.sections,
-            compiled.manifest,
-            standing_context_included=self._standing_included(turn_input),
-            event_delta_count=len(turn_input.context.messages) if turn_input.context else 0,
-            private=any(
-                isinstance(q.event, PrivateEvent) for q in [*batch.events, *batch.cancelled_events]
-            ),
-            **ids,
-        )
-        return compiled, history_ids
-
-    def _standing_included(self, turn_input: TurnInput) -> bool:
-        # Legacy delivery prepends every non-blank standing section to this prompt: the
-        # session's first, and the first after the agent compacted them away.
-        again = turn_input.standing_redelivered and not turn_input.system_prompt_support
-        first = not turn_input.standing_context_sent
-        return (first or again) and bool(standing_text(turn_input.standing))
 
     async def _prompt(self, turn: Turn, compiled: CompiledTurn) -> TurnResult:
         assert turn.session is not None
@@ -745,29 +446,6 @@ class TurnRunner:
         reply = reply_text(result) if self.config.reply_mode == "auto" else None
         return Output(target, reply, payload, ids)
 
-    async def _follow(self, turn: Turn) -> list[Output]:
-        """The turns the agent started on its own for steers (``startedNewTurn``): each is
-        answered in the steer's thread and metered with the steer's own manifest.  A steer
-        whose turn never showed anything stays queued for a turn of its own."""
-        outputs: list[Output] = []
-        session = turn.session
-        for followup in turn.followups if session is not None else []:
-            assert session is not None
-            result = await self.supervisor.driver.follow_turn(
-                session.start.session_id, quiet=FOLLOW_QUIET, silence=FOLLOW_SILENCE
-            )
-            if result is None or (result.usage is None and not result.reply.strip()):
-                continue
-            self._steer_result(followup.event.id, "started_new_turn", self._clock())
-            ids = TurnIds(turn.channel_id, session.metric_session_id, uuid.uuid4().hex)
-            self.diagnostics.turn_started([followup.event.id], **ids.as_kwargs())
-            self.diagnostics.turn_completed(result.outcome, result.stop_reason, **ids.as_kwargs())
-            event = followup.event
-            outputs.append(
-                self._output(event, [event], followup.manifest, result, ids, result.started_at)
-            )
-        return outputs
-
     # -- settling -------------------------------------------------------------------------
 
     def _settle(
@@ -834,51 +512,3 @@ class TurnRunner:
         if turn.may_cancel_at_agent():
             assert turn.session is not None
             await self.supervisor.driver.cancel(turn.session.start.session_id)
-
-    async def steer(self, turn: Turn, event: Event, prompt_tag: str) -> None:
-        """Deliver ``event`` into ``turn`` once its prompt is live; if the turn ends first (or
-        is being cancelled), the event stays pending and rides with the channel's next batch."""
-        await turn.until(lambda t: t.phase >= Phase.LIVE)
-        async with turn.steer_lock:
-            if turn.may_steer():
-                await self._deliver_steer(turn, event, prompt_tag)
-
-    async def _deliver_steer(self, turn: Turn, event: Event, prompt_tag: str) -> None:
-        assert turn.session is not None
-        steer = compile_steer(
-            event,
-            channel_id=turn.channel_id,
-            channel_type=turn.channel_type,
-            prompt_tag=prompt_tag,
-            retrieval=self.resolver.retrieval_of(turn.session),
-        )
-        # Its words reach the agent whatever the answer: they count for permissions from now.
-        turn.steer_actors.append(event.pubkey)
-        turn.session.actors.add(event.pubkey)
-        outcome = await self.supervisor.driver.steer(turn.session.start.session_id, steer.text)
-        ids = turn.ids.as_kwargs()
-        now = self._clock()
-        self.telemetry.steer(turn.turn_id, event, outcome)
-        if outcome == "injected":
-            turn.ledger.accept_update(steer.manifest)  # in the ledger before it is acknowledged
-            taken = self._steer_result(event.id, "injected", now)
-            turn.steered += [taken] if taken is not None else []
-            self.diagnostics.prompt_context_steer("injected", turn.ledger.snapshot(), **ids)
-        elif outcome == "started_new_turn":
-            # A turn of its own: answered and metered after this one's prompt returns, and
-            # only then delivered in the queue (committed with this turn's outcome).
-            turn.followups.append(Followup(event, steer.manifest))
-            self.diagnostics.prompt_context_steer("startedNewTurn", steer.manifest, **ids)
-        elif outcome == "failed":
-            self.diagnostics.prompt_context_steer("failed", None, **ids)
-            await self.cancel(turn, "steer")
-        else:  # released: the event stays pending
-            self.diagnostics.prompt_context_steer("released", None, **ids)
-        # Nothing is written here: an injected steer's row stays until the turn's outcome
-        # (and the reply that answers it) commits, so a crash before that runs it again.
-
-    def _steer_result(self, event_id: str, outcome: str, now: float) -> QueuedEvent | None:
-        try:
-            return self.queue.steer_result(event_id, outcome, now)
-        except QueueError:
-            return None

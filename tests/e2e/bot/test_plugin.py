@@ -504,9 +504,9 @@ async def test_started_new_turn_is_reported_with_its_own_manifest_not_in_the_led
 ) -> None:
     # This agent answers startedNewTurn but never shows a turn of its own: the steer is then
     # not lost but queued for a turn of its own (an agent that does run one: test_bot_steer).
-    import nostr_buzz.bot.turn
+    import nostr_buzz.bot.steering
 
-    monkeypatch.setattr(nostr_buzz.bot.turn, "FOLLOW_SILENCE", 0.3)
+    monkeypatch.setattr(nostr_buzz.bot.steering, "FOLLOW_SILENCE", 0.3)
     agent = steer_agent(world, {"result": {"outcome": "startedNewTurn"}})
     rec = Recorder()
     async with BuzzPlugin(world.config(agent_args=agent.args), on_diagnostic=rec) as plugin:

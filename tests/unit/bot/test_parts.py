@@ -18,7 +18,7 @@ from nostr_buzz.bot.intake import (
     gate_of,
     owner_command,
 )
-from nostr_buzz.bot.turn import Phase, Turn
+from nostr_buzz.bot.running import Phase, Turn
 from nostr_buzz.core.context import select_dm_history, select_thread_history
 from nostr_buzz.core.permission import TurnProvenance
 from nostr_buzz.core.queue import DispatchQueue

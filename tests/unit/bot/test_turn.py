@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nostr_buzz.acp.types import PermissionRequest, SessionStart
+from nostr_buzz.bot.running import Phase, RunningTurns, Turn, settlement, turn_permission
 from nostr_buzz.bot.supervisor import ChannelSession
-from nostr_buzz.bot.turn import Phase, RunningTurns, Turn, settlement, turn_permission
 from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.queue import DispatchQueue
 from nostr_buzz.keys import SecretKey
