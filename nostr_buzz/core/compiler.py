@@ -481,11 +481,45 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
 
     # 1. standing sections (legacy agents, first turn of a session, and again after the agent
     # compacted it away); recorded as layers always, re-delivered ones with that freshness
+    delivered, standing_layers, rendered, fresh = _standing(turn_input)
+    sections.extend(delivered)
+    layers.extend(standing_layers)
+
+    # 2-3. <buzz-turn> and the ambient context
+    sections.append("<buzz-turn>")
+    ambient, ambient_layers = _ambient(turn_input, profiles, scope, rendered, fresh)
+    sections.extend(ambient)
+    layers.extend(ambient_layers)
+
+    # 4. the current instruction
+    instruction = "\n".join(_event_block(item, profiles) for item in turn_input.events)
+    sections.append(instruction)
+    layers.append(
+        _layer(
+            "current_instruction",
+            instruction,
+            version=newest.id if len(turn_input.events) == 1 else None,
+        )
+    )
+
+    # 5-6. the delivery contract and </buzz-turn>
+    delivery = _delivery(turn_input, scope, channel_id, newest, profiles)
+    sections.append(delivery)
+    layers.append(_layer("delivery_contract", delivery))
+    sections.append("</buzz-turn>")
+    return CompiledTurn(sections=sections, manifest=manifest_from_layers(layers))
+
+def _standing(turn_input: TurnInput) -> tuple[list[str], list[Layer], dict[str, str], str | None]:
+    """The standing sections this prompt delivers, the standing layers (all but the canvas's,
+    which stands with the ambient context), each standing section by name, and the freshness
+    of a re-delivery (None: not one)."""
+    delivered: list[str] = []
+    layers: list[Layer] = []
     standing = standing_sections(turn_input.standing)
     in_conversation = not turn_input.system_prompt_support
     again = in_conversation and turn_input.standing_context_sent and turn_input.standing_redelivered
     if in_conversation and (not turn_input.standing_context_sent or again):
-        sections.extend(text for _, text in standing)
+        delivered.extend(text for _, text in standing)
     fresh = REDELIVERED_AFTER_COMPACTION if again else None
     rendered = dict(standing)
     if "workspace" in rendered:
@@ -514,22 +548,32 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     if "core-memory" in rendered:
         memory = rendered["core-memory"]
         layers.append(_layer("core_memory", memory, freshness=_read(fresh, unconfirmed)))
+    return delivered, layers, rendered, fresh
 
-    # 2-3. <buzz-turn> and the ambient context
-    sections.append("<buzz-turn>")
+
+def _ambient(
+    turn_input: TurnInput,
+    profiles: _Profiles,
+    scope: str,
+    rendered: dict[str, str],
+    fresh: str | None,
+) -> tuple[list[str], list[Layer]]:
+    """The ``<ambient-context>`` section (none when all of it is blank) and its layers: the
+    context status, the channel snapshot and canvas, the thread checkpoint, the recent delta
+    and the interrupted turn."""
+    newest = turn_input.events[-1].event
+    layers: list[Layer] = []
     fragments: list[str] = []
-    status = _context_status(turn_input, scope, channel_id, newest)
+    status = _context_status(turn_input, scope, turn_input.channel_id, newest)
     fragments.append(status)
-    snapshot_layer: Layer | None = None
     if turn_input.channel is not None:
         snapshot, cut = _channel_snapshot(turn_input.channel)
         if snapshot:
             fragments.append(snapshot)
-            snapshot_layer = _layer("channel_snapshot", snapshot, truncated=cut)
-    if snapshot_layer is not None:
-        layers.append(snapshot_layer)
+            layers.append(_layer("channel_snapshot", snapshot, truncated=cut))
     if "channel-canvas" in rendered:
         canvas = rendered["channel-canvas"]
+        unconfirmed = turn_input.standing.unconfirmed
         layers.append(_layer("channel_canvas", canvas, freshness=_read(fresh, unconfirmed)))
     layers.append(_layer("context_status", status))
     checkpoint = turn_input.thread_checkpoint
@@ -554,26 +598,10 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         fragments.append(interrupted)
         layers.append(_layer("interrupted_turn", interrupted))
     non_blank = [f for f in fragments if not is_blank(f)]
-    if non_blank:
-        sections.append("<ambient-context>\n" + "\n".join(non_blank) + "\n</ambient-context>")
+    if not non_blank:
+        return [], layers
+    return ["<ambient-context>\n" + "\n".join(non_blank) + "\n</ambient-context>"], layers
 
-    # 4. the current instruction
-    instruction = "\n".join(_event_block(item, profiles) for item in turn_input.events)
-    sections.append(instruction)
-    layers.append(
-        _layer(
-            "current_instruction",
-            instruction,
-            version=newest.id if len(turn_input.events) == 1 else None,
-        )
-    )
-
-    # 5-6. the delivery contract and </buzz-turn>
-    delivery = _delivery(turn_input, scope, channel_id, newest, profiles)
-    sections.append(delivery)
-    layers.append(_layer("delivery_contract", delivery))
-    sections.append("</buzz-turn>")
-    return CompiledTurn(sections=sections, manifest=manifest_from_layers(layers))
 
 
 def compile_checkpoint_request() -> CompiledTurn:
