@@ -1,10 +1,11 @@
 """A bot whose key lives in a NIP-46 bunker: this process, and so its agent, never holds it.
 
     BUZZ_BUNKER='bunker://…?relay=wss://…&secret=…' BUZZ_OWNER=npub1… \\
-        BUZZ_RELAYS=wss://relay.one,wss://relay.two python -m examples.bunker_bot
+        BUZZ_RELAYS=wss://relay.one,wss://relay.two python examples/bunker_bot.py
 
-(from the repository's root).  :class:`~nostr_buzz.Nip46Signer` connects to the bunker with a
-client key kept in the state directory (``BUZZ_STATE_DIR``, default ``.buzz-bunker-bot``), so a
+(or ``python -m examples.bunker_bot`` from the repository's root).
+:class:`~nostr_buzz.Nip46Signer` connects to the bunker with a client key kept in the state
+directory (``BUZZ_STATE_DIR``, default ``.buzz-bunker-bot``), so a
 restart is served again although the URI's secret is good for one connection; then the whole
 bot — replies, private answers, encrypted metrics, NIP-42 AUTH — signs and encrypts through it
 (``PluginConfig(signer=…)``).  The agent is the bundled demo agent; put your own ACP command, or
@@ -20,12 +21,14 @@ import signal
 import sys
 from pathlib import Path
 
-from nostr_buzz import BuzzPlugin, Nip46Signer, PluginConfig, PublicKey
+from nostr_buzz import BuzzPlugin, Nip46Signer, PluginConfig, client_key_in
 from nostr_buzz.io.filemodes import private_dir
-from nostr_buzz.io.nip46 import client_key_in
 
 
 async def main() -> None:
+    missing = [n for n in ("BUZZ_BUNKER", "BUZZ_OWNER", "BUZZ_RELAYS") if not os.environ.get(n)]
+    if missing:
+        raise SystemExit(f"{(__doc__ or '').strip()}\n\nmissing: {', '.join(missing)}")
     state = Path(os.environ.get("BUZZ_STATE_DIR", ".buzz-bunker-bot")).absolute()
     private_dir(state)  # 0700: the client key inside may ask the bunker to sign
     relays = tuple(os.environ["BUZZ_RELAYS"].split(","))
@@ -34,7 +37,7 @@ async def main() -> None:
     ) as signer:
         config = PluginConfig(
             signer=signer,
-            owner=PublicKey.from_str(os.environ["BUZZ_OWNER"]),
+            owner=os.environ["BUZZ_OWNER"],  # npub1… or hex, as a PublicKey
             read_relays=relays,
             write_relays=relays,
             agent_command=sys.executable,

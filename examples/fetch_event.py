@@ -1,4 +1,5 @@
-"""Fetch one signed event by id and print its JSON, checked: the library's ``fetch_event``.
+"""Fetch one signed event by id and print its JSON, checked: the library's ``fetch_event``
+(the event, or None) and ``fetch_event_result`` (why it was not found, and who forged it).
 
     python examples/fetch_event.py EVENT [RELAY ...]
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from nostr_buzz import BuzzError, fetch_event
+from nostr_buzz import BuzzError, fetch_event_result
 
 
 def main(argv: list[str]) -> int:
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> int:
         return 1
     ref, relays = argv[0], argv[1:]
     try:
-        result = asyncio.run(fetch_event(ref, relays, timeout=10))
+        result = asyncio.run(fetch_event_result(ref, relays, timeout=10))
     except BuzzError as exc:  # a bad reference or relay URL
         print(f"fetch_event: {exc}", file=sys.stderr)
         return 1

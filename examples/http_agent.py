@@ -171,3 +171,7 @@ def from_environment() -> HttpAgent:
         model=os.environ.get("ANTHROPIC_MODEL") or DEFAULT_MODEL,
         max_tokens=int(os.environ.get("HTTP_AGENT_MAX_TOKENS") or 1024),
     )
+
+
+if __name__ == "__main__":  # a module to load into a bot, not a program
+    raise SystemExit(f"{__doc__.strip()}\n\nLoad it into a bot: see the first lines above.")

@@ -3,11 +3,12 @@ the relay connections and the subscription, and the pure core of ``examples/pure
 the rest (verify again with nostr-buzz's strict checks, gate, queue, compile, reply, metric).
 
     BUZZ_PRIVATE_KEY=nsec1… BUZZ_OWNER=npub1… BUZZ_RELAYS=ws://127.0.0.1:7447 \\
-        python -m examples.nostr_sdk_bot
+        python examples/nostr_sdk_bot.py
 
-(from the repository's root; the key only ever from the environment, and only nostr-buzz signs
-with it: nostr-sdk publishes the signed events as they are).  It answers the owner's mentions
-until SIGINT or SIGTERM, and prints ``listening`` once it is subscribed.
+(or ``python -m examples.nostr_sdk_bot`` from the repository's root; the key only ever from the
+environment, and only nostr-buzz signs with it: nostr-sdk publishes the signed events as they are).
+It answers the owner's mentions until SIGINT or SIGTERM, and prints ``listening`` once it is
+subscribed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Any
 
 import nostr_sdk
 
-from examples.pure_bot import PureBot, run
+try:
+    from examples.pure_bot import PureBot, run
+except ModuleNotFoundError:  # run as a script: python examples/NAME.py
+    from pure_bot import PureBot, run  # type: ignore[no-redef]
 
 
 async def serve(relays: list[str], bot: PureBot, stop: asyncio.Event) -> None:
@@ -59,4 +63,4 @@ async def serve(relays: list[str], bot: PureBot, stop: asyncio.Event) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(run(serve))
+    asyncio.run(run(serve, usage=__doc__))

@@ -125,9 +125,22 @@ class PureBot:
 Serve = Callable[[list[str], PureBot, asyncio.Event], Awaitable[None]]
 
 
-async def run(serve: Serve) -> None:
+#: What a bot of these examples reads from its environment.
+ENVIRONMENT = ("BUZZ_PRIVATE_KEY", "BUZZ_OWNER", "BUZZ_RELAYS")
+
+
+def require_environment(usage: str | None) -> None:
+    """Exit with ``usage`` (and what is missing) on stderr unless :data:`ENVIRONMENT` is set."""
+    missing = [name for name in ENVIRONMENT if not os.environ.get(name)]
+    if missing:
+        raise SystemExit(f"{(usage or '').strip()}\n\nmissing: {', '.join(missing)}")
+
+
+async def run(serve: Serve, usage: str | None = None) -> None:
     """Serve the bot of ``BUZZ_PRIVATE_KEY`` (the agent's key: only ever from the environment)
-    for ``BUZZ_OWNER`` on ``BUZZ_RELAYS`` (comma-separated) until SIGINT or SIGTERM."""
+    for ``BUZZ_OWNER`` on ``BUZZ_RELAYS`` (comma-separated) until SIGINT or SIGTERM; without
+    them, exit with ``usage``."""
+    require_environment(usage)
     bot = PureBot(
         SecretKey.from_str(os.environ["BUZZ_PRIVATE_KEY"]),
         PublicKey.from_str(os.environ["BUZZ_OWNER"]),
@@ -136,3 +149,10 @@ async def run(serve: Serve) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     await serve(os.environ["BUZZ_RELAYS"].split(","), bot, stop)
+
+
+if __name__ == "__main__":  # a library for the bots beside it
+    raise SystemExit(
+        f"{__doc__.strip()}\n\nRun a bot built on it: python examples/websockets_bot.py "
+        "or python examples/nostr_sdk_bot.py"
+    )

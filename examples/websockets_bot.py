@@ -2,10 +2,11 @@
 ``examples/pure_bot.py`` for everything else (verify, gate, queue, compile, reply, metric).
 
     BUZZ_PRIVATE_KEY=nsec1… BUZZ_OWNER=npub1… BUZZ_RELAYS=ws://127.0.0.1:7447 \\
-        python -m examples.websockets_bot
+        python examples/websockets_bot.py
 
-(from the repository's root; the key only ever from the environment).  It answers the owner's
-mentions until SIGINT or SIGTERM, and prints ``listening`` once its subscription is open.
+(or ``python -m examples.websockets_bot`` from the repository's root; the key only ever from the
+environment).  It answers the owner's mentions until SIGINT or SIGTERM, and prints ``listening``
+once its subscription is open.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import time
 
 from websockets.asyncio.client import connect
 
-from examples.pure_bot import PureBot, run
+try:
+    from examples.pure_bot import PureBot, run
+except ModuleNotFoundError:  # run as a script: python examples/NAME.py
+    from pure_bot import PureBot, run  # type: ignore[no-redef]
 
 SUBSCRIPTION = "mentions"
 
@@ -45,4 +49,4 @@ async def serve(relays: list[str], bot: PureBot, stop: asyncio.Event) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(run(serve))
+    asyncio.run(run(serve, usage=__doc__))

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 from nostr_buzz._lazy import lazy_getattr as _lazy_getattr
 
 if TYPE_CHECKING:
-    from nostr_buzz.agent import AgentModuleError, AgentReply, AgentTurn, InProcessAgent
+    from nostr_buzz.agent import (
+        AgentFunction,
+        AgentModuleError,
+        AgentReply,
+        AgentTurn,
+        InProcessAgent,
+    )
     from nostr_buzz.bot import BuzzPlugin, PluginConfig
     from nostr_buzz.config import BuzzConfig, ConfigSources
     from nostr_buzz.core.compiler import (
@@ -24,11 +30,8 @@ if TYPE_CHECKING:
         compile_turn,
     )
     from nostr_buzz.core.context import History, channel_info_of, turn_context
-    from nostr_buzz.core.escape import escape_attribute, escape_text
     from nostr_buzz.core.gate import Admit, Command, Decision, Gate, Refuse, decide
     from nostr_buzz.core.ledger import TurnLedger
-    from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
-    from nostr_buzz.core.metrics_report import MetricsReport, build_report
     from nostr_buzz.core.queue import Batch, DeadLetter, DispatchQueue, PushResult, QueuedEvent
     from nostr_buzz.core.reply import build_reply, reply_template
     from nostr_buzz.core.turn_input import (
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
         ProfileInfo,
         Retrieval,
         Standing,
+        ThreadCheckpointInput,
         TurnContext,
         TurnEvent,
         TurnInput,
@@ -59,37 +63,43 @@ if TYPE_CHECKING:
         TurnInputError,
     )
     from nostr_buzz.event import Event, sign_event
+    from nostr_buzz.interop import event_from_nostr_sdk
     from nostr_buzz.io.agent_driver import AgentDriver
     from nostr_buzz.io.context import fetch_history, fetch_turn_context
     from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
-    from nostr_buzz.io.fetch import FetchResult, fetch_event
+    from nostr_buzz.io.fetch import FetchResult, fetch_event, fetch_event_result
     from nostr_buzz.io.metrics_reader import read_metrics
-    from nostr_buzz.io.nip46 import Nip46Signer
+    from nostr_buzz.io.nip46 import Nip46Signer, client_key_in
     from nostr_buzz.io.outbox import Outbox
     from nostr_buzz.io.pool import PoolQueryResult, PublishResult, RelayPool
     from nostr_buzz.io.publisher import MetricPublisher, PublishReport
     from nostr_buzz.io.relay import QueryResult, RelayClient, Verdict
     from nostr_buzz.io.sdk_signer import SdkSigner
     from nostr_buzz.keys import PublicKey, SecretKey
+    from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
     from nostr_buzz.nips.nip01 import Filter
-    from nostr_buzz.nips.nip10 import ThreadRef
+    from nostr_buzz.nips.nip10 import ThreadRef, reply_tags
     from nostr_buzz.nips.nip_am import (
         METRIC_KIND,
         MetricPayload,
         PricingIdentity,
         TokenCounts,
         build_metric_event,
+        build_metric_event_async,
         created_at_of,
         open_metric_event,
     )
     from nostr_buzz.profile import Profile
+    from nostr_buzz.reports.metrics_report import MetricsReport, build_report
     from nostr_buzz.signer import EventTemplate, LocalSigner, Signer, SignerError
+    from nostr_buzz.text.escape import escape_attribute, escape_text
     from nostr_buzz.timestamps import metric_timestamp
 
 #: Where each public name lives.  Nothing is imported until a name is asked for.
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
-        ("AgentModuleError", "AgentReply", "AgentTurn", "InProcessAgent"), "nostr_buzz.agent"
+        ("AgentFunction", "AgentModuleError", "AgentReply", "AgentTurn", "InProcessAgent"),
+        "nostr_buzz.agent",
     ),
     **dict.fromkeys(("BuzzPlugin", "PluginConfig"), "nostr_buzz.bot"),
     **dict.fromkeys(("BuzzConfig", "ConfigSources"), "nostr_buzz.config"),
@@ -98,13 +108,13 @@ _EXPORTS: dict[str, str] = {
         "nostr_buzz.core.compiler",
     ),
     **dict.fromkeys(("History", "channel_info_of", "turn_context"), "nostr_buzz.core.context"),
-    **dict.fromkeys(("escape_attribute", "escape_text"), "nostr_buzz.core.escape"),
+    **dict.fromkeys(("escape_attribute", "escape_text"), "nostr_buzz.text.escape"),
     **dict.fromkeys(
         ("Admit", "Command", "Decision", "Gate", "Refuse", "decide"), "nostr_buzz.core.gate"
     ),
     "TurnLedger": "nostr_buzz.core.ledger",
-    **dict.fromkeys(("Layer", "Manifest", "manifest_from_layers"), "nostr_buzz.core.manifest"),
-    **dict.fromkeys(("MetricsReport", "build_report"), "nostr_buzz.core.metrics_report"),
+    **dict.fromkeys(("Layer", "Manifest", "manifest_from_layers"), "nostr_buzz.manifest"),
+    **dict.fromkeys(("MetricsReport", "build_report"), "nostr_buzz.reports.metrics_report"),
     **dict.fromkeys(
         ("Batch", "DeadLetter", "DispatchQueue", "PushResult", "QueuedEvent"),
         "nostr_buzz.core.queue",
@@ -118,6 +128,7 @@ _EXPORTS: dict[str, str] = {
             "ProfileInfo",
             "Retrieval",
             "Standing",
+            "ThreadCheckpointInput",
             "TurnContext",
             "TurnEvent",
             "TurnInput",
@@ -144,19 +155,20 @@ _EXPORTS: dict[str, str] = {
         "nostr_buzz.errors",
     ),
     **dict.fromkeys(("Event", "sign_event"), "nostr_buzz.event"),
+    "event_from_nostr_sdk": "nostr_buzz.interop",
     "AgentDriver": "nostr_buzz.io.agent_driver",
     **dict.fromkeys(("fetch_history", "fetch_turn_context"), "nostr_buzz.io.context"),
     **dict.fromkeys(("DiagnosticRecord", "DiagnosticsFeed"), "nostr_buzz.io.diagnostics"),
-    **dict.fromkeys(("FetchResult", "fetch_event"), "nostr_buzz.io.fetch"),
+    **dict.fromkeys(("FetchResult", "fetch_event", "fetch_event_result"), "nostr_buzz.io.fetch"),
     "read_metrics": "nostr_buzz.io.metrics_reader",
     "Outbox": "nostr_buzz.io.outbox",
     **dict.fromkeys(("PoolQueryResult", "PublishResult", "RelayPool"), "nostr_buzz.io.pool"),
-    "Nip46Signer": "nostr_buzz.io.nip46",
+    **dict.fromkeys(("Nip46Signer", "client_key_in"), "nostr_buzz.io.nip46"),
     **dict.fromkeys(("MetricPublisher", "PublishReport"), "nostr_buzz.io.publisher"),
     **dict.fromkeys(("QueryResult", "RelayClient", "Verdict"), "nostr_buzz.io.relay"),
     "Filter": "nostr_buzz.nips.nip01",
     **dict.fromkeys(("PublicKey", "SecretKey"), "nostr_buzz.keys"),
-    "ThreadRef": "nostr_buzz.nips.nip10",
+    **dict.fromkeys(("ThreadRef", "reply_tags"), "nostr_buzz.nips.nip10"),
     **dict.fromkeys(
         (
             "METRIC_KIND",
@@ -164,6 +176,7 @@ _EXPORTS: dict[str, str] = {
             "PricingIdentity",
             "TokenCounts",
             "build_metric_event",
+            "build_metric_event_async",
             "created_at_of",
             "open_metric_event",
         ),
@@ -181,6 +194,7 @@ __all__ = [
     "Admit",
     "AgentDriver",
     "AgentError",
+    "AgentFunction",
     "AgentModuleError",
     "AgentReply",
     "AgentTurn",
@@ -244,6 +258,7 @@ __all__ = [
     "Signer",
     "SignerError",
     "Standing",
+    "ThreadCheckpointInput",
     "ThreadRef",
     "TokenCounts",
     "TurnContext",
@@ -255,22 +270,27 @@ __all__ = [
     "UsageTracker",
     "Verdict",
     "build_metric_event",
+    "build_metric_event_async",
     "build_reply",
     "build_report",
     "channel_info_of",
+    "client_key_in",
     "compile_steer",
     "compile_turn",
     "created_at_of",
     "decide",
     "escape_attribute",
     "escape_text",
+    "event_from_nostr_sdk",
     "fetch_event",
+    "fetch_event_result",
     "fetch_history",
     "fetch_turn_context",
     "manifest_from_layers",
     "metric_timestamp",
     "open_metric_event",
     "read_metrics",
+    "reply_tags",
     "reply_template",
     "sign_event",
     "turn_context",

@@ -2,7 +2,10 @@
 agents").
 
 An in-process agent is any object with ``async def prompt(self, turn: AgentTurn) ->
-AgentReply``.  Two methods are used when present:
+AgentReply``, or a plain async function (or async callable object) of the turn,
+``async def answer(turn: AgentTurn) -> AgentReply | str`` (:data:`AgentFunction`).  Either may
+return the text alone (a ``str``: no usage, the configured model).  A class where its instance
+is needed is refused when the bot is built.  Two methods are used when present:
 
 * ``async def steer(self, turn: AgentTurn) -> bool`` — a message of the running turn's author
   arrived while ``prompt`` runs (``turn.sections`` is the one compiled steer, ``turn.system``
@@ -22,13 +25,21 @@ one with :func:`nostr_buzz.io.inprocess.load_agent`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.nips.nip_am import TokenCounts
 
-__all__ = ["AgentModuleError", "AgentReply", "AgentTurn", "InProcessAgent", "parse_spec"]
+__all__ = [
+    "AgentFunction",
+    "AgentModuleError",
+    "AgentReply",
+    "AgentTurn",
+    "InProcessAgent",
+    "parse_spec",
+]
 
 #: How the sections are joined in :attr:`AgentTurn.text` (as the standing text joins its own).
 SECTION_SEPARATOR = "\n\n"
@@ -89,7 +100,11 @@ class AgentReply:
 class InProcessAgent(Protocol):
     """The one required method (``steer`` and ``cancel`` are optional, see the module)."""
 
-    async def prompt(self, turn: AgentTurn) -> AgentReply: ...
+    async def prompt(self, turn: AgentTurn) -> AgentReply | str: ...
+
+
+#: A plain async function of the turn, an agent as it is (its answer, or the text alone).
+AgentFunction: TypeAlias = Callable[[AgentTurn], Awaitable[AgentReply | str]]
 
 
 def parse_spec(spec: str) -> tuple[str, str]:

@@ -25,13 +25,16 @@ from nostr_buzz.core.choices import (
     CHOICES,
     AuthorGate,
     BudgetAction,
+    CheckpointMode,
     InFlightPolicy,
     Permissions,
+    RelayListsMode,
     ReplyMode,
     SessionScope,
     check_choice,
     refuse_choice,
 )
+from nostr_buzz.core.telemetry import check_otlp_endpoint, check_telemetry_headers
 from nostr_buzz.errors import (
     SECRET_HINT,
     ConfigError,
@@ -62,6 +65,7 @@ __all__ = [
     "Setting",
     "SignerSection",
     "SubscriptionsSection",
+    "TelemetrySection",
     "TimeoutsSection",
     "check_channels",
     "check_gate_allowlist",
@@ -96,6 +100,7 @@ MAX_REPLY_BYTES: Final = 1 << 20
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
 _Kind = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 _Cost = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
+_Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 class AgentSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -214,6 +219,11 @@ class SessionsSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
     # Agent sessions open at once: the least recently used idle one is closed (its receipt
     # kept) when another must open; its next turn continues it where the agent can.
     max_live: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = DEFAULT_MAX_LIVE
+    # Thread checkpoints (nips/NIP-TC.md): "off" writes and reads none; "compaction" keeps the
+    # agent's own compaction summary of a session as its checkpoint, and a new session of the
+    # same key starts from it; "summary_on_close" also asks an agent that cannot continue a
+    # session for a summary before closing it for room (docs/bot.md, "Thread checkpoints").
+    checkpoint: CheckpointMode = "off"
 
 
 class ContextSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -239,6 +249,33 @@ class SignerSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
         return f"SignerSection(bunker={shown}, timeout={self.timeout!r})"
 
 
+class TelemetrySection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """``[telemetry]``: OpenTelemetry export of every turn over OTLP/HTTP (docs/bot.md,
+    "Telemetry"); off while ``endpoint`` is unset."""
+
+    # The OTLP/HTTP base URL, e.g. "http://localhost:4318" or Langfuse's
+    # "https://cloud.langfuse.com/api/public/otel": /v1/traces and /v1/metrics are appended.
+    endpoint: str | None = None
+    # Sent with every export, e.g. Authorization = "Basic …": credentials, never shown (prefer
+    # $BUZZ_TELEMETRY_HEADERS or this file, mode 0600, to a flag).
+    headers: dict[str, str] = {}
+    service_name: _Name = "nostr-buzz"  # the resource's service.name
+    agent_name: _Name | None = None  # gen_ai.agent.name (default: the agent's harness name)
+    provider: _Name | None = None  # gen_ai.provider.name, e.g. "anthropic" (default: guessed)
+    # Export the words of public turns (the triggering events' text, steers, the reply).
+    export_content: bool = False
+    metrics: bool = True  # the usage metrics too (Langfuse takes traces only: set false)
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=120)] = 10.0  # seconds per export
+
+    def __repr__(self) -> str:
+        # header values are credentials: show the names only.
+        headers = "{" + ", ".join(f"{name!r}: <hidden>" for name in self.headers) + "}"
+        return (
+            f"TelemetrySection(endpoint={self.endpoint!r}, headers={headers}, "
+            f"service_name={self.service_name!r}, export_content={self.export_content!r}, …)"
+        )
+
+
 class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The whole ``buzz.toml``.  Every field has a default, so an empty file is valid."""
 
@@ -256,6 +293,7 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     in_flight: InFlightPolicy = "steer"
     context_message_limit: Annotated[int, msgspec.Meta(ge=1)] = 20
     reply_mode: ReplyMode = "auto"
+    relay_lists: RelayListsMode = "merge"
     state_dir: str = ".buzz"
     agent: AgentSection = msgspec.field(default_factory=AgentSection)
     subscriptions: SubscriptionsSection = msgspec.field(default_factory=SubscriptionsSection)
@@ -266,6 +304,7 @@ class BuzzConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     budget: BudgetSection = msgspec.field(default_factory=BudgetSection)
     sessions: SessionsSection = msgspec.field(default_factory=SessionsSection)
     context: ContextSection = msgspec.field(default_factory=ContextSection)
+    telemetry: TelemetrySection = msgspec.field(default_factory=TelemetrySection)
 
     def __repr__(self) -> str:
         # The default repr would print secret_key.
@@ -340,13 +379,28 @@ def _check_public_key(value: str, where: str) -> None:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+#: The variable of ``[telemetry] headers`` (credentials of the telemetry back end).
+ENV_TELEMETRY_HEADERS: Final = "BUZZ_TELEMETRY_HEADERS"
+
+
+def _guarded_variables(key_env: str | None) -> dict[str, str]:
+    """Variables the agent must never be passed, and what each holds."""
+    guarded = {
+        ENV_PRIVATE_KEY: "the bot's secret key",
+        ENV_TELEMETRY_HEADERS: "telemetry credentials",
+    }
+    if key_env:
+        guarded[key_env] = "the bot's secret key"
+    return guarded
+
+
 def _check_agent(config: BuzzConfig, where: str) -> None:
     """The agent never gets the bot's key, and its user is a plain user name."""
-    key_variables = {ENV_PRIVATE_KEY} | ({config.key_env} if config.key_env else set())
+    guarded = _guarded_variables(config.key_env)
     for name in config.agent.pass_env:
-        if name in key_variables:
+        if name in guarded:
             raise ConfigError(
-                f"{where}: agent.pass_env names {name}, which holds the bot's secret key: the "
+                f"{where}: agent.pass_env names {name}, which holds {guarded[name]}: the "
                 "agent must never get it"
             )
     for name, value in config.agent.env.items():
@@ -390,6 +444,9 @@ def _validate(config: BuzzConfig, where: str) -> None:
     check_gate_allowlist(config.gate.mode, config.gate.allowlist, where)
     parse_env_names(config.agent.pass_env, source=f"{where}: agent.pass_env")
     check_channels(config.subscriptions.channels, f"{where}: subscriptions.channels")
+    if config.telemetry.endpoint is not None:
+        check_otlp_endpoint(config.telemetry.endpoint, f"{where}: telemetry.endpoint")
+    check_telemetry_headers(config.telemetry.headers, f"{where}: telemetry.headers")
 
 
 def check_channels(channels: Iterable[str], where: str) -> None:
@@ -445,6 +502,9 @@ def load_config_file(path: str | Path) -> BuzzConfig:
     if config.signer.bunker is not None and parse_bunker_uri(config.signer.bunker).secret:
         # Whoever reads the bunker's connection secret may connect in the bot's place.
         check_secret_mode(mode, path, subject=f"{where}: holds signer.bunker's secret and")
+    if config.telemetry.headers:
+        # Headers carry the telemetry back end's credentials (an Authorization, an API key).
+        check_secret_mode(mode, path, subject=f"{where}: holds telemetry.headers and")
     return config
 
 
@@ -882,11 +942,11 @@ class ConfigSources:
     def pass_env(self, flags: Sequence[str] = ()) -> tuple[str, ...]:
         """``[agent] pass_env`` plus every ``--pass-env`` name (in order, without repeats)."""
         extra = parse_env_names(flags, source="--pass-env")  # the file's: checked on load
-        key_env = self.file.key_env
+        guarded = _guarded_variables(self.file.key_env)
         for name in extra:
-            if name in (ENV_PRIVATE_KEY, key_env):
+            if name in guarded:
                 raise ConfigError(
-                    f"--pass-env: {name} holds the bot's secret key: the agent must never get it"
+                    f"--pass-env: {name} holds {guarded[name]}: the agent must never get it"
                 )
         return tuple(dict.fromkeys((*self.file.agent.pass_env, *extra)))
 

@@ -166,6 +166,11 @@ class StandingError(BuzzError):
     built or opened."""
 
 
+class CheckpointError(BuzzError):
+    """A thread checkpoint (nips/NIP-TC.md) could not be built, or an event is not a valid one
+    of the agent's."""
+
+
 StateDirReason = Literal["missing", "unsafe", "not_a_bot"]
 
 

@@ -17,9 +17,9 @@ from typing import Any, Final
 
 import msgspec
 
-from nostr_buzz.core.text import is_utf8_encodable, utf8_document
 from nostr_buzz.errors import InvalidEvent
 from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
+from nostr_buzz.text.unicode import is_utf8_encodable, utf8_document
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 _HEX128: Final = re.compile(r"[0-9a-f]{128}")

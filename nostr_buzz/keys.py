@@ -12,8 +12,8 @@ from typing import Final, TypeVar
 
 from coincurve import PrivateKey, PublicKeyXOnly
 
+from nostr_buzz import bech32
 from nostr_buzz.errors import BuzzError, InvalidKey, Nip19Error
-from nostr_buzz.nips import nip19
 
 _HEX64: Final = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -55,7 +55,7 @@ class PublicKey:
 
     @property
     def bech32(self) -> str:
-        return nip19.encode("npub", self._raw)
+        return bech32.encode("npub", self._raw)
 
     def verify(self, signature: bytes, message: bytes) -> bool:
         """BIP-340 verification; any failure inside the backend is a plain ``False``."""
@@ -111,7 +111,7 @@ class SecretKey:
 
     @property
     def bech32(self) -> str:
-        return nip19.encode("nsec", self._key.secret)
+        return bech32.encode("nsec", self._key.secret)
 
     def sign_schnorr(self, message: bytes, aux_rand: bytes | None = None) -> bytes:
         """BIP-340 signature of a 32-byte message; ``aux_rand`` defaults to OS randomness.
@@ -178,12 +178,13 @@ def _key_bytes(text: str, what: str, expected_hrp: str) -> bytes:
     if hrp != expected_hrp:
         raise InvalidKey(f"expected {expected_hrp}, got {hrp}")
     try:
-        _, value = nip19.decode(s)
+        _, raw = bech32.decode(s)
     except Nip19Error:
+        raw = b""
+    if len(raw) != 32:
         # The decoder's message could quote the input: say only what kind of thing failed.
-        raise InvalidKey(f"invalid {expected_hrp} (bad characters, checksum or length)") from None
-    assert isinstance(value, str)
-    return bytes.fromhex(value)
+        raise InvalidKey(f"invalid {expected_hrp} (bad characters, checksum or length)")
+    return raw
 
 
 _Key = TypeVar("_Key", "SecretKey", "PublicKey")

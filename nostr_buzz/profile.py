@@ -10,9 +10,9 @@ from typing import Any, Final
 
 import msgspec
 
-from nostr_buzz.core.text import sanitize_label
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, not_an_event
+from nostr_buzz.text.unicode import sanitize_label
 
 __all__ = ["METADATA_KIND", "Profile", "label_from_metadata"]
 

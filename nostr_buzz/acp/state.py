@@ -29,8 +29,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from nostr_buzz.core.text import utf8_head, utf8_size
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
+from nostr_buzz.text.unicode import utf8_head, utf8_size
 
 from .facts import (
     AgentFact,

@@ -17,8 +17,8 @@ from acp.exceptions import RequestError
 from acp.meta import PROTOCOL_VERSION
 from pydantic import ValidationError
 
-from nostr_buzz.core.text import utf8_head
 from nostr_buzz.nips.nip_am import StopReason
+from nostr_buzz.text.unicode import utf8_head
 
 from .facts import (
     AgentFact,

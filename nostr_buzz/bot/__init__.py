@@ -24,6 +24,8 @@ The package follows the path a turn takes:
 * :mod:`.outputs` — pure builders of the reply (:mod:`nostr_buzz.core.reply`, in parts when
   too large), the metric payload, the dead-letter notice, secret redaction;
 * :mod:`.delivery` — stores replies and metrics in the outbox, sends and retries them;
+* :mod:`.telemetry` — each turn handed to a telemetry sink (``PluginConfig(telemetry=``
+  :class:`Telemetry` ``(...))``: OpenTelemetry over OTLP/HTTP, :mod:`nostr_buzz.io.otel`);
 * :mod:`.plugin` — :class:`BuzzPlugin`, which wires them.
 """
 
@@ -32,13 +34,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nostr_buzz._lazy import lazy_getattr as _lazy_getattr
+from nostr_buzz.core.telemetry import Telemetry
 
 from .config import PluginConfig, Shard, parse_shard, shard_of
 
 if TYPE_CHECKING:
     from .plugin import BuzzPlugin
 
-__all__ = ["BuzzPlugin", "PluginConfig", "Shard", "parse_shard", "shard_of"]
+__all__ = ["BuzzPlugin", "PluginConfig", "Shard", "Telemetry", "parse_shard", "shard_of"]
 
 # The plugin (and with it the agent protocol's schema) loads on first use: a command that needs
 # only the gate's pure decisions (``buzz audit`` imports :mod:`.intake`) stays light.

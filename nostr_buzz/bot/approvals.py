@@ -37,13 +37,13 @@ from typing import Any, Final, Literal
 
 from nostr_buzz.acp.types import PermissionRequest
 from nostr_buzz.core.permission import OwnerAnswer, Part, PermissionDecision, Speaker, answered
-from nostr_buzz.core.text import backslash_escape, is_hidden
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.io.private import dm_relays_of, send_private
 from nostr_buzz.io.relay_lists import RelayDirectory
 from nostr_buzz.nips import nip17, nip19
+from nostr_buzz.text.unicode import backslash_escape, is_hidden
 
 from .config import PluginConfig
 from .outputs import TurnIds
@@ -129,7 +129,7 @@ def new_code(taken: Collection[str] = ()) -> str:
 
 
 def one_line(text: str, limit: int) -> tuple[str, bool]:
-    """``text`` on one line: every hidden character (:func:`~nostr_buzz.core.text.is_hidden`:
+    """``text`` on one line: every hidden character (:func:`~nostr_buzz.text.unicode.is_hidden`:
     controls, line breaks, format and bidirectional characters) as an escape, cut to at most
     ``limit`` characters (an escape is never split); and whether it was cut.  What is not
     shown is not looked at: a title of megabytes costs no more than a short one."""

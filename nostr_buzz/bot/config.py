@@ -3,6 +3,8 @@ flags) and the ``--shard i/n`` split of destinations between processes."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from nostr_buzz.config import (
     DEFAULT_MAX_LIVE,
     DEFAULT_REPLY_BYTES,
     ConfigSources,
+    TelemetrySection,
     check_channels,
     check_gate_allowlist,
     check_given,
@@ -23,19 +26,29 @@ from nostr_buzz.config import (
 from nostr_buzz.core.budget import CAP_NAMES, Caps
 from nostr_buzz.core.choices import (
     AuthorGate,
+    CheckpointMode,
     InFlightPolicy,
     Permissions,
+    RelayListsMode,
     ReplyMode,
     SessionScope,
 )
 from nostr_buzz.core.gate import Shard, shard_of
+from nostr_buzz.core.given import (
+    given_ints,
+    given_key,
+    given_key_set,
+    given_relays,
+    given_strings,
+    shown,
+)
 from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
+from nostr_buzz.core.telemetry import Telemetry
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
-from nostr_buzz.errors import ConfigError
-from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.errors import ConfigError, InvalidKey
+from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
-from nostr_buzz.nips.relay_url import check_relay_url
 from nostr_buzz.signer import LocalSigner, Signer
 
 __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
@@ -61,6 +74,7 @@ _AS_IN_FILE: Final = {
     "in_flight": "in_flight",
     "context_message_limit": "context_message_limit",
     "reply_mode": "reply_mode",
+    "relay_lists": "relay_lists",
     "relay_timeout": "timeouts.relay",
     "relay_grace": "timeouts.grace",
     "idle_timeout": "timeouts.idle",
@@ -69,6 +83,7 @@ _AS_IN_FILE: Final = {
     "give_up_after": "outbox.give_up_after",
     "session_scope": "sessions.scope",
     "max_live_sessions": "sessions.max_live",
+    "thread_checkpoint": "sessions.checkpoint",
 }
 
 
@@ -93,14 +108,19 @@ class PluginConfig:
     :class:`~nostr_buzz.signer.LocalSigner` of ``agent_secret`` when that was given.
     """
 
-    #: The agent's secret key, when it lives in this process.
+    #: The agent's secret key, when it lives in this process (a SecretKey, ``nsec1…`` or hex).
     agent_secret: SecretKey | None = None
     #: Who signs for the agent (ready: its public key known); set from ``agent_secret`` if absent.
     signer: Signer = _NO_SIGNER
+    #: The owner's public key: a :class:`PublicKey`, 64 hex digits or ``npub1…`` (kept as a
+    #: PublicKey).
     owner: PublicKey
+    #: Relay URLs, a tuple (or list) of them: a single string is refused.
     read_relays: tuple[str, ...]
     write_relays: tuple[str, ...]
-    agent_command: str
+    #: The ACP agent's command (``[agent] command``); None with ``agent_module`` or with an
+    #: agent object given to ``BuzzPlugin(config, agent=…)``.
+    agent_command: str | None = None
     agent_args: tuple[str, ...] = ()
     agent_env: Mapping[str, str] = field(default_factory=dict)
     agent_pass_env: tuple[str, ...] = ()
@@ -122,6 +142,7 @@ class PluginConfig:
     #: Serve a kind 9 without an ``h`` tag as a direct message (plaintext: off by default).
     plaintext_dm: bool = False
     gate: AuthorGate = "owner-only"
+    #: Public keys (each hex, ``npub1…`` or a :class:`PublicKey`; kept as hex).
     allowlist: frozenset[str] = frozenset()
     agents: frozenset[str] = frozenset()
     #: Keys trusted like the owner for a channel's canvas and huddle guidelines.
@@ -171,11 +192,22 @@ class PluginConfig:
     #: Agent sessions open at once (``[sessions] max_live``): the least recently used idle one
     #: is closed when another must open (docs/bot.md, "Live sessions").
     max_live_sessions: int = DEFAULT_MAX_LIVE
+    #: Thread checkpoints (``[sessions] checkpoint``): ``off``; ``compaction`` (the agent's
+    #: compaction summary kept as the key's checkpoint, and a new session starts from it);
+    #: ``summary_on_close`` (also a summary turn before a close for room; docs/bot.md,
+    #: "Thread checkpoints").
+    thread_checkpoint: CheckpointMode = "off"
+    #: OpenTelemetry export of every turn (``[telemetry]``; None: none, and the SDK is never
+    #: imported; docs/bot.md, "Telemetry").
+    telemetry: Telemetry | None = None
+    #: The bot's own relay lists when it listens (``relay_lists``): ``merge`` adds its relays
+    #: to the lists its key has, ``publish`` replaces only a list it made, ``leave`` publishes
+    #: none (docs/bot.md, "Its own relay lists").
+    relay_lists: RelayListsMode = "merge"
 
     def __post_init__(self) -> None:
+        self._normalise()
         self._check_values()
-        for url in self.local_relays:
-            check_relay_url(url)  # RelayError naming it
         secret, signer = self.agent_secret, cast(Signer | None, self.signer)
         if signer is None:
             if secret is None:
@@ -187,6 +219,41 @@ class PluginConfig:
             # (dataclasses.replace passes both back: the LocalSigner made from the same key)
             raise ConfigError("PluginConfig takes agent_secret or signer, not both")
 
+    def _normalise(self) -> None:
+        """Keys in any of their forms, lists for tuples: one form kept (``core/given.py``);
+        a value of another type is a :class:`ConfigError` naming the field and what it got."""
+        where = "PluginConfig"
+        put = functools.partial(object.__setattr__, self)
+        put("owner", given_key(self.owner, f"{where} owner"))
+        if self.agent_secret is not None:  # nsec1… or hex too; an error never quotes it
+            try:
+                put("agent_secret", as_secret_key(self.agent_secret, f"{where} agent_secret"))
+            except InvalidKey as exc:
+                raise ConfigError(str(exc)) from None
+        for name in ("allowlist", "agents", "trusted"):
+            put(name, given_key_set(getattr(self, name), f"{where} {name}"))
+        for name in ("read_relays", "write_relays", "local_relays"):
+            put(name, given_relays(getattr(self, name), f"{where} {name}"))
+        for name in ("channels", "agent_args", "agent_pass_env"):
+            put(name, given_strings(getattr(self, name), f"{where} {name}"))
+        put("kinds", given_ints(self.kinds, f"{where} kinds"))
+        env = self.agent_env
+        if not isinstance(env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ConfigError(
+                f"{where} agent_env: expected a mapping of str to str, got {shown(env)}"
+            )
+        for name in ("agent_command", "agent_module"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"{where} {name}: expected a non-empty str, got {shown(value)}")
+        if self.agent_command is not None and self.agent_module is not None:
+            raise ConfigError(
+                f"{where}: give agent_command (an ACP agent) or agent_module (an in-process "
+                "agent), not both"
+            )
+
     def _check_values(self) -> None:
         """Every value ``buzz.toml`` would check, checked the same way (a misspelt gate mode
         would otherwise admit everyone): a :class:`ConfigError` naming the field, the choices
@@ -197,6 +264,15 @@ class PluginConfig:
             check_given(f"budget.{cap}", getattr(self.budget, cap), f"PluginConfig budget.{cap}")
         check_gate_allowlist(self.gate, self.allowlist, "PluginConfig")
         check_channels(self.channels, "PluginConfig channels")
+        if self.telemetry is not None and not isinstance(self.telemetry, Telemetry):
+            raise ConfigError(
+                f"PluginConfig telemetry: expected a Telemetry, got {type(self.telemetry).__name__}"
+            )
+        if self.telemetry is not None and importlib.util.find_spec("opentelemetry.sdk") is None:
+            raise ConfigError(
+                "PluginConfig telemetry needs the OpenTelemetry SDK: "
+                "pip install 'nostr-buzz[telemetry]'"
+            )
 
     def __repr__(self) -> str:  # never the secret key
         return (
@@ -235,7 +311,7 @@ class PluginConfig:
             owner=owner_key,
             read_relays=read,
             write_relays=write,
-            agent_command=file.agent.command or "",
+            agent_command=file.agent.command,
             agent_args=file.agent.args,
             agent_module=file.agent.module,
             agent_env=dict(file.agent.env),
@@ -272,7 +348,18 @@ class PluginConfig:
             budget=Caps(**msgspec.structs.asdict(file.budget)),
             session_scope=file.sessions.scope,
             max_live_sessions=file.sessions.max_live,
+            thread_checkpoint=file.sessions.checkpoint,
+            telemetry=_telemetry(file.telemetry),
+            relay_lists=file.relay_lists,
         )
+
+
+def _telemetry(section: TelemetrySection) -> Telemetry | None:
+    """``[telemetry]`` as the bot takes it: None while no endpoint is set."""
+    if section.endpoint is None:
+        return None
+    fields = msgspec.structs.asdict(section)
+    return Telemetry(**fields)
 
 
 def _standing_files(sources: ConfigSources) -> Standing:

@@ -24,6 +24,7 @@ from nostr_buzz.core.turn_input import (
     ChannelInfo,
     ProfileInfo,
     Retrieval,
+    ThreadCheckpointInput,
     TurnEvent,
     TurnInput,
 )
@@ -127,16 +128,23 @@ class ContextResolver:
             extra_urls=await self._their_relays(people),
         )
 
-    async def resolve(self, batch: Batch, session: ChannelSession) -> tuple[TurnInput, list[str]]:
-        """The compiler's input for ``batch``, and the ids of the history messages fetched
-        (committed as delivered after a successful turn)."""
+    async def resolve(
+        self,
+        batch: Batch,
+        session: ChannelSession,
+        checkpoint: ThreadCheckpointInput | None = None,
+    ) -> tuple[TurnInput, list[str]]:
+        """The compiler's input for ``batch`` (a new session's ``checkpoint`` with it, and the
+        history after what it covers), and the ids of the history messages fetched (committed
+        as delivered after a successful turn)."""
         events = [q.event for q in batch.events]
         cancelled = [q.event for q in batch.cancelled_events]
         newest = events[-1]
         history = await self.history(newest)
         fetched_ids = [e.id for e in history.messages]
         in_batch = {e.id for e in events} | {e.id for e in cancelled}
-        context = turn_context(history, session.delivered, in_batch)
+        after = checkpoint.covers_through if checkpoint is not None else None
+        context = turn_context(history, session.delivered, in_batch, after)
         kept = list(context.messages) if context is not None else []
         kept_events = [e for e in history.messages if e.id in {m.event_id for m in kept}]
         profiles, info = await self.profiles_and_channel(
@@ -162,6 +170,7 @@ class ContextResolver:
             system_prompt_support=start.system_prompt_support,
             standing_context_sent=start.standing_context_sent or session.turns > 0,
             owner=self.owner,
+            thread_checkpoint=checkpoint,
         )
         return turn_input, fetched_ids
 

@@ -1,4 +1,5 @@
-"""Delivery: the signed events a turn leaves (its metric, its reply) reach the write relays;
+"""Delivery: the signed events a turn leaves (its metric, its reply, a thread checkpoint) reach
+the write relays;
 a private message's answer goes as gift wraps to each addressee's DM relays.
 
 Replies are durable like metrics.  Both are signed once, through the agent's signer and before
@@ -38,7 +39,7 @@ the retry loop never sends an event whose first send is still on the wire.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -49,10 +50,11 @@ from nostr_buzz.io.diagnostics import DiagnosticKind, DiagnosticsFeed
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
 from nostr_buzz.io.relay_lists import RelayDirectory
-from nostr_buzz.nips import nip10, nip17, nip59
+from nostr_buzz.nips import nip10, nip17, nip27, nip59
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event_async
+from nostr_buzz.nips.nip_tc import CHECKPOINT_KIND
 from nostr_buzz.signer import EventTemplate, signed
 
 from .config import PluginConfig
@@ -60,13 +62,13 @@ from .outputs import (
     PART_FLOOR,
     TurnIds,
     fitted_parts,
-    private_audience,
     private_parts,
     tagged_parts,
     too_large,
     too_small,
 )
 from .own_lists import publish_relay_lists
+from .private_routes import PrivateRoutes
 from .relays import trust_configured
 from .state import BotStore
 
@@ -147,6 +149,8 @@ class Delivery:
             pool=self.pool,
             own=(config.owner.hex, self.agent),
         )
+        #: Where private answers go: who is in a conversation and their DM relays.
+        self.private = PrivateRoutes(config, self.pool, self.directory)
         #: Where stored events go when not to the write relays (until their first send).
         self._relays: dict[str, tuple[str, ...]] = {}
         #: What each private answer's wrap carries: (answer id, message answered, addressee).
@@ -164,8 +168,10 @@ class Delivery:
             await self.publisher.abandon()
 
     async def publish_relay_lists(self) -> None:
-        """The agent's own relay lists (:mod:`.own_lists`), through the write relays."""
-        await publish_relay_lists(self.config, self.write_pool, self._diagnostics, self._clock)
+        """The agent's own relay lists (:mod:`.own_lists`), on the write relays."""
+        await publish_relay_lists(
+            self.config, self.write_pool, self._diagnostics, self._clock, self.store.own_lists
+        )
 
     def _add(self, event: Event, relays: tuple[str, ...] = ()) -> None:
         """Commit ``event`` to the outbox (joins the caller's transaction) with every relay it
@@ -186,8 +192,14 @@ class Delivery:
             self._diagnostics.emit("metric_invalid", **ids.as_kwargs(), payload={"error": str(exc)})
             return None
         cost = payload.turn.cost_usd if payload.turn is not None else None
+        routed = await self.to_owner(event, ids)
+        return Signed(routed.events, ids, routed.relays, metric=True, cost_usd=cost)
+
+    async def to_owner(self, event: Event, ids: TurnIds | None) -> Signed:
+        """An event for the owner (a metric, a thread checkpoint) and where it goes: the write
+        relays and the owner's read relays."""
         relays = await self._outbox_relays([self.config.owner.hex])
-        return Signed([event], ids, self._routes([event], relays), metric=True, cost_usd=cost)
+        return Signed([event], ids, self._routes([event], relays))
 
     async def sign_reply(
         self,
@@ -197,13 +209,15 @@ class Delivery:
         dm_relays: Mapping[str, tuple[str, ...]] | None = None,
     ) -> Signed:
         """The reply to ``target``, signed; a private message's answer as one gift wrap per
-        addressee, each with its relays (``dm_relays``: see :meth:`private_relays`)."""
+        addressee, each with its relays (``dm_relays``: see :meth:`.PrivateRoutes.relays`)."""
         created_at = int(self._clock())
         if isinstance(target, PrivateEvent):
             return await self._sign_private(target, text, created_at, ids, dm_relays or {})
         kind, tags = reply_form(self.agent, target)
-        # NIP-65: the author answered and the people the reply tags read on their read relays.
-        people = [target.pubkey, *(t[1] for t in tags if len(t) >= 2 and t[0] == "p")]
+        # NIP-65: the author answered and the people the reply tags (also those its text
+        # references: NIP-27) read on their read relays.
+        named = [*tags, *nip27.references(text)[1]]
+        people = [target.pubkey, *(t[1] for t in named if len(t) >= 2 and t[0] == "p")]
         relays = await self._outbox_relays(people)
         parts, relays = await self._parts(kind, tags, text, created_at, relays)
         events = await self._sign_all(parts)
@@ -294,7 +308,7 @@ class Delivery:
         ids: TurnIds | None,
         dm_relays: Mapping[str, tuple[str, ...]],
     ) -> Signed:
-        audience, narrowed = self._audience(target)
+        audience, narrowed = self.private.audience(target)
         if narrowed is not None:
             self._diagnostics.emit(
                 "private_room_narrowed",
@@ -318,40 +332,6 @@ class Delivery:
             wraps={wrap.id: (answer, target.id, to) for answer, to, wrap in wraps},
         )
 
-    def _audience(self, target: PrivateEvent) -> tuple[list[str], str | None]:
-        """Who the answer to ``target`` goes to, and why the room was narrowed (if it was)."""
-        owner = self.config.owner.hex
-        return private_audience(self.agent, owner, target.rumor(), self.config.max_recipients)
-
-    async def private_relays(self, targets: Iterable[Event]) -> dict[str, tuple[str, ...]]:
-        """The DM relays (kind 10050) of everyone a private answer to ``targets`` goes to;
-        an empty map when there is none, or when the lookup fails (write relays then)."""
-        people: list[str] = []
-        for target in targets:
-            if isinstance(target, PrivateEvent):
-                people += [*self._audience(target)[0], self.agent]
-        if not people:
-            return {}
-        return await self.private_relays_of(people)
-
-    def look_up_private_relays(self, target: Event) -> asyncio.Task[dict[str, tuple[str, ...]]]:
-        """Start looking up the DM relays a private answer to ``target`` goes to, so that the
-        lookup (a round trip to the relays) runs while the turn prepares and prompts, not after
-        the agent answered; :meth:`private_relays_for` takes its result."""
-        return asyncio.create_task(self.private_relays([target]), name="buzz-dm-relays")
-
-    async def private_relays_for(
-        self, early: asyncio.Task[dict[str, tuple[str, ...]]], targets: Sequence[Event]
-    ) -> dict[str, tuple[str, ...]]:
-        """The DM relays for a private answer to each of ``targets``: ``early`` (started by
-        :meth:`look_up_private_relays` for the first), and a lookup of its own for the rest
-        when any of them is a private message too (a steer taken into the turn)."""
-        found = dict(await early)
-        later = [t for t in targets[1:] if isinstance(t, PrivateEvent)]
-        if later:
-            found.update(await self.private_relays(later))
-        return found
-
     async def tell_owner(self, text: str) -> bool:
         """A private message from the agent to the owner (an approval question, a budget
         warning), delivered like a private answer: wrapped to the owner and to the agent,
@@ -362,7 +342,7 @@ class Delivery:
         owner = self.config.owner.hex
         try:
             rumor = nip17.message(self.agent, [owner], text, created_at=now)
-            relays = await self.private_relays_of([owner, self.agent], fresh=True)
+            relays = await self.private.relays_of([owner, self.agent], fresh=True)
             wraps = await nip17.wrap_for_room_with(self.signer, rumor, now=now)
         except BuzzError:
             return False
@@ -381,22 +361,6 @@ class Delivery:
                 for _, wrap in wraps:
                     self.store.outbox.remove(wrap.id)
         return told
-
-    async def private_relays_of(
-        self, people: list[str], *, fresh: bool = False
-    ) -> dict[str, tuple[str, ...]]:
-        """The DM relays (kind 10050) of ``people``, read as state (the newest list, not the
-        fastest relay's), kept like relay lists; ``fresh``: read again (a question to the
-        owner, whose people are trusted).  An empty map when the lookup fails."""
-        try:
-            found = await self.directory.dm_relays(people, fresh=fresh, trusted=fresh)
-        except BuzzError:
-            return {}
-        # NIP-42 only on the owner's and the agent's own DM relays, never a stranger's.
-        self.pool.answer_auth(
-            u for p in (self.config.owner.hex, self.agent) for u in found.get(p, ())
-        )
-        return found
 
     def nudge(self) -> None:
         """A relay connection came back: what waits in the outbox is sent now, not when its
@@ -441,12 +405,15 @@ class Delivery:
             return
         if report.earlier:  # delivered and said so before: this was for the slower relays
             return
-        if event.kind == METRIC_KIND:
+        if event.kind in (METRIC_KIND, CHECKPOINT_KIND):
             if report.delivered:
                 ids = self._ids.pop(event.id, None)
                 accepted = [url for url, v in report.verdicts.items() if v.ok]
                 kwargs = ids.as_kwargs() if ids is not None else {}
-                self._diagnostics.metric_published(event.id, accepted, **kwargs)
+                kind: DiagnosticKind = "metric_published"
+                if event.kind == CHECKPOINT_KIND:
+                    kind = "thread_checkpoint_published"
+                self._diagnostics.metric_published(event.id, accepted, kind=kind, **kwargs)
             return
         if event.id in self._notes:
             if report.delivered or report.given_up:

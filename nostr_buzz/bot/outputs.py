@@ -19,14 +19,15 @@ import msgspec
 
 from nostr_buzz.acp.types import TurnResult
 from nostr_buzz.config import MAX_REPLY_BYTES
-from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.text import utf8_size
 from nostr_buzz.event import Event
 from nostr_buzz.io.relay_info import RelayLimits
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip10, nip17
+from nostr_buzz.nips.nip27 import with_references
 from nostr_buzz.nips.nip59 import PrivateEvent, Rumor
 from nostr_buzz.nips.nip_am import MAX_TOKENS, MetricPayload, TokenCounts
 from nostr_buzz.signer import EventTemplate, template
+from nostr_buzz.text.unicode import utf8_size
 from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [
@@ -218,9 +219,11 @@ def tagged_parts(
     kind: int, tags: Sequence[Sequence[str]], text: str, created_at: int, max_bytes: int
 ) -> list[EventTemplate]:
     """Unsigned events of ``kind`` with ``tags`` carrying ``text`` in order (:func:`numbered`),
-    part k dated ``created_at + k - 1`` so that readers keep the order."""
+    part k dated ``created_at + k - 1`` so that readers keep the order; each part also carries
+    the tags its own text references call for (NIP-27: :func:`.nip27.with_references`), so
+    that a signer that tags as it signs has nothing to add."""
     return [
-        template(kind=kind, content=content, tags=tags, created_at=created_at + k)
+        with_references(template(kind=kind, content=content, tags=tags, created_at=created_at + k))
         for k, content in enumerate(numbered(text, max_bytes))
     ]
 
@@ -318,10 +321,10 @@ def metric_payload(
     """The NIP-AM payload of a turn; when the agent reported no usage, every counter of
     ``turn`` is unknown (null) and ``turnSeq`` still follows the session's sequence.
     ``permissions``: the turn's permission requests approved and rejected (both left out when
-    it asked none)."""
+    it asked none).  ``triggering`` is empty for a turn no event caused (a summary turn)."""
     usage = result.usage
     approved, rejected = permissions if sum(permissions) else (None, None)
-    ref = nip10.thread_ref(triggering[-1])
+    ref = nip10.thread_ref(triggering[-1]) if triggering else nip10.ThreadRef(None, None)
     return MetricPayload(
         harness=harness,
         timestamp=rfc3339_ms(result.ended_at),

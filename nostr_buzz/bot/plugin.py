@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from nostr_buzz.agent import InProcessAgent
+from nostr_buzz.agent import AgentFunction, InProcessAgent
 from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
 from nostr_buzz.core.session_key import keyer
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError, StateError
@@ -63,7 +63,7 @@ class BuzzPlugin:
         on_diagnostic: Callable[[DiagnosticRecord], None] | None = None,
         clock: Callable[[], float] = time.time,
         include_prompt_text: bool = False,
-        agent: InProcessAgent | None = None,  # instead of the ACP command (docs/bot.md)
+        agent: InProcessAgent | AgentFunction | None = None,  # instead of an ACP agent
     ) -> None:
         self.config = config
         self._clock = clock
@@ -139,8 +139,8 @@ class BuzzPlugin:
         self._position = store.position()
         self.private_floor = _floor(self._position, self._first_since, self.config.clock_skew)
         self._commands.extend(store.commands())
-        store.load_refusals(intake.refusal_scope(self._gate))
-        self.recall.skip = store.refused
+        store.refusals.load(intake.refusal_scope(self._gate))
+        self.recall.skip = store.refusals.__contains__
         self.pool.open()
         self.recall.pool = self.pool.using(self.recall.pool.urls)  # the connections kept now
         delivery = Delivery(
@@ -163,7 +163,6 @@ class BuzzPlugin:
             wake=self._wake.set,
             running=self.turns,
         )
-        self._spawn(delivery.publish_relay_lists(), "buzz-relay-lists")
         await self.supervisor.start()
         self._loops = [
             asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
@@ -228,7 +227,7 @@ class BuzzPlugin:
         """Subscribe to the read relays and serve until :meth:`stop` (or ``!shutdown``)."""
         try:
             await self.start()
-            subscription = asyncio.create_task(self._subscribe(), name="buzz-subscription")
+            subscription = asyncio.create_task(_listen(self), name="buzz-subscription")
             stopper = asyncio.create_task(self._stop.wait())
             await asyncio.wait({subscription, stopper}, return_when=asyncio.FIRST_COMPLETED)
             lost = subscription.done() and not self._stop.is_set()
@@ -253,24 +252,6 @@ class BuzzPlugin:
     def subscription_filters(self) -> list[Filter]:
         """What :meth:`run` asks the relays for (live, and when replaying)."""
         return listen_filters(self._gate, self._since(), self.config.channels)
-
-    async def _subscribe(self) -> None:
-        if self._position is None and self.store is not None:
-            self._position = self._first_since
-            self.store.save_position(self._position)
-        listener = Listener(
-            self.pool,
-            self._gate,
-            self.config.channels,
-            since=self._since,
-            handle=self.handle_event,
-            diagnostics=self.diagnostics,
-            stopping=self._stop.is_set,
-            on_reconnect=self.delivery.nudge if self.delivery is not None else None,
-            recall=self.recall,
-            replayed=functools.partial(self._handle, prompt_tag="@mention", replayed=True),
-        )
-        await listener.run()
 
     # -- intake -------------------------------------------------------------------------
 
@@ -349,11 +330,37 @@ class BuzzPlugin:
         return self.supervisor.harness
 
 
+async def _listen(plugin: BuzzPlugin) -> None:
+    """What :meth:`BuzzPlugin.run` does once started: listen on the read relays (a first start
+    saves its position first), the agent's own relay lists published as it begins
+    (:mod:`.own_lists`): they say where it listens, so only a plugin that listens publishes
+    them, never one its host feeds."""
+    if plugin._position is None and plugin.store is not None:
+        plugin._position = plugin._first_since
+        plugin.store.save_position(plugin._position)
+    delivery = plugin.delivery
+    if delivery is not None:
+        plugin._spawn(delivery.publish_relay_lists(), "buzz-relay-lists")
+    listener = Listener(
+        plugin.pool,
+        plugin._gate,
+        plugin.config.channels,
+        since=plugin._since,
+        handle=plugin.handle_event,
+        diagnostics=plugin.diagnostics,
+        stopping=plugin._stop.is_set,
+        on_reconnect=delivery.nudge if delivery is not None else None,
+        recall=plugin.recall,
+        replayed=functools.partial(plugin._handle, prompt_tag="@mention", replayed=True),
+    )
+    await listener.run()
+
+
 def _refused(plugin: BuzzPlugin, decision: intake.Refuse, event: Event, now: float) -> bool:
     """A refusal: reported (but another shard's), remembered for a wrap, the position moved."""
     assert plugin.store is not None
     if isinstance(event, nip59.PrivateEvent):
-        plugin.store.remember_refusal(event.wrap.id, by_gate=True)
+        plugin.store.refusals.remember(event.wrap.id, by_gate=True)
     if decision.reason is None:
         return False  # another process serves it: no diagnostic, no position change
     plugin.diagnostics.event_rejected(
@@ -428,7 +435,7 @@ async def _open_wrap(wrap: Event, plugin: BuzzPlugin, store: BotStore) -> nip59.
     message dated before the plugin's :attr:`~BuzzPlugin.private_floor` is refused silently and
     remembered, as if a relay's ``since`` had left it out (:func:`.intake.private_before`).
     A signer that cannot open it now is reported (``gift_wrap_signer_failed``), not remembered."""
-    if store.refused(wrap.id):
+    if wrap.id in store.refusals:
         return None
     try:
         opened = plugin.recall.opened(wrap.id)  # opened by the replay that brought it
@@ -439,10 +446,10 @@ async def _open_wrap(wrap: Event, plugin: BuzzPlugin, store: BotStore) -> nip59.
         return None
     except Nip59Error as exc:
         plugin.diagnostics.event_rejected(f"gift_wrap_{exc.reason}", event_id=wrap.id)
-        store.remember_refusal(wrap.id, by_gate=False)
+        store.refusals.remember(wrap.id, by_gate=False)
         return None
     if intake.private_before(opened, plugin.private_floor):
-        store.remember_refusal(wrap.id, by_gate=False)  # an old message stays old
+        store.refusals.remember(wrap.id, by_gate=False)  # an old message stays old
         return None
     return opened
 

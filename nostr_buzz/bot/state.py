@@ -16,8 +16,8 @@ and its consequences commit together or not at all:
   the retry set's size and attempt count, the cancel reason and its count, the backoff time.
 * ``remembered`` — delivered and dead-lettered event ids (the queue's duplicate memory, the
   newest 10,000; also the events an earlier run had answered, ``bot/recall.py``), the owner's
-  obeyed commands (the newest 100) and refused gift wraps by wrap id
-  (the newest 10,000 that could not be opened, and the newest 10,000 the gate refused, kept
+  obeyed commands (the newest 100) and refused gift wraps by wrap id (``.refused_wraps``:
+  the newest 10,000 that could not be opened, and the newest 10,000 the gate refused, kept
   only while the gate is configured the same): a replay does not open them again.
 * ``owner_commands`` — per kind of owner command (``intake.command_kind``: ``!budget`` per cap,
   ``!cancel``/``!new`` per channel, ``!shutdown``), the last one obeyed,
@@ -89,12 +89,15 @@ from nostr_buzz.nips.nip59 import PrivateEvent
 
 from .budget_table import BUDGET_SCHEMA, BudgetTable
 from .checkpoint import Checkpointer
+from .own_lists import OWN_LISTS_SCHEMA, OwnLists
 from .owner_commands import (
     OWNER_COMMANDS_SCHEMA,
     REMEMBERED_COMMAND_KINDS,
     OwnerCommands,
 )
 from .receipts import RECEIPTS_SCHEMA, SessionReceipts
+from .refused_wraps import REMEMBERED_REFUSALS, RefusedWraps
+from .state_table import remember_ids
 
 __all__ = [
     "LEGACY_FILES",
@@ -108,8 +111,6 @@ __all__ = [
 STATE_DB: Final = "bot.sqlite3"
 #: The owner's obeyed command ids remembered (a replay after a restart is not obeyed again).
 REMEMBERED_COMMANDS: Final = 100
-#: Refused gift wraps remembered (each kind of refusal: unopenable, refused by the gate).
-REMEMBERED_REFUSALS: Final = 10_000
 #: What earlier versions kept in the state directory: the queue snapshot, the position and
 #: commands, the metric outbox.
 LEGACY_FILES: Final = ("queue.json", "bot-state.json", "outbox.sqlite3")
@@ -210,13 +211,14 @@ class BotStore:
                     f"understands {_SCHEMA_VERSION} (use the newer version that wrote it)"
                 )
             self._db.executescript(
-                _SCHEMA + RECEIPTS_SCHEMA + BUDGET_SCHEMA + OWNER_COMMANDS_SCHEMA
+                _SCHEMA + RECEIPTS_SCHEMA + BUDGET_SCHEMA + OWNER_COMMANDS_SCHEMA + OWN_LISTS_SCHEMA
             )
             self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
             self.outbox = Outbox(self.path, rng=outbox_rng, connection=self._db)
             self.receipts = SessionReceipts(self._exec, self.transaction)
             self.budget = BudgetTable(self._exec, self.transaction)
             self.owner_commands = OwnerCommands(self._exec, self.transaction)
+            self.own_lists = OwnLists(self._exec, self.transaction)
         except sqlite3.Error as exc:
             self._db.close()
             raise StateError(f"cannot open the bot state {self.path}: {exc}") from None
@@ -227,9 +229,7 @@ class BotStore:
         self._intake_open = False
         self.checkpoints = Checkpointer(self.path)
         self._meta_pending: dict[str, int] = {}
-        # Refused wrap ids, oldest first: unopenable ones (False), the gate's (True).
-        self._refused: dict[bool, dict[str, None]] = {False: {}, True: {}}
-        self._refusal_scope = "refusal:"  # set by load_refusals
+        self.refusals = RefusedWraps(self._exec, self.transaction, self._intake)
         #: Problems met while importing files of an earlier version (for a diagnostic).
         self.import_problems: list[str] = []
         if fresh:
@@ -380,57 +380,7 @@ class BotStore:
         self._end_intake()
 
     def _remember(self, ids: Iterable[str], kind: str, keep: int) -> None:
-        added = False
-        for event_id in ids:
-            self._exec(
-                "INSERT OR IGNORE INTO remembered (id, kind) VALUES (?, ?)", (event_id, kind)
-            )
-            added = True
-        if added:
-            self._exec(
-                "DELETE FROM remembered WHERE kind = ? AND n <= "
-                "(SELECT n FROM remembered WHERE kind = ? ORDER BY n DESC LIMIT 1 OFFSET ?)",
-                (kind, kind, keep),
-            )
-
-    # -- refused gift wraps -----------------------------------------------------------------
-    # Rows of ``remembered`` (no schema change: an older nostr-buzz reads only its own kinds).
-
-    def load_refusals(self, scope: str) -> None:
-        """Remember the refused wraps again: those that could not be opened, and those the gate
-        of ``scope`` (:func:`~nostr_buzz.bot.intake.refusal_scope`) refused; refusals of any
-        other gate are forgotten (a changed gate may admit them now)."""
-        self._refusal_scope = f"refusal:{scope}"
-        with self.transaction():
-            self._exec(
-                "DELETE FROM remembered WHERE kind GLOB 'refusal:*' AND kind != ?",
-                (self._refusal_scope,),
-            )
-        for by_gate, kind in ((False, "refusal"), (True, self._refusal_scope)):
-            rows = self._exec(
-                "SELECT id FROM (SELECT id, n FROM remembered WHERE kind = ? "
-                "ORDER BY n DESC LIMIT ?) ORDER BY n",
-                (kind, REMEMBERED_REFUSALS),
-            )
-            self._refused[by_gate] = dict.fromkeys(str(r[0]) for r in rows)
-
-    def refused(self, wrap_id: str) -> bool:
-        """Whether the gift wrap ``wrap_id`` was refused before (it need not be opened)."""
-        return wrap_id in self._refused[False] or wrap_id in self._refused[True]
-
-    def remember_refusal(self, wrap_id: str, *, by_gate: bool) -> None:
-        """Gift wrap ``wrap_id`` was refused: it could not be opened (``by_gate`` False) or the
-        gate refused what it holds.  Committed with the intake of the same event-loop step."""
-        if self.refused(wrap_id):
-            return
-        memory = self._refused[by_gate]
-        memory[wrap_id] = None
-        if len(memory) > REMEMBERED_REFUSALS:
-            del memory[next(iter(memory))]
-        self._begin_intake()
-        kind = self._refusal_scope if by_gate else "refusal"
-        self._remember([wrap_id], kind, REMEMBERED_REFUSALS)
-        self._end_intake()
+        remember_ids(self._exec, ids, kind, keep)
 
     # -- the queue --------------------------------------------------------------------------
 
@@ -466,6 +416,13 @@ class BotStore:
                 self._sync(queue, channel)
         self._meta_pending["next_seq"] = queue.next_seq
         self._meta_pending["position"] = position
+        self._end_intake()
+
+    @contextlib.contextmanager
+    def _intake(self) -> Iterator[None]:
+        """Writes committed with the intake of the current event-loop step."""
+        self._begin_intake()
+        yield
         self._end_intake()
 
     def _end_intake(self) -> None:

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
-__all__ = ["StateTable"]
+__all__ = ["StateTable", "remember_ids"]
 
 
 class StateTable:
@@ -21,3 +21,23 @@ class StateTable:
     ) -> None:
         self._exec = execute
         self._transaction = transaction
+
+
+def remember_ids(
+    execute: Callable[[str, Iterable[object]], sqlite3.Cursor],
+    ids: Iterable[str],
+    kind: str,
+    keep: int,
+) -> None:
+    """Rows of the ``remembered`` table: ``ids`` added under ``kind``, of which only the newest
+    ``keep`` stay."""
+    added = False
+    for event_id in ids:
+        execute("INSERT OR IGNORE INTO remembered (id, kind) VALUES (?, ?)", (event_id, kind))
+        added = True
+    if added:
+        execute(
+            "DELETE FROM remembered WHERE kind = ? AND n <= "
+            "(SELECT n FROM remembered WHERE kind = ? ORDER BY n DESC LIMIT 1 OFFSET ?)",
+            (kind, kind, keep),
+        )

@@ -28,18 +28,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nostr_buzz.acp.profiles import reopen_method
 from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
-from nostr_buzz.agent import InProcessAgent
+from nostr_buzz.agent import AgentFunction, InProcessAgent
 from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.core.turn_input import Standing
-from nostr_buzz.errors import AgentError, BuzzError
-from nostr_buzz.io.agent_driver import AgentDriver, reject_always
+from nostr_buzz.errors import AgentError, BuzzError, ConfigError
 from nostr_buzz.io.agent_group import (
     GroupRecord,
     clear_record,
@@ -52,6 +51,9 @@ from nostr_buzz.io.inprocess import InProcessDriver, load_agent
 from nostr_buzz.nips import nip10
 
 from .config import PluginConfig
+
+if TYPE_CHECKING:  # the acp extra: imported only for an ACP agent (_acp_driver)
+    from nostr_buzz.io.agent_driver import AgentDriver
 from .live import LiveSessions, touch
 from .privacy import AGENT_TEXT_KINDS, agent_error_class, private_driver_payload
 from .receipts import SessionReceipt, SessionReceipts, resume_refusal
@@ -72,9 +74,10 @@ _RESTART_CAP: Final = 30.0
 _KNOWN_HARNESSES: Final = ("goose", "codex", "claude")
 
 
-def harness_name(command: str, args: Sequence[str], agent_name: str | None) -> str:
+def harness_name(command: str | None, args: Sequence[str], agent_name: str | None) -> str:
     """The metric's ``harness``: goose/codex/claude when the command, its arguments or the
     agent's name say so, else the agent's reported name, else the command's file name."""
+    command = command or ""
     words = " ".join([command, *args, agent_name or ""]).lower()
     for known in _KNOWN_HARNESSES:
         if known in words:
@@ -85,12 +88,13 @@ def harness_name(command: str, args: Sequence[str], agent_name: str | None) -> s
 
 
 def secret_values(config: PluginConfig) -> list[str]:
-    """Values no diagnostic may repeat: the agent's key and what the agent's environment
-    carries (``[agent] env`` values, the variables passed through by name)."""
+    """Values no diagnostic may repeat: the agent's key, what the agent's environment carries
+    (``[agent] env`` values, the variables passed through by name) and the telemetry headers."""
     secret = config.agent_secret  # None when a signer holds the key elsewhere
     values = [secret.hex, secret.bech32] if secret is not None else []
     values += config.agent_env.values()
     values += [os.environ[name] for name in config.agent_pass_env if name in os.environ]
+    values += config.telemetry.secrets if config.telemetry is not None else []
     return [v for v in values if v]
 
 
@@ -136,6 +140,13 @@ class ChannelSession:
     #: The agent's count of this session's compactions when its standing sections last went
     #: into an answered prompt (docs/envelope.md, "Compaction").
     standing_compactions: int = 0
+    #: Continued from its receipt (it holds its conversation): it starts from no checkpoint.
+    continued: bool = False
+    #: Its key's thread checkpoint was looked for (the first prompt's, once).
+    checkpoint_read: bool = False
+    #: The newest event the session is known to hold (its last completed turn's, or what its
+    #: checkpoint covered): what a checkpoint made of its compaction covers.
+    covered: str | None = None
 
     def receipt(self) -> SessionReceipt:
         """What the state database keeps of this session (:mod:`.receipts`)."""
@@ -162,14 +173,62 @@ class AgentSupervisor:
         stopping: asyncio.Event,
         standing_for: Callable[[str | None], Awaitable[Standing]] | None = None,
         turns: TurnLookup | None = None,
-        agent: InProcessAgent | None = None,
+        agent: InProcessAgent | AgentFunction | None = None,
     ) -> None:
         self.config = config
         self._clock = clock
         self._standing_for = standing_for
         self._diagnostics = diagnostics
         self._stopping = stopping
-        self.driver: AgentDriver | InProcessDriver = AgentDriver(
+        if agent is None and config.agent_module is not None:
+            agent = load_agent(config.agent_module)
+        self.driver: AgentDriver | InProcessDriver
+        if agent is not None:  # a Python object instead of the ACP subprocess
+            self.driver = InProcessDriver(
+                agent,
+                idle_timeout=config.idle_timeout,
+                hard_timeout=config.hard_timeout,
+                on_diagnostic=self._on_driver_diagnostic,
+                clock=lambda: datetime.fromtimestamp(clock(), UTC),
+                channel_of=self._channel_of,
+                max_reply_bytes=config.max_reply_bytes,
+            )
+        else:
+            self.driver = self._acp_driver(config, clock, turns)
+        #: By queue key, least recently used first (:func:`.live.touch`).
+        self.sessions: dict[str, ChannelSession] = {}
+        self.live = LiveSessions(config.max_live_sessions)
+        self._turns = turns
+        #: What runs before an idle session is closed to keep ``max_live`` (a summary turn,
+        #: ``.thread_checkpoints.SummaryTurns``); None: nothing.
+        self.before_close: Callable[[str, ChannelSession], Awaitable[None]] | None = None
+        #: Sessions let go but perhaps still open at the agent (:meth:`_close_abandoned`).
+        self._abandoned: list[str] = []
+        #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
+        #: for the driver's diagnostics.
+        self._locate = turns.locate if turns is not None else lambda _: None
+        self.harness = harness_name(config.agent_command, config.agent_args, None)
+        self._lock = asyncio.Lock()
+        self._failures = 0
+        self._closed = False
+        self._recorded = False  # an agent group of this run is recorded in the state directory
+
+    def _acp_driver(
+        self, config: PluginConfig, clock: Callable[[], float], turns: TurnLookup | None
+    ) -> AgentDriver:
+        """The ACP agent's driver; the ``acp`` extra is imported only here."""
+        if config.agent_command is None:
+            raise ConfigError(
+                "no agent: give PluginConfig agent_command (an ACP agent) or agent_module, or "
+                "an in-process agent as BuzzPlugin(config, agent=…)"
+            )
+        try:
+            from nostr_buzz.io.agent_driver import AgentDriver, reject_always
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f"an ACP agent needs the acp extra (pip install 'nostr-buzz[acp]'): {exc}"
+            ) from None
+        return AgentDriver(
             config.agent_command,
             config.agent_args,
             env_names=config.agent_pass_env,
@@ -186,32 +245,6 @@ class AgentSupervisor:
             # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
             clock=lambda: datetime.fromtimestamp(clock(), UTC),
         )
-        if agent is None and config.agent_module is not None:
-            agent = load_agent(config.agent_module)
-        if agent is not None:  # a Python object instead of the ACP subprocess
-            self.driver = InProcessDriver(
-                agent,
-                idle_timeout=config.idle_timeout,
-                hard_timeout=config.hard_timeout,
-                on_diagnostic=self._on_driver_diagnostic,
-                clock=lambda: datetime.fromtimestamp(clock(), UTC),
-                channel_of=self._channel_of,
-                max_reply_bytes=config.max_reply_bytes,
-            )
-        #: By queue key, least recently used first (:func:`.live.touch`).
-        self.sessions: dict[str, ChannelSession] = {}
-        self.live = LiveSessions(config.max_live_sessions)
-        self._turns = turns
-        #: Sessions let go but perhaps still open at the agent (:meth:`_close_abandoned`).
-        self._abandoned: list[str] = []
-        #: ``(channel_id, session_id, turn_id)`` of the turn running in an adapter session,
-        #: for the driver's diagnostics.
-        self._locate = turns.locate if turns is not None else lambda _: None
-        self.harness = harness_name(config.agent_command, config.agent_args, None)
-        self._lock = asyncio.Lock()
-        self._failures = 0
-        self._closed = False
-        self._recorded = False  # an agent group of this run is recorded in the state directory
 
     def _on_driver_diagnostic(
         self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
@@ -351,6 +384,8 @@ class AgentSupervisor:
         """Close an idle session to keep ``max_live`` (docs/bot.md, "Live sessions"); its
         receipt stays, so its next turn continues it where the agent can."""
         session_id = session.start.session_id
+        if self.before_close is not None:
+            await self.before_close(queue_channel, session)
         sent = await self.driver.close_session(session_id)
         payload = {"adapterSessionId": session_id, "reason": "max_live", "sessionClose": sent}
         self._diagnostics.emit(
@@ -362,7 +397,7 @@ class AgentSupervisor:
         """Whether the running agent can continue a session after a restart: then each
         channel's session has a receipt in the state database (:mod:`.receipts`)."""
         driver = self.driver
-        if not isinstance(driver, AgentDriver) or not driver.alive:
+        if isinstance(driver, InProcessDriver) or not driver.alive:
             return False
         return reopen_method(driver.profile, driver.info) is not None
 
@@ -372,7 +407,7 @@ class AgentSupervisor:
 
     def _session(self, start: SessionStart, standing: Standing) -> ChannelSession:
         driver = self.driver
-        info = driver.info if isinstance(driver, AgentDriver) else None
+        info = driver.info if not isinstance(driver, InProcessDriver) else None
         return ChannelSession(
             start=start,
             metric_session_id=uuid.uuid4().hex,
@@ -389,7 +424,7 @@ class AgentSupervisor:
         not be: the channel then opens a new session, never silently."""
         found = receipts.get(queue_channel)
         driver = self.driver
-        if found is None or not isinstance(driver, AgentDriver):
+        if found is None or isinstance(driver, InProcessDriver):
             return None
         receipt, in_turn = found
         info = driver.info
@@ -415,6 +450,7 @@ class AgentSupervisor:
             )
             return None
         session = self._session(start, receipt.standing)
+        session.continued = True
         session.actors.update(receipt.actors)
         session.delivered.update(receipt.delivered)
         session.started_at = receipt.started_at

@@ -50,7 +50,6 @@ from nostr_buzz.core.compaction import standing_redelivered
 from nostr_buzz.core.compiler import CompiledTurn, compile_steer, compile_turn, standing_text
 from nostr_buzz.core.context import direct_channel_type
 from nostr_buzz.core.ledger import TurnLedger
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.permission import (
     PermissionDecision,
     Policy,
@@ -64,6 +63,7 @@ from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import MetricError, QueueError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip59 import PrivateEvent
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome
@@ -78,6 +78,8 @@ from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_
 from .privacy import result_error_class
 from .state import BotStore
 from .supervisor import AgentSupervisor, ChannelSession, secret_values
+from .telemetry import open_telemetry
+from .thread_checkpoints import ThreadCheckpoints
 
 __all__ = [
     "CancelWhy",
@@ -242,17 +244,33 @@ def turn_permission(turn: Turn | None, policy: Policy, owner: str) -> Permission
     return decide(policy, owner, provenance, session)
 
 
-def _counted(turn: Turn | None, decision: PermissionDecision) -> PermissionDecision:
-    """Count ``decision`` in its turn (for the metric)."""
+#: Told of each permission decision of a turn (telemetry): the turn, the request, the decision.
+Decided = Callable[["Turn", PermissionRequest, PermissionDecision], None]
+
+
+def _counted(
+    turn: Turn | None,
+    decision: PermissionDecision,
+    request: PermissionRequest | None = None,
+    decided: Decided | None = None,
+) -> PermissionDecision:
+    """Count ``decision`` in its turn (for the metric), and tell ``decided``."""
     if turn is not None:
         approved, rejected = turn.permissions
         yes = int(decision.approve)
         turn.permissions = (approved + yes, rejected + 1 - yes)
+        if decided is not None and request is not None:
+            decided(turn, request, decision)
     return decision
 
 
-async def _counted_later(turn: Turn, later: Awaitable[PermissionDecision]) -> PermissionDecision:
-    return _counted(turn, await later)
+async def _counted_later(
+    turn: Turn,
+    later: Awaitable[PermissionDecision],
+    request: PermissionRequest,
+    decided: Decided | None,
+) -> PermissionDecision:
+    return _counted(turn, await later, request, decided)
 
 
 class RunningTurns(dict[str, Turn]):
@@ -264,6 +282,8 @@ class RunningTurns(dict[str, Turn]):
         self.policy, self.owner = policy, owner
         #: Where a request the owner must decide goes (None: such requests are rejected).
         self.approvals = approvals
+        #: Told of every decision made for a running turn (the runner's telemetry).
+        self.decided: Decided | None = None
 
     @classmethod
     def of(
@@ -289,14 +309,14 @@ class RunningTurns(dict[str, Turn]):
         decision = turn_permission(turn, self.policy, self.owner)
         approvals = self.approvals
         if turn is None or approvals is None or not approvals.enabled:
-            return _counted(turn, decision)
+            return _counted(turn, decision, request, self.decided)
         if not decision.asks_owner:
-            return _counted(turn, decision)
+            return _counted(turn, decision, request, self.decided)
         private = nip10.is_private_channel(turn.batch.channel)
         provenance = turn.provenance()
         others = speakers(self.owner, provenance, turn.earlier_actors)
         asked = approvals.ask(request, decision, turn.ids, provenance.batch, private, others)
-        return _counted_later(turn, asked)
+        return _counted_later(turn, asked, request, self.decided)
 
     def answer(self, event: Event, verdict: Literal["allow", "deny"], code: str) -> None:
         """An ``!allow``/``!deny`` seen in ``event`` (anyone's: only the owner's decides)."""
@@ -357,6 +377,10 @@ class TurnRunner:
         #: The running turn of each queue channel.
         self.running = running
         self.budget = BudgetGate(config, store.budget, delivery, diagnostics, clock)
+        self.checkpoints = ThreadCheckpoints(config, delivery, diagnostics, clock)
+        self.checkpoints.summarize_on_close(supervisor, store, self.budget)
+        self.telemetry = open_telemetry(config, diagnostics, supervisor, clock)
+        running.decided = self.telemetry.permission  # each decision, for the turn's span
         # A hold of an earlier run was decided under the caps of then: decided again now.
         release_holds(self.budget, queue, store)
 
@@ -394,6 +418,10 @@ class TurnRunner:
             self._look = None
             if timer is not None:
                 timer.cancel()
+            # The bot is stopping: the turns cancelled with the worker end their spans first,
+            # then what is left is exported (bounded, in a thread: docs/bot.md, "Telemetry").
+            await asyncio.sleep(0)
+            await self.telemetry.aclose()
 
     def admitted(self, channel: str, now: float) -> None:
         """An event was queued for ``channel`` at ``now``: wake the worker, unless the look it
@@ -471,8 +499,10 @@ class TurnRunner:
         turn = Turn.of(batch)
         self.running[batch.channel] = turn
         started_at = datetime.fromtimestamp(self._clock(), UTC)
+        events = [q.event for q in batch.events]
+        self.telemetry.started(turn.turn_id, batch.channel, events)
         # A private answer's DM relays, looked up while the turn runs (a round trip saved).
-        dm_lookup = self.delivery.look_up_private_relays(batch.events[-1].event)
+        dm_lookup = self.delivery.private.look_up(batch.events[-1].event)
         try:
             prepared = await self._prepare(turn)
             if prepared is None:  # cancelled before the prompt went out
@@ -483,7 +513,7 @@ class TurnRunner:
             self._completed(turn, result)
             followups = await self._follow(turn)
             targets = [turn.batch.events[-1].event, *(out.target for out in followups)]
-            dm_relays = await self.delivery.private_relays_for(dm_lookup, targets)
+            dm_relays = await self.delivery.private.relays_for(dm_lookup, targets)
             await self._finish(turn, result, history_ids, started_at, followups, dm_relays)
         except asyncio.CancelledError:
             raise
@@ -493,6 +523,7 @@ class TurnRunner:
                 "turn in %s failed: %s", batch.channel, type(exc).__name__ if private else exc
             )
             self._report_failure(turn, f"{type(exc).__name__}: {exc}", None, type(exc).__name__)
+            self.telemetry.failed(turn.turn_id, type(exc).__name__)
             await self._commit(turn, lambda: self._fail(turn))
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
@@ -507,6 +538,7 @@ class TurnRunner:
             self.supervisor.live.notify()  # its session is idle: it may be closed for room
             # Whatever the way out (a cancel before the prompt, a stop): no longer running.
             self.diagnostics.emit("turn_ended", **turn.ids.as_kwargs(), payload={})
+            self.telemetry.ended(turn.turn_id, cancelled=turn.cancel_reason is not None)
             self._wake()
 
     async def _commit(
@@ -515,20 +547,24 @@ class TurnRunner:
         settle: Callable[[], list[Notice]],
         outputs: Sequence[Output] = (),
         dm_relays: Mapping[str, tuple[str, ...]] | None = None,
+        checkpoint: Signed | None = None,
     ) -> None:
         """Sign the turn's replies and metrics through the agent's signer (before any
         transaction: a signer may answer over the network), record the outcome with them in
         one durable transaction, then send them: a crash before the commit leaves the batch
         (and any steer that started a turn of its own) to run again with nothing published;
-        after it, the outbox holds exactly these replies and metrics.  A dead-letter notice,
-        known once the queue has settled, is signed and stored just after."""
+        after it, the outbox holds exactly these replies and metrics (and the ``checkpoint`` a
+        compaction left).  A dead-letter notice, known once the queue has settled, is signed
+        and stored just after."""
         replies: list[Signed] = []
         metrics: list[Signed] = []
         spent: list[tuple[str, MetricPayload]] = []  # each turn's spend, for the budget
+        metric_of: list[tuple[Output, Signed | None]] = []  # each metric's turn (telemetry)
         for out in outputs:
             if out.payload is not None:
                 metric = await self.delivery.sign_metric(out.payload, out.ids)
                 metrics += [metric] if metric is not None else []
+                metric_of.append((out, metric))
                 key = metric.events[0].id if metric is not None else f"turn:{out.ids.turn_id}"
                 spent.append((key, out.payload))
             if out.reply is not None:
@@ -536,14 +572,22 @@ class TurnRunner:
                     await self.delivery.sign_reply(out.target, out.reply, out.ids, dm_relays)
                 )
         with self.store.transaction(durable=True):
+            made = [checkpoint] if checkpoint is not None else []
             stored = [
-                e for signed in [*replies, *metrics] for e in self.delivery.store_signed(signed)
+                e
+                for signed in [*replies, *metrics, *made]
+                for e in self.delivery.store_signed(signed)
             ]
             notices = settle()
             self.store.sync_channel(self.queue, turn.batch.channel)
             for key, payload in spent:
                 self.budget.record(key, payload)
+        if checkpoint is not None:
+            self.checkpoints.queued(checkpoint)
         self.delivery.send(stored)
+        for out, signed in metric_of:
+            metric_id = signed.events[0].id if signed is not None else None
+            self.telemetry.committed(out.ids, turn.batch.channel, out.payload, metric_id, out.reply)
         for target, text in notices:
             await self.delivery.notify(target, text)
 
@@ -567,7 +611,8 @@ class TurnRunner:
         receipts = self.store.receipts
         session = await self.supervisor.session_for(batch.channel, channel_id, receipts)
         turn.session = session
-        turn_input, history_ids = await self.resolver.resolve(batch, session)
+        checkpoint = await self.checkpoints.for_session(batch.channel, session, turn.ids)
+        turn_input, history_ids = await self.resolver.resolve(batch, session, checkpoint)
         compactions = self.supervisor.driver.compactions(session.start.session_id)
         if standing_redelivered(
             system_prompt_support=turn_input.system_prompt_support,
@@ -652,8 +697,9 @@ class TurnRunner:
             turn.permissions,
         )
         outputs = [main, *followups]
+        made = await self.checkpoints.after_turn(turn.batch.channel, session, result, ids)
         await self._commit(
-            turn, lambda: self._settle(turn, result, session, history_ids), outputs, dm_relays
+            turn, lambda: self._settle(turn, result, session, history_ids), outputs, dm_relays, made
         )
         if self.supervisor.needs_restart(result):
             self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
@@ -735,6 +781,7 @@ class TurnRunner:
             session.delivered.update(q.event.id for q in batch.cancelled_events)
             session.delivered.update(history)
             session.delivered.update(q.event.id for q in turn.steered)
+            session.covered = batch.events[-1].event.id
             if turn.standing_sent_at is not None:
                 session.standing_compactions = turn.standing_sent_at
             if self.supervisor.continues_sessions:
@@ -811,6 +858,7 @@ class TurnRunner:
         outcome = await self.supervisor.driver.steer(turn.session.start.session_id, steer.text)
         ids = turn.ids.as_kwargs()
         now = self._clock()
+        self.telemetry.steer(turn.turn_id, event, outcome)
         if outcome == "injected":
             turn.ledger.accept_update(steer.manifest)  # in the ledger before it is acknowledged
             taken = self._steer_result(event.id, "injected", now)

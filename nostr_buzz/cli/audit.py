@@ -6,7 +6,7 @@ The owner audits with their own secret key (``--key``, else ``BUZZ_PRIVATE_KEY``
 one metric (``--metric ID``: hex, ``note1…`` or ``nevent1…``), or every metric of the owner's
 agents in a period (``--since`` / ``--until``, as ``buzz metrics`` reads them).  For each layer
 of a metric's context manifest whose version is an event id, the event is fetched from every
-relay and judged (:mod:`nostr_buzz.core.audit`): valid id and signature, a kind the layer takes,
+relay and judged (:mod:`nostr_buzz.reports.audit`): valid id and signature, a kind the layer takes,
 an author the layer trusts — for the current instruction, an event the gate of ``buzz.toml``
 admits (``[gate]`` and ``[subscriptions]``, with the metric's signer as the agent).  Layers
 versioned by a hash are reported as known only by hash; a private message's rumor as private.
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Annotated, Final, Literal
 
 import msgspec
@@ -66,15 +66,18 @@ from nostr_buzz.cli.metrics import (
 )
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import BuzzConfig
-from nostr_buzz.core.audit import Authority, MetricAudit, audit_metric, event_ids
 from nostr_buzz.core.gate import Gate, author_refusal, refusal
-from nostr_buzz.core.metrics_report import OpenedMetric, open_metric
+from nostr_buzz.errors import BuzzError
+from nostr_buzz.event import Event
 from nostr_buzz.io.audit import look_up_events
-from nostr_buzz.io.fetch import fetch_event
+from nostr_buzz.io.fetch import fetch_event_result
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip19 import EventRef
+from nostr_buzz.nips.nip_tc import open_checkpoint_event
+from nostr_buzz.reports.audit import Authority, MetricAudit, audit_metric, event_ids
+from nostr_buzz.reports.metrics_report import OpenedMetric, open_metric
 
 Format = Literal["table", "json"]
 FORMATS: Final[tuple[Format, ...]] = ("table", "json")
@@ -91,11 +94,16 @@ def _hex_keys(keys: Sequence[str]) -> frozenset[str]:
 
 
 def authority_for(
-    file: BuzzConfig, owner: str, agent: str, agents: Collection[str] = ()
+    file: BuzzConfig,
+    owner: str,
+    agent: str,
+    agents: Collection[str] = (),
+    owner_secret: SecretKey | None = None,
 ) -> Authority:
     """Who counts for a turn of ``agent``: the gate ``buzz run`` would build from the same
     configuration (``[gate]``, ``[subscriptions]``), with ``agent`` as the bot's key;
-    ``agents``: the owner's configured agents (hex)."""
+    ``agents``: the owner's configured agents (hex); ``owner_secret``: opens the agent's
+    thread checkpoints (their channel is checked against the metric's)."""
     gate = Gate(
         agent=agent,
         owner=owner,
@@ -114,7 +122,18 @@ def authority_for(
         gate_refusal=lambda event: refusal(event, gate, known_agents),
         private_refusal=lambda actor: private_refusal(actor, gate),
         agent_known=agent in agents,
+        checkpoint_key=None if owner_secret is None else _checkpoint_key(owner_secret, agent),
     )
+
+
+def _checkpoint_key(owner: SecretKey, agent: str) -> Callable[[Event], str | None]:
+    def key(event: Event) -> str | None:
+        try:
+            return open_checkpoint_event(owner, agent, event).session_key
+        except BuzzError:
+            return None
+
+    return key
 
 
 def private_refusal(actor: str, gate: Gate) -> str | None:
@@ -131,7 +150,7 @@ async def _one_metric(
     ref: EventRef, pool: RelayPool, owner: SecretKey, agents: Sequence[str], timeout: float
 ) -> list[OpenedMetric]:
     progress(f"asking {len(pool.urls)} relay(s) for metric {ref.id}…")
-    found = require_fetched(await fetch_event(ref, pool=pool, timeout=timeout))
+    found = require_fetched(await fetch_event_result(ref, pool=pool, timeout=timeout))
     opened = open_metric(owner, found)
     if isinstance(opened, str):
         raise CliFailure(
@@ -176,7 +195,9 @@ async def _audit(
     progress(f"asking {len(pool.urls)} relay(s) for {len(set(ids))} event(s)…")
     lookups = await look_up_events(ids, pool, timeout=timeout)
     me = owner.public_key.hex
-    return [audit_metric(m, lookups, authority_for(file, me, m.agent, agents)) for m in metrics]
+    return [
+        audit_metric(m, lookups, authority_for(file, me, m.agent, agents, owner)) for m in metrics
+    ]
 
 
 # --- rendering --------------------------------------------------------------------------------

@@ -14,10 +14,10 @@ import typer
 from nostr_buzz import errors
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, terminal_safe, write_stdout
 from nostr_buzz.config import ConfigSources
-from nostr_buzz.core.text import LINE_BREAKS
 from nostr_buzz.errors import Nip19Error, looks_secret
 from nostr_buzz.nips import nip19
 from nostr_buzz.nips.nip19 import EventRef as EventRef  # re-exported
+from nostr_buzz.text.unicode import LINE_BREAKS
 
 if TYPE_CHECKING:
     from nostr_buzz.event import Event

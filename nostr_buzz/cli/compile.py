@@ -25,9 +25,9 @@ from rich.cells import cell_len
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
 from nostr_buzz.cli.output import terminal_safe as terminal_safe  # shared, re-exported
 from nostr_buzz.core.compiler import compile_turn
-from nostr_buzz.core.manifest import Layer, Manifest
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.errors import BuzzError, InvalidEvent
+from nostr_buzz.manifest import Layer, Manifest
 
 STDIN = "-"
 _BOM = b"\xef\xbb\xbf"

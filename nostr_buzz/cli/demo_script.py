@@ -36,8 +36,6 @@ from nostr_buzz.cli.compile import layer_table
 from nostr_buzz.cli.manifest import render_diff_text
 from nostr_buzz.cli.metrics import render_plain_table
 from nostr_buzz.cli.output import terminal_safe
-from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.manifest_diff import diff_manifests
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, sign_event
@@ -46,8 +44,10 @@ from nostr_buzz.io.metrics_reader import read_metrics
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import open_all
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
+from nostr_buzz.reports.manifest_diff import diff_manifests
 
 __all__ = [
     "DEMO_AGENT_ENV",

@@ -114,75 +114,90 @@ def _sign_and_publish(
     return run(body())
 
 
+_TemplateArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[TEMPLATE]",
+        help="An event template as JSON ({kind, content, tags, created_at}); '-' reads "
+        "one template per line from stdin, as does no TEMPLATE when stdin is not a terminal.",
+        show_default=False,
+    ),
+]
+
+_KindOption = Annotated[
+    int | None,
+    typer.Option(
+        "-k",
+        "--kind",
+        metavar="KIND",
+        min=0,
+        max=65535,
+        help=f"Event kind (default {DEFAULT_KIND}).",
+        show_default=False,
+    ),
+]
+
+_ContentOption = Annotated[
+    str | None,
+    typer.Option(
+        "-c",
+        "--content",
+        metavar="TEXT",
+        help="The content; '-' reads it from stdin.",
+        show_default=False,
+    ),
+]
+
+_TagOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "-t",
+        "--tag",
+        metavar="NAME=VALUE[;VALUE…]",
+        help="A tag, e.g. -t h=engineering or -t e=ID;wss://relay;root; repeatable.",
+        show_default=False,
+    ),
+]
+
+_PubkeyOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "-p",
+        metavar="KEY",
+        help="A p tag for this public key (hex or npub); repeatable.",
+        show_default=False,
+    ),
+]
+
+_EventOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "-e",
+        metavar="EVENT",
+        help="An e tag for this event (hex, note1… or nevent1…); repeatable.",
+        show_default=False,
+    ),
+]
+
+_CreatedAtOption = Annotated[
+    str | None,
+    typer.Option(
+        "--created-at",
+        metavar="TIME",
+        help="Unix seconds, a date or an RFC 3339 date-time (default: now).",
+        show_default=False,
+    ),
+]
+
+
 def event_command(
-    template: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="[TEMPLATE]",
-            help="An event template as JSON ({kind, content, tags, created_at}); '-' reads "
-            "one template per line from stdin, as does no TEMPLATE when stdin is not a terminal.",
-            show_default=False,
-        ),
-    ] = None,
-    kind: Annotated[
-        int | None,
-        typer.Option(
-            "-k",
-            "--kind",
-            metavar="KIND",
-            min=0,
-            max=65535,
-            help=f"Event kind (default {DEFAULT_KIND}).",
-            show_default=False,
-        ),
-    ] = None,
-    content: Annotated[
-        str | None,
-        typer.Option(
-            "-c",
-            "--content",
-            metavar="TEXT",
-            help="The content; '-' reads it from stdin.",
-            show_default=False,
-        ),
-    ] = None,
-    tag: Annotated[
-        list[str] | None,
-        typer.Option(
-            "-t",
-            "--tag",
-            metavar="NAME=VALUE[;VALUE…]",
-            help="A tag, e.g. -t h=engineering or -t e=ID;wss://relay;root; repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    pubkey: Annotated[
-        list[str] | None,
-        typer.Option(
-            "-p",
-            metavar="KEY",
-            help="A p tag for this public key (hex or npub); repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    event_id: Annotated[
-        list[str] | None,
-        typer.Option(
-            "-e",
-            metavar="EVENT",
-            help="An e tag for this event (hex, note1… or nevent1…); repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    created_at: Annotated[
-        str | None,
-        typer.Option(
-            "--created-at",
-            metavar="TIME",
-            help="Unix seconds, a date or an RFC 3339 date-time (default: now).",
-            show_default=False,
-        ),
-    ] = None,
+    template: _TemplateArgument = None,
+    kind: _KindOption = None,
+    content: _ContentOption = None,
+    tag: _TagOption = None,
+    pubkey: _PubkeyOption = None,
+    event_id: _EventOption = None,
+    created_at: _CreatedAtOption = None,
     relay: RelayOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     key: KeyOption = None,
@@ -190,22 +205,10 @@ def event_command(
     config: ConfigOption = None,
 ) -> None:
     """Sign an event with the configured key (or bunker) and publish it to the write relays."""
-    if template == "-" and content == "-":
-        raise CliFailure(
-            ExitCode.BAD_INPUT, "stdin can hold the templates or the content, not both"
-        )
-    if template == "-":
-        given = json_lines(read_stdin_lines("event template"))
-    elif template is not None:
-        given = [("TEMPLATE", _argument_template(template))]
-    else:
-        # nak's rule: a piped template is used (stdin holding none: the flags alone).
-        given = json_lines(piped_stdin_lines()) if content != "-" else []
+    given = _given_templates(template, content)
     if content == "-":
         content = read_stdin_text()
-    extra_tags = [parse_tag(t) for t in tag or ()]
-    extra_tags += [["p", parse_public_key(k, option="-p")] for k in pubkey or ()]
-    extra_tags += [["e", parse_event_ref(e, option="-e").id] for e in event_id or ()]
+    extra_tags = _flag_tags(tag, pubkey, event_id)
     when: int | None = None
     if created_at is not None:
         from nostr_buzz.cli.metrics import parse_time
@@ -230,6 +233,36 @@ def event_command(
         for doc in docs
     ]
     events, results = _sign_and_publish(templates, choice, cfg, relays, timeout)
+    _report(events, results)
+    write_stdout("".join(e.to_json() + "\n" for e in events))
+
+
+def _given_templates(template: str | None, content: str | None) -> list[tuple[str, Any]]:
+    """The templates given as TEMPLATE or on stdin, each with where it came from."""
+    if template == "-" and content == "-":
+        raise CliFailure(
+            ExitCode.BAD_INPUT, "stdin can hold the templates or the content, not both"
+        )
+    if template == "-":
+        return json_lines(read_stdin_lines("event template"))
+    if template is not None:
+        return [("TEMPLATE", _argument_template(template))]
+    # nak's rule: a piped template is used (stdin holding none: the flags alone).
+    return json_lines(piped_stdin_lines()) if content != "-" else []
+
+
+def _flag_tags(
+    tag: list[str] | None, pubkey: list[str] | None, event_id: list[str] | None
+) -> list[list[str]]:
+    """The tags the -t, -p and -e flags add to every event."""
+    tags = [parse_tag(t) for t in tag or ()]
+    tags += [["p", parse_public_key(k, option="-p")] for k in pubkey or ()]
+    tags += [["e", parse_event_ref(e, option="-e").id] for e in event_id or ()]
+    return tags
+
+
+def _report(events: list[Event], results: list[PublishResult]) -> None:
+    """Each relay's verdict on stderr; a failure when some event no relay accepted."""
     refused = []
     for event, result in zip(events, results, strict=True):
         for url, v in result.verdicts.items():
@@ -239,4 +272,3 @@ def event_command(
             refused.append(event.id)
     if refused:
         raise CliFailure(ExitCode.NETWORK, f"no relay accepted {', '.join(refused)}")
-    write_stdout("".join(e.to_json() + "\n" for e in events))

@@ -28,8 +28,8 @@ from nostr_buzz.cli.compile import (
 )
 from nostr_buzz.cli.kit import sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
-from nostr_buzz.core.manifest import SCHEMA_VERSION, Layer, Manifest, layers_hash
-from nostr_buzz.core.manifest_diff import LAYER_FIELDS, LayerKey, ManifestDiff, diff_manifests
+from nostr_buzz.manifest import SCHEMA_VERSION, Layer, Manifest, layers_hash
+from nostr_buzz.reports.manifest_diff import LAYER_FIELDS, LayerKey, ManifestDiff, diff_manifests
 
 manifest_app = sub_app(
     "manifest",

@@ -42,10 +42,10 @@ from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_st
 from nostr_buzz.cli.signing import BunkerOption, local_secret, opened_signer, require_key_choice
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.event import Event
-from nostr_buzz.io.fetch import fetch_event
+from nostr_buzz.io.fetch import fetch_event_result
 from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip10
+from nostr_buzz.nips import nip10, nip27
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.relay_url import check_relay_url
@@ -122,11 +122,11 @@ async def _fetch(
     *,
     wait_all: bool = False,
 ) -> tuple[Event, PoolQueryResult]:
-    """:func:`~nostr_buzz.io.fetch.fetch_event` with the command line's progress line, warnings
-    and exit codes; the key authenticates (NIP-42) to the configured relays only."""
+    """:func:`~nostr_buzz.io.fetch.fetch_event_result` with the command line's progress line,
+    warnings and exit codes; the key authenticates (NIP-42) to the configured relays only."""
     progress(f"asking {_asked(relays, hints)} relay(s) for {ref.id}…")
     pool = RelayPool(relays, signer=None if secret is None else as_signer(secret), timeout=timeout)
-    result = await fetch_event(
+    result = await fetch_event_result(
         ref._replace(relays=tuple(hints)), pool=pool, timeout=timeout, wait_all=wait_all
     )
     return require_fetched(result), result.query
@@ -309,33 +309,12 @@ def send(
     async def _send(signer: Signer) -> tuple[Event, PublishResult]:
         tags: list[list[str]] = [["h", channel]]
         if ref is not None:
-            hints = _usable_hints(ref.relays)
-            parent, found = await _fetch(ref, read_relays, hints, signer, timeout)
-            parent_channel = nip10.channel(parent)
-            if parent_channel is not None and parent_channel != channel:
-                raise CliFailure(
-                    ExitCode.BAD_INPUT,
-                    f"--reply-to: that event is in channel {parent_channel}, not {channel}",
-                )
-            root_id = nip10.thread_ref(parent).root or parent.id
-            root: Event | None = parent if root_id == parent.id else None
-            root_relay = _first_relay_with(found, root_id)
-            if root is None:
-                pool = RelayPool(read_relays, signer=signer, timeout=timeout)
-                lookup = await pool.query(Filter(ids=(root_id,)), extra_urls=hints, timeout=timeout)
-                root = next((e for e in lookup.events if e.id == root_id), None)
-                root_relay = _first_relay_with(lookup, root_id)
-            tags += nip10.reply_tags(
-                parent,
-                sender=signer.public_key.hex,
-                root=root,
-                parent_relay=_first_relay_with(found, parent.id),
-                root_relay=root_relay,
-            )
+            tags += await _reply_tags(ref, channel, read_relays, signer, timeout)
         listed = {t[1] for t in tags if t[0] == "p"}
         tags += [["p", k] for k in dict.fromkeys(mentioned) if k not in listed]
         # The clock is read here, at the edge; the library itself never reads one.
         unsigned = template(kind=CHAT_KIND, content=text, tags=tags, created_at=int(time.time()))
+        unsigned = nip27.with_references(unsigned)  # as clients (and NDK's bunker) tag it
         message = await signed(signer, unsigned)
         pool = RelayPool(write_relays, signer=signer, timeout=timeout)
         progress(f"publishing {message.id} to {len(write_relays)} relay(s)…")
@@ -343,3 +322,33 @@ def send(
 
     message, published = run(body())
     report_publish(message, published, json_output, with_event=True)
+
+
+async def _reply_tags(
+    ref: EventRef, channel: str, read_relays: Sequence[str], signer: Signer, timeout: float
+) -> list[list[str]]:
+    """NIP-10 marked tags for a reply to ``ref``: the parent fetched (it must be in
+    ``channel``), and its thread's root, for the relay hints."""
+    hints = _usable_hints(ref.relays)
+    parent, found = await _fetch(ref, read_relays, hints, signer, timeout)
+    parent_channel = nip10.channel(parent)
+    if parent_channel is not None and parent_channel != channel:
+        raise CliFailure(
+            ExitCode.BAD_INPUT,
+            f"--reply-to: that event is in channel {parent_channel}, not {channel}",
+        )
+    root_id = nip10.thread_ref(parent).root or parent.id
+    root: Event | None = parent if root_id == parent.id else None
+    root_relay = _first_relay_with(found, root_id)
+    if root is None:
+        pool = RelayPool(read_relays, signer=signer, timeout=timeout)
+        lookup = await pool.query(Filter(ids=(root_id,)), extra_urls=hints, timeout=timeout)
+        root = next((e for e in lookup.events if e.id == root_id), None)
+        root_relay = _first_relay_with(lookup, root_id)
+    return nip10.reply_tags(
+        parent,
+        sender=signer.public_key.hex,
+        root=root,
+        parent_relay=_first_relay_with(found, parent.id),
+        root_relay=root_relay,
+    )

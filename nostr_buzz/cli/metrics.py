@@ -29,7 +29,7 @@ events, manifest mismatches and unreachable relays go to stderr):
        "unknownAgents": [{"agent", "metrics", "firstTimestamp", "lastTimestamp"}]}
 
   Unknown counters are ``null`` and a total is ``null`` when no turn reported that counter.
-- ``--format html``: one self-contained page (core/metrics_html.py): charts of spend and tokens
+- ``--format html``: one self-contained page (reports/metrics_html.py): charts of spend and tokens
   per day for each agent and model, turns per channel, turn duration percentiles, the cache
   share of the input and turns with unknown usage, drawn as inline SVG, then the tables.  It
   loads nothing and runs no script; the agents' words in it are escaped.
@@ -83,10 +83,10 @@ from nostr_buzz.cli.output import (
     utc_time,
     write_stdout,
 )
-from nostr_buzz.core.metrics_html import render_html
-from nostr_buzz.core.metrics_report import MetricsReport, TotalRow, TurnRow
 from nostr_buzz.io.metrics_reader import MetricsFetch, read_metrics
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.reports.metrics_html import render_html
+from nostr_buzz.reports.metrics_report import MetricsReport, TotalRow, TurnRow
 
 Format = Literal["table", "json", "csv", "html"]
 FORMATS: tuple[Format, ...] = ("table", "json", "csv", "html")

@@ -10,7 +10,7 @@ import sys
 from datetime import UTC, datetime
 from enum import IntEnum
 
-from nostr_buzz.core.text import backslash_escape, escape_hidden
+from nostr_buzz.text.unicode import backslash_escape, escape_hidden
 
 
 class ExitCode(IntEnum):
@@ -60,7 +60,7 @@ def utc_time(seconds: int) -> str:
 def terminal_safe(text: str, *, multiline: bool) -> str:
     """Text for a human reader: control, format (bidirectional, zero-width, soft hyphen, …),
     default-ignorable and line-separator characters shown as ``\\xNN`` / ``\\uNNNN`` /
-    ``\\UNNNNNNNN`` escapes (:func:`~nostr_buzz.core.text.is_hidden`).
+    ``\\UNNNNNNNN`` escapes (:func:`~nostr_buzz.text.unicode.is_hidden`).
 
     Text from others (signed messages, metric payloads, relay messages) cannot move the cursor,
     recolour the terminal, set its title (ESC and OSC sequences lose their ESC), reverse what

@@ -115,34 +115,8 @@ def req_command(
     config: ConfigOption = None,
 ) -> None:
     """Query relays with a filter; print the verified events as JSON lines."""
-    if filter_json == "-":
-        given = json_lines(read_stdin_lines("filter"))
-    elif filter_json is not None:
-        try:
-            given = [("FILTER", json.loads(filter_json))]
-        except ValueError as exc:
-            raise CliFailure(ExitCode.BAD_INPUT, f"FILTER: not JSON: {exc}") from None
-    else:
-        given = json_lines(piped_stdin_lines())  # nak's rule; stdin holding none: the flags
-    docs = [d for where, doc in given for d in _filter_docs(doc, where)] or [{}]
-    extra: dict[str, Any] = {}
-    if kind:
-        extra["kinds"] = list(dict.fromkeys(kind))
-    if author:
-        extra["authors"] = list(dict.fromkeys(parse_public_key(a, option="-a") for a in author))
-    if event_id:
-        extra["ids"] = list(dict.fromkeys(parse_event_ref(i, option="-i").id for i in event_id))
-    for name, value in map(_tag_condition, tag or ()):
-        extra.setdefault(f"#{name}", []).append(value)
-    if limit is not None:
-        extra["limit"] = limit
-    if since is not None or until is not None:
-        from nostr_buzz.cli.metrics import parse_time
-
-        if since is not None:
-            extra["since"] = parse_time(since, option="--since")
-        if until is not None:
-            extra["until"] = parse_time(until, option="--until", end_of_day=True)
+    docs = _given_filters(filter_json)
+    extra = _flag_conditions(kind, author, event_id, tag, limit, since, until)
     cfg = sources(config)
     secret = cfg.secret_key(key)
     # A filter is sent to every relay: a secret key in it would be published.  Checked before
@@ -161,6 +135,51 @@ def req_command(
         return result.events
 
     write_stdout("".join(e.to_json() + "\n" for e in run(body())))
+
+
+def _given_filters(filter_json: str | None) -> list[dict[str, Any]]:
+    """The filters given as FILTER, on stdin, or none (the flags alone: one empty filter)."""
+    if filter_json == "-":
+        given = json_lines(read_stdin_lines("filter"))
+    elif filter_json is not None:
+        try:
+            given = [("FILTER", json.loads(filter_json))]
+        except ValueError as exc:
+            raise CliFailure(ExitCode.BAD_INPUT, f"FILTER: not JSON: {exc}") from None
+    else:
+        given = json_lines(piped_stdin_lines())  # nak's rule; stdin holding none: the flags
+    return [d for where, doc in given for d in _filter_docs(doc, where)] or [{}]
+
+
+def _flag_conditions(
+    kind: list[int] | None,
+    author: list[str] | None,
+    event_id: list[str] | None,
+    tag: list[str] | None,
+    limit: int | None,
+    since: str | None,
+    until: str | None,
+) -> dict[str, Any]:
+    """What the flags add to every filter."""
+    extra: dict[str, Any] = {}
+    if kind:
+        extra["kinds"] = list(dict.fromkeys(kind))
+    if author:
+        extra["authors"] = list(dict.fromkeys(parse_public_key(a, option="-a") for a in author))
+    if event_id:
+        extra["ids"] = list(dict.fromkeys(parse_event_ref(i, option="-i").id for i in event_id))
+    for name, value in map(_tag_condition, tag or ()):
+        extra.setdefault(f"#{name}", []).append(value)
+    if limit is not None:
+        extra["limit"] = limit
+    if since is not None or until is not None:
+        from nostr_buzz.cli.metrics import parse_time
+
+        if since is not None:
+            extra["since"] = parse_time(since, option="--since")
+        if until is not None:
+            extra["until"] = parse_time(until, option="--until", end_of_day=True)
+    return extra
 
 
 async def _stream(pool: RelayPool, filters: list[Filter]) -> None:

@@ -76,6 +76,8 @@ _METAVARS = {
     "context.base": "FILE",
     "context.persona": "FILE",
     "context.team_instructions": "FILE",
+    "telemetry.endpoint": "URL",
+    "telemetry.headers": "NAME=VALUE",
 }
 
 
@@ -84,6 +86,8 @@ _NOTES = {
     "signer.bunker": "The agent's key in a NIP-46 bunker (bunker://…): it holds a secret, so "
     "prefer $BUZZ_BUNKER or buzz.toml, since a command line is readable by every user "
     "(/proc/PID/cmdline).",
+    "telemetry.headers": "Credentials of the telemetry back end: prefer $BUZZ_TELEMETRY_HEADERS "
+    "or buzz.toml (mode 0600), since a command line is readable by every user.",
 }
 
 
@@ -144,9 +148,10 @@ def _is_int(annotation: Any) -> bool:
 
 
 def start_line(settings: PluginConfig, config_file: Path | None) -> str:
-    command = "agent command: " + shlex.join([settings.agent_command, *settings.agent_args])
-    if settings.agent_module is not None:
+    if settings.agent_module is not None or settings.agent_command is None:
         command = f"in-process agent: {settings.agent_module}"
+    else:
+        command = "agent command: " + shlex.join([settings.agent_command, *settings.agent_args])
     relays = ", ".join(dict.fromkeys([*settings.read_relays, *settings.write_relays]))
     gate = settings.gate + (", mentions required" if settings.mentions_required else "")
     where = f"; config {config_file}" if config_file is not None else ""
@@ -219,6 +224,8 @@ class TurnReporter:
             caps = ", ".join(f"{o.get('cap')} {o.get('spent')}" for o in payload.get("over") or [])
             held = "turns wait" if kind == "budget_stopped" else "the owner was told"
             self._write(f"buzz: budget reached ({caps}): {held} until the period ends")
+        elif kind == "telemetry_failed":
+            self._write(f"buzz: telemetry export failed ({payload.get('error')}); turns go on")
         elif kind == "reply_failed":
             self._write(
                 f"buzz: no relay accepted the reply to {str(payload.get('inReplyTo'))[:12]}"
@@ -280,17 +287,7 @@ def _run(
 
     overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
     if agent is not None:
-        if overrides["agent.command"] is not None or overrides["agent.args"]:
-            raise CliFailure(
-                ExitCode.BAD_INPUT, "give --agent, or --agent-command with --agent-arg, not both"
-            )
-        try:
-            words = shlex.split(agent)
-        except ValueError as exc:
-            raise CliFailure(ExitCode.BAD_INPUT, f"--agent: {exc}") from None
-        if not words:
-            raise CliFailure(ExitCode.BAD_INPUT, '--agent: the command is empty (e.g. "goose acp")')
-        overrides["agent.command"], overrides["agent.args"] = words[0], words[1:]
+        overrides["agent.command"], overrides["agent.args"] = _agent_words(agent, overrides)
     try:
         parsed_shard = parse_shard(shard) if shard is not None else None
         cfg: ConfigSources = sources(config, overrides)
@@ -326,7 +323,10 @@ def _run(
         signer = None if bunker is None else await connect_bunker(bunker, cfg)
         try:
             settings, agent_object = resolved or resolve(signer)
-            plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
+            try:
+                plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
+            except ConfigError as exc:  # an ACP agent without the acp extra, say
+                raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
             reporter.stopping = lambda: plugin.stopping
             reporter.tokens_of = lambda event_id: _token_summary(
                 settings, _stored_metric(plugin, event_id)
@@ -350,12 +350,31 @@ def _run(
     note("buzz: stopped")
 
 
+def _agent_words(agent: str, overrides: dict[str, Any]) -> tuple[str, list[str]]:
+    """``--agent``'s command line as the command and its arguments."""
+    if overrides["agent.command"] is not None or overrides["agent.args"]:
+        raise CliFailure(
+            ExitCode.BAD_INPUT, "give --agent, or --agent-command with --agent-arg, not both"
+        )
+    try:
+        words = shlex.split(agent)
+    except ValueError as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"--agent: {exc}") from None
+    if not words:
+        raise CliFailure(ExitCode.BAD_INPUT, '--agent: the command is empty (e.g. "goose acp")')
+    return words[0], words[1:]
+
+
 def _check_command_line(agent_user: str | None, overrides: dict[str, Any]) -> None:
     """The command line of a process is world-readable (/proc/PID/cmdline): with [agent] user,
     the agent's user would read there what running it as another user keeps from it."""
     if agent_user is None:
         return
-    for name, what in (("secret_key", "secret key"), ("signer.bunker", "bunker's secret")):
+    for name, what in (
+        ("secret_key", "secret key"),
+        ("signer.bunker", "bunker's secret"),
+        ("telemetry.headers", "telemetry credentials"),
+    ):
         setting = SETTINGS_BY_NAME[name]
         if overrides[name] is not None:
             raise CliFailure(

@@ -3,7 +3,7 @@
 The running turns (channel, who, how long, the last tool call), the queue depth per channel,
 the outbox and today's spend, refreshed in place every second until Ctrl-C (exit 0);
 ``--once`` prints the view once as JSON.  Read-only, and no key needed
-(:mod:`nostr_buzz.io.watch`); the view itself is :mod:`nostr_buzz.core.watch`.
+(:mod:`nostr_buzz.io.watch`); the view itself is :mod:`nostr_buzz.reports.watch`.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from nostr_buzz.nips import nip10
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from nostr_buzz.core.watch import (
+    from nostr_buzz.io.watch import Watcher
+    from nostr_buzz.reports.watch import (
         ChannelView,
         OutboxEntryView,
         ToolView,
         TurnView,
         WatchView,
     )
-    from nostr_buzz.io.watch import Watcher
 
 __all__ = ["render", "watch_command"]
 

@@ -23,6 +23,7 @@ __all__ = [
     "BudgetAction",
     "InFlightPolicy",
     "Permissions",
+    "RelayListsMode",
     "ReplyMode",
     "SessionScope",
     "check_choice",
@@ -47,6 +48,15 @@ BudgetAction = Literal["warn", "stop"]
 #: What keys an agent session (and the queue): one per channel, or one per thread of a
 #: channel (its root with its channel; a private conversation stays one session).
 SessionScope = Literal["channel", "thread"]
+#: Thread checkpoints (nips/NIP-TC.md): none; the agent's own compaction summaries; or those
+#: and a summary asked for before the bot closes a session the agent cannot continue.
+CheckpointMode = Literal["off", "compaction", "summary_on_close"]
+
+#: What the bot does with its own relay lists (kind 10002, and 10050 when it reads private
+#: messages) when it starts listening: ``merge`` keeps the relays of the list it finds and adds
+#: its own, ``publish`` replaces a list it made itself (or none), never one it did not make;
+#: ``leave`` publishes none (docs/bot.md, "Its own relay lists").
+RelayListsMode = Literal["merge", "publish", "leave"]
 
 #: Every enumerated setting, by its dotted ``buzz.toml`` name, and its choices.
 CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
@@ -56,6 +66,8 @@ CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
     "reply_mode": get_args(ReplyMode),
     "budget.action": get_args(BudgetAction),
     "sessions.scope": get_args(SessionScope),
+    "relay_lists": get_args(RelayListsMode),
+    "sessions.checkpoint": get_args(CheckpointMode),
 }
 
 

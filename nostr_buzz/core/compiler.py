@@ -15,16 +15,29 @@ from typing import Final, NamedTuple
 import msgspec
 
 from nostr_buzz.core.compaction import REDELIVERED_AFTER_COMPACTION
-from nostr_buzz.core.escape import escape_attribute, escape_name, escape_text
 from nostr_buzz.core.labels import message_lines, one_line, unique_labels
-from nostr_buzz.core.manifest import (
+from nostr_buzz.core.turn_input import (
+    BUZZ_RETRIEVAL,
+    ChannelInfo,
+    ProfileInfo,
+    Retrieval,
+    Standing,
+    ThreadCheckpointInput,
+    TurnContext,
+    TurnEvent,
+    TurnInput,
+)
+from nostr_buzz.event import Event
+from nostr_buzz.manifest import (
     Layer,
     Manifest,
     content_hash,
     estimate_tokens,
     manifest_from_layers,
 )
-from nostr_buzz.core.text import (
+from nostr_buzz.nips import nip10
+from nostr_buzz.text.escape import escape_attribute, escape_name, escape_text
+from nostr_buzz.text.unicode import (
     LINE_BREAKS,
     WHITESPACE,
     ascii_lower,
@@ -32,18 +45,6 @@ from nostr_buzz.core.text import (
     sanitize_label,
     trim,
 )
-from nostr_buzz.core.turn_input import (
-    BUZZ_RETRIEVAL,
-    ChannelInfo,
-    ProfileInfo,
-    Retrieval,
-    Standing,
-    TurnContext,
-    TurnEvent,
-    TurnInput,
-)
-from nostr_buzz.event import Event
-from nostr_buzz.nips import nip10
 
 #: The fixed ``<continuation-guidance>`` note of every steer (docs/envelope.md).
 STEER_NOTE: Final = (
@@ -56,6 +57,14 @@ STEER_NOTE: Final = (
 WORKSPACE_BODY: Final = (
     "Your working directory is {cwd}. Keep the files you create and the repositories you "
     "clone there."
+)
+
+#: The body of ``<buzz-checkpoint-request>`` (docs/envelope.md, "The thread checkpoint"): what
+#: the agent is asked before its session closes, when a summary turn is configured.
+CHECKPOINT_REQUEST: Final = (
+    "This session is about to close. Write a summary of the conversation so far for whoever "
+    "continues it: who asked what, what was decided or done, and what is still open. Reply "
+    "with the summary alone; it is not sent to anyone in the conversation."
 )
 
 DESCRIPTION_LIMIT: Final = 500
@@ -142,11 +151,20 @@ LAYER_TABLE: Final[Mapping[str, _LayerKind]] = {
     "channel_canvas": _LayerKind(
         4, "channel", "channel_canvas", "shared_evidence", "session_start"
     ),
+    # A new session's summary of its thread so far (nips/NIP-TC.md): versioned by the signed
+    # checkpoint's event id, not by a hash of its text.
+    "thread_checkpoint": _LayerKind(
+        5, "thread", "thread_checkpoint_event", "advisory_context", "session_start"
+    ),
     "context_status": _LayerKind(6, "turn", "delivery_state", "evidence", "current"),
     # The scope of the thread delta is the context's kind (thread or dm), given per turn.
     "recent_thread_delta": _LayerKind(6, "thread", "relay_events", "evidence", "current"),
     "interrupted_turn": _LayerKind(6, "thread", "cancelled_events", "evidence", "current"),
     "current_instruction": _LayerKind(7, "turn", "nostr_event", "authoritative", "current"),
+    # The request for a summary before a session closes (a turn of its own, no Nostr event).
+    "checkpoint_request": _LayerKind(
+        7, "session", "buzz_checkpoint_request", "instructions", "current"
+    ),
     "delivery_contract": _LayerKind(8, "turn", "buzz_routing", "routing_constraint", "current"),
     "steer_delivery_contract": _LayerKind(
         8, "turn", "native_steer_framing", "routing_constraint", "current"
@@ -334,6 +352,12 @@ def _recent_delta(context: TurnContext, profiles: _Profiles) -> str:
     return "\n".join(lines)
 
 
+def _thread_checkpoint(checkpoint: ThreadCheckpointInput) -> str | None:
+    """``<thread-checkpoint>`` with the trimmed summary escaped; None when it is blank."""
+    body = trim(checkpoint.summary)
+    return _section("thread-checkpoint", body) if body else None
+
+
 def _delta_version(context: TurnContext) -> str:
     payload = {
         "messages": [[m.event_id, m.pubkey, m.timestamp, m.content] for m in context.messages],
@@ -508,6 +532,11 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
         canvas = rendered["channel-canvas"]
         layers.append(_layer("channel_canvas", canvas, freshness=_read(fresh, unconfirmed)))
     layers.append(_layer("context_status", status))
+    checkpoint = turn_input.thread_checkpoint
+    summary = _thread_checkpoint(checkpoint) if checkpoint is not None else None
+    if checkpoint is not None and summary is not None:
+        fragments.append(summary)
+        layers.append(_layer("thread_checkpoint", summary, version=checkpoint.event_id))
     if turn_input.context is not None:
         delta = _recent_delta(turn_input.context, profiles)
         fragments.append(delta)
@@ -545,6 +574,16 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     layers.append(_layer("delivery_contract", delivery))
     sections.append("</buzz-turn>")
     return CompiledTurn(sections=sections, manifest=manifest_from_layers(layers))
+
+
+def compile_checkpoint_request() -> CompiledTurn:
+    """The summary turn before a session closes (``[sessions] checkpoint =
+    "summary_on_close"``): one block, ``<buzz-checkpoint-request>``, and its one-layer
+    manifest (``checkpoint_request``, versioned by its text's hash)."""
+    text = _section("buzz-checkpoint-request", CHECKPOINT_REQUEST)
+    return CompiledTurn(
+        sections=[text], manifest=manifest_from_layers([_layer("checkpoint_request", text)])
+    )
 
 
 def steer_guidance() -> str:

@@ -18,8 +18,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from nostr_buzz.core.given import given_key_set
 from nostr_buzz.core.turn_input import ChannelInfo, ContextMessage, TurnContext
-from nostr_buzz.event import Event
+from nostr_buzz.errors import BuzzError
+from nostr_buzz.event import Event, require_event
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip29 import IgnoredMetadata, newest_group_metadata
 from nostr_buzz.nips.standing import rfc3339_seconds
@@ -78,12 +80,21 @@ def utc_timestamp(seconds: int) -> str:
 
 
 def turn_context(
-    history: History, delivered: Collection[str] = (), in_batch: Collection[str] = ()
+    history: History,
+    delivered: Collection[str] = (),
+    in_batch: Collection[str] = (),
+    after: str | None = None,
 ) -> TurnContext | None:
     """The compiler's context: history minus what the session was already given
-    (``delivered``: event ids) and what the batch itself holds (``in_batch``); None when
+    (``delivered``: event ids), what the batch itself holds (``in_batch``) and, ``after`` a
+    thread checkpoint's covered event, everything up to it (when the history holds it: else
+    nothing is left out for it, since a message seen twice costs less than one lost); None when
     nothing is left."""
-    kept = [e for e in history.messages if e.id not in delivered and e.id not in in_batch]
+    messages = history.messages
+    ids = [e.id for e in messages]
+    if after is not None and after in ids:
+        messages = messages[ids.index(after) + 1 :]
+    kept = [e for e in messages if e.id not in delivered and e.id not in in_batch]
     if history.kind is None or not kept:
         return None
     return TurnContext(
@@ -160,7 +171,10 @@ def channel_info_of(
     private message or a plaintext direct message: its ``dm-`` conversation, named after its
     author (``label``, else the key).  A public note or comment outside any channel: a public
     channel with no name.  ``buzz run`` also trusts a relay's own NIP-11 key for the metadata
-    that relay served (:func:`channel_info`)."""
+    that relay served (:func:`channel_info`).  ``trusted`` keys may be hex, ``npub1…`` or
+    :class:`~nostr_buzz.keys.PublicKey`."""
+    event = require_event(event, "channel_info_of")
+    trusted = given_key_set(trusted, "channel_info_of trusted", BuzzError)
     direct = (nip10.queue_channel(event), direct_channel_type(event))
     info, _ = channel_info(metadata, nip10.channel(event), event.pubkey, label, trusted, direct)
     return info

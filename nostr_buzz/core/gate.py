@@ -32,13 +32,23 @@ The rules:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from nostr_buzz.core.choices import CHOICES, AuthorGate, InFlightPolicy, check_choice
-from nostr_buzz.event import Event
+from nostr_buzz.core.given import (
+    given_bool,
+    given_ints,
+    given_key,
+    given_key_set,
+    given_strings,
+    shown,
+)
+from nostr_buzz.errors import ConfigError
+from nostr_buzz.event import Event, require_event
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
@@ -103,7 +113,7 @@ class Gate:
     kind 9 outside any channel is served as a direct message (``plaintext_dm``).  A ``mode``
     other than :data:`~nostr_buzz.core.choices.AuthorGate`'s is a ``ConfigError`` here."""
 
-    agent: str  # hex pubkeys
+    agent: str  # public keys: hex, npub1… or a PublicKey, kept as hex
     owner: str
     kinds: frozenset[int]
     channels: frozenset[str]
@@ -116,6 +126,17 @@ class Gate:
     def __post_init__(self) -> None:
         # An unknown mode would match neither refusal below and admit everyone.
         check_choice(self.mode, CHOICES["gate.mode"], "Gate mode")
+        # Keys in any form, compared as hex: an npub would never equal an event's pubkey.
+        put = functools.partial(object.__setattr__, self)
+        put("agent", given_key(self.agent, "Gate agent").hex)
+        put("owner", given_key(self.owner, "Gate owner").hex)
+        put("allowlist", given_key_set(self.allowlist, "Gate allowlist"))
+        put("kinds", frozenset(given_ints(self.kinds, "Gate kinds")))
+        put("channels", frozenset(given_strings(self.channels, "Gate channels")))
+        given_bool(self.mentions_required, "Gate mentions_required")
+        given_bool(self.plaintext_dm, "Gate plaintext_dm")
+        if self.shard is not None and not isinstance(self.shard, Shard):
+            raise ConfigError(f"Gate shard: expected a Shard or None, got {shown(self.shard)}")
 
 
 @dataclass(frozen=True)
@@ -203,7 +224,12 @@ def decide(event: Event, gate: Gate, known_agents: frozenset[str] | set[str]) ->
 
     A command comes in a kind 9 that mentions the agent or in a private message; the owner's
     are obeyed, and anyone's ``!allow``/``!deny CODE`` goes to the approvals, which refuse
-    all but the owner's (``bot/approvals.py``)."""
+    all but the owner's (``bot/approvals.py``).  ``event`` must be a verified
+    :class:`~nostr_buzz.event.Event` (a dict or another library's event is an
+    :class:`~nostr_buzz.errors.InvalidEvent` saying how to make one)."""
+    event = require_event(event, "decide")
+    if not isinstance(gate, Gate):
+        raise ConfigError(f"decide: expected a Gate, got {shown(gate)}")
     private = event.kind == PRIVATE_MESSAGE_KIND and isinstance(event, PrivateEvent)
     addressed = event.kind == CHAT_KIND and gate.agent in nip10.mentions(event)
     command = command_of(event.content) if private or addressed else None

@@ -4,7 +4,7 @@ History lines read ``{label}: {content}``.  Two rules keep a sender from speakin
 else's voice there (see docs/envelope.md, "Deliberate differences"):
 
 - **Continuation lines cannot start a message.**  Every line break of
-  :data:`~nostr_buzz.core.text.LINE_BREAKS` (not only ``\\n``: also CR, NEL, U+2028, U+2029, …)
+  :data:`~nostr_buzz.text.unicode.LINE_BREAKS` (not only ``\\n``: also CR, NEL, U+2028, U+2029, …)
   ends a line and is written as ``\\n``; a continuation line that holds a colon (or a character
   that reads as one) is indented by two spaces, so only a message's first line can have the
   ``label:`` shape at the start of a line.  Continuation lines without a colon keep their bytes.
@@ -28,10 +28,10 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from nostr_buzz.core.confusables import PROTOTYPES
-from nostr_buzz.core.text import DEFAULT_IGNORABLE, LINE_BREAKS, ascii_lower, split_lines
 from nostr_buzz.errors import Nip19Error
 from nostr_buzz.nips import nip19
+from nostr_buzz.text.confusables import PROTOTYPES
+from nostr_buzz.text.unicode import DEFAULT_IGNORABLE, LINE_BREAKS, ascii_lower, split_lines
 
 #: Characters a reader may take for a colon: every one confusables.txt maps to ``:`` and a few
 #: more; NFKC already maps the full-width and small forms.

@@ -8,7 +8,7 @@ must simply never be passed to :meth:`TurnLedger.accept_update`.
 
 from __future__ import annotations
 
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
+from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
 
 
 class TurnLedger:

@@ -42,15 +42,33 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, TypeGuard, get_args
 
-import msgspec
-
 from nostr_buzz.core.backoff import Rng, backoff_base
+from nostr_buzz.core.given import given_key
 from nostr_buzz.core.queue_index import FlushIndex
-from nostr_buzz.core.text import is_utf8_encodable
+from nostr_buzz.core.queue_snapshot import (
+    WireEntry,
+    WireSnapshot,
+    check_channel,
+    check_header,
+    corrupt,
+    encode_snapshot,
+    read_snapshot,
+    wire_snapshot,
+)
+from nostr_buzz.core.queue_types import (  # re-exported: the queue's public types
+    Batch as Batch,
+)
+from nostr_buzz.core.queue_types import ChannelState as ChannelState
+from nostr_buzz.core.queue_types import DeadLetter as DeadLetter
+from nostr_buzz.core.queue_types import PushResult as PushResult
+from nostr_buzz.core.queue_types import QueuedEvent as QueuedEvent
+from nostr_buzz.core.queue_types import StoredEvent as StoredEvent
 from nostr_buzz.core.turn_input import CancelReason as CancelReason  # re-exported
-from nostr_buzz.errors import BuzzError, QueueError
+from nostr_buzz.errors import QueueError
 from nostr_buzz.event import Event, not_an_event
+from nostr_buzz.keys import PublicKey
 from nostr_buzz.nips import nip10
+from nostr_buzz.text.unicode import is_utf8_encodable
 
 _REASONS: Final = get_args(CancelReason)
 _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
@@ -61,86 +79,8 @@ REMEMBERED_IDS: Final = 10_000
 MAX_STRANGER_CHANNELS: Final = 64
 #: A channel held back for quiet flushes anyway once its oldest event waited this many windows.
 SETTLE_LIMIT: Final = 8
-_SNAPSHOT_VERSION: Final = 1
 _BACKOFF_BASE: Final = 5.0
 _BACKOFF_CAP: Final = 300.0
-
-
-@dataclass(frozen=True)
-class QueuedEvent:
-    """A verified event in the queue: the prompt tag it arrived under (``@mention``, …) and
-    when it was received (the caller's ``now`` at :meth:`DispatchQueue.push`)."""
-
-    event: Event
-    prompt_tag: str
-    received_at: float
-
-
-@dataclass(frozen=True)
-class PushResult:
-    """What :meth:`DispatchQueue.push` did: queued it (``accepted``), or not because it was a
-    ``duplicate`` (pending, in flight, delivered or dead-lettered already) or ``refused``;
-    ``dropped``: ids of pending events the channel's cap evicted to make room."""
-
-    accepted: bool
-    duplicate: bool
-    dropped: list[str]
-    #: Not queued: strangers already hold ``max_stranger_channels`` channels.
-    refused: bool = False
-
-
-@dataclass(frozen=True, eq=False)
-class Batch:
-    """One turn's worth of events, and the handle for settling that turn.
-
-    Compared and hashed by identity: only the object ``flush_next`` returned is live, so a
-    batch can key a dict of running turns, and an earlier batch with the same events (before
-    an expiry, say) is a different, stale handle on which every operation does nothing.
-    """
-
-    channel: str
-    events: list[QueuedEvent]
-    cancelled_events: list[QueuedEvent]
-    cancel_reason: CancelReason | None
-    attempt: int
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """A batch given up after ``attempts`` failures (:meth:`DispatchQueue.fail`): its channel,
-    events and the cancelled events it carried; the bot posts a short notice to its thread."""
-
-    channel: str
-    events: list[QueuedEvent]
-    cancelled_events: list[QueuedEvent]
-    attempts: int
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    """A live event as a store keeps it: the queued event and its push order number."""
-
-    queued: QueuedEvent
-    seq: int
-
-
-@dataclass(frozen=True)
-class ChannelState:
-    """One channel's state as :meth:`DispatchQueue.channel_state` exports it.
-
-    A batch in flight is shown as already returned (its events at the front of ``pending``,
-    its cancelled events stored, no attempt counted), exactly as :meth:`DispatchQueue.snapshot`
-    writes it: this is what a restart must continue from.
-    """
-
-    name: str
-    pending: list[StoredEvent]
-    retry_size: int
-    retry_count: int
-    cancelled: list[StoredEvent]
-    cancel_reason: CancelReason | None
-    cancelled_count: int
-    backoff_until: float | None
 
 
 @dataclass(frozen=True)
@@ -228,6 +168,52 @@ class _Channel:
         if self.run == len(self.pending) - 1 < self.cap and entry.key == self.pending[0].key:
             self.run += 1
 
+    def take(self, now: float) -> Batch:
+        """Start this channel's next batch: the returned set as it was, else the head's
+        authority run (up to ``cap``), else the stored cancelled events whole."""
+        self.backoff_until = None
+        if self.pending:
+            if self.retry_size:
+                # A returned batch is retried with exactly its events.
+                n, attempt = self.retry_size, self.retry_count + 1
+            else:
+                head = self.pending[0].key
+                n = 1
+                while n < len(self.pending) and n < self.cap and self.pending[n].key == head:
+                    n += 1
+                attempt = 1
+            taken = self.pending[:n]
+            del self.pending[:n]
+            self.retry_size = self.retry_count = 0
+            events = _sorted_by_created_at(taken)
+            cancelled, reason = self.cancelled, self.cancel_reason
+            batch = Batch(self.name, _public(events), _public(cancelled), reason, attempt)
+            redispatch = False
+        else:
+            # Nothing new: the stored cancelled events are the batch, whole, reason kept.
+            events = _sorted_by_created_at(self.cancelled)
+            cancelled, reason = self.cancelled, self.cancel_reason
+            batch = Batch(self.name, _public(events), [], reason, self.cancelled_count + 1)
+            redispatch = True
+        # The stored set now belongs to this batch: a re-dispatch carries its count in
+        # ``attempt``; riding with new events, it has no count of its own.
+        self.cancelled, self.cancel_reason, self.cancelled_count = [], None, 0
+        self.flight = _Flight(batch, events, cancelled, reason, now, redispatch)
+        return batch
+
+    def put_back(self, fl: _Flight, count: int) -> None:
+        """Put a batch that did not settle back: events to the front, cancelled ones stored.
+
+        The channel stores nothing while in flight (its stored events rode with the batch), so
+        the stored cancelled events are exactly the batch's again, in their stored order.
+        """
+        self.cancelled, self.cancel_reason = list(fl.cancelled), fl.reason
+        if fl.redispatch:
+            self.cancelled_count = count
+        else:
+            self.pending[0:0] = fl.events
+            self.retry_size, self.retry_count = len(fl.events), count
+
     def refresh(self) -> None:
         """``pending`` changed otherwise (a batch taken or returned, an event dropped): the
         summary again, O(this channel's events), once per turn or drop."""
@@ -239,38 +225,6 @@ class _Channel:
         while run < len(self.pending) and run < self.cap and self.pending[run].key == head:
             run += 1
         self.run = run
-
-
-# --- snapshot wire schema ---------------------------------------------------------------------
-
-
-class _WireEntry(msgspec.Struct, forbid_unknown_fields=True):
-    event: Event  # decoding re-verifies id and signature (Event.__post_init__)
-    prompt_tag: str
-    received_at: int | float
-    seq: int
-
-
-class _WireChannel(msgspec.Struct, forbid_unknown_fields=True):
-    name: str
-    pending: list[_WireEntry]
-    retry_size: int
-    retry_count: int
-    cancelled: list[_WireEntry]
-    cancel_reason: CancelReason | None
-    cancelled_count: int
-    backoff_until: int | float | None
-
-
-class _WireSnapshot(msgspec.Struct, forbid_unknown_fields=True):
-    version: int
-    next_seq: int
-    channels: list[_WireChannel]
-    remembered: list[str]  # delivered or dead-lettered ids, oldest first
-
-
-_encode_snapshot = msgspec.json.Encoder().encode
-_decode_snapshot = msgspec.json.Decoder(_WireSnapshot).decode
 
 
 def _is_finite_number(x: object) -> TypeGuard[float]:
@@ -313,12 +267,13 @@ class _Strangers:
     strangers hold live events: a full channel drops a stranger's event first, and strangers
     open at most ``cap`` channels (docs/queue.md, "Floods")."""
 
-    def __init__(self, owner: str | None, cap: int | None) -> None:
-        if owner is not None and not isinstance(owner, str):
-            raise QueueError("owner must be the owner's public key as a hex string, or None")
+    def __init__(self, owner: str | PublicKey | None, cap: int | None) -> None:
+        # hex, npub1… or a PublicKey, compared as hex with events' pubkeys
+        hex_owner = None if owner is None else given_key(owner, "DispatchQueue owner", QueueError)
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise QueueError("max_stranger_channels must be an integer of at least 1, or None")
-        self.owner, self.cap = owner, cap
+        self.owner: str | None = hex_owner.hex if hex_owner is not None else None
+        self.cap = cap
         self.channels: set[str] = set()  # channels whose ``strangers`` is above 0
 
     def of(self, entry: _Entry) -> bool:
@@ -349,6 +304,48 @@ class _Strangers:
             self.channels.discard(ch.name)
 
 
+class _Remembered:
+    """The delivered or dead-lettered ids, oldest first, at most ``REMEMBERED_IDS`` of them:
+    the queue's duplicate memory (docs/queue.md)."""
+
+    def __init__(self) -> None:
+        self._order: deque[str] = deque()
+        self._set: set[str] = set()
+
+    def __contains__(self, event_id: object) -> bool:
+        return event_id in self._set
+
+    def add(self, event_id: str) -> None:
+        self._order.append(event_id)
+        self._set.add(event_id)
+        if len(self._order) > REMEMBERED_IDS:
+            self._set.discard(self._order.popleft())
+
+    def discard(self, event_id: str) -> bool:
+        if event_id not in self._set:
+            return False
+        self._set.discard(event_id)
+        self._order.remove(event_id)
+        return True
+
+    def ids(self) -> list[str]:
+        return list(self._order)
+
+    def load(self, ids: list[str], live: dict[str, str]) -> None:
+        """A snapshot's remembered ids, checked: unique 64-hex ids not also queued."""
+        if len(ids) > REMEMBERED_IDS:
+            raise corrupt("too many remembered ids")
+        for event_id in ids:
+            if (
+                len(event_id) != 64
+                or any(c not in "0123456789abcdef" for c in event_id)
+                or event_id in self._set
+                or event_id in live
+            ):
+                raise corrupt("remembered ids must be unique 64-hex ids not also queued")
+            self.add(event_id)
+
+
 class DispatchQueue:
     """Per-channel queues of verified events, flushed as batches at the authority boundary."""
 
@@ -360,7 +357,7 @@ class DispatchQueue:
         deadline: float = 7300,
         rng: Rng | None = None,
         *,
-        owner: str | None = None,
+        owner: str | PublicKey | None = None,
         max_stranger_channels: int | None = None,
         channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> None:
@@ -372,8 +369,8 @@ class DispatchQueue:
         self.max_attempts = max_attempts
         self.deadline = deadline
         self._strangers = _Strangers(owner, max_stranger_channels)
-        #: The actor whose events strangers' events never evict nor refuse (None: nobody).
-        self.owner = owner
+        #: The actor whose events strangers' events never evict nor refuse (None: nobody), hex.
+        self.owner = self._strangers.owner
         self.max_stranger_channels = max_stranger_channels
         #: An event's channel here: an opaque key the caller computes (the bot's session
         #: scope, docs/bot.md "Session scope"); by default its queue channel.
@@ -386,8 +383,7 @@ class DispatchQueue:
         self._channels: dict[str, _Channel] = {}
         self._index = FlushIndex(self._channels)
         self._live: dict[str, str] = {}  # channel of each id pending, in flight or stored
-        self._remembered: deque[str] = deque()
-        self._remembered_set: set[str] = set()
+        self._remembered = _Remembered()
         self._next_seq = 0
 
     # --- intake -------------------------------------------------------------------------------
@@ -402,7 +398,7 @@ class DispatchQueue:
             # A lone surrogate would make every later snapshot() fail.
             raise QueueError("prompt_tag must be valid Unicode (no lone surrogates)")
         received_at = _check_now(now)
-        if event.id in self._live or event.id in self._remembered_set:
+        if event.id in self._live or event.id in self._remembered:
             return PushResult(accepted=False, duplicate=True, dropped=[])
         name = _check_channel(self.channel_of(event))
         if self._strangers.refuses(name, event.pubkey):
@@ -460,7 +456,7 @@ class DispatchQueue:
             assert fl is not None
             ch.flight = None
             # Expiry counts no attempt and sets no backoff: the set keeps its count.
-            self._return(ch, fl, fl.batch.attempt - 1)
+            ch.put_back(fl, fl.batch.attempt - 1)
             self._touch(ch)
         if self._index.sync(now, settle):
             first = self._index.first_ready()
@@ -469,7 +465,9 @@ class DispatchQueue:
             best = self._scan(now, settle)
         if best is None:
             return None
-        return self._start(best, now)
+        batch = best.take(now)
+        self._touch(best)
+        return batch
 
     def settle_wait(self, channel: str, now: float, *, settle: float) -> float:
         """Seconds ``channel`` is still held back for ``settle`` at ``now`` (0: not held, in
@@ -505,51 +503,6 @@ class DispatchQueue:
         waits = [w for ch in idle if (w := _quiet_wait(ch, now, settle)) > 0]
         return min(waits) if waits else None
 
-    def _start(self, ch: _Channel, now: float) -> Batch:
-        ch.backoff_until = None
-        if ch.pending:
-            if ch.retry_size:
-                # A returned batch is retried with exactly its events.
-                n, attempt = ch.retry_size, ch.retry_count + 1
-            else:
-                head = ch.pending[0].key
-                n = 1
-                while n < len(ch.pending) and n < self.max_batch and ch.pending[n].key == head:
-                    n += 1
-                attempt = 1
-            taken = ch.pending[:n]
-            del ch.pending[:n]
-            ch.retry_size = ch.retry_count = 0
-            events = _sorted_by_created_at(taken)
-            cancelled, reason = ch.cancelled, ch.cancel_reason
-            batch = Batch(ch.name, _public(events), _public(cancelled), reason, attempt)
-            redispatch = False
-        else:
-            # Nothing new: the stored cancelled events are the batch, whole, reason kept.
-            events = _sorted_by_created_at(ch.cancelled)
-            cancelled, reason = ch.cancelled, ch.cancel_reason
-            batch = Batch(ch.name, _public(events), [], reason, ch.cancelled_count + 1)
-            redispatch = True
-        # The stored set now belongs to this batch: a re-dispatch carries its count in
-        # ``attempt``; riding with new events, it has no count of its own.
-        ch.cancelled, ch.cancel_reason, ch.cancelled_count = [], None, 0
-        ch.flight = _Flight(batch, events, cancelled, reason, now, redispatch)
-        self._touch(ch)
-        return batch
-
-    def _return(self, ch: _Channel, fl: _Flight, count: int) -> None:
-        """Put a batch that did not settle back: events to the front, cancelled ones stored.
-
-        The channel stores nothing while in flight (its stored events rode with the batch), so
-        the stored cancelled events are exactly the batch's again, in their stored order.
-        """
-        ch.cancelled, ch.cancel_reason = list(fl.cancelled), fl.reason
-        if fl.redispatch:
-            ch.cancelled_count = count
-        else:
-            ch.pending[0:0] = fl.events
-            ch.retry_size, ch.retry_count = len(fl.events), count
-
     def _flight_of(self, batch: object) -> tuple[_Channel, _Flight] | None:
         if not isinstance(batch, Batch):
             raise QueueError("expected a Batch returned by flush_next")
@@ -567,10 +520,7 @@ class DispatchQueue:
     def _remember(self, ids: Iterable[str]) -> None:
         for event_id in ids:
             self._live.pop(event_id, None)
-            self._remembered.append(event_id)
-            self._remembered_set.add(event_id)
-            if len(self._remembered) > REMEMBERED_IDS:
-                self._remembered_set.discard(self._remembered.popleft())
+            self._remembered.add(event_id)
 
     # --- outcomes -----------------------------------------------------------------------------
 
@@ -603,7 +553,7 @@ class DispatchQueue:
         delay = backoff_base(attempt, base=_BACKOFF_BASE, cap=_BACKOFF_CAP)
         delay *= self._rng.uniform(0.8, 1.2)
         ch.flight = None
-        self._return(ch, fl, attempt)
+        ch.put_back(fl, attempt)
         ch.backoff_until = now + delay
         self._touch(ch)
         return None
@@ -618,7 +568,7 @@ class DispatchQueue:
             return None
         ch, fl = found
         ch.flight = None
-        self._return(ch, fl, fl.batch.attempt - 1)
+        ch.put_back(fl, fl.batch.attempt - 1)
         ch.backoff_until = until
         self._touch(ch)
 
@@ -675,11 +625,7 @@ class DispatchQueue:
         """Drop ``event_id`` from the remembered delivered ids, so that it can be pushed again
         (a steer the agent took into a turn that then failed was not answered after all);
         True when it was remembered."""
-        if event_id not in self._remembered_set:
-            return False
-        self._remembered_set.discard(event_id)
-        self._remembered.remove(event_id)
-        return True
+        return self._remembered.discard(event_id)
 
     def _remove_pending(self, ch: _Channel, index: int) -> _Entry:
         entry = ch.pending.pop(index)
@@ -714,7 +660,7 @@ class DispatchQueue:
 
     def knows(self, event_id: str) -> bool:
         """Whether ``event_id`` is queued (pending, in flight, stored cancelled) or remembered."""
-        return event_id in self._live or event_id in self._remembered_set
+        return event_id in self._live or event_id in self._remembered
 
     def remember(self, event_id: str) -> None:
         """Remember ``event_id`` as handled without queueing it (answered by an earlier run,
@@ -724,11 +670,11 @@ class DispatchQueue:
 
     def is_remembered(self, event_id: str) -> bool:
         """Whether ``event_id`` is among the remembered delivered or dead-lettered ids."""
-        return event_id in self._remembered_set
+        return event_id in self._remembered
 
     def remembered_ids(self) -> list[str]:
         """The remembered delivered or dead-lettered ids, oldest first."""
-        return list(self._remembered)
+        return self._remembered.ids()
 
     @property
     def next_seq(self) -> int:
@@ -741,13 +687,8 @@ class DispatchQueue:
         Batches in flight are written as already returned (events to the front, cancelled ones
         stored, no attempt counted): the process that ran them will be gone after a restore.
         """
-        channels = []
-        for name in self._channels:
-            state = self.channel_state(name)
-            assert state is not None
-            channels.append(_wire_channel(state))
-        snap = _WireSnapshot(_SNAPSHOT_VERSION, self._next_seq, channels, list(self._remembered))
-        return _encode_snapshot(snap)
+        states = [_state_of(ch) for ch in self._channels.values()]
+        return encode_snapshot(wire_snapshot(states, self._remembered.ids(), self._next_seq))
 
     @classmethod
     def rebuild(
@@ -761,7 +702,7 @@ class DispatchQueue:
         max_pending: int = 500,
         max_attempts: int = 10,
         deadline: float = 7300,
-        owner: str | None = None,
+        owner: str | PublicKey | None = None,
         max_stranger_channels: int | None = None,
         channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> DispatchQueue:
@@ -775,10 +716,7 @@ class DispatchQueue:
             max_stranger_channels=max_stranger_channels,
             channel_of=channel_of,
         )
-        snap = _WireSnapshot(
-            _SNAPSHOT_VERSION, next_seq, [_wire_channel(c) for c in channels], list(remembered)
-        )
-        q._load(snap)
+        q._load(wire_snapshot(channels, remembered, next_seq))
         return q
 
     @classmethod
@@ -791,7 +729,7 @@ class DispatchQueue:
         max_pending: int = 500,
         max_attempts: int = 10,
         deadline: float = 7300,
-        owner: str | None = None,
+        owner: str | PublicKey | None = None,
         max_stranger_channels: int | None = None,
         channel_of: Callable[[Event], str] = nip10.queue_channel,
     ) -> DispatchQueue:
@@ -806,20 +744,14 @@ class DispatchQueue:
             max_stranger_channels=max_stranger_channels,
             channel_of=channel_of,
         )
-        q._load(_read_snapshot(data))
+        q._load(read_snapshot(data))
         return q
 
-    def _load(self, snap: _WireSnapshot) -> None:
-        def corrupt(what: str) -> QueueError:
-            return QueueError(f"corrupt queue snapshot: {what}")
-
-        if snap.version != _SNAPSHOT_VERSION:
-            raise corrupt(f"unsupported version {snap.version}")
-        if snap.next_seq < 0:
-            raise corrupt("negative next_seq")
+    def _load(self, snap: WireSnapshot) -> None:
+        check_header(snap)
         seqs: set[int] = set()
 
-        def entry(w: _WireEntry, channel: str) -> _Entry:
+        def entry(w: WireEntry, channel: str) -> _Entry:
             ev = w.event
             if self.channel_of(ev) != channel:
                 raise corrupt(f"event {ev.id} is filed under the wrong channel")
@@ -843,27 +775,14 @@ class DispatchQueue:
             ch = _Channel(wc.name, self.max_batch)
             ch.pending = [entry(w, wc.name) for w in wc.pending]
             ch.cancelled = [entry(w, wc.name) for w in wc.cancelled]
-            problem = _check_wire_channel(wc, ch)
-            if problem is not None:
-                raise corrupt(problem)
+            check_channel(wc)
             ch.retry_size, ch.retry_count = wc.retry_size, wc.retry_count
             ch.cancel_reason, ch.cancelled_count = wc.cancel_reason, wc.cancelled_count
             ch.backoff_until = wc.backoff_until
             self._strangers.hold(ch, [*ch.pending, *ch.cancelled])
             self._channels[ch.name] = ch
             self._touch(ch)
-        if len(snap.remembered) > REMEMBERED_IDS:
-            raise corrupt("too many remembered ids")
-        for event_id in snap.remembered:
-            if (
-                len(event_id) != 64
-                or any(c not in "0123456789abcdef" for c in event_id)
-                or event_id in self._remembered_set
-                or event_id in self._live
-            ):
-                raise corrupt("remembered ids must be unique 64-hex ids not also queued")
-            self._remembered.append(event_id)
-            self._remembered_set.add(event_id)
+        self._remembered.load(snap.remembered, self._live)
         self._next_seq = snap.next_seq
 
 
@@ -907,61 +826,7 @@ def _quiet_wait(ch: _Channel, now: float, settle: float) -> float:
     return min(settle - quiet, limit - held)
 
 
-def _check_wire_channel(wc: _WireChannel, ch: _Channel) -> str | None:
-    """What is wrong with a stored channel (its entries already read into ``ch``), if
-    anything."""
-    if not ch.pending and not ch.cancelled:
-        return f"channel {wc.name!r} is empty"
-    if not 0 <= wc.retry_size <= len(ch.pending) or wc.retry_count < 0:
-        return f"channel {wc.name!r} has a bad retry set"
-    if wc.retry_size == 0 and wc.retry_count != 0:
-        return f"channel {wc.name!r} counts attempts of no set"
-    if len({e.key for e in ch.pending[: wc.retry_size]}) > 1:
-        return f"channel {wc.name!r} has a retry set with several authority keys"
-    if (wc.cancel_reason is None) != (not ch.cancelled):
-        return f"channel {wc.name!r} has cancelled events without a reason"
-    if wc.cancelled_count < 0 or (wc.cancelled_count and not ch.cancelled):
-        return f"channel {wc.name!r} has a bad cancelled attempt count"
-    if wc.backoff_until is not None and not math.isfinite(wc.backoff_until):
-        return "backoff_until is not finite"
-    return None
-
-
 def _check_limits(**limits: object) -> None:
     for name, value in limits.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise QueueError(f"{name} must be an integer of at least 1")
-
-
-def _read_snapshot(data: object) -> _WireSnapshot:
-    """:meth:`DispatchQueue.snapshot` output decoded, or :class:`QueueError` saying why not."""
-    if isinstance(data, str):
-        try:
-            data = data.encode("utf-8")
-        except UnicodeEncodeError:
-            raise QueueError("corrupt queue snapshot: not UTF-8 text") from None
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise QueueError("a queue snapshot is JSON bytes")
-    try:
-        return _decode_snapshot(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise QueueError(f"corrupt queue snapshot: {exc}") from None
-    except BuzzError as exc:  # in case an event error escapes msgspec's wrapping
-        raise QueueError(f"corrupt queue snapshot: {exc}") from None
-
-
-def _wire_entry(e: StoredEvent) -> _WireEntry:
-    return _WireEntry(e.queued.event, e.queued.prompt_tag, e.queued.received_at, e.seq)
-
-
-def _wire_channel(state: ChannelState) -> _WireChannel:
-    return _WireChannel(
-        name=state.name,
-        pending=[_wire_entry(e) for e in state.pending],
-        retry_size=state.retry_size,
-        retry_count=state.retry_count,
-        cancelled=[_wire_entry(e) for e in state.cancelled],
-        cancel_reason=state.cancel_reason,
-        cancelled_count=state.cancelled_count,
-        backoff_until=state.backoff_until,
-    )

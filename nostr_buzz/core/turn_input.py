@@ -17,12 +17,13 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from nostr_buzz.core.text import LINE_BREAKS, ascii_lower, is_utf8_encodable, utf8_document
 from nostr_buzz.errors import InvalidEvent, TurnInputError
-from nostr_buzz.event import Event, WireEvent, check_structure
+from nostr_buzz.event import Event, WireEvent, check_structure, not_an_event
 from nostr_buzz.nips import nip10
+from nostr_buzz.text.unicode import LINE_BREAKS, ascii_lower, is_utf8_encodable, utf8_document
 
 _HEX = frozenset("0123456789abcdefABCDEF")
+_LOWER_HEX = frozenset("0123456789abcdef")
 _LINE_BREAK = re.compile("[" + LINE_BREAKS + "]")
 CancelReason = Literal["interrupt", "steer"]
 ContextKind = Literal["thread", "dm"]
@@ -39,6 +40,15 @@ class TurnEvent(msgspec.Struct, frozen=True):
 
     event: Event
     prompt_tag: str = DEFAULT_PROMPT_TAG
+
+    def __post_init__(self) -> None:
+        # A dict or another library's event is never read as if it were verified.
+        if not isinstance(self.event, Event):
+            raise TurnInputError(f"TurnEvent event: {not_an_event(self.event)}")
+        if not isinstance(self.prompt_tag, str):
+            raise TurnInputError(
+                f"TurnEvent prompt_tag: expected a str, got {type(self.prompt_tag).__name__}"
+            )
 
 
 class ChannelInfo(msgspec.Struct, frozen=True):
@@ -145,6 +155,21 @@ class Standing(msgspec.Struct, frozen=True, rename="camel"):
     unconfirmed: bool = False
 
 
+class ThreadCheckpointInput(msgspec.Struct, frozen=True, rename="camel"):
+    """A thread checkpoint given to a new session (nips/NIP-TC.md): its decrypted ``summary``,
+    the id of the signed checkpoint event (``event_id``: the layer's version) and of the
+    newest event the summary covers (``covers_through``: the history starts after it)."""
+
+    event_id: str
+    covers_through: str
+    summary: str
+
+
+def _is_event_id(value: object) -> bool:
+    """64 lowercase hexadecimal characters (an event id as NIP-01 writes it)."""
+    return isinstance(value, str) and len(value) == 64 and all(c in _LOWER_HEX for c in value)
+
+
 def is_public_key_hex(value: str) -> bool:
     """64 hexadecimal characters (either case; compared ASCII-lowercased)."""
     return len(value) == 64 and all(ch in _HEX for ch in value)
@@ -197,6 +222,8 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     owner: str | None = None
     #: How the model may fetch the history it was not given (default: buzz's commands).
     retrieval: Retrieval = BUZZ_RETRIEVAL
+    #: The thread's checkpoint, for the first turn of a new session (layer 5).
+    thread_checkpoint: ThreadCheckpointInput | None = None
 
     def __post_init__(self) -> None:
         if not self.events:
@@ -242,6 +269,7 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
         _require_utf8("the retrieval hint", hints)
         if any(h is not None and _LINE_BREAK.search(h) for h in hints):
             raise TurnInputError("the retrieval hint must be one line (no line breaks)")
+        _check_checkpoint(self.thread_checkpoint)
         resolve_channel_id(self.channel, nip10.channel(self.events[-1].event))
 
     @property
@@ -270,6 +298,20 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
             # msgspec walks ignored members too; absurd nesting must not escape untyped.
             raise TurnInputError("invalid turn input: JSON nested too deeply") from None
         return _from_wire(wire, profile_keys)
+
+
+def _check_checkpoint(checkpoint: ThreadCheckpointInput | None) -> None:
+    if checkpoint is None:
+        return
+    if not isinstance(checkpoint, ThreadCheckpointInput):
+        raise TurnInputError("thread_checkpoint must be a ThreadCheckpointInput (or left out)")
+    ids = (("eventId", checkpoint.event_id), ("coversThrough", checkpoint.covers_through))
+    for name, value in ids:
+        if not _is_event_id(value):
+            raise TurnInputError(
+                f"threadCheckpoint.{name} must be an event id (64 lowercase hex characters)"
+            )
+    _require_utf8("the thread checkpoint's summary", (checkpoint.summary,))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,6 +368,7 @@ class _WireTurnInput(msgspec.Struct, rename="camel"):
     standing_redelivered: bool | None = None
     owner: str | None = None
     retrieval: _WireRetrieval | None = None
+    thread_checkpoint: ThreadCheckpointInput | None = None
 
 
 _decode_file = msgspec.json.Decoder(_WireTurnInput).decode
@@ -392,6 +435,7 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
         raise TurnInputError("owner must be a public key: 64 hexadecimal characters")
     newest = w.events[-1].event
     resolve_channel_id(channel, nip10.channel_from_tags(newest.kind, newest.tags))
+    _check_checkpoint(w.thread_checkpoint)
 
     context = None
     if w.context is not None:
@@ -448,6 +492,7 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
             if w.retrieval is None
             else Retrieval(thread=w.retrieval.thread, channel=w.retrieval.channel)
         ),
+        thread_checkpoint=w.thread_checkpoint,
     )
 
 

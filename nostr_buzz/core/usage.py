@@ -21,6 +21,7 @@ from typing import Final
 
 import msgspec
 
+from nostr_buzz._deprecated import renamed_keywords
 from nostr_buzz.nips.nip_am import (
     MAX_CUMULATIVE_COST_USD,
     MAX_TOKENS,
@@ -252,6 +253,10 @@ class UsageTracker:
         else:
             state.cumulative_baseline = totals
 
+    @renamed_keywords(
+        {"cached_read_tokens": "cache_read_tokens", "cached_write_tokens": "cache_write_tokens"},
+        removed_in="0.2.0",
+    )
     def observe_turn(
         self,
         session_id: str,
@@ -262,7 +267,9 @@ class UsageTracker:
         cache_read_tokens: int | None = None,
         cache_write_tokens: int | None = None,
     ) -> None:
-        """Standard ACP per-turn ``usage``; ignored outside a turn."""
+        """Standard ACP per-turn ``usage``; ignored outside a turn.  (The earlier names
+        ``cached_read_tokens`` and ``cached_write_tokens`` work until 0.2.0, with a
+        :class:`DeprecationWarning`: CHANGELOG.md.)"""
         usage = _TurnUsage(
             input=_tokens(input_tokens),
             output=_tokens(output_tokens),

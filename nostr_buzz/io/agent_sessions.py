@@ -40,11 +40,9 @@ from nostr_buzz.acp.state import (
 from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind
+from nostr_buzz.io.diagnostics import DiagnosticCallback as DiagnosticCallback  # re-exported
 
 __all__ = ["DiagnosticCallback", "SessionHub"]
-
-#: ``on_diagnostic(kind, session_id, payload)``: driver-level observer records (no prompt text).
-DiagnosticCallback = Callable[[AgentDiagnosticKind, str | None, dict[str, Any]], None]
 
 
 class SessionHub:

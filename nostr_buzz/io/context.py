@@ -22,9 +22,11 @@ from nostr_buzz.core.context import (
     select_thread_history,
     turn_context,
 )
+from nostr_buzz.core.given import given_key
 from nostr_buzz.core.turn_input import TurnContext
-from nostr_buzz.event import Event
-from nostr_buzz.keys import SecretKey
+from nostr_buzz.errors import BuzzError
+from nostr_buzz.event import Event, require_event
+from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip59 import PrivateEvent
@@ -40,7 +42,7 @@ async def fetch_history(
     pool: RelayPool,
     event: Event,
     *,
-    agent: str,
+    agent: str | PublicKey,
     limit: int = 20,
     kinds: Sequence[int] | None = None,
     timeout: float | None = None,
@@ -49,13 +51,15 @@ async def fetch_history(
 ) -> History:
     """The history ``event`` is part of, from ``pool``'s relays (see the module docstring).
 
-    ``agent``: the bot's public key (hex); ``kinds``: the kinds a thread or conversation is
-    made of (default: ``event``'s own; a private message's kind is never fetched in
-    plaintext); ``signer``: the agent's key or signer, which opens a private conversation's
-    gift wraps (without it a private message has no history); ``extra_urls``: relays asked
-    too, as hints (:meth:`RelayPool.query`; the bot gives the NIP-65 write relays of the
+    ``agent``: the bot's public key (hex, ``npub1…`` or a :class:`PublicKey`); ``kinds``: the kinds
+    a thread or conversation is made of (default: ``event``'s own; a private message's kind is never
+    fetched in plaintext); ``signer``: the agent's key or signer, which opens a private
+    conversation's gift wraps (without it a private message has no history); ``extra_urls``: relays
+    asked too, as hints (:meth:`RelayPool.query`; the bot gives the NIP-65 write relays of the
     people concerned).
     """
+    event = require_event(event, "fetch_history")
+    agent_hex = given_key(agent, "fetch_history agent", BuzzError).hex
     if isinstance(event, PrivateEvent):
         if signer is None:
             return NO_HISTORY
@@ -80,7 +84,7 @@ async def fetch_history(
     if channel is not None:
         return NO_HISTORY
     actor = event.pubkey
-    between = [(actor, agent), (agent, actor)]  # each way: author, mentioned
+    between = [(actor, agent_hex), (agent_hex, actor)]  # each way: author, mentioned
     found = await pool.query(
         [
             Filter(authors=(author,), kinds=wanted, limit=limit, tags={"p": (to,)})
@@ -96,7 +100,7 @@ async def fetch_turn_context(
     pool: RelayPool,
     event: Event,
     *,
-    agent: str,
+    agent: str | PublicKey,
     limit: int = 20,
     kinds: Sequence[int] | None = None,
     timeout: float | None = None,

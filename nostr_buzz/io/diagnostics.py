@@ -22,13 +22,14 @@ from typing import IO, Any, Final, Literal
 
 import msgspec
 
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.errors import SECRET_HINT, looks_secret
 from nostr_buzz.io.filemodes import open_private, read_private
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [
     "AgentDiagnosticKind",
+    "DiagnosticCallback",
     "DiagnosticKind",
     "DiagnosticRecord",
     "DiagnosticsFeed",
@@ -46,6 +47,9 @@ AgentDiagnosticKind = Literal[
     "permission_decision",  # {decision, title, toolKind, turnRunning, reason, part?, actor?}
 ]
 
+#: ``on_diagnostic(kind, session_id, payload)``: driver-level observer records (no prompt text).
+DiagnosticCallback = Callable[[AgentDiagnosticKind, str | None, dict[str, Any]], None]
+
 #: Every kind of record the feed carries (docs/bot.md).  ``emit`` takes nothing else.
 DiagnosticKind = (
     AgentDiagnosticKind
@@ -57,6 +61,7 @@ DiagnosticKind = (
         "turn_completed",
         "turn_failed",
         "turn_ended",  # {}: the turn left the running turns (settled, cancelled, abandoned)
+        "telemetry_failed",  # {error}: the telemetry sink failed (its class; reported once)
         "event_dead_lettered",
         # budgets (docs/bot.md, "Budgets"): {decision, over: [{cap, limit, spent, period}], …}
         "budget_warned",  # over a cap under action "warn": the turn runs, the owner is told
@@ -86,6 +91,12 @@ DiagnosticKind = (
         # {adapterSessionId, reason, error?}: a new session instead (a private channel's error:
         # its class only, bot/privacy.py)
         "session_not_resumed",
+        # thread checkpoints (nips/NIP-TC.md; docs/bot.md, "Thread checkpoints")
+        "thread_checkpoint_used",  # {eventId, coversThrough, method}: a new session starts there
+        "thread_checkpoint_ignored",  # {eventId, author, reason}: a relay's event not taken
+        "thread_checkpoint_queued",  # {eventId, method}: in the outbox with its turn
+        "thread_checkpoint_published",  # {eventId, relays}
+        "thread_checkpoint_failed",  # {error, method}: a checkpoint not made
         "agent_group_ended",  # {pgid, processes, signal, left}: a killed run's leftover group
         "agent_group_spared",  # {pgid, processes, reason}: a recorded group left alone
         # what the bot sends
@@ -102,8 +113,10 @@ DiagnosticKind = (
         "private_room_narrowed",  # {inReplyTo, reason, room, maxRecipients}: sender only
         "dm_relays_published",
         "dm_relays_failed",
+        "dm_relays_kept",  # {reason}: relay_lists = "leave", unchanged, or not the bot's
         "relay_list_published",
         "relay_list_failed",
+        "relay_list_kept",  # {reason}: as dm_relays_kept
     ]
 )
 
@@ -374,9 +387,12 @@ class DiagnosticsFeed:
         channel_id: str | None = None,
         session_id: str | None = None,
         turn_id: str | None = None,
+        kind: DiagnosticKind = "metric_published",
     ) -> DiagnosticRecord:
+        """An event for the owner some relay accepted: a metric (``kind``: or a thread
+        checkpoint's ``thread_checkpoint_published``)."""
         return self.emit(
-            "metric_published",
+            kind,
             channel_id=channel_id,
             session_id=session_id,
             turn_id=turn_id,

@@ -21,12 +21,12 @@ from nostr_buzz.nips.nip19 import EventRef, parse_event_ref
 from .pool import PoolQueryResult, RelayPool, is_usable_url
 from .relay import QueryResult
 
-__all__ = ["FetchResult", "fetch_event"]
+__all__ = ["FetchResult", "fetch_event", "fetch_event_result"]
 
 
 @dataclass(frozen=True)
 class FetchResult:
-    """What :func:`fetch_event` found.
+    """What :func:`fetch_event_result` found.
 
     ``event``: the verified event with the id asked for, or None when no relay served a valid
     copy.  ``served_by``: the relays whose answer held it.  ``forgers``: each relay that served
@@ -89,16 +89,30 @@ async def fetch_event(
     *,
     pool: RelayPool | None = None,
     timeout: float = 10.0,
+) -> Event | None:
+    """The event ``ref`` names, verified, fetched as :func:`fetch_event_result` does; None
+    when no relay served a valid copy (not found, no relay answered, or only forgeries: the
+    result of :func:`fetch_event_result` tells them apart and names the relays)."""
+    result = await fetch_event_result(ref, relays, pool=pool, timeout=timeout)
+    return result.event
+
+
+async def fetch_event_result(
+    ref: str | EventRef,
+    relays: Sequence[str] | None = None,
+    *,
+    pool: RelayPool | None = None,
+    timeout: float = 10.0,
     wait_all: bool = False,
 ) -> FetchResult:
     """Fetch the event ``ref`` names (64 hex characters, ``note1…``, ``nevent1…`` with its relay
     hints, or a :class:`~nostr_buzz.nips.nip19.EventRef`) from ``relays`` or ``pool`` (give one;
     a pool brings its own NIP-42 key) and its hint relays.
 
-    Returns a :class:`FetchResult`: ``.event`` is the first verified copy, None when not found;
-    ``.forgers`` names the relays that served forgeries.  ``timeout``: seconds for each relay
-    (connect plus answer).  ``wait_all``: wait for every relay, to learn which ones misbehave,
-    rather than return at the first valid copy.  A bad reference raises
+    Returns a :class:`FetchResult` whatever was found: ``.event`` is the first verified copy, None
+    when not found; ``.forgers`` names the relays that served forgeries.  ``timeout``: seconds for
+    each relay (connect plus answer).  ``wait_all``: wait for every relay, to learn which ones
+    misbehave, rather than return at the first valid copy.  A bad reference raises
     :class:`~nostr_buzz.errors.Nip19Error`; a bad relay URL, or no relay at all,
     :class:`~nostr_buzz.errors.RelayError`.  Network failures are never raised: they are in
     ``.unanswered``.

@@ -50,18 +50,20 @@ from nostr_buzz.acp.types import (
     TurnResult,
 )
 from nostr_buzz.agent import (
+    AgentFunction,
     AgentModuleError,
     AgentReply,
     AgentTurn,
     InProcessAgent,
     parse_spec,
 )
-from nostr_buzz.core.text import utf8_head, utf8_size
 from nostr_buzz.core.usage import UsageRecord, checked_counts
 from nostr_buzz.errors import AgentError
-from nostr_buzz.io.agent_sessions import DiagnosticCallback
+from nostr_buzz.io.diagnostics import DiagnosticCallback
+from nostr_buzz.nips import nip10
+from nostr_buzz.text.unicode import utf8_head, utf8_size
 
-__all__ = ["InProcessDriver", "load_agent"]
+__all__ = ["FunctionAgent", "InProcessDriver", "checked_agent", "load_agent"]
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,8 @@ def load_agent(spec: str) -> InProcessAgent:
                 f"the agent module {module_name!r} has no attribute {attribute!r}"
             )
         target = getattr(target, part)
-    if isinstance(target, type) or (not hasattr(target, "prompt") and callable(target)):
+    factory = not hasattr(target, "prompt") and callable(target)
+    if isinstance(target, type) or (factory and not _is_async_callable(target)):
         try:
             target = target()
         except Exception as exc:
@@ -125,14 +128,41 @@ def _import_from_cwd(module_name: str) -> Any:
 
 
 def checked_agent(agent: object, where: str) -> InProcessAgent:
-    """``agent`` when it has ``async def prompt``; else :class:`AgentModuleError`."""
-    if not inspect.iscoroutinefunction(getattr(agent, "prompt", None)):
+    """``agent`` when it has ``async def prompt``; a plain async callable (``async def
+    answer(turn)``) as an agent whose ``prompt`` it is; else :class:`AgentModuleError`, saying
+    what was given (a class where its instance is needed, a sync function...)."""
+    if isinstance(agent, type):
         raise AgentModuleError(
-            f"{where}: {type(agent).__name__} is not an in-process agent: it needs "
-            "`async def prompt(self, turn: AgentTurn) -> AgentReply`"
+            f"{where}: got the class {agent.__qualname__} itself, not an agent: give an "
+            f"instance ({agent.__qualname__}()), or an async function of an AgentTurn"
         )
-    assert isinstance(agent, InProcessAgent)
-    return agent
+    if inspect.iscoroutinefunction(getattr(agent, "prompt", None)):
+        assert isinstance(agent, InProcessAgent)
+        return agent
+    if not hasattr(agent, "prompt") and _is_async_callable(agent):
+        return FunctionAgent(agent)  # type: ignore[arg-type]  # an async callable, checked above
+    raise AgentModuleError(
+        f"{where}: {type(agent).__name__} is not an in-process agent: it needs "
+        "`async def prompt(self, turn: AgentTurn) -> AgentReply`, or is itself "
+        "`async def agent(turn: AgentTurn) -> AgentReply | str`"
+    )
+
+
+def _is_async_callable(value: object) -> bool:
+    return inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(
+        getattr(value, "__call__", None)  # noqa: B004 (an object whose __call__ is async)
+    )
+
+
+class FunctionAgent:
+    """An async function of an :class:`AgentTurn` as an in-process agent: its ``prompt``."""
+
+    def __init__(self, function: AgentFunction) -> None:
+        self.function = function
+        self.name = getattr(function, "__name__", None) or type(function).__name__
+
+    async def prompt(self, turn: AgentTurn) -> AgentReply | str:
+        return await self.function(turn)
 
 
 @dataclass
@@ -167,7 +197,7 @@ class InProcessDriver:
 
     def __init__(
         self,
-        agent: InProcessAgent,
+        agent: InProcessAgent | AgentFunction,
         *,
         idle_timeout: float = 620.0,
         hard_timeout: float = 7200.0,
@@ -181,7 +211,7 @@ class InProcessDriver:
         self.agent = checked_agent(agent, "BuzzPlugin(agent=…)")
         #: UTF-8 bytes of a reply kept (None: all): the rest is dropped, and counted.
         self.max_reply_bytes = max_reply_bytes
-        self.name = str(getattr(agent, "name", None) or type(agent).__name__)
+        self.name = str(getattr(self.agent, "name", None) or type(self.agent).__name__)
         self.prompt_timeout = min(idle_timeout, hard_timeout)
         self.cancel_grace = cancel_grace
         self.request_timeout = request_timeout
@@ -276,6 +306,7 @@ class InProcessDriver:
         try:
             yield PromptSent()
             outcome = await self._end(running)
+            _report(outcome, self.name, channel)
             session.turns += 1
             text, dropped = self._capped(outcome.reply.text if outcome.reply is not None else "")
             if outcome.reply is not None:
@@ -409,10 +440,24 @@ def _answered(task: asyncio.Future[Any]) -> _Outcome:
         name = type(exc).__name__
         return _Outcome(Ending("error", "failed", "error", error=f"{name}: {exc}"), None, name)
     reply = task.result()
+    if isinstance(reply, str):  # the text alone: no usage, the configured model
+        reply = AgentReply(reply)
     if not isinstance(reply, AgentReply):
-        error = f"TypeError: prompt returned {type(reply).__name__}, not an AgentReply"
+        error = f"TypeError: prompt returned {type(reply).__name__}, not an AgentReply or a str"
         return _Outcome(Ending("error", "failed", "error", error=error), None, "TypeError")
     return _Outcome(Ending("end_turn", "success", "prompt_response"), reply)
+
+
+def _report(outcome: _Outcome, name: str, channel: str) -> None:
+    """A failed prompt on the ``nostr_buzz`` logger (stderr when logging is not configured),
+    besides its ``turn_failed`` diagnostic: a private conversation's with its class only."""
+    ending = outcome.ending
+    if ending.outcome != "failed":
+        return
+    why = ending.error or ending.evidence
+    if nip10.is_private_channel(channel):
+        why = outcome.error_class or ending.evidence
+    log.warning("the in-process agent %s failed a turn: %s", name, why)
 
 
 async def _abandon(task: asyncio.Future[Any], grace: float) -> None:

@@ -7,7 +7,7 @@ served at most 500 events), so each relay is paged: the next page asks ``until``
 ``created_at`` of the previous one (inclusive, so events sharing that second are not skipped),
 until a page brings nothing new.  The relay client has already verified every event and dropped
 (and counted) the ones that fail; here the merged, de-duplicated events are opened with the
-owner's key and the rest is :func:`~nostr_buzz.core.metrics_report.build_report`.
+owner's key and the rest is :func:`~nostr_buzz.reports.metrics_report.build_report`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from nostr_buzz.core.metrics_report import MetricsReport, OpenedMetric, build_report, open_metric
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey, as_secret_key
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import KIND
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
+from nostr_buzz.reports.metrics_report import MetricsReport, OpenedMetric, build_report, open_metric
 
 from .relay import RelayClient
 
@@ -201,7 +201,7 @@ async def read_metrics(
 ) -> tuple[MetricsReport, MetricsFetch]:
     """:func:`fetch_metrics`, then the report (totals per agent, model and day); ``agents``
     are the owner's agents (None: every agent counts), see
-    :func:`~nostr_buzz.core.metrics_report.build_report`."""
+    :func:`~nostr_buzz.reports.metrics_report.build_report`."""
     fetch = await fetch_metrics(
         owner,
         relays,

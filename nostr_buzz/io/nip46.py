@@ -21,13 +21,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, TypeVar
 
-from nostr_buzz.core.text import LINE_BREAKS
 from nostr_buzz.errors import ConfigError, InvalidKey, Nip46Error
 from nostr_buzz.event import Event
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip46
 from nostr_buzz.nips.nip46 import BunkerUri, Request, Response
 from nostr_buzz.signer import EventTemplate, SignerError, check_signed
+from nostr_buzz.text.unicode import LINE_BREAKS
 
 from .filemodes import open_private, read_private
 from .relay import RelayClient

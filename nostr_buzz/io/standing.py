@@ -20,12 +20,12 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from nostr_buzz.core.text import is_blank
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError, StandingError
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import standing as docs
 from nostr_buzz.signer import Signer, SignerError, as_signer
+from nostr_buzz.text.unicode import is_blank
 
 from .pool import PoolQueryResult, RelayPool
 

@@ -31,7 +31,9 @@ import msgspec
 
 from nostr_buzz.core.budget import Caps, Spend
 from nostr_buzz.core.delivery_state import RelayRecord
-from nostr_buzz.core.watch import (
+from nostr_buzz.errors import ConfigError, StateDirError, StateError
+from nostr_buzz.io.filemodes import check_private_dir, read_private
+from nostr_buzz.reports.watch import (
     FeedRecord,
     FeedSummary,
     Moment,
@@ -42,8 +44,6 @@ from nostr_buzz.core.watch import (
     WatchView,
     watch_view,
 )
-from nostr_buzz.errors import ConfigError, StateDirError, StateError
-from nostr_buzz.io.filemodes import check_private_dir, read_private
 from nostr_buzz.timestamps import rfc3339_ms
 
 __all__ = [

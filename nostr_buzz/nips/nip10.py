@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
 from nostr_buzz.event import Event, require_event
+from nostr_buzz.keys import PublicKey, as_public_key
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip22 import COMMENT_KIND
 
@@ -207,12 +208,14 @@ def mentions(event: Event) -> list[str]:
 def reply_tags(
     parent: Event,
     *,
-    sender: str,
+    sender: str | PublicKey,
     root: Event | None = None,
     parent_relay: str = "",
     root_relay: str = "",
 ) -> list[list[str]]:
-    """The thread tags of a reply to ``parent`` sent by ``sender`` (hex pubkey).
+    """The thread tags of a reply to ``parent`` sent by ``sender`` (its public key: hex,
+    ``npub1…`` or a :class:`~nostr_buzz.keys.PublicKey`; anything else is
+    :class:`~nostr_buzz.errors.InvalidKey`).
 
     NIP-10 marked ``e`` tags: ``root`` alone when
     the parent starts its thread, else ``root`` then ``reply``, each with its author's pubkey
@@ -221,6 +224,8 @@ def reply_tags(
     default to empty.  The caller adds the channel's ``h`` tag.
     """
     tags: list[list[str]] = []
+    parent = require_event(parent)  # what was given first is what is said first
+    sender_hex = as_public_key(sender, "reply_tags sender").hex
     if root is not None:
         require_event(root, "root")
     root_id = thread_ref(parent).root or parent.id
@@ -233,7 +238,7 @@ def reply_tags(
         tags.append(root_tag)
         tags.append(["e", parent.id, parent_relay, "reply", parent.pubkey])
         authors = ([root_author] if root_author else []) + [parent.pubkey]
-    tags.extend(["p", pubkey] for pubkey in dict.fromkeys(authors) if pubkey != sender)
+    tags.extend(["p", pubkey] for pubkey in dict.fromkeys(authors) if pubkey != sender_hex)
     return tags
 
 

@@ -22,6 +22,7 @@ from typing import Final
 from nostr_buzz.errors import Nip17Error, RelayError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.nips import nip27
 from nostr_buzz.nips.nip59 import Randomness, Rumor, gift_wrap, gift_wrap_with
 from nostr_buzz.nips.relay_address import is_local_url
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
@@ -69,7 +70,9 @@ def message(
     reply_to: str | None = None,
     subject: str | None = None,
 ) -> Rumor:
-    """A kind 14 rumor from ``sender`` to ``receivers`` (64-hex each, at least one)."""
+    """A kind 14 rumor from ``sender`` to ``receivers`` (64-hex each, at least one), with the
+    ``q`` and ``t`` tags its text references call for (:mod:`.nip27`) but never a ``p`` tag:
+    its ``p`` tags are its room, and a person named in the text is not let into it."""
     _check_pubkey(sender, "the sender")
     if isinstance(receivers, str) or not receivers:
         raise Nip17Error("a private message needs at least one receiver")
@@ -82,8 +85,9 @@ def message(
         tags.append(["subject", subject])
     if not isinstance(content, str):
         raise Nip17Error("the content must be a string")
+    content, tagged = nip27.tag_references(content, tags, people=False)
     return Rumor.build(
-        sender, kind=PRIVATE_MESSAGE_KIND, content=content, tags=tags, created_at=created_at
+        sender, kind=PRIVATE_MESSAGE_KIND, content=content, tags=tagged, created_at=created_at
     )
 
 

@@ -1,8 +1,10 @@
-"""NIP-19: bech32-encoded entities (npub, nsec, note, nevent, nprofile).
+"""NIP-19: bech32-encoded entities (npub, nsec, note, nevent, nprofile; naddr read by
+:func:`decode_address`).
 
-The bech32 checksum and bit conversion come from pynostr; everything Nostr-specific (which
-human-readable parts exist, their payload sizes, the TLV layout, strict case and length rules)
-is checked here, because pynostr's own key parsing accepts an nsec where an npub is expected.
+The encoding itself, with its strict case, length and checksum rules, is
+:mod:`nostr_buzz.bech32`; what NIP-19 adds is checked here: which human-readable parts exist,
+their payload sizes and the TLV layout (pynostr's own key parsing accepts an nsec where an
+npub is expected).
 """
 
 from __future__ import annotations
@@ -10,12 +12,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from pynostr import bech32
+from nostr_buzz import bech32
+from nostr_buzz.errors import Nip19Error, describe_input, looks_secret
 
-from nostr_buzz.errors import SECRET_HINT, Nip19Error, describe_input, looks_secret
-
-#: Longer strings are refused before any decoding work (NIP-19 has no 90-character cap).
-MAX_LENGTH = 5000
+MAX_LENGTH = bech32.MAX_LENGTH  # re-exported: the longest NIP-19 string read
 
 _BARE = ("npub", "nsec", "note")
 _TLV = ("nevent", "nprofile")
@@ -41,6 +41,20 @@ class ProfilePointer(NamedTuple):
     relays: tuple[str, ...] = ()
 
 
+class AddressPointer(NamedTuple):
+    """Decoded ``naddr``: an addressable event's kind, author and identifier, plus relay hints."""
+
+    kind: int
+    pubkey: str
+    identifier: str
+    relays: tuple[str, ...] = ()
+
+    @property
+    def coordinate(self) -> str:
+        """``<kind>:<pubkey>:<d tag>``, as ``a`` and ``q`` tags carry it."""
+        return f"{self.kind}:{self.pubkey}:{self.identifier}"
+
+
 Decoded = str | EventPointer | ProfilePointer
 
 
@@ -52,11 +66,6 @@ def _to_bytes32(value: str | bytes, what: str) -> bytes:
     if isinstance(value, str) and _HEX64.fullmatch(value):
         return bytes.fromhex(value)
     raise Nip19Error(f"{what} must be 64 hex characters or 32 bytes")
-
-
-def _bech32(hrp: str, payload: bytes) -> str:
-    words = bech32.convertbits(list(payload), 8, 5, True)
-    return str(bech32.bech32_encode(hrp, words, bech32.Encoding.BECH32))
 
 
 def encode(
@@ -72,7 +81,7 @@ def encode(
     if hrp in _BARE:
         if relays or author is not None or kind is not None:
             raise Nip19Error(f"{hrp} carries no relay, author or kind hints")
-        return _bech32(hrp, raw)
+        return bech32.encode(hrp, raw)
     if hrp not in _TLV:
         raise Nip19Error(f"unsupported NIP-19 prefix {hrp!r}")
     tlv = bytearray([_SPECIAL, 32]) + raw
@@ -96,21 +105,11 @@ def encode(
         if isinstance(kind, bool) or not isinstance(kind, int) or not 0 <= kind < 2**32:
             raise Nip19Error("kind must be an integer from 0 to 2^32-1")
         tlv += bytes([_KIND, 4]) + kind.to_bytes(4, "big")
-    encoded = _bech32(hrp, bytes(tlv))
+    encoded = bech32.encode(hrp, bytes(tlv))
     # Never produce what decode() refuses: too many relay hints would break the round trip.
     if len(encoded) > MAX_LENGTH:
         raise Nip19Error(f"{hrp} would be longer than {MAX_LENGTH} characters: fewer relay hints")
     return encoded
-
-
-def _describe(s: str) -> str:
-    """Name the input by its prefix only: its data part may be a secret (nsec or raw hex)."""
-    if looks_secret(s):
-        return SECRET_HINT
-    prefix, sep, _ = s.strip().lower().rpartition("1")
-    if sep and prefix.isascii() and prefix.isalpha() and len(prefix) <= 10:
-        return f"(prefix {prefix!r})"
-    return "(input not shown)"
 
 
 def decode(s: str) -> tuple[str, Decoded]:
@@ -119,19 +118,7 @@ def decode(s: str) -> tuple[str, Decoded]:
     ``value`` is a 64-hex str for npub/nsec/note, an :class:`EventPointer` for nevent and a
     :class:`ProfilePointer` for nprofile.  Unknown TLV types are ignored.
     """
-    if not isinstance(s, str):
-        raise Nip19Error("expected a bech32 string")
-    if len(s) > MAX_LENGTH:
-        raise Nip19Error(f"bech32 string longer than {MAX_LENGTH} characters")
-    if s.lower() != s and s.upper() != s:
-        raise Nip19Error("bech32 string mixes upper and lower case")
-    hrp, words, spec = bech32.bech32_decode(s)
-    if hrp is None or spec != bech32.Encoding.BECH32:
-        raise Nip19Error(f"not a valid bech32 string (bad characters or checksum): {_describe(s)}")
-    raw_list = bech32.convertbits(words, 5, 8, False)
-    if raw_list is None:
-        raise Nip19Error("bech32 data has invalid padding")
-    raw = bytes(raw_list)
+    hrp, raw = bech32.decode(s)
     if hrp in _BARE:
         if len(raw) != 32:
             raise Nip19Error(f"{hrp} must hold 32 bytes, got {len(raw)}")
@@ -144,11 +131,9 @@ def decode(s: str) -> tuple[str, Decoded]:
     raise Nip19Error(f"unsupported NIP-19 prefix {hrp!r}")
 
 
-def _read_tlv(raw: bytes, hrp: str) -> tuple[str, tuple[str, ...], str | None, int | None]:
-    special: str | None = None
-    relays: list[str] = []
-    author: str | None = None
-    kind: int | None = None
+def _records(raw: bytes, hrp: str) -> list[tuple[int, bytes]]:
+    """The TLV records of ``raw``, in order."""
+    records: list[tuple[int, bytes]] = []
     i = 0
     while i < len(raw):
         if i + 2 > len(raw):
@@ -158,6 +143,37 @@ def _read_tlv(raw: bytes, hrp: str) -> tuple[str, tuple[str, ...], str | None, i
         if len(value) != length:
             raise Nip19Error(f"{hrp}: TLV record runs past the end")
         i += 2 + length
+        records.append((t, value))
+    return records
+
+
+def decode_address(s: str) -> AddressPointer:
+    """Decode an ``naddr``: its identifier (TLV 0, UTF-8), author (TLV 2, 32 bytes) and kind
+    (TLV 3, 4 bytes) are required, relay hints (TLV 1) optional; the first of each counts."""
+    hrp, raw = bech32.decode(s)
+    if hrp != "naddr":
+        raise Nip19Error(f"expected naddr, got {hrp!r}")
+    found: dict[int, list[bytes]] = {}
+    for t, value in _records(raw, hrp):
+        found.setdefault(t, []).append(value)
+    author, kind = found.get(_AUTHOR, [b""])[0], found.get(_KIND, [b""])[0]
+    if _SPECIAL not in found or len(author) != 32 or len(kind) != 4:
+        raise Nip19Error("naddr: needs an identifier, a 32-byte author and a 4-byte kind")
+    try:
+        identifier = found[_SPECIAL][0].decode("utf-8")
+        relays = tuple(r.decode("utf-8") for r in found.get(_RELAY, []))
+    except UnicodeDecodeError:
+        raise Nip19Error("naddr: a text record is not UTF-8") from None
+    return AddressPointer(int.from_bytes(kind, "big"), author.hex(), identifier, relays)
+
+
+def _read_tlv(raw: bytes, hrp: str) -> tuple[str, tuple[str, ...], str | None, int | None]:
+    special: str | None = None
+    relays: list[str] = []
+    author: str | None = None
+    kind: int | None = None
+    for t, value in _records(raw, hrp):
+        length = len(value)
         if t == _SPECIAL:
             if length != 32:
                 raise Nip19Error(f"{hrp}: the id/pubkey record must be 32 bytes")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from nostr_buzz.event import Event, sign_event
+from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url, same_relay
-from nostr_buzz.signer import EventTemplate, template
+from nostr_buzz.signer import EventTemplate, sign_template, template
 
 __all__ = [
     "AUTH_KIND",
@@ -40,11 +40,4 @@ def auth_event(
 ) -> Event:
     """The signed kind 22242 event answering ``challenge`` for ``relay_url``."""
     unsigned = auth_template(relay_url=relay_url, challenge=challenge, created_at=created_at)
-    return sign_event(
-        secret,
-        kind=unsigned.kind,
-        content=unsigned.content,
-        tags=unsigned.tags,
-        created_at=unsigned.created_at,
-        aux_rand=aux_rand,
-    )
+    return sign_template(secret, unsigned, aux_rand)

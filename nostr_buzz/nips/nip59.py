@@ -22,12 +22,12 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from nostr_buzz.core.text import utf8_document
 from nostr_buzz.errors import BuzzError, InvalidEvent, Nip44Error, Nip59Error
 from nostr_buzz.event import Event, Tags, check_structure, compute_id, sign_event
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip01, nip44
 from nostr_buzz.signer import Signer, signed, template
+from nostr_buzz.text.unicode import utf8_document
 
 __all__ = [
     "EPHEMERAL_GIFT_WRAP_KIND",

@@ -24,13 +24,14 @@ from typing import Any, Final, Literal, get_args
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from nostr_buzz.core.manifest import SCHEMA_VERSION, Manifest
-from nostr_buzz.core.text import utf8_document
-from nostr_buzz.errors import InvalidEvent, InvalidKey, MetricError, Nip44Error
-from nostr_buzz.event import Event, not_an_event, sign_event
+from nostr_buzz.errors import InvalidKey, MetricError, Nip44Error
+from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
+from nostr_buzz.manifest import SCHEMA_VERSION, Manifest
 from nostr_buzz.nips import nip44
-from nostr_buzz.signer import EventTemplate, Signer, check_signed
+from nostr_buzz.nips.to_owner import MAX_CONTENT_CHARS, seal_local, seal_with_signer
+from nostr_buzz.signer import EventTemplate, Signer
+from nostr_buzz.text.unicode import utf8_document
 
 __all__ = [
     "KIND",
@@ -88,7 +89,7 @@ _RFC3339: Final = re.compile(
 _EVENT_ID: Final = re.compile(r"[0-9a-f]{64}")
 # The longest NIP-44 content a plaintext within the cap can produce: anything longer is
 # rejected before decrypting (a hostile relay could otherwise make readers decrypt 16 MiB).
-_MAX_CONTENT_CHARS: Final = 4 * -(-(65 + 2 + nip44.calc_padded_len(MAX_PAYLOAD_BYTES)) // 3)
+_MAX_CONTENT_CHARS: Final = MAX_CONTENT_CHARS
 #: The largest valid token counter: every count up to it is exact in a JSON double, so any
 #: reader (not only Python) sums it without rounding.
 MAX_TOKENS: Final = 2**53
@@ -564,22 +565,16 @@ def build_metric_event(
     agent = _secret(agent_secret, "agent")
     owner = _public(owner_public, "owner")
     plaintext = _encode_payload(payload).decode("utf-8")
-    try:
-        content = nip44.encrypt(plaintext, nip44.conversation_key(agent, owner), nonce)
-    except Nip44Error as exc:
-        raise MetricError(f"cannot encrypt the metric: {exc}") from None
-    unsigned = _template(agent.public_key, owner, payload, content)
-    try:
-        return sign_event(
-            agent,
-            kind=unsigned.kind,
-            content=unsigned.content,
-            tags=unsigned.tags,
-            created_at=unsigned.created_at,
-            aux_rand=aux_rand,
-        )
-    except InvalidEvent as exc:
-        raise MetricError(f"cannot sign the metric event: {exc}") from None
+    return seal_local(
+        agent,
+        owner,
+        plaintext,
+        lambda a, o, content: _template(a, o, payload, content),
+        MetricError,
+        "metric",
+        nonce=nonce,
+        aux_rand=aux_rand,
+    )
 
 
 async def build_metric_event_async(
@@ -596,12 +591,13 @@ async def build_metric_event_async(
         raise InvalidKey("signer must be a Signer (public_key, sign_event, nip44_encrypt)")
     owner = _public(owner_public, "owner")
     plaintext = _encode_payload(payload).decode("utf-8")
-    agent = signer.public_key
-    content = await signer.nip44_encrypt(owner, plaintext)
-    if not isinstance(content, str) or len(content) > _MAX_CONTENT_CHARS:
-        raise MetricError("the signer's NIP-44 encryption returned no usable ciphertext")
-    unsigned = _template(agent, owner, payload, content)
-    return check_signed(await signer.sign_event(unsigned), unsigned, agent)
+    return await seal_with_signer(
+        signer,
+        owner,
+        plaintext,
+        lambda a, o, content: _template(a, o, payload, content),
+        MetricError,
+    )
 
 
 def _tags_named(tags: Iterable[tuple[str, ...]], name: str) -> list[tuple[str, ...]]:

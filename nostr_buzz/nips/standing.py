@@ -24,14 +24,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Final
 
-from nostr_buzz.core.escape import escape_text
-from nostr_buzz.core.text import is_blank, trim
 from nostr_buzz.errors import InvalidEvent, InvalidKey, Nip44Error, StandingError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10, nip44
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.signer import EventTemplate, Signer, signed, template
+from nostr_buzz.text.escape import escape_text
+from nostr_buzz.text.unicode import is_blank, trim
 
 __all__ = [
     "CANVAS_KIND",

@@ -5,10 +5,10 @@ events that are missing, forged, by a stranger or of the wrong kind."""
 from __future__ import annotations
 
 from nostr_buzz.core.compiler import compile_turn
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.core.turn_input import ChannelInfo, TurnEvent, TurnInput
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
 
 CHANNEL = "eng"

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from nostr_buzz.bot import BuzzPlugin, PluginConfig
-from nostr_buzz.core.manifest import Manifest
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, open_metric_event
 from tests.support.events import chat

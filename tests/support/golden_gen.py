@@ -435,6 +435,19 @@ def no_retrieval_hint() -> dict[str, Any]:
     return case
 
 
+def thread_with_checkpoint() -> dict[str, Any]:
+    """A new session of a thread that starts from its checkpoint: the summary (escaped) as
+    layer 5, and only the history after the event it covers."""
+    case = thread_reply_with_history()
+    case["context"] = {"kind": "thread", "messages": thread_messages()[1:], "total": 2}
+    case["threadCheckpoint"] = {
+        "eventId": hashlib.sha256(b"nostr-buzz golden checkpoint").hexdigest(),
+        "coversThrough": ROOT.id,
+        "summary": "Morgan opened the thread about the <gateway> & its 502s.\n",
+    }
+    return case
+
+
 CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "channel_top_level_mention": channel_top_level_mention,
     "thread_reply_with_history": thread_reply_with_history,
@@ -456,6 +469,7 @@ CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "nip22_comment_and_positional_reply": nip22_comment_and_positional_reply,
     "own_retrieval_tool": own_retrieval_tool,
     "no_retrieval_hint": no_retrieval_hint,
+    "thread_with_checkpoint": thread_with_checkpoint,
 }
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
+from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
 
 
 def layer(name: str, version: str, order: int, tokens: int = 10, truncated: bool = False) -> Layer:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts, build_metric_event
 from tests.support.keys import OWNER

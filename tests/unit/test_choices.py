@@ -33,6 +33,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "reply_mode": ("reply_mode", "automatic"),
     "budget.action": ("budget", "halt"),
     "sessions.scope": ("session_scope", "Thread"),
+    "relay_lists": ("relay_lists", "replace"),
+    "sessions.checkpoint": ("thread_checkpoint", "compactions"),
 }
 
 
@@ -126,7 +128,7 @@ def test_every_choice_is_accepted_everywhere(tmp_path: Path) -> None:
         ({"relay_grace": -1.0}, "PluginConfig relay_grace: Expected `float` > 0.0"),
         ({"context_message_limit": 0}, "PluginConfig context_message_limit: Expected `int` >= 1"),
         ({"max_recipients": 0}, "PluginConfig max_recipients: Expected `int` >= 1"),
-        ({"kinds": (9, 70_000)}, "PluginConfig kinds: Expected `int` <= 65535"),
+        ({"kinds": (9, 70_000)}, "PluginConfig kinds[1]: expected an integer 0–65535, got 70000"),
         ({"clock_skew": "600"}, "PluginConfig clock_skew: Expected `float`, got `str`"),
         ({"mentions_required": "no"}, "PluginConfig mentions_required: Expected `bool`"),
         (

@@ -333,6 +333,8 @@ def _sample(setting: Setting) -> tuple[str, object]:
         return BUNKER_ENV, BUNKER_ENV
     if setting.name == "agent.max_reply_bytes":  # bounded: 4096 to 1 MiB
         return "8192", 8192
+    if setting.name == "telemetry.endpoint":  # an http(s) URL
+        return "http://env.example:4318", "http://env.example:4318"
     base = setting.base
     if get_origin(base) is Literal:
         choice = get_args(base)[-1]
@@ -363,6 +365,8 @@ def _flag_sample(setting: Setting, env_value: object) -> tuple[object, object]:
         return BUNKER_FLAG, BUNKER_FLAG
     if setting.name == "agent.max_reply_bytes":
         return 16384, 16384
+    if setting.name == "telemetry.endpoint":
+        return "https://flag.example/otel", "https://flag.example/otel"
     if get_origin(base) is Literal:
         choice = next(c for c in get_args(base) if c != env_value)
         return choice, choice

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nostr_buzz.core.text import WHITESPACE, is_blank, sanitize_label, trim
 from nostr_buzz.errors import BuzzError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.profile import Profile
+from nostr_buzz.text.unicode import WHITESPACE, is_blank, sanitize_label, trim
 from tests.support.keys import NIP19_SECRET
 from tests.support.reference import (
     AUX0,

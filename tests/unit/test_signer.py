@@ -16,9 +16,11 @@ from nostr_buzz.io.sdk_signer import SdkSigner
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip42, nip44
 from nostr_buzz.signer import (
+    EventTemplate,
     LocalSigner,
     Signer,
     SignerError,
+    TemplateError,
     as_signer,
     check_signed,
     signed,
@@ -70,6 +72,47 @@ def test_an_event_other_than_the_one_asked_for_is_refused(
     other = sign_event(secret, **{**asked, **change})  # type: ignore[arg-type]
     with pytest.raises(SignerError, match=named):
         check_signed(other, unsigned, secret.public_key)
+
+
+def test_a_signer_that_adds_tags_is_told_which() -> None:
+    secret = SecretKey.generate()
+    unsigned = template(kind=1, content="x", created_at=1_700_000_000)
+    tagged = sign_event(
+        secret, kind=1, content="x", tags=[["p", "a" * 64]], created_at=1_700_000_000
+    )
+    with pytest.raises(SignerError, match=r"tags differ\): it added 1 tag\(s\) \(p\)"):
+        check_signed(tagged, unsigned, secret.public_key)
+
+
+def test_an_event_template_normalises_its_tags_when_made() -> None:
+    unsigned = EventTemplate(1, "x", [["p", "a" * 64], ("e", "b" * 64, "")], 1)  # type: ignore[arg-type]
+    assert unsigned.tags == (("p", "a" * 64), ("e", "b" * 64, ""))
+    assert unsigned == template(kind=1, content="x", tags=unsigned.tags, created_at=1)
+    secret = SecretKey.generate()
+    event = asyncio.run(signed(LocalSigner(secret), unsigned))  # the list once broke this
+    assert event.tags == unsigned.tags
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"tags": "p"}, r"tags must be a list of lists of strings \(got str\)"),
+        ({"tags": {"p": "x"}}, r"tags must be a list of lists of strings \(got dict\)"),
+        ({"tags": [["p", 1]]}, r"tags\[0\]\[1\] must be a string \(got int\)"),
+        ({"tags": [["p"], "e"]}, r"tags\[1\] must be a list of strings \(got str\)"),
+        ({"tags": [[]]}, r"tags\[0\] must not be empty"),
+        ({"kind": True}, r"kind must be an integer from 0 to 65535 \(got bool\)"),
+        ({"kind": 70_000}, r"\(got 70000\)"),
+        ({"content": b"x"}, r"content must be a string .*\(got bytes\)"),
+        ({"created_at": 1.5}, r"created_at must be an integer .*\(got float\)"),
+    ],
+)
+def test_an_event_template_refuses_wrong_shapes_saying_what_was_given(
+    given: dict[str, object], said: str
+) -> None:
+    fields = {"kind": 1, "content": "x", "tags": (), "created_at": 1, **given}
+    with pytest.raises(TemplateError, match=said):
+        EventTemplate(**fields)  # type: ignore[arg-type]
 
 
 def test_an_event_signed_by_another_key_is_refused() -> None:

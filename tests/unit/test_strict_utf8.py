@@ -11,8 +11,8 @@ import json
 import pytest
 
 from nostr_buzz import Event, InvalidEvent, ManifestError, SecretKey, TurnInputError, sign_event
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
 from nostr_buzz.core.turn_input import TurnInput
+from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
 
 BAD_BYTES = [b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xe2\x82"]
 

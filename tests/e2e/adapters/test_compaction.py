@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from nostr_buzz.core.compaction import REDELIVERED_AFTER_COMPACTION
-from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.manifest_diff import diff_manifests
 from nostr_buzz.io.agent_driver import AgentDriver
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips.nip_am import MetricPayload
+from nostr_buzz.reports.manifest_diff import diff_manifests
 from tests.e2e.adapters.test_session_resume import started, write_config
 from tests.support.fault_harness import (
     BotProcess,

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from nostr_buzz.core.compaction import REDELIVERED_AFTER_COMPACTION
-from nostr_buzz.core.manifest import Manifest
-from nostr_buzz.core.manifest_diff import diff_manifests
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
+from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips.nip_am import KIND as METRIC_KIND
 from nostr_buzz.nips.nip_am import MetricPayload, open_metric_event
+from nostr_buzz.reports.manifest_diff import diff_manifests
 from tests.support.buzz_process import Lines, buzz, relay_process, run_bot
 from tests.support.keys import AGENT, OWNER
 from tests.support.scripted_agent import USAGE, Scripted, chunk

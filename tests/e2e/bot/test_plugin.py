@@ -14,11 +14,11 @@ import pytest
 
 from nostr_buzz.bot import BuzzPlugin, parse_shard, shard_of
 from nostr_buzz.core.compiler import compile_turn, standing_text
-from nostr_buzz.core.manifest import manifest_from_layers
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import manifest_from_layers
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip_am import TokenCounts
 from nostr_buzz.nips.standing import CORE_MEMORY_NUDGE

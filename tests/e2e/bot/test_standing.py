@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 
 from nostr_buzz.bot import BuzzPlugin
-from nostr_buzz.core.escape import escape_text
-from nostr_buzz.core.manifest import content_hash
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import content_hash
 from nostr_buzz.nips import nip17
 from nostr_buzz.nips import standing as docs
 from nostr_buzz.nips.nip29 import NOT_SERVED_BY_ITS_RELAY
+from nostr_buzz.text.escape import escape_text
 from tests.support.bot_world import WAIT, Recorder, World
 from tests.support.relays import announcing_relay, free_port, local_relay
 

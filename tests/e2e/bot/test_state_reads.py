@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from nostr_buzz.bot import BuzzPlugin
-from nostr_buzz.core.manifest import content_hash
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import content_hash
 from nostr_buzz.nips import nip17, nip59
 from nostr_buzz.nips import standing as docs
 from tests.support.bot_world import Recorder, World, manifest_of

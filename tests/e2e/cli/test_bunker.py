@@ -80,6 +80,17 @@ async def until(what: str, probe: Any, timeout: float = WAIT) -> Any:
     return found
 
 
+def write_config(where: Path, owner: SecretKey, relay: str, kinds: str) -> None:
+    """A buzz.toml for ``owner``'s demo agent on ``relay``, serving ``kinds``, no key in it."""
+    (where / "buzz.toml").write_text(
+        f'owner = "{owner.public_key.bech32}"\nrelays = ["{relay}"]\n'
+        f'state_dir = "state"\n[subscriptions]\nkinds = [{kinds}]\n'
+        f'[agent]\ncommand = "{sys.executable}"\n'
+        'args = ["-m", "nostr_buzz.demo.agent", "--delay", "0"]\n'
+    )
+    (where / "buzz.toml").chmod(0o600)
+
+
 async def test_buzz_run_with_its_key_in_an_ndk_bunker_answers_and_accounts(tmp_path: Path) -> None:
     agent, owner = SecretKey.generate(), SecretKey.generate()
     forms = (agent.hex, agent.bech32)
@@ -89,13 +100,7 @@ async def test_buzz_run_with_its_key_in_an_ndk_bunker_answers_and_accounts(tmp_p
         ndk_bunker([bunker_relay.url], agent) as bunker,
     ):
         as_owner = RelayPool([relay.url], secret=owner, timeout=5)
-        (tmp_path / "buzz.toml").write_text(
-            f'owner = "{owner.public_key.bech32}"\nrelays = ["{relay.url}"]\n'
-            'state_dir = "state"\n[subscriptions]\nkinds = [9, 14, 1]\n'
-            f'[agent]\ncommand = "{sys.executable}"\n'
-            'args = ["-m", "nostr_buzz.demo.agent", "--delay", "0"]\n'
-        )
-        (tmp_path / "buzz.toml").chmod(0o600)
+        write_config(tmp_path, owner, relay.url, "9, 14, 1")
         async with bot_process(["--bunker", bunker.uri], tmp_path) as (bot, lines):
             start = await until("the start line", _line(lines, "buzz: agent "))
             assert agent.public_key.bech32 in start
@@ -168,6 +173,66 @@ async def test_buzz_run_with_its_key_in_an_ndk_bunker_answers_and_accounts(tmp_p
             assert form.encode() not in data.lower(), f"the agent's key is in {where}"
 
 
+async def test_mentions_whose_answers_quote_an_npub_are_answered_once_through_ndks_bunker(
+    tmp_path: Path,
+) -> None:
+    """NDK tags a text's ``nostr:`` references as it signs: the bot tags them before it asks
+    (NIP-27), so the bunker signs each reply as it was built, and each mention (the usual way:
+    ``nostr:npub1…`` in the text, quoted by the demo agent) is answered once, on its first
+    try, with one metric."""
+    agent, owner, carol = SecretKey.generate(), SecretKey.generate(), SecretKey.generate()
+    async with (
+        local_relay(auth="both") as relay,
+        local_relay() as bunker_relay,
+        ndk_bunker([bunker_relay.url], agent) as bunker,
+    ):
+        as_owner = RelayPool([relay.url], secret=owner, timeout=5)
+        write_config(tmp_path, owner, relay.url, "9, 1")
+        async with bot_process(["--bunker", bunker.uri], tmp_path) as (bot, lines):
+            await until("the start line", _line(lines, "buzz: agent "))
+            now = int(time.time())
+            mention = chat(
+                owner,
+                now,
+                content=f"nostr:{agent.public_key.bech32} status of the deploy?",
+                channel="eng",
+                mention=agent,
+            )
+            note = sign_event(
+                owner,
+                kind=1,
+                content=f"nostr:{agent.public_key.bech32} ask nostr:{carol.public_key.bech32}",
+                tags=[["p", agent.public_key.hex]],
+                created_at=now,
+            )
+            for event in (mention, note):
+                assert (await as_owner.publish(event)).ok
+
+            async def metrics() -> list[Any] | None:
+                flt = {"kinds": [METRIC_KIND], "#p": [owner.public_key.hex]}
+                found = (await as_owner.query(flt)).events
+                return found if len(found) >= 2 else None
+
+            published = await until("2 metrics", metrics)
+            bot.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(bot.wait(), WAIT) == 0
+        mine = (await as_owner.query({"authors": [agent.public_key.hex]})).events
+    replies = [e for e in mine if e.kind in (9, 1)]
+    assert sorted(e.kind for e in replies) == [1, 9]  # once each
+    [chat_reply] = [e for e in replies if e.kind == 9]
+    [note_reply] = [e for e in replies if e.kind == 1]
+    assert mention.id in chat_reply.tag_values("e") and note.id in note_reply.tag_values("e")
+    assert f"nostr:{agent.public_key.bech32}" in chat_reply.content  # the quote
+    assert agent.public_key.hex in chat_reply.tag_values("p")  # tagged before signing
+    assert f"nostr:{carol.public_key.bech32}" in note_reply.content
+    assert carol.public_key.hex in note_reply.tag_values("p")
+    opened = [open_metric_event(owner, e) for e in published]
+    assert len(published) == 2 and all(m.outcome == "success" for m in opened)
+    assert sorted(m.triggering_event_ids for m in opened) == sorted([(mention.id,), (note.id,)])
+    logs = "\n".join(lines)
+    assert "signed a different event" not in logs and "turn_failed" not in logs
+
+
 def _line(lines: list[str], fragment: str) -> Any:
     async def probe() -> str | None:
         return next((line for line in lines if fragment in line), None)
@@ -200,13 +265,24 @@ async def test_commands_sign_encrypt_and_decrypt_through_the_bunker(tmp_path: Pa
         assert code == 0, err
         event = Event.from_json(out)
         assert (event.pubkey, event.content) == (key.public_key.hex, "from afar")
+        carol = SecretKey.generate().public_key
+        text = f"ask nostr:{carol.bech32} #deploy"  # NDK would tag both as it signs
+        code, out, err = await buzz_async(
+            "messages", "send", "--channel", "eng", text, env=env, cwd=tmp_path
+        )
+        assert code == 0, err
+        [sent] = (await RelayPool([relay.url], timeout=5).query({"ids": [out.strip()]})).events
+        assert (sent.content, sent.tags) == (
+            text,
+            (("h", "eng"), ("p", carol.hex), ("t", "deploy")),
+        )
         code, out, err = await buzz_async(
             "mem", "set", "core", "remember this", env=env, cwd=tmp_path
         )
         assert code == 0, err
         code, out, err = await buzz_async("mem", "get", "core", env=env, cwd=tmp_path)
         assert (code, out) == (0, "remember this\n"), err
-        assert bunker.answered("connect") == 3 and bunker.answered("nip44_decrypt") == 1
+        assert bunker.answered("connect") == 4 and bunker.answered("nip44_decrypt") == 1
         assert (tmp_path / ".buzz" / "nip46-client.key").is_file()
         assert bunker.secret not in out + err
 

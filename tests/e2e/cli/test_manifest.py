@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nostr_buzz.core.manifest import manifest_from_layers
+from nostr_buzz.manifest import manifest_from_layers
 from tests.support.buzz_process import c_locale_env
 from tests.support.manifests import BEFORE, edit_layer, layer, manifest_obj, write
 

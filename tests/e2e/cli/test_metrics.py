@@ -126,7 +126,7 @@ def test_json_report_has_totals_turns_ignored_counts_and_flags(
         "outputTokens": 202,
         "totalTokens": 2203,
         "costUsd": 0.25,
-        "unknownTurns": 1,
+        "unknownTurns": 0,  # its turn without a cost reported its tokens: usage known
         "cacheReadTokens": None,
         "cacheWriteTokens": None,
     }

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from nostr_buzz.core.metrics_charts import CHART_NAMES, MAX_CHANNEL_BARS
+from nostr_buzz.reports.metrics_charts import CHART_NAMES, MAX_CHANNEL_BARS
 from tests.support import cli
 from tests.support.chromium import chromium
 from tests.support.cli import BackgroundLoop, stop_relay

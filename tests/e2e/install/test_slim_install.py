@@ -6,20 +6,78 @@ protocol's packages (acp, pydantic) and nostr-sdk are absent; typer and rich are
 pynostr's own dependencies (the library takes bech32 from pynostr) and the library never imports
 them; every library export loads, the core path works (bech32 keys included), and ``buzz run``
 names the extra to install.
+
+The bot is there too: a ``BuzzPlugin`` whose agent is a plain async function, in that
+environment, answers a mention published on a real relay (LocalRelay on 127.0.0.1) once, with
+one metric that the owner opens; importing ``BuzzPlugin`` loads neither the agent protocol nor
+pydantic, and an ACP agent command is refused at construction naming the extra.  The time
+``from nostr_buzz import BuzzPlugin`` takes there is measured (``-X importtime``) and printed,
+never asserted: the machine may be busy.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import shutil
 import subprocess
 import sys
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.readme import ROOT
+import pytest
 
-#: Exports that need the ``acp`` extra (the bot and the ACP edge).
-NEED_ACP = {"AgentDriver", "BuzzPlugin", "PluginConfig"}
+from nostr_buzz.keys import SecretKey
+from tests.support.bot_world import World
+from tests.support.readme import ROOT
+from tests.support.relays import RunningRelay
+
+#: Exports that need the ``acp`` extra (the ACP agent's driver).
+NEED_ACP = {"AgentDriver"}
+
+#: A bot on the base install: its agent a plain async function; prints ``ready``, serves the
+#: relay until one metric is published, then what it saw.
+BOT = r"""
+import asyncio, json, sys
+from pathlib import Path
+from nostr_buzz import AgentTurn, BuzzPlugin, ConfigError, PluginConfig, SecretKey
+
+relay, agent_key, owner_npub, state = sys.argv[1:5]
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("acp", "pydantic"))
+
+async def answer(turn: AgentTurn) -> str:
+    return "pong 7" if "ping 7" in turn.text else "no ping in: " + turn.text[-300:]
+
+async def main() -> dict:
+    config = PluginConfig(
+        agent_secret=SecretKey.from_str(agent_key), owner=owner_npub,
+        read_relays=[relay], write_relays=[relay], state_dir=Path(state),
+        relay_timeout=5.0, coalesce_window=0.1,
+    )
+    try:
+        BuzzPlugin(PluginConfig(**{**vars(config), "agent_command": "some-acp-agent"}))
+        acp_refused = ""
+    except ConfigError as exc:
+        acp_refused = str(exc)
+    published = asyncio.Event()
+    kinds = []
+    def seen(record):
+        kinds.append(record.kind)
+        if record.kind == "metric_published":
+            published.set()
+    bot = BuzzPlugin(config, agent=answer, on_diagnostic=seen)
+    running = asyncio.create_task(bot.run())
+    print("ready", flush=True)
+    await asyncio.wait_for(published.wait(), 60)
+    bot.stop()
+    await running
+    return {"heavy": heavy, "acp_refused": acp_refused, "failed": kinds.count("turn_failed"),
+            "later_heavy": sorted(m for m in sys.modules if m.split(".")[0] in ("acp", "pydantic"))}
+
+print(json.dumps(asyncio.run(main())), flush=True)
+"""
 
 CHECK = r"""
 import importlib.util, json, sys
@@ -63,9 +121,10 @@ def _source_copy(to: Path) -> Path:
     return to
 
 
-def test_a_plain_install_is_the_library_without_the_cli_and_the_agent_protocol(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture(scope="module")
+def slim_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh virtual environment with the project installed without extras."""
+    tmp_path = tmp_path_factory.mktemp("slim")
     venv = tmp_path / "venv"
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60
@@ -79,6 +138,13 @@ def test_a_plain_install_is_the_library_without_the_cli_and_the_agent_protocol(
         check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
+    yield python
+
+
+def test_a_plain_install_is_the_library_without_the_cli_and_the_agent_protocol(
+    tmp_path: Path, slim_python: Path
+) -> None:
+    python, venv = slim_python, slim_python.parent.parent
     checked = subprocess.run(
         [str(python), "-c", CHECK, json.dumps(sorted(NEED_ACP))],
         capture_output=True,
@@ -93,10 +159,104 @@ def test_a_plain_install_is_the_library_without_the_cli_and_the_agent_protocol(
     import nostr_buzz
 
     assert report["loaded"] == len(nostr_buzz.__all__) - len(NEED_ACP)
-    # The bot is an extra: the script says which one, without a traceback.
+    # An ACP agent is an extra: the script says which one, without a traceback.
+    agent, owner = SecretKey.from_str("07" * 32), SecretKey.from_str("08" * 32)
+    command = [str(venv / "bin" / "buzz"), "run", "--agent", "goose acp"]
+    command += ["--owner", owner.public_key.bech32, "--relay", "ws://127.0.0.1:9"]
     buzz = subprocess.run(
-        [str(venv / "bin" / "buzz"), "run"], capture_output=True, timeout=60, check=False
+        [*command, "--state-dir", str(tmp_path / "state")],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "BUZZ_PRIVATE_KEY": agent.hex},
     )
     stderr = buzz.stderr.decode()
     assert buzz.returncode == 1 and buzz.stdout == b""
     assert "pip install 'nostr-buzz[acp]'" in stderr and "Traceback" not in stderr
+
+
+async def test_on_the_base_install_an_async_function_answers_a_mention_with_one_metric(
+    relay: RunningRelay, tmp_path: Path, slim_python: Path
+) -> None:
+    world = World(relay, *(SecretKey.generate() for _ in range(3)), tmp_path)
+    bot = await asyncio.create_subprocess_exec(
+        str(slim_python),
+        "-c",
+        BOT,
+        relay.url,
+        world.agent.hex,
+        world.owner.public_key.bech32,  # an npub where a public key is due
+        str(tmp_path / "state"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,  # not the worktree: the installed copy is what runs
+    )
+    try:
+        assert bot.stdout is not None
+        line = await asyncio.wait_for(bot.stdout.readline(), 60)
+        assert line == b"ready\n", line
+        mention = world.message(world.owner, "ping 7")
+        await world.publish(mention)
+        out, err = await asyncio.wait_for(bot.communicate(), 90)
+    finally:
+        if bot.returncode is None:
+            bot.kill()
+            await bot.wait()
+    assert bot.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["heavy"] == [] and report["later_heavy"] == [] and report["failed"] == 0
+    assert "pip install 'nostr-buzz[acp]'" in report["acp_refused"]
+    replies = await world.query({"kinds": [9], "authors": [world.agent.public_key.hex]})
+    assert [r.content for r in replies] == ["pong 7"]
+    assert any(t[:2] == ("e", mention.id) for t in replies[0].tags)
+    [metric] = await world.metrics()
+    assert metric.outcome == "success" and metric.triggering_event_ids == (mention.id,)
+
+
+def test_importing_the_bot_on_the_base_install_loads_no_agent_protocol(
+    slim_python: Path, tmp_path: Path
+) -> None:
+    code = "from nostr_buzz import BuzzPlugin, PluginConfig, AgentTurn, AgentReply"
+    timed = subprocess.run(
+        [
+            str(slim_python),
+            "-X",
+            "importtime",
+            "-c",
+            code + "; import sys; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('acp', 'pydantic')))",
+        ],
+        capture_output=True,
+        timeout=60,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert timed.stdout.decode().strip() == "[]"
+    # Cumulative microseconds of each top-level import of the package (what it imports is
+    # nested under it; the interpreter's own start-up imports are not counted).
+    lines = re.finditer(r"^import time:\s+\d+ \|\s+(\d+) \| (\S+)$", timed.stderr.decode(), re.M)
+    total = sum(int(m.group(1)) for m in lines if m.group(2).startswith("nostr_buzz"))
+    print(f"from nostr_buzz import BuzzPlugin on the base install: {total / 1000:.0f} ms")
+    assert total > 0
+
+
+def test_the_build_gives_the_license_as_an_spdx_expression_without_a_warning(
+    tmp_path: Path,
+) -> None:
+    source = _source_copy(tmp_path / "src")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), "."],
+        capture_output=True,
+        timeout=300,
+        check=False,
+        cwd=source,
+    )
+    log = built.stdout.decode() + built.stderr.decode()
+    assert built.returncode == 0, log
+    assert "BuildBackendWarning" not in log and "license" not in log.lower(), log
+    [wheel] = tmp_path.glob("nostr_buzz-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(name).decode()
+    assert "\nLicense-Expression: MIT\n" in metadata and "\nLicense: " not in metadata

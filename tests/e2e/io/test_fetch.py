@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Any
 
-from nostr_buzz import FetchResult, fetch_event
+from nostr_buzz import FetchResult, fetch_event, fetch_event_result
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.relay import RelayClient
 from nostr_buzz.nips import nip19
@@ -35,12 +35,14 @@ async def test_dead_relays_listed_first_cost_nothing() -> None:
         async with RelayClient(live.url) as client:
             assert (await client.publish(event)).accepted
         started = time.monotonic()
-        result = await fetch_event(event.id, [silent, refused, live.url], timeout=10)
+        result = await fetch_event_result(event.id, [silent, refused, live.url], timeout=10)
         elapsed = time.monotonic() - started
         # An nevent's hints are relays too; a note1 and a missing id on the live relay.
-        hinted = await fetch_event(nip19.encode("nevent", event.id, relays=[live.url]))
+        hinted = await fetch_event_result(nip19.encode("nevent", event.id, relays=[live.url]))
         by_note = await fetch_event(nip19.encode("note", event.id), [live.url])
-        missing = await fetch_event("ab" * 32, [live.url])
+        missing = await fetch_event_result("ab" * 32, [live.url])
+        # The event, or None for an id no relay has.
+        assert await fetch_event("ab" * 32, [live.url]) is None
     assert elapsed < 1.0, f"fetch_event took {elapsed:.2f} s behind dead relays"
     assert isinstance(result, FetchResult)
     assert result.event == event and result.served_by == (live.url,)
@@ -48,7 +50,7 @@ async def test_dead_relays_listed_first_cost_nothing() -> None:
     assert result.unanswered[refused].startswith("connect failed")
     assert result.unanswered[silent] == "not waited for"
     assert hinted.event == event and hinted.served_by == (live.url,)
-    assert by_note.event == event
+    assert isinstance(by_note, Event) and by_note == event
     assert missing.event is None and missing.any_answered and missing.forgers == {}
 
 
@@ -75,7 +77,7 @@ async def test_forger_listed_first_is_named_and_the_verified_copy_wins() -> None
         await honest_copy(relay, conn, msg)
 
     async with scripted_relay(forger) as bad, scripted_relay(honest) as good:
-        result = await fetch_event(event.id, [bad.url, good.url], timeout=5)
+        result = await fetch_event_result(event.id, [bad.url, good.url], timeout=5)
     assert result.event == event
     assert result.event is not None and result.event.content == "the real words"
     assert result.served_by == (good.url,)

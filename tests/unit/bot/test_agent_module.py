@@ -35,7 +35,7 @@ def test_the_module_comes_from_the_file_the_variable_and_the_flag(tmp_path: Path
     assert (setting.flag, setting.env) == ("--agent-module", "BUZZ_AGENT_MODULE")
     path = config_file(tmp_path, 'module = "mybot.agent:make"\n')
     settings = resolve(path)
-    assert settings.agent_module == "mybot.agent:make" and settings.agent_command == ""
+    assert settings.agent_module == "mybot.agent:make" and settings.agent_command is None
     assert resolve(path, {"BUZZ_AGENT_MODULE": "env.mod:a"}).agent_module == "env.mod:a"
     flagged = resolve(path, {"BUZZ_AGENT_MODULE": "env.mod:a"}, **{"agent.module": "flag.mod:b"})
     assert flagged.agent_module == "flag.mod:b"

@@ -10,7 +10,7 @@ import pytest
 from nostr_buzz.bot.config import PluginConfig
 from nostr_buzz.bot.outputs import private_audience
 from nostr_buzz.config import ConfigSources
-from nostr_buzz.errors import ConfigError, RelayError
+from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17
 from tests.support.keys import AGENT, ALICE, BOB, OWNER, STRANGER
@@ -79,5 +79,5 @@ def test_local_relays_for_relay_lists_come_from_the_outbox_section(tmp_path: Pat
     chosen = PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path))
     assert chosen.local_relays == ("ws://10.0.0.7:7777",)
     (tmp_path / "buzz.toml").write_text('[outbox]\nlocal_relays = ["http://10.0.0.7"]\n')
-    with pytest.raises(RelayError):
+    with pytest.raises(ConfigError, match=r"local_relays\[0\]: relay URL must start with ws://"):
         PluginConfig.from_sources(ConfigSources(environ=environ, cwd=tmp_path))

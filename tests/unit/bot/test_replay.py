@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from nostr_buzz.bot.intake import Gate
 from nostr_buzz.bot.replay import admissible_authors, listen_filters
+from nostr_buzz.keys import SecretKey
 
 
 def test_requests_name_only_the_authors_the_gate_admits() -> None:
-    owner, friend, agent = "aa" * 32, "bb" * 32, "cc" * 32
+    owner, friend, agent = (SecretKey(bytes([n]) * 32).public_key.hex for n in (1, 2, 3))
 
     def gate(mode: str) -> Gate:
         return Gate(agent, owner, frozenset({9}), frozenset(), True, mode, frozenset({friend}))  # type: ignore[arg-type]

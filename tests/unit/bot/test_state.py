@@ -312,60 +312,61 @@ def test_refused_wraps_are_remembered_capped_and_kept_only_under_the_same_gate(
     tmp_path: Path,
 ) -> None:
     store = BotStore(tmp_path)
-    store.load_refusals("gate-a")
+    store.refusals.load("gate-a")
     unopenable, by_gate = "aa" * 32, "bb" * 32
-    store.remember_refusal(unopenable, by_gate=False)
-    store.remember_refusal(by_gate, by_gate=True)
-    store.remember_refusal(by_gate, by_gate=True)  # once
-    assert store.refused(unopenable) and store.refused(by_gate)
-    assert not store.refused("cc" * 32)
+    store.refusals.remember(unopenable, by_gate=False)
+    store.refusals.remember(by_gate, by_gate=True)
+    store.refusals.remember(by_gate, by_gate=True)  # once
+    assert unopenable in store.refusals and by_gate in store.refusals
+    assert "cc" * 32 not in store.refusals
     store.close()
     same = BotStore(tmp_path)
-    same.load_refusals("gate-a")  # a restart with the same gate
-    assert same.refused(unopenable) and same.refused(by_gate)
+    same.refusals.load("gate-a")  # a restart with the same gate
+    assert unopenable in same.refusals and by_gate in same.refusals
     same.close()
     changed = BotStore(tmp_path)
-    changed.load_refusals("gate-b")  # the gate changed: what it refused may be admitted now
-    assert changed.refused(unopenable) and not changed.refused(by_gate)
+    changed.refusals.load("gate-b")  # the gate changed: what it refused may be admitted now
+    assert unopenable in changed.refusals and by_gate not in changed.refusals
     changed.close()
     back = BotStore(tmp_path)
-    back.load_refusals("gate-a")  # forgotten for good, not kept aside
-    assert not back.refused(by_gate)
+    back.refusals.load("gate-a")  # forgotten for good, not kept aside
+    assert by_gate not in back.refusals
     # The newest REMEMBERED_REFUSALS of each kind are kept, in the database and in memory.
     for i in range(REMEMBERED_REFUSALS + 3):
-        back.remember_refusal(f"{i:064x}", by_gate=False)
+        back.refusals.remember(f"{i:064x}", by_gate=False)
     back.flush()
     rows = back._exec("SELECT count(*) FROM remembered WHERE kind = 'refusal'").fetchone()[0]
     assert rows == REMEMBERED_REFUSALS
-    assert not back.refused(unopenable) and not back.refused(f"{0:064x}")
+    assert unopenable not in back.refusals and f"{0:064x}" not in back.refusals
     back.close()
     again = BotStore(tmp_path)
-    again.load_refusals("gate-a")
-    assert again.refused(f"{REMEMBERED_REFUSALS + 2:064x}") and not again.refused(f"{2:064x}")
+    again.refusals.load("gate-a")
+    assert f"{REMEMBERED_REFUSALS + 2:064x}" in again.refusals and f"{2:064x}" not in again.refusals
     # An older nostr-buzz reads only its own kinds: refusals are no commands nor delivered ids.
     assert again.commands() == [] and not again.load_queue().is_remembered(f"{5:064x}")
 
 
 def test_a_refusal_scope_is_the_gates_whole_configuration() -> None:
+    KEYS = {c: SecretKey(bytes([n]) * 32).public_key.hex for n, c in enumerate("abcde", 1)}
     base = Gate(
-        agent="a" * 64,
-        owner="b" * 64,
+        agent=KEYS["a"],
+        owner=KEYS["b"],
         kinds=frozenset({9, 14}),
         channels=frozenset(),
         mentions_required=True,
         mode="allowlist",
-        allowlist=frozenset({"c" * 64, "d" * 64}),
+        allowlist=frozenset({KEYS["c"], KEYS["d"]}),
     )
     scope = refusal_scope(base)
     assert len(scope) == 16 and int(scope, 16) >= 0
-    assert refusal_scope(replace(base, allowlist=frozenset({"d" * 64, "c" * 64}))) == scope
+    assert refusal_scope(replace(base, allowlist=frozenset({KEYS["d"], KEYS["c"]}))) == scope
     changes = [
         {"mode": "anyone"},
-        {"allowlist": frozenset({"c" * 64})},
+        {"allowlist": frozenset({KEYS["c"]})},
         {"kinds": frozenset({9})},
         {"shard": Shard(0, 2)},
         {"plaintext_dm": True},
-        {"owner": "e" * 64},
+        {"owner": KEYS["e"]},
     ]
     scopes = {refusal_scope(replace(base, **c)) for c in changes}  # type: ignore[arg-type]
     assert scope not in scopes and len(scopes) == len(changes)

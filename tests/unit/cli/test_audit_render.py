@@ -4,7 +4,7 @@ timestamp from the payload) as escapes: a metric cannot drive the owner's termin
 from __future__ import annotations
 
 from nostr_buzz.cli.audit import _failures, render_table
-from nostr_buzz.core.audit import LayerAudit, MetricAudit
+from nostr_buzz.reports.audit import LayerAudit, MetricAudit
 from tests.support.hostile_metrics import ESCAPES, ESCAPES_SHOWN
 
 

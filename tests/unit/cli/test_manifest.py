@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from nostr_buzz.cli.app import main
-from nostr_buzz.core.manifest import manifest_from_layers
 from nostr_buzz.event import sign_event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import manifest_from_layers
 from tests.support.data import FIXTURES
 from tests.support.manifests import BEFORE, edit_layer, layer, manifest_obj, write
 

@@ -28,7 +28,7 @@ def buzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_rich_table_renders() -> None:
     from nostr_buzz.cli.metrics import render_rich_table
-    from nostr_buzz.core.metrics_report import build_report, open_metric
+    from nostr_buzz.reports.metrics_report import build_report, open_metric
 
     opened = [open_metric(OWNER, e) for e in scenario().valid]
     report = build_report([m for m in opened if not isinstance(m, str)])

@@ -4,9 +4,9 @@ tests/e2e/cli/test_metrics_hostile.py)."""
 
 from __future__ import annotations
 
-from nostr_buzz.core.metrics_report import build_report, open_metric
 from nostr_buzz.core.usage import UsageTracker
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event
+from nostr_buzz.reports.metrics_report import build_report, open_metric
 from tests.support.hostile_metrics import (
     MINE,
     TS,

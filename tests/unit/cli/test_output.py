@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from nostr_buzz.cli.common import one_line
 from nostr_buzz.cli.output import terminal_safe, utc_time
-from nostr_buzz.core.text import is_hidden
+from nostr_buzz.text.unicode import is_hidden
 
 _EMOJI_JOINERS = "\u200d\ufe0e\ufe0f"
 

@@ -39,3 +39,11 @@ def test_the_line_waits_for_the_metric_sealed_after_the_turn() -> None:
 def test_without_a_metric_in_time_the_line_says_no_usage_was_reported() -> None:
     [line] = asyncio.run(run(metric_after=None, wait=0.05))
     assert ": success, no usage reported, " in line
+
+
+def test_a_failed_telemetry_export_is_a_line_of_its_own() -> None:
+    lines: list[str] = []
+    TurnReporter(lines.append, Path("state"), lambda: 0.0)(
+        record("telemetry_failed", error="RuntimeError")
+    )
+    assert lines == ["buzz: telemetry export failed (RuntimeError); turns go on"]

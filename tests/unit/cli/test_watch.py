@@ -13,7 +13,7 @@ from nostr_buzz.bot.plugin import DIAGNOSTICS_FILE
 from nostr_buzz.bot.state import BotStore
 from nostr_buzz.cli.watch import render
 from nostr_buzz.core.queue import QueuedEvent
-from nostr_buzz.core.watch import (
+from nostr_buzz.reports.watch import (
     FeedRecord,
     FeedSummary,
     Moment,

@@ -1,4 +1,4 @@
-"""The audit's verdicts on a metric's layers (nostr_buzz/core/audit.py), with the gate that
+"""The audit's verdicts on a metric's layers (nostr_buzz/reports/audit.py), with the gate that
 ``buzz audit`` builds from a configuration (cli/audit.py ``authority_for``)."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import msgspec
 
 from nostr_buzz.cli.audit import authority_for
 from nostr_buzz.config import BuzzConfig, GateSection, SubscriptionsSection
-from nostr_buzz.core.audit import Authority, Lookup, MetricAudit, audit_metric, event_ids
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
-from nostr_buzz.core.metrics_report import OpenedMetric
 from nostr_buzz.event import Event, sign_event
+from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
 from nostr_buzz.nips.nip_am import MetricPayload
 from nostr_buzz.nips.standing import CANVAS_KIND, CORE_MEMORY_KIND
+from nostr_buzz.reports.audit import Authority, Lookup, MetricAudit, audit_metric, event_ids
+from nostr_buzz.reports.metrics_report import OpenedMetric
 from tests.support.audit_metrics import manifest_for
 from tests.support.events import chat
 from tests.support.keys import AGENT, ALICE, OWNER, STRANGER
@@ -210,3 +210,48 @@ def test_a_manifest_whose_hash_does_not_match_fails_and_no_manifest_passes() -> 
     assert result.manifest_valid is False and not result.ok
     bare = audit_metric(opened(None), {}, authority())
     assert bare.layers == () and bare.manifest_valid is None and bare.ok
+
+
+def test_a_thread_checkpoint_verifies_only_as_the_agent_s_own_to_the_owner() -> None:
+    from nostr_buzz.nips.nip_tc import ThreadCheckpoint, build_checkpoint_event
+
+    trigger = mention()
+    payload = ThreadCheckpoint(
+        session_key="eng/" + trigger.id,
+        covers_through=trigger.id,
+        method="agent_compaction",
+        summary="So far: the deploy.",
+        timestamp="2026-12-02T09:00:00.000Z",
+    )
+    real = build_checkpoint_event(AGENT, OWNER.public_key, payload)
+    forged = build_checkpoint_event(STRANGER, OWNER.public_key, payload)  # another key
+    to_someone_else = build_checkpoint_event(AGENT, ALICE.public_key, payload)
+    lookups = {e.id: found(e) for e in (trigger, real, forged, to_someone_else)}
+
+    def judged(event: Event, lookup: Lookup | None = None) -> tuple[str, bool]:
+        manifest = _with_layer(trigger, "thread_checkpoint", event.id)
+        metric = opened(manifest)
+        assert event.id in event_ids(metric)
+        result = audit_metric(
+            metric, {**lookups, **({event.id: lookup} if lookup else {})}, authority()
+        )
+        return next(a.verdict for a in result.layers if a.layer == "thread_checkpoint"), result.ok
+
+    assert judged(real) == ("verified", True)
+    # With the owner's key the audit opens it: a checkpoint of another channel fails.
+    elsewhere = build_checkpoint_event(
+        AGENT, OWNER.public_key, msgspec.structs.replace(payload, session_key="ops/" + trigger.id)
+    )
+    lookups[elsewhere.id] = found(elsewhere)
+    opening = authority_for(BuzzConfig(), ME, AGENT.public_key.hex, owner_secret=OWNER)
+    for event, want in ((real, "verified"), (elsewhere, "wrong_channel")):
+        metric = opened(_with_layer(trigger, "thread_checkpoint", event.id))
+        result = audit_metric(metric, lookups, opening)
+        assert [a.verdict for a in result.layers if a.order == 3] == [want]
+        assert result.ok is (want == "verified")
+    assert judged(elsewhere) == ("verified", True)  # without the key: who signed, not what
+    assert judged(forged) == ("wrong_author", False)
+    assert judged(to_someone_else) == ("malformed", False)
+    assert judged(trigger) == ("wrong_kind", False)
+    assert judged(real, Lookup(event=None, answered=True)) == ("missing", False)
+    assert judged(real, Lookup(None, True, forgers={"ws://x": ("bad_signature",)}))[0] == "forged"

@@ -8,9 +8,9 @@ import pytest
 
 from nostr_buzz.core.compaction import REDELIVERED_AFTER_COMPACTION, standing_redelivered
 from nostr_buzz.core.compiler import compile_turn, standing_sections
-from nostr_buzz.core.manifest_diff import diff_manifests
 from nostr_buzz.core.turn_input import ChannelInfo, Standing, TurnEvent, TurnInput
 from nostr_buzz.event import sign_event
+from nostr_buzz.reports.manifest_diff import diff_manifests
 from tests.support.keys import OWNER
 
 STANDING = Standing(

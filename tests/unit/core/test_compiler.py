@@ -27,9 +27,7 @@ from nostr_buzz.core.compiler import (
     slash_command,
     standing_text,
 )
-from nostr_buzz.core.escape import escape_attribute, escape_text
 from nostr_buzz.core.labels import message_lines
-from nostr_buzz.core.manifest import Layer, Manifest, content_hash, manifest_from_layers
 from nostr_buzz.core.turn_input import (
     ChannelInfo,
     ContextMessage,
@@ -42,6 +40,8 @@ from nostr_buzz.core.turn_input import (
 from nostr_buzz.errors import InvalidEvent, TurnInputError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import Layer, Manifest, content_hash, manifest_from_layers
+from nostr_buzz.text.escape import escape_attribute, escape_text
 from tests.support import golden_gen
 from tests.support.data import FIXTURES
 

@@ -11,9 +11,9 @@ import json
 
 from nostr_buzz.core.compiler import compile_turn
 from nostr_buzz.core.labels import message_lines, unique_labels
-from nostr_buzz.core.text import split_lines
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.text.unicode import split_lines
 from tests.support.forged_history import (
     BREAKS,
     MALLORY,

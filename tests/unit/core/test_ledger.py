@@ -6,9 +6,9 @@ import json
 
 from nostr_buzz.core.compiler import compile_steer, compile_turn
 from nostr_buzz.core.ledger import TurnLedger
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.event import sign_event
+from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
 from tests.support import golden_gen
 from tests.support.data import FIXTURES
 

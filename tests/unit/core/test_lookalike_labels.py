@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nostr_buzz.core.compiler import compile_turn
-from nostr_buzz.core.escape import escape_attribute, escape_name
 from nostr_buzz.core.labels import (
     COLON_LIKE,
     collision_key,
@@ -26,9 +25,10 @@ from nostr_buzz.core.labels import (
     skeleton,
     unique_labels,
 )
-from nostr_buzz.core.text import LINE_BREAKS, WHITESPACE, is_hidden
 from nostr_buzz.core.turn_input import TurnInput
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.text.escape import escape_attribute, escape_name
+from nostr_buzz.text.unicode import LINE_BREAKS, WHITESPACE, is_hidden
 from tests.support.forged_history import (
     LOOKALIKE_NAME,
     LOOKALIKES,

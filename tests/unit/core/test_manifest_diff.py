@@ -6,8 +6,8 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nostr_buzz.core.manifest import Layer, manifest_from_layers
-from nostr_buzz.core.manifest_diff import (
+from nostr_buzz.manifest import Layer, manifest_from_layers
+from nostr_buzz.reports.manifest_diff import (
     AddedLayer,
     ChangedLayer,
     LayerKey,

@@ -11,11 +11,11 @@ from html.parser import HTMLParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nostr_buzz.core.metrics_charts import CHART_NAMES, charts, percentile
-from nostr_buzz.core.metrics_html import render_html
-from nostr_buzz.core.metrics_report import MetricsReport, OpenedMetric, build_report, open_metric
 from nostr_buzz.event import Event
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
+from nostr_buzz.reports.metrics_charts import CHART_NAMES, charts, percentile
+from nostr_buzz.reports.metrics_html import render_html
+from nostr_buzz.reports.metrics_report import MetricsReport, OpenedMetric, build_report, open_metric
 from tests.support.hostile_metrics import (
     BIDI,
     HTML_INJECTIONS,

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nostr_buzz.core.metrics_report import OpenedMetric, build_report, open_metric
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
+from nostr_buzz.reports.metrics_report import OpenedMetric, build_report, open_metric
 from tests.support.metric_scenario import (
     AGENT_A,
     AGENT_B,
@@ -111,7 +111,8 @@ def test_totals_per_agent_model_and_utc_day_never_count_null_as_zero() -> None:
     late = totals[("2026-12-01", b, "model-b")]  # 23:59:59.999Z is still the 1st (UTC)
     assert (late.turns, late.input_tokens, late.cost_usd) == (1, 1000, 0.5)
     day2 = totals[("2026-12-02", b, "model-b")]
-    assert (day2.turns, day2.input_tokens, day2.cost_usd, day2.unknown_turns) == (2, 2001, 0.25, 1)
+    # One of its turns reported tokens and no cost: its usage is known, its cost not summed.
+    assert (day2.turns, day2.input_tokens, day2.cost_usd, day2.unknown_turns) == (2, 2001, 0.25, 0)
     assert report.ignored == {"undecryptable": 2}
 
 
@@ -120,7 +121,9 @@ def test_a_counter_nobody_reported_totals_to_null() -> None:
         harness="x", timestamp="2026-12-02T00:00:00.000Z", turn=counts(5, 5, None, None)
     )
     [total] = build_report(opened([metric(AGENT_A, p)])).totals
-    assert total.total_tokens is None and total.cost_usd is None and total.unknown_turns == 1
+    assert total.total_tokens is None and total.cost_usd is None
+    # Its input and output are known: its usage is (an unreported total or cost is no unknown).
+    assert total.unknown_turns == 0
 
 
 def test_cache_counters_and_context_occupancy_reach_the_report() -> None:
@@ -213,8 +216,7 @@ def test_report_properties(
     known_inputs = [r.input_tokens for r in rows if r.input_tokens is not None]
     assert total.input_tokens == (sum(known_inputs) if known_inputs else None)
     assert total.unknown_turns == sum(
-        any(v is None for v in (r.input_tokens, r.output_tokens, r.total_tokens, r.cost_usd))
-        for r in rows
+        r.input_tokens is None or r.output_tokens is None for r in rows
     )
 
 

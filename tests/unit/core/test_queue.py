@@ -2825,8 +2825,11 @@ def test_owner_and_stranger_channel_limits_are_checked() -> None:
     for bad in (0, -1, True, 1.5, "64"):
         with pytest.raises(QueueError, match="max_stranger_channels"):
             DispatchQueue(max_stranger_channels=bad)  # type: ignore[arg-type]
-    with pytest.raises(QueueError, match="owner"):
-        DispatchQueue(owner=OWNER.public_key)  # type: ignore[arg-type]
+    for wrong in (42, b"\x00" * 32, "npub1notakey"):
+        with pytest.raises(QueueError, match="DispatchQueue owner"):
+            DispatchQueue(owner=wrong)  # type: ignore[arg-type]
+    for form in (OWNER.public_key, OWNER.public_key.bech32, OWNER_HEX.upper()):
+        assert DispatchQueue(owner=form).owner == OWNER_HEX
     assert DispatchQueue(owner=OWNER_HEX, max_stranger_channels=1).max_stranger_channels == 1
 
 

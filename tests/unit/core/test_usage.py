@@ -851,3 +851,28 @@ def test_counts_reported_whole_keep_only_what_a_metric_can_carry() -> None:
     assert checked_counts(TokenCounts(1, 1, 2, 10**400)).cost_usd is None  # beyond a float
     assert checked_counts(TokenCounts(1, 1, 2, 2e6)).cost_usd is None  # beyond one turn's cap
     assert checked_counts(TokenCounts(1, 2, 3, 0.5)) == TokenCounts(1, 2, 3, 0.5)
+
+
+def test_the_cache_counters_earlier_names_still_work_with_a_deprecation_warning() -> None:
+    def turn(**cache: int) -> UsageRecord | None:
+        tracker = UsageTracker()
+        tracker.session_started(S)
+        tracker.begin_turn(S)
+        tracker.observe_turn(S, input_tokens=100, output_tokens=5, **cache)
+        return tracker.end_turn(S)
+
+    expected = turn(cache_read_tokens=60, cache_write_tokens=30)
+    assert expected is not None and expected.turn.cache_read_tokens == 60
+    with pytest.warns(DeprecationWarning) as warned:
+        old = turn(cached_read_tokens=60, cached_write_tokens=30)
+    assert old == expected
+    messages = [str(w.message) for w in warned]
+    assert messages == [
+        "UsageTracker.observe_turn(cached_read_tokens=…) is deprecated and will be removed in "
+        "nostr-buzz 0.2.0: use cache_read_tokens=",
+        "UsageTracker.observe_turn(cached_write_tokens=…) is deprecated and will be removed in "
+        "nostr-buzz 0.2.0: use cache_write_tokens=",
+    ]
+    assert all(w.filename == __file__ for w in warned)  # the caller's line is named
+    with pytest.raises(TypeError, match="give cache_read_tokens= only"):
+        turn(cached_read_tokens=1, cache_read_tokens=1)

@@ -9,7 +9,8 @@ from typing import Any
 
 from nostr_buzz.core.budget import Caps, Spend
 from nostr_buzz.core.delivery_state import RelayRecord
-from nostr_buzz.core.watch import (
+from nostr_buzz.nips import nip10
+from nostr_buzz.reports.watch import (
     FeedRecord,
     FeedSummary,
     Moment,
@@ -20,7 +21,6 @@ from nostr_buzz.core.watch import (
     WatchView,
     watch_view,
 )
-from nostr_buzz.nips import nip10
 from tests.support.keys import ALICE, BOB, OWNER
 
 DAY = 86_400

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nostr_buzz.core.manifest import Layer, Manifest, manifest_from_layers
 from nostr_buzz.errors import SECRET_HINT
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed, rfc3339_ms
+from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
 
 T0 = datetime(2026, 12, 2, 15, 0, 0, 123456, tzinfo=UTC)
 PROMPT = "<buzz-turn>\nthe secret plan of the user\n</buzz-turn>"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import sys
 import textwrap
 from pathlib import Path
@@ -164,15 +165,73 @@ async def test_an_exception_fails_the_turn_with_its_class_and_the_retry_gets_the
     assert ended(await run(boom_driver, boom_session, "x")).error_class == "ConnectionResetError"
 
 
-async def test_a_prompt_returning_something_else_fails_the_turn() -> None:
+async def test_a_prompt_returning_something_else_fails_the_turn_and_says_so_on_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     class Wrong:
         async def prompt(self, turn: AgentTurn) -> Any:
-            return "just a string"
+            return None
 
     driver, session = await started(Wrong())
-    result = ended(await run(driver, session, "x"))
+    with caplog.at_level(logging.WARNING, logger="nostr_buzz"):
+        result = ended(await run(driver, session, "x"))
     assert result.outcome == "failed" and result.error_class == "TypeError"
-    assert "prompt returned str, not an AgentReply" in (result.error or "")
+    assert "prompt returned NoneType, not an AgentReply or a str" in (result.error or "")
+    [logged] = caplog.records
+    assert logged.name == "nostr_buzz.io.inprocess" and logged.levelno == logging.WARNING
+    assert "Wrong failed a turn: TypeError: prompt returned NoneType" in logged.getMessage()
+
+
+async def test_a_raising_agent_is_on_the_log_a_private_ones_with_its_class_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for channel, shown in (
+        ("eng", "ConnectionResetError: the model went away"),
+        ("dm-private-x", ""),
+    ):
+        driver = InProcessDriver(Boom(), channel_of=lambda _, c=channel: c)  # type: ignore[misc]
+        await driver.start()
+        session = (await driver.new_session("/", "")).session_id
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="nostr_buzz"):
+            assert ended(await run(driver, session, "x")).outcome == "failed"
+        [logged] = caplog.records
+        message = logged.getMessage()
+        assert message.startswith("the in-process agent Boom failed a turn: ConnectionResetError")
+        assert (shown in message) if shown else ("went away" not in message), message
+
+
+async def test_a_plain_async_function_is_an_agent_and_its_text_the_reply() -> None:
+    seen: list[AgentTurn] = []
+
+    async def answer(turn: AgentTurn) -> str:
+        seen.append(turn)
+        return f"text for {turn.channel}"
+
+    class Callable_:
+        async def __call__(self, turn: AgentTurn) -> AgentReply:
+            return AgentReply("called", usage=USAGE)
+
+    driver, session = await started(answer)
+    assert driver.name == "answer"
+    result = ended(await run(driver, session, "hello"))
+    assert (result.outcome, result.reply, result.usage) == ("success", "text for eng", None)
+    assert [t.sections for t in seen] == [("hello",)]
+    driver, session = await started(Callable_())
+    result = ended(await run(driver, session, "hello"))
+    assert result.reply == "called" and result.usage is not None
+
+
+def test_a_class_or_a_sync_function_is_refused_when_the_driver_is_built() -> None:
+    with pytest.raises(AgentModuleError, match=r"got the class .*Echo itself.*give an instance"):
+        InProcessDriver(Echo)  # type: ignore[arg-type]
+
+    def sync(turn: AgentTurn) -> str:
+        return "no"
+
+    for wrong in (sync, "Echo", None):
+        with pytest.raises(AgentModuleError, match="is not an in-process agent"):
+            InProcessDriver(wrong)  # type: ignore[arg-type]
 
 
 async def test_without_cancel_the_task_running_prompt_is_cancelled() -> None:
@@ -288,6 +347,9 @@ def test_the_attribute_is_the_agent_or_a_factory_or_a_class(modules: Path) -> No
         def make():
             return Agent()
 
+        async def answer(turn):
+            return "as a function"
+
         class Holder:
             inner = agent
         """,
@@ -295,6 +357,8 @@ def test_the_attribute_is_the_agent_or_a_factory_or_a_class(modules: Path) -> No
     instance = load_agent("agents_ok:agent")
     assert instance is load_agent("agents_ok:Holder.inner")
     assert type(load_agent("agents_ok:make")).__name__ == "Agent"
+    function = load_agent("agents_ok:answer")  # an agent as it is, never called as a factory
+    assert type(function).__name__ == "FunctionAgent" and function.name == "answer"
     made = load_agent("agents_ok:Agent")
     assert type(made).__name__ == "Agent" and made is not instance
 

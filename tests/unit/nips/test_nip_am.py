@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import nostr_buzz
-from nostr_buzz.core.manifest import Layer, Manifest, layers_hash, manifest_from_layers
 from nostr_buzz.errors import BuzzError, InvalidKey, MetricError, Nip44Error
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.manifest import Layer, Manifest, layers_hash, manifest_from_layers
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_am import (
     KIND,

@@ -10,10 +10,10 @@ import msgspec
 import pytest
 
 from nostr_buzz.cli.metrics import render_csv
-from nostr_buzz.core.metrics_report import OpenedMetric, build_report, open_metric
 from nostr_buzz.errors import MetricError
 from nostr_buzz.event import Event
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event, open_metric_event
+from nostr_buzz.reports.metrics_report import OpenedMetric, build_report, open_metric
 from tests.support.keys import AGENT, OWNER
 from tests.support.metric_scenario import AGENT_A, metric
 from tests.support.metric_scenario import OWNER as OWNER_OF_SCENARIO

@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nostr_buzz.core.compiler import compile_turn
-from nostr_buzz.core.manifest import content_hash
 from nostr_buzz.core.turn_input import Standing, TurnEvent, TurnInput
 from nostr_buzz.errors import StandingError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.manifest import content_hash
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips import standing as docs
 from nostr_buzz.signer import LocalSigner

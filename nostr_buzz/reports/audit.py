@@ -14,7 +14,9 @@ relays (a :class:`Lookup`); :func:`audit_metric` then judges each layer:
   the configured gate admits (``wrong_author`` when the gate refuses its author,
   ``not_admitted`` for another of the gate's reasons); for a channel canvas the owner, the
   agent or a ``[gate] trusted`` key; for core memory the agent alone (nips/STANDING.md, "Who
-  is trusted").
+  is trusted"); for a thread checkpoint the agent alone, its tags laid out as nips/NIP-TC.md
+  says and, where the auditor can decrypt it, a checkpoint of the metric's own channel
+  (``malformed``, ``wrong_channel`` otherwise).
 
 A NIP-17 private message's current instruction is named by its rumor's id: the rumor is never
 on a relay (only the gift wraps that carry it are), so a turn of a private channel
@@ -36,14 +38,17 @@ from typing import Final, Literal
 
 import msgspec
 
-from nostr_buzz.core.manifest import Layer
-from nostr_buzz.core.metrics_report import OpenedMetric
+from nostr_buzz.core.session_key import channel_of
+from nostr_buzz.errors import CheckpointError
 from nostr_buzz.event import Event
+from nostr_buzz.manifest import Layer
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip10 import TEXT_NOTE_KIND
 from nostr_buzz.nips.nip22 import COMMENT_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
+from nostr_buzz.nips.nip_tc import CHECKPOINT_KIND, check_layout
 from nostr_buzz.nips.standing import CANVAS_KIND, CORE_MEMORY_KIND
+from nostr_buzz.reports.metrics_report import OpenedMetric
 
 __all__ = [
     "FAILED",
@@ -70,11 +75,22 @@ Verdict = Literal[
     "wrong_kind",
     "wrong_author",  # the gate refuses its author, or the layer does not trust it
     "not_admitted",  # the gate refuses the event for another reason (channel, mention, …)
+    "malformed",  # the event is not laid out as its kind requires (a checkpoint's tags)
+    "wrong_channel",  # a checkpoint of another channel or conversation than the metric's
     "no_rule",  # an event id in a layer this audit has no rule for
 ]
 #: Verdicts that make an audit fail (exit 4); ``unreachable`` fails as a network problem.
 FAILED: Final[frozenset[Verdict]] = frozenset(
-    {"missing", "forged", "wrong_kind", "wrong_author", "not_admitted", "no_rule"}
+    {
+        "missing",
+        "forged",
+        "wrong_kind",
+        "wrong_author",
+        "not_admitted",
+        "malformed",
+        "wrong_channel",
+        "no_rule",
+    }
 )
 #: The gate's reasons (``nostr_buzz.bot.intake.refusal``) that are about who signed.
 _AUTHOR_REASONS: Final = frozenset({"own_event", "author_not_owner", "author_not_allowed"})
@@ -102,6 +118,8 @@ LAYER_RULES: Final[Mapping[str, LayerRule]] = {
     "current_instruction": LayerRule(frozenset({CHAT_KIND, TEXT_NOTE_KIND, COMMENT_KIND}), "gate"),
     "channel_canvas": LayerRule(frozenset({CANVAS_KIND}), "trusted"),
     "core_memory": LayerRule(frozenset({CORE_MEMORY_KIND}), "agent"),
+    # A new session's thread checkpoint (nips/NIP-TC.md): the agent's own, to its owner.
+    "thread_checkpoint": LayerRule(frozenset({CHECKPOINT_KIND}), "agent"),
 }
 #: Layers a turn of a private channel fills with a rumor's id.
 _PRIVATE_LAYERS: Final = frozenset({"current_instruction"})
@@ -125,6 +143,9 @@ class Authority:
     gate_refusal: Callable[[Event], str | None]
     private_refusal: Callable[[str], str | None]
     agent_known: bool
+    #: The session key a thread checkpoint of the agent's to the owner holds, decrypted (None:
+    #: it does not open so); None when the auditor cannot decrypt (its layout alone is checked).
+    checkpoint_key: Callable[[Event], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -244,7 +265,27 @@ def _author_problem(
     return "wrong_author", f"signed by {who}: not the owner, the agent or a [gate] trusted key"
 
 
-def _judge(layer: Layer, rule: LayerRule, lookup: Lookup, authority: Authority) -> LayerAudit:
+def _checkpoint_problem(
+    event: Event, authority: Authority, channel: str | None
+) -> tuple[Verdict, str] | None:
+    """A thread checkpoint must be the agent's to the owner and of the metric's channel."""
+    try:
+        check_layout(event, authority.agent, authority.owner)
+    except CheckpointError as exc:
+        return "malformed", f"not a checkpoint of the agent's to you: {exc}"
+    if authority.checkpoint_key is None:
+        return None
+    key = authority.checkpoint_key(event)
+    if key is None:
+        return "malformed", "it does not open as a checkpoint of the agent's to you"
+    if channel is None or channel_of(key) != channel:
+        return "wrong_channel", "a checkpoint of another channel or conversation than the turn's"
+    return None
+
+
+def _judge(
+    layer: Layer, rule: LayerRule, lookup: Lookup, authority: Authority, channel: str | None
+) -> LayerAudit:
     def verdict(v: Verdict, detail: str, event: Event | None = None) -> LayerAudit:
         return LayerAudit(
             order=layer.order,
@@ -277,6 +318,10 @@ def _judge(layer: Layer, rule: LayerRule, lookup: Lookup, authority: Authority) 
     problem = _author_problem(event, rule, authority)
     if problem is not None:
         return verdict(*problem, event)
+    if event.kind == CHECKPOINT_KIND:
+        problem = _checkpoint_problem(event, authority, channel)
+        if problem is not None:
+            return verdict(*problem, event)
     detail = f"kind {event.kind} by {_who(event.pubkey, authority)}"
     detail += f", on {len(lookup.served_by)} relay(s)"
     if forged:
@@ -314,7 +359,7 @@ def _audit_channel(metric: OpenedMetric, authority: Authority) -> ChannelAudit |
 
 
 def _audit_layer(
-    layer: Layer, lookups: Mapping[str, Lookup], authority: Authority, private: bool
+    layer: Layer, lookups: Mapping[str, Lookup], authority: Authority, metric: OpenedMetric
 ) -> LayerAudit:
     def plain(v: Verdict, detail: str) -> LayerAudit:
         return LayerAudit(layer.order, layer.layer, layer.version, v, detail)
@@ -324,14 +369,14 @@ def _audit_layer(
     rule = LAYER_RULES.get(layer.layer)
     if rule is None:
         return plain("no_rule", "an event id in a layer whose events this audit cannot judge")
-    if private and layer.layer in _PRIVATE_LAYERS:
+    if _private(metric) and layer.layer in _PRIVATE_LAYERS:
         return plain(
             "private", "a NIP-17 private message's rumor: never on relays, not auditable there"
         )
     lookup = lookups.get(layer.version)
     if lookup is None:
         return plain("unreachable", "not looked up")
-    return _judge(layer, rule, lookup, authority)
+    return _judge(layer, rule, lookup, authority, metric.payload.channel_id)
 
 
 def audit_metric(
@@ -341,8 +386,7 @@ def audit_metric(
     :func:`event_ids` to what the relays said about it."""
     manifest = metric.payload.context_manifest
     layers: Iterable[Layer] = () if manifest is None else manifest.layers
-    private = _private(metric)
-    audits = tuple(_audit_layer(layer, lookups, authority, private) for layer in layers)
+    audits = tuple(_audit_layer(layer, lookups, authority, metric) for layer in layers)
     valid = None if manifest is None else manifest.hash_matches()
     channel = _audit_channel(metric, authority)
     ok = valid is not False and not any(a.failed or a.verdict == "unreachable" for a in audits)

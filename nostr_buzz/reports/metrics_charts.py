@@ -1,10 +1,10 @@
 """What the usage report's charts show, as numbers (docs/metrics.md, "The report as a page").
 
-:func:`charts` reads a :class:`~nostr_buzz.core.metrics_report.MetricsReport` into the page's
+:func:`charts` reads a :class:`~nostr_buzz.reports.metrics_report.MetricsReport` into the page's
 charts: spend and tokens per UTC day for each agent and model, turns per channel, turn duration
 percentiles per day, the cache share of the input per day and the turns per day whose usage is
 known and unknown.  A value that is unknown is no point, never a zero.  Drawing them is
-:mod:`nostr_buzz.core.metrics_html`.  Pure.
+:mod:`nostr_buzz.reports.metrics_html`.  Pure.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from nostr_buzz.core.metrics_report import MetricsReport, TotalRow, TurnRow
+from nostr_buzz.reports.metrics_report import MetricsReport, TotalRow, TurnRow
 
 __all__ = [
     "CHART_NAMES",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from nostr_buzz.core.text import LINE_BREAKS, WHITESPACE, escape_hidden
+from nostr_buzz.text.unicode import LINE_BREAKS, WHITESPACE, escape_hidden
 
 _ATTRIBUTE_EXTRA: Final = str.maketrans(
     {'"': "&quot;", "'": "&apos;", "\t": " ", **dict.fromkeys(LINE_BREAKS, " ")}
@@ -32,7 +32,7 @@ def _reference(c: str) -> str:
 
 def escape_name(s: str) -> str:
     """:func:`escape_text`, then each hidden character (a control, format, bidirectional or
-    zero-width character, see :func:`~nostr_buzz.core.text.is_hidden`) other than whitespace as
+    zero-width character, see :func:`~nostr_buzz.text.unicode.is_hidden`) other than whitespace as
     a character reference: ``Mor\u200bgan`` → ``Mor&#x200B;gan``.
 
     A name cannot hide a character, reverse the text after it or read as someone else's by an
@@ -44,7 +44,7 @@ def escape_name(s: str) -> str:
 def escape_attribute(s: str) -> str:
     """:func:`escape_name`, then quotes to entities and each line break and tab to a space.
 
-    Line breaks are all of :data:`~nostr_buzz.core.text.LINE_BREAKS` (newline, CR, U+2028, …),
+    Line breaks are all of :data:`~nostr_buzz.text.unicode.LINE_BREAKS` (newline, CR, U+2028, …),
     so an attribute value always stays on its line.
     """
     return escape_name(s).translate(_ATTRIBUTE_EXTRA)

@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from nostr_buzz.core.text import utf8_document
 from nostr_buzz.errors import ManifestError
+from nostr_buzz.text.unicode import utf8_document
 
 SCHEMA_VERSION = 1
 

@@ -1,11 +1,11 @@
 """The owner's usage report as one HTML page (docs/metrics.md, "The report as a page").
 
-:func:`render_html` turns a :class:`~nostr_buzz.core.metrics_report.MetricsReport` into one
+:func:`render_html` turns a :class:`~nostr_buzz.reports.metrics_report.MetricsReport` into one
 self-contained page: no script, no stylesheet or font to fetch, charts drawn as inline SVG,
 and a Content-Security-Policy that forbids loading anything.  The charts come first — spend and
 tokens per UTC day for each agent and model, turns per channel, turn duration percentiles per
 day, the cache share of the input, turns with unknown usage (their numbers are
-:mod:`nostr_buzz.core.metrics_charts`) — and the tables after them.
+:mod:`nostr_buzz.reports.metrics_charts`) — and the tables after them.
 
 Every string of a metric is the sending agent's words (a model name, a channel id): each one is
 HTML-escaped, and its hidden characters (controls, bidirectional and zero-width characters) are
@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from nostr_buzz.core.metrics_charts import (
+from nostr_buzz.reports.metrics_charts import (
     PERCENTILES,
     Chart,
     Series,
@@ -40,8 +40,8 @@ from nostr_buzz.core.metrics_charts import (
     report_days,
     usage_by_day,
 )
-from nostr_buzz.core.metrics_report import MetricsReport, TotalRow, TurnRow
-from nostr_buzz.core.text import backslash_escape, escape_hidden
+from nostr_buzz.reports.metrics_report import MetricsReport, TotalRow, TurnRow
+from nostr_buzz.text.unicode import backslash_escape, escape_hidden
 
 __all__ = ["render_html"]
 

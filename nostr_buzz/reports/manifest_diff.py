@@ -15,7 +15,7 @@ from typing import Final
 
 import msgspec
 
-from nostr_buzz.core.manifest import Layer, Manifest
+from nostr_buzz.manifest import Layer, Manifest
 
 #: The compared fields, in canonical order, by their wire (camelCase) names.
 LAYER_FIELDS: Final[tuple[tuple[str, str], ...]] = (

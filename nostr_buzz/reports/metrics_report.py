@@ -125,8 +125,9 @@ class TotalRow(msgspec.Struct, frozen=True, rename="camel"):
     """Usage of one agent with one model on one UTC day (from the payload ``timestamp``).
 
     A counter is the sum of the turns that reported it, None when none did; ``unknown_turns``
-    counts turns with at least one unknown counter (so a partial sum is visible as such);
-    the cache sums (informational parts of the input) do not make a turn unknown."""
+    counts the turns whose usage is unknown (:func:`usage_known`: no input or no output token
+    count), so a partial token sum is visible as such; a total or a cost left unreported (many
+    agents report tokens only) and the cache sums do not make a turn unknown."""
 
     day: str
     agent: str
@@ -378,6 +379,11 @@ def _add_cost(total: float | None, value: float | None) -> float | None:
     return value if total is None else total + value
 
 
+def usage_known(row: TurnRow) -> bool:
+    """Whether the turn reported its usage: its input and output token counts."""
+    return row.input_tokens is not None and row.output_tokens is not None
+
+
 def _totals(rows: Iterable[TurnRow]) -> list[TotalRow]:
     # An unknown model (null) and a model named "" are different groups; unknown sorts first.
     groups: dict[tuple[str, str, bool, str], list[TurnRow]] = defaultdict(list)
@@ -395,8 +401,7 @@ def _totals(rows: Iterable[TurnRow]) -> list[TotalRow]:
             outputs = _add(outputs, r.output_tokens)
             total = _add(total, r.total_tokens)
             cost = _add_cost(cost, r.cost_usd)
-            counters = (r.input_tokens, r.output_tokens, r.total_tokens, r.cost_usd)
-            unknown += any(v is None for v in counters)
+            unknown += not usage_known(r)
         totals.append(
             TotalRow(
                 day=day,
