@@ -27,8 +27,10 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 
+# On every core (pytest-xdist); a test file's tests stay on one worker, with its module-wide
+# relays and servers.
 test: $(STAMP) $(AGENTS_STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # The fast loop: tests/unit starts no process and opens no socket (about 30 s).
 test-unit: $(STAMP)

@@ -170,7 +170,6 @@ async def _bot_phase(
             owner=owner.public_key,
             read_relays=tuple(urls),
             write_relays=tuple(urls),
-            agent_command="",
             state_dir=Path(state),
             relay_timeout=relay_timeout,
         )

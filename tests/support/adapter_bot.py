@@ -173,9 +173,12 @@ async def held(bot: Bot, plugin: BuzzPlugin, event: Event, hold: str) -> None:
     await until(lambda: bot.server.holding(hold), f"the model holding {hold}")
 
 
-def adapter_processes() -> list[int]:
-    """Live processes started from this checkout's adapters (launchers and native binaries)."""
-    mine = str(BIN.parent)
+def adapter_processes(tmp_path: Path) -> list[int]:
+    """Live processes started from this checkout's adapters (launchers and native binaries)
+    for the test of ``tmp_path``: their environment names it (HOME and the adapters' own homes
+    are there, and every process of an adapter inherits them).  The adapters another test runs
+    at the same time, on another pytest-xdist worker, are not this test's."""
+    mine, ours = str(BIN.parent), str(tmp_path).encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -183,9 +186,12 @@ def adapter_processes() -> list[int]:
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if mine not in cmdline or state == "Z":
+                continue
+            environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if mine in cmdline and state != "Z":
+        if ours in environ:
             found.append(int(entry.name))
     return found
 
@@ -295,5 +301,5 @@ async def played(
         async with running(bot, name, **gate, **changes) as plugin:
             seen = await conversation(bot, plugin)
             metrics = await check_conversation(bot, seen)
-    assert adapter_processes() == []
+    assert adapter_processes(tmp_path) == []
     return bot, metrics

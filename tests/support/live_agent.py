@@ -151,7 +151,9 @@ class LiveAgent:
     def records(self, method: str | None = None) -> list[dict[str, Any]]:
         if not self.log.exists():
             return []
-        lines = self.log.read_text(encoding="utf-8").splitlines()
+        text = self.log.read_text(encoding="utf-8")
+        # Whole lines only: the agent may be writing the last one while a test looks.
+        lines = text[: text.rfind("\n") + 1].splitlines()
         found = [json.loads(line) for line in lines if line]
         return [r for r in found if method is None or r["m"] == method]
 

@@ -10,7 +10,10 @@ of 60 events per minute is raised so that tests can publish in bulk.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import os
+import random
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -33,12 +36,40 @@ _MODES = {
 }
 
 
+#: Ports free_port hands out: below Linux's ephemeral range (32768-60999), so that no socket
+#: bound to port 0 and no outgoing connection takes one between free_port and its use.
+_PORTS = range(20_000, 32_768)
+
+
+def _own_ports() -> range:
+    """This process's share of ``_PORTS``: each pytest-xdist worker (``PYTEST_XDIST_WORKER`` =
+    ``gw<i>``) gets a slice of its own, so that a port one worker found free, or keeps as one
+    where nothing listens, is never handed to another worker's relay."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2:
+        return _PORTS
+    size = len(_PORTS) // count
+    start = _PORTS.start + int(worker[2:]) * size
+    return range(start, start + size)
+
+
+_own = _own_ports()
+_next = itertools.count(random.randrange(len(_own)))
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago: the next one of this process's
+    share (from a random start, never one it handed out recently) that binds."""
+    for _ in range(len(_own)):
+        port = _own[next(_next) % len(_own)]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
         return port
+    raise OSError(f"no free port in {_own}")
 
 
 class AuthorWritePolicy(nostr_sdk.WritePolicy):  # type: ignore[misc]

@@ -134,7 +134,7 @@ async def test_buzz_demo_reports_the_agent_error_and_keeps_its_log(tmp_path: Pat
     kept = re.search(r"the agent log is kept at (\S+);", done.stderr)
     assert kept is not None
     Path(kept.group(1)).unlink()
-    assert adapter_processes() == []
+    assert adapter_processes(tmp_path) == []
 
 
 async def _demo(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess[str]:
@@ -187,12 +187,12 @@ async def test_buzz_run_stopped_leaves_no_agent_process(tmp_path: Path) -> None:
             await RelayPool([bot.relay.url], timeout=3.0).publish(question)
             answered = await until_reply(bot, question)
             assert answered.endswith("ANSWER:run")
-            assert adapter_processes()
+            assert adapter_processes(tmp_path)
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = await asyncio.to_thread(proc.communicate, timeout=WAIT)
         assert proc.returncode == 0, err
-        assert adapter_processes() == []
+        assert adapter_processes(tmp_path) == []
 
 
 async def test_buzz_demo_with_codex_meters_every_turn_and_leaves_no_process(
@@ -209,4 +209,4 @@ async def test_buzz_demo_with_codex_meters_every_turn_and_leaves_no_process(
     row = [line for line in turns.splitlines() if line.startswith("20")]
     assert len(row) == 1 and row[0].split()[-1] == row[0].split()[3] != "0"
     assert int(row[0].split()[4]) > 0
-    assert adapter_processes() == []
+    assert adapter_processes(tmp_path) == []

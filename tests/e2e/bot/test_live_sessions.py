@@ -73,9 +73,15 @@ async def publish(relay: RunningRelay, events: list[Event]) -> None:
     await pool.close()
 
 
-async def answered(relay: RunningRelay, count: int, timeout: float) -> list[Event]:
-    """The agent's replies, once there are ``count`` (or after ``timeout`` seconds)."""
+async def answered(
+    relay: RunningRelay, agent: LiveAgent, count: int, timeout: float
+) -> list[Event]:
+    """The agent's replies, once there are ``count`` (or after ``timeout`` seconds).  The
+    agent's log is watched until it has had ``count`` prompts: reading back up to a thousand
+    replies, each signature checked, on every look would take the CPU the bot needs."""
     deadline = time.monotonic() + timeout
+    while len(agent.records("session/prompt")) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
     while len(replies := await by_agent(relay, 9)) < count and time.monotonic() < deadline:
         await asyncio.sleep(0.5)
     return replies
@@ -111,12 +117,12 @@ async def test_a_thousand_channels_never_hold_more_than_max_live_sessions_at_the
         threading.Thread(target=bot.stderr.read, daemon=True).start()
         started = time.monotonic()
         await publish(relay, first)
-        got = len(await answered(relay, FIRST, 60))
+        got = len(await answered(relay, agent, FIRST, 60))
         assert got == FIRST, f"{got} answered in {time.monotonic() - started:.1f} s"
         await asyncio.sleep(1)  # the last metrics and settlements land
         rss_first = rss_kb(bot.pid)
         await publish(relay, rest)
-        replies = await answered(relay, CHANNELS, 75)
+        replies = await answered(relay, agent, CHANNELS, 75)
         served = time.monotonic() - started
         await asyncio.sleep(1)
         rss_all = rss_kb(bot.pid)
@@ -124,7 +130,7 @@ async def test_a_thousand_channels_never_hold_more_than_max_live_sessions_at_the
         again = chat(OWNER, now + 1, content="and again", channel="c0", mention=AGENT)
         await publish(relay, [again])
         # A deadline, not a measure: under load the resumed turn may take a while.
-        replies = await answered(relay, CHANNELS + 1, 90)
+        replies = await answered(relay, agent, CHANNELS + 1, 90)
         metrics = await by_agent(relay, METRIC_KIND)
     finally:
         bot.terminate()

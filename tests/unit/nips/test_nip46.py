@@ -15,9 +15,11 @@ from nostr_buzz.nips import nip44, nip46
 from nostr_buzz.nips.nip46 import BunkerUri, NostrConnectUri, Response
 from nostr_buzz.signer import template
 
-REMOTE = SecretKey.generate()
-CLIENT = SecretKey.generate()
-USER = SecretKey.generate()
+# Fixed keys: the URIs built from them are test ids, which every pytest-xdist worker must
+# collect alike.
+REMOTE = SecretKey.from_str("4e" * 32)
+CLIENT = SecretKey.from_str("c1" * 32)
+USER = SecretKey.from_str("05" * 32)
 HEX = REMOTE.public_key.hex
 SECRET = "0s8j2djs-very-secret"
 
