@@ -204,9 +204,9 @@ async def test_buzz_demo_with_codex_meters_every_turn_and_leaves_no_process(
         assert server.outbound == []
     assert done.returncode == 0, done.stderr
     turns = done.stdout.split("totals:")[1]
-    # every turn metered with its tokens (codex-acp 2.6 reports them), none with a cost:
-    # the totals row counts every turn as unknown and sums the input
+    # every turn metered with its tokens (codex-acp 2.6 reports them), none with a cost: the
+    # totals row counts no turn as unknown (tokens known, docs/metrics.md) and sums the input
     row = [line for line in turns.splitlines() if line.startswith("20")]
-    assert len(row) == 1 and row[0].split()[-1] == row[0].split()[3] != "0"
+    assert len(row) == 1 and row[0].split()[-1] == "0" != row[0].split()[3]
     assert int(row[0].split()[4]) > 0
     assert adapter_processes(tmp_path) == []
