@@ -260,3 +260,18 @@ def test_the_build_gives_the_license_as_an_spdx_expression_without_a_warning(
         [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         metadata = archive.read(name).decode()
     assert "\nLicense-Expression: MIT\n" in metadata and "\nLicense: " not in metadata
+
+
+def test_importing_the_bot_with_every_extra_installed_loads_none_of_them(tmp_path: Path) -> None:
+    # The extras are installed here (the test venv): still, only an ACP agent's start loads the
+    # agent protocol and the MCP server, and only [telemetry] the OpenTelemetry SDK.
+    heavy = ("acp", "pydantic", "mcp", "uvicorn", "starlette", "httpx", "opentelemetry")
+    code = (
+        "import sys; import nostr_buzz.bot.plugin, nostr_buzz.bot.tools; "
+        "from nostr_buzz import BuzzPlugin, PluginConfig, AgentTurn; "
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=60, check=True, cwd=tmp_path
+    )
+    assert done.stdout.decode().strip() == "[]"
