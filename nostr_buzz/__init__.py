@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from nostr_buzz.io.relay import QueryResult, RelayClient, Verdict
     from nostr_buzz.io.sdk_signer import SdkSigner
     from nostr_buzz.keys import PublicKey, SecretKey
+    from nostr_buzz.local_signer import LocalSigner
     from nostr_buzz.manifest import Layer, Manifest, manifest_from_layers
     from nostr_buzz.nips.nip01 import Filter
     from nostr_buzz.nips.nip10 import ThreadRef, reply_tags
@@ -92,7 +93,7 @@ if TYPE_CHECKING:
     )
     from nostr_buzz.profile import Profile
     from nostr_buzz.reports.metrics_report import MetricsReport, build_report
-    from nostr_buzz.signer import EventTemplate, LocalSigner, Signer, SignerError
+    from nostr_buzz.signer import EventTemplate, Signer, SignerError
     from nostr_buzz.text.escape import escape_attribute, escape_text
     from nostr_buzz.timestamps import metric_timestamp
 
@@ -192,7 +193,8 @@ _EXPORTS: dict[str, str] = {
     ),
     "Profile": "nostr_buzz.profile",
     "SdkSigner": "nostr_buzz.io.sdk_signer",
-    **dict.fromkeys(("EventTemplate", "LocalSigner", "Signer", "SignerError"), "nostr_buzz.signer"),
+    **dict.fromkeys(("EventTemplate", "Signer", "SignerError"), "nostr_buzz.signer"),
+    "LocalSigner": "nostr_buzz.local_signer",
     "metric_timestamp": "nostr_buzz.timestamps",
 }
 

@@ -47,9 +47,10 @@ from nostr_buzz.core.telemetry import Telemetry
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
 from nostr_buzz.errors import ConfigError, InvalidKey
 from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
+from nostr_buzz.local_signer import LocalSigner
 from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
-from nostr_buzz.signer import LocalSigner, Signer
+from nostr_buzz.signer import Signer
 
 __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
 

@@ -45,11 +45,12 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.fetch import fetch_event_result
 from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import as_signer
 from nostr_buzz.nips import nip10, nip27
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.relay_url import check_relay_url
-from nostr_buzz.signer import Signer, as_signer, signed, template
+from nostr_buzz.signer import Signer, signed, template
 
 #: LocalRelay served at most 500 events per query in our measurements (docs/cli.md).
 MAX_QUERY_LIMIT = 500

@@ -283,7 +283,7 @@ def _run(
     from nostr_buzz.cli.signing import connect_bunker
     from nostr_buzz.io.inprocess import load_agent
     from nostr_buzz.keys import SecretKey
-    from nostr_buzz.signer import LocalSigner
+    from nostr_buzz.local_signer import LocalSigner
 
     overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
     if agent is not None:

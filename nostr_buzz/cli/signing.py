@@ -19,8 +19,9 @@ from nostr_buzz.cli.output import CliFailure, ExitCode, note
 from nostr_buzz.config import ConfigSources, state_directory
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import LocalSigner
 from nostr_buzz.nips.nip46 import BunkerUri
-from nostr_buzz.signer import LocalSigner, Signer, SignerError
+from nostr_buzz.signer import Signer, SignerError
 
 if TYPE_CHECKING:
     from nostr_buzz.io.nip46 import Nip46Signer

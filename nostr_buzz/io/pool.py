@@ -28,11 +28,12 @@ import msgspec
 from nostr_buzz.errors import RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import signer_of
 from nostr_buzz.nips import nip01
 from nostr_buzz.nips.nip01 import FilterLike
 from nostr_buzz.nips.relay_address import is_local_url
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
-from nostr_buzz.signer import Signer, signer_of
+from nostr_buzz.signer import Signer
 
 from .answers import AnswerRecord, Lateness
 from .connections import IDLE_TIMEOUT, RelayConnections

@@ -22,10 +22,11 @@ from typing import Final
 from nostr_buzz.errors import Nip17Error, Nip59Error
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import as_signer
 from nostr_buzz.nips import nip01, nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip59 import Opened, PrivateEvent, Randomness, Rumor
-from nostr_buzz.signer import Signer, as_signer
+from nostr_buzz.signer import Signer
 
 from .pool import PoolQueryResult, PublishResult, RelayPool
 

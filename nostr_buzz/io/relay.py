@@ -30,10 +30,11 @@ from nostr_buzz.core.backoff import backoff_base
 from nostr_buzz.errors import BuzzError, InvalidEvent
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import signer_of
 from nostr_buzz.nips import nip01, nip42
 from nostr_buzz.nips.nip01 import Filter, FilterLike
 from nostr_buzz.nips.relay_url import check_relay_url
-from nostr_buzz.signer import Signer, signed, signer_of
+from nostr_buzz.signer import Signer, signed
 
 from .addresses import first_to_connect, resolve
 

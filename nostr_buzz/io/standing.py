@@ -23,8 +23,9 @@ import msgspec
 from nostr_buzz.core.turn_input import Standing
 from nostr_buzz.errors import BuzzError, StandingError
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import as_signer
 from nostr_buzz.nips import standing as docs
-from nostr_buzz.signer import Signer, SignerError, as_signer
+from nostr_buzz.signer import Signer, SignerError
 from nostr_buzz.text.unicode import is_blank
 
 from .pool import PoolQueryResult, RelayPool

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.signer import EventTemplate, LocalSigner
+from nostr_buzz.local_signer import LocalSigner
+from nostr_buzz.signer import EventTemplate
 
 
 class Forger(LocalSigner):

@@ -14,17 +14,15 @@ from nostr_buzz.errors import ConfigError
 from nostr_buzz.event import sign_event
 from nostr_buzz.io.sdk_signer import SdkSigner
 from nostr_buzz.keys import PublicKey, SecretKey
+from nostr_buzz.local_signer import LocalSigner, as_signer, signer_of
 from nostr_buzz.nips import nip42, nip44
 from nostr_buzz.signer import (
     EventTemplate,
-    LocalSigner,
     Signer,
     SignerError,
     TemplateError,
-    as_signer,
     check_signed,
     signed,
-    signer_of,
     template,
 )
 
@@ -219,3 +217,15 @@ def test_plugin_config_takes_the_agents_key_or_a_signer_exactly_once() -> None:
         PluginConfig(agent_secret=secret, signer=_Lying(secret), **base)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="is not a Signer"):
         PluginConfig(signer=secret, **base)  # type: ignore[arg-type]
+
+
+def test_the_local_signer_is_still_reachable_where_it_was() -> None:
+    # It moved above the NIP modules (nostr_buzz.local_signer); the old import keeps working.
+    import nostr_buzz
+    import nostr_buzz.local_signer as local
+    import nostr_buzz.signer as signer
+
+    assert signer.LocalSigner is local.LocalSigner is nostr_buzz.LocalSigner
+    assert signer.as_signer is local.as_signer and signer.signer_of is local.signer_of
+    with pytest.raises(AttributeError):
+        _ = signer.NoSuchName  # type: ignore[attr-defined]

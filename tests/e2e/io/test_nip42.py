@@ -14,7 +14,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import RelayClient
 from nostr_buzz.io.sdk_signer import SdkSigner
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.signer import LocalSigner
+from nostr_buzz.local_signer import LocalSigner
 from tests.support.keys import NIP19_SECRET as SECRET
 from tests.support.relays import local_relay
 from tests.support.signers import Forger

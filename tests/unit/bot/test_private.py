@@ -22,10 +22,10 @@ from nostr_buzz.core.queue import QueuedEvent
 from nostr_buzz.core.turn_input import TurnEvent, TurnInput
 from nostr_buzz.errors import StateError
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import LocalSigner
 from nostr_buzz.nips import nip10, nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip59 import PrivateEvent
-from nostr_buzz.signer import LocalSigner
 from tests.support.events import chat
 
 

@@ -18,8 +18,9 @@ from nostr_buzz.io.pool import PublishResult
 from nostr_buzz.io.publisher import MetricPublisher, PublishReport
 from nostr_buzz.io.relay import Verdict
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import LocalSigner
 from nostr_buzz.nips.nip_am import MetricPayload, build_metric_event, open_metric_event
-from nostr_buzz.signer import EventTemplate, LocalSigner, SignerError
+from nostr_buzz.signer import EventTemplate, SignerError
 from tests.support.keys import AGENT, OWNER
 from tests.unit.io.test_outbox import metric
 

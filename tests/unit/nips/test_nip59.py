@@ -17,8 +17,9 @@ from nostr_buzz.errors import BuzzError, InvalidEvent, Nip17Error, Nip59Error
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.sdk_signer import SdkSigner
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import LocalSigner
 from nostr_buzz.nips import nip17, nip44, nip59
-from nostr_buzz.signer import LocalSigner, SignerError
+from nostr_buzz.signer import SignerError
 from tests.support.data import FIXTURES
 from tests.support.signers import Forger
 

@@ -1823,8 +1823,8 @@ def test_token_counts_default_to_unknown_and_keep_the_wire_bytes() -> None:
 
 
 async def test_a_signer_builds_the_same_metric_the_secret_key_does() -> None:
+    from nostr_buzz.local_signer import LocalSigner
     from nostr_buzz.nips.nip_am import build_metric_event_async
-    from nostr_buzz.signer import LocalSigner
 
     p = MetricPayload(harness="goose", timestamp=TS, turn=TokenCounts(1, 2, 3, 0.5))
     event = await build_metric_event_async(LocalSigner(AGENT), OWNER.public_key.bech32, p)
@@ -1852,8 +1852,8 @@ def test_every_key_problem_is_invalid_key(key: Any) -> None:
 
 
 async def test_the_agent_opens_its_own_metrics_and_no_one_elses() -> None:
+    from nostr_buzz.local_signer import LocalSigner
     from nostr_buzz.nips.nip_am import open_own_metric_event
-    from nostr_buzz.signer import LocalSigner
 
     p = MetricPayload(harness="goose", timestamp=TS, turn=TokenCounts(1, 2, 3, 0.5))
     own = build_metric_event(AGENT, OWNER.public_key, p)

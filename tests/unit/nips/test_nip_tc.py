@@ -16,6 +16,7 @@ import pytest
 from nostr_buzz.errors import CheckpointError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import LocalSigner
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_tc import (
     CHECKPOINT_KIND,
@@ -27,7 +28,6 @@ from nostr_buzz.nips.nip_tc import (
     open_checkpoint_event,
     open_own_checkpoint_event,
 )
-from nostr_buzz.signer import LocalSigner
 from tests.support.keys import AGENT, OWNER, STRANGER
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -13,10 +13,10 @@ from nostr_buzz.core.turn_input import Standing, TurnEvent, TurnInput
 from nostr_buzz.errors import StandingError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
+from nostr_buzz.local_signer import LocalSigner
 from nostr_buzz.manifest import content_hash
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips import standing as docs
-from nostr_buzz.signer import LocalSigner
 from tests.support.keys import AGENT, OWNER, STRANGER
 
 TRUSTED = {OWNER.public_key.hex}
