@@ -39,11 +39,11 @@ from nostr_buzz.manifest import content_hash
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip10 import TEXT_NOTE_KIND
+from nostr_buzz.nips.nip17 import PRIVATE_KINDS
 from nostr_buzz.nips.nip19 import parse_event_ref
 from nostr_buzz.nips.nip22 import COMMENT_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.nips.nip59 import PrivateEvent
-from nostr_buzz.reports.audit import PRIVATE_KINDS
 from nostr_buzz.signer import Signer
 
 if TYPE_CHECKING:  # the acp extra is imported only when an ACP agent is started

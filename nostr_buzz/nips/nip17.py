@@ -22,7 +22,7 @@ from typing import Final
 from nostr_buzz.errors import Nip17Error, RelayError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip27
+from nostr_buzz.nips import nip27, nip59
 from nostr_buzz.nips.nip59 import Randomness, Rumor, gift_wrap, gift_wrap_with
 from nostr_buzz.nips.relay_address import is_local_url
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
@@ -30,7 +30,9 @@ from nostr_buzz.signer import EventTemplate, Signer, template
 
 __all__ = [
     "DM_RELAYS_KIND",
+    "FILE_MESSAGE_KIND",
     "MAX_DM_RELAYS",
+    "PRIVATE_KINDS",
     "PRIVATE_MESSAGE_KIND",
     "dm_relay_list",
     "dm_relay_list_template",
@@ -48,6 +50,12 @@ __all__ = [
 ]
 
 PRIVATE_MESSAGE_KIND: Final = 14
+FILE_MESSAGE_KIND: Final = 15
+#: Every kind that is or carries a private message: the seal, the chat and file messages (the
+#: rumors inside) and the gift wraps.  None of them is public evidence.
+PRIVATE_KINDS: Final = frozenset(
+    {nip59.SEAL_KIND, PRIVATE_MESSAGE_KIND, FILE_MESSAGE_KIND, *nip59.WRAP_KINDS}
+)
 DM_RELAYS_KIND: Final = 10050
 #: Relays of one person's kind 10050 that a private message is sent to, at most (the first).
 MAX_DM_RELAYS: Final = 3

@@ -44,7 +44,7 @@ from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.errors import CheckpointError
 from nostr_buzz.event import Event
 from nostr_buzz.manifest import Layer
-from nostr_buzz.nips import nip10
+from nostr_buzz.nips import nip10, nip17
 from nostr_buzz.nips.nip10 import TEXT_NOTE_KIND
 from nostr_buzz.nips.nip22 import COMMENT_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
@@ -127,7 +127,7 @@ LAYER_RULES: Final[Mapping[str, LayerRule]] = {
     "retrieved_event": LayerRule(None, "any"),
 }
 #: Seals, private messages and gift wraps: never what a tool hands over from a relay.
-PRIVATE_KINDS: Final = frozenset({13, 14, 15, 1059, 21059})
+PRIVATE_KINDS: Final = nip17.PRIVATE_KINDS
 #: Layers a turn of a private channel fills with a rumor's id.
 _PRIVATE_LAYERS: Final = frozenset({"current_instruction"})
 #: A retrieval's source for a message of the session's own private conversation (a rumor).

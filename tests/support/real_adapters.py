@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from nostr_buzz.io.agent_driver import AgentDriver
 from tests.support.model_server import ModelServer
 
 BIN = Path(__file__).resolve().parents[1] / "agents" / "node_modules" / ".bin"
@@ -154,3 +158,28 @@ def adapter_env(name: str, server: ModelServer, home: Path) -> dict[str, str]:
 def adapter_args(name: str) -> tuple[str, ...]:
     """The adapter's arguments: gemini-cli speaks ACP only with ``--acp``."""
     return GEMINI_ARGS if name == GEMINI else ()
+
+
+@asynccontextmanager
+async def adapter_driver(
+    name: str, server: ModelServer, tmp_path: Path, **kwargs: Any
+) -> AsyncIterator[AgentDriver]:
+    """A started driver of the adapter ``name`` against ``server``: its home in
+    ``tmp_path / "home"``, its working folder ``tmp_path / "work"``, its log
+    ``tmp_path / "agent.log"``; closed on the way out."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    driver = AgentDriver(
+        adapter(name),
+        adapter_args(name),
+        env=adapter_env(name, server, tmp_path / "home"),
+        cwd=str(work),
+        log_path=tmp_path / "agent.log",
+        shutdown_timeout=1.0,
+        **kwargs,
+    )
+    await driver.start()
+    try:
+        yield driver
+    finally:
+        await driver.close()

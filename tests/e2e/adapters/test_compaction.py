@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from nostr_buzz.core.compaction import REDELIVERED_AFTER_COMPACTION
-from nostr_buzz.io.agent_driver import AgentDriver
 from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips.nip_am import MetricPayload
 from nostr_buzz.reports.manifest_diff import diff_manifests
@@ -43,9 +42,7 @@ from tests.support.real_adapters import (
     CLAUDE,
     CODEX,
     GEMINI,
-    adapter,
-    adapter_args,
-    adapter_env,
+    adapter_driver,
 )
 
 #: A context all but full: the adapters compact before their next model call.
@@ -127,28 +124,14 @@ async def test_claude_compacts_on_a_prompt_that_is_compact_alone_and_not_before_
     a slash command only when it is the prompt's whole text.  The bot sends the owner's command
     as the first text block with the envelope after it, which the model gets as text."""
     with ModelServer() as server:
-        work = tmp_path / "work"
-        work.mkdir()
-        driver = AgentDriver(
-            adapter(CLAUDE),
-            adapter_args(CLAUDE),
-            env=adapter_env(CLAUDE, server, tmp_path / "home"),
-            cwd=str(work),
-            log_path=tmp_path / "agent.log",
-            request_timeout=60,
-            shutdown_timeout=1.0,
-        )
-        await driver.start()
-        try:
-            sid = (await driver.new_session(str(work), "STANDING")).session_id
+        async with adapter_driver(CLAUDE, server, tmp_path, request_timeout=60) as driver:
+            sid = (await driver.new_session(str(tmp_path / "work"), "STANDING")).session_id
             first = await driver.run_turn(sid, ["ASK:one"])
             before_envelope = await driver.run_turn(
                 sid, ["/compact", "<buzz-turn>", "ASK:two", "</buzz-turn>"]
             )
             alone = await driver.run_turn(sid, ["/compact"])
             counted = driver.compactions(sid)
-        finally:
-            await driver.close()
     assert first.compactions == 0 and first.reply == "ANSWER:one"
     assert before_envelope.compactions == 0 and before_envelope.reply == "ANSWER:two"
     assert any(s.user_text.startswith("/compact\n<buzz-turn>") for s in server.main_requests())
@@ -170,24 +153,10 @@ async def test_gemini_cli_compresses_its_chat_without_a_word(
     ACP wire said so (with a small context the first prompt stays).  Pinned so that a version
     that starts reporting it is noticed."""
     with ModelServer(usage=usage) as server:
-        work = tmp_path / "work"
-        work.mkdir()
-        driver = AgentDriver(
-            adapter(GEMINI),
-            adapter_args(GEMINI),
-            env=adapter_env(GEMINI, server, tmp_path / "home"),
-            cwd=str(work),
-            log_path=tmp_path / "agent.log",
-            request_timeout=60,
-            shutdown_timeout=1.0,
-        )
-        await driver.start()
-        try:
-            sid = (await driver.new_session(str(work))).session_id
+        async with adapter_driver(GEMINI, server, tmp_path, request_timeout=60) as driver:
+            sid = (await driver.new_session(str(tmp_path / "work"))).session_id
             results = [await driver.run_turn(sid, [f"ASK:{w}"]) for w in ("one", "two")]
             counted = driver.compactions(sid)
-        finally:
-            await driver.close()
     assert [r.reply for r in results] == ["ANSWER:one", "ANSWER:two"]
     assert [r.compactions for r in results] == [0, 0] and counted == 0
     [first, second] = server.main_requests()

@@ -27,9 +27,7 @@ from tests.support.real_adapters import (
     CLAUDE,
     CODEX,
     GEMINI,
-    adapter,
-    adapter_args,
-    adapter_env,
+    adapter_driver,
 )
 
 WAIT = 30.0
@@ -43,31 +41,20 @@ async def _agent(
     tmp_path: Path,
     **kwargs: Any,
 ) -> AsyncIterator[tuple[AgentDriver, list[tuple[str, str | None, dict[str, Any]]]]]:
-    home = tmp_path / "home"
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    env = adapter_env(name, server, home)
     diagnostics: list[tuple[str, str | None, dict[str, Any]]] = []
     # A turn the adapter never ends fails after a minute of silence, not the default ten.
     kwargs.setdefault("idle_timeout", 2 * WAIT)
-    driver = AgentDriver(
-        adapter(name),
-        adapter_args(name),
-        env=env,
-        cwd=str(work),
-        log_path=tmp_path / "agent.log",
-        request_timeout=WAIT,
-        shutdown_timeout=1.0,
-        on_diagnostic=lambda kind, sid, payload: diagnostics.append((kind, sid, payload)),
-        **kwargs,
-    )
-    await driver.start()
-    pgid = driver.pid
+    on_diagnostic = lambda kind, sid, payload: diagnostics.append((kind, sid, payload))  # noqa: E731
+    started, pgid = False, None
     try:
-        yield driver, diagnostics
+        async with adapter_driver(
+            name, server, tmp_path, request_timeout=WAIT, on_diagnostic=on_diagnostic, **kwargs
+        ) as driver:
+            started, pgid = True, driver.pid
+            yield driver, diagnostics
     finally:
-        await driver.close()
-        assert pgid is not None and group_members(pgid) == []
+        if started:  # closed: nothing of its process group is left
+            assert pgid is not None and group_members(pgid) == []
     assert server.outbound == []
 
 
