@@ -3,14 +3,13 @@ turn's result (docs/bot.md, "Driving an agent over ACP").  Plain values, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
 
 from nostr_buzz.core.usage import UsageRecord
 from nostr_buzz.nips.nip_am import Outcome, StopReason, TerminalEvidence
-
-if TYPE_CHECKING:
-    from datetime import datetime
 
 __all__ = [
     "AgentInfo",
@@ -31,8 +30,7 @@ ReopenMethod = Literal["resume", "load"]
 SteerOutcome = Literal["injected", "started_new_turn", "failed", "released"]
 
 
-@dataclass(frozen=True)
-class AgentInfo:
+class AgentInfo(msgspec.Struct, frozen=True):
     """What ``initialize`` told about the agent."""
 
     protocol_version: int
@@ -52,8 +50,7 @@ class AgentInfo:
     load_session: bool = False
 
 
-@dataclass(frozen=True)
-class PermissionRequest:
+class PermissionRequest(msgspec.Struct, frozen=True):
     """A ``session/request_permission`` of the agent, as a policy sees it."""
 
     session_id: str
@@ -65,8 +62,7 @@ class PermissionRequest:
     turn_running: bool
 
 
-@dataclass(frozen=True)
-class SessionStart:
+class SessionStart(msgspec.Struct, frozen=True):
     """A new ACP session and how its standing context travels.
 
     ``system_prompt_support`` and ``standing_context_sent`` go into the session's first
@@ -89,8 +85,7 @@ class SessionStart:
         return self.strategy != "legacy" or self.reopened is not None
 
 
-@dataclass(frozen=True)
-class Ending:
+class Ending(msgspec.Struct, frozen=True):
     """How a turn ended, before its text and usage are attached."""
 
     stop_reason: StopReason
@@ -100,8 +95,7 @@ class Ending:
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class TurnResult:
+class TurnResult(msgspec.Struct, frozen=True):
     """How one ``session/prompt`` ended, in NIP-AM terms (docs/bot.md, "Driving an agent over
     ACP")."""
 

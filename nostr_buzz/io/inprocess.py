@@ -36,9 +36,11 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
+
+import msgspec
 
 from nostr_buzz.acp.facts import Ended, Fact, PromptSent, Text
 from nostr_buzz.acp.types import (
@@ -319,7 +321,9 @@ class InProcessDriver:
                     yield Text(text)
             result = self._result(outcome, session, session_id, started_at)
             yield Ended(
-                replace(result, reply=text, final_message=text, reply_dropped_bytes=dropped)
+                msgspec.structs.replace(
+                    result, reply=text, final_message=text, reply_dropped_bytes=dropped
+                )
             )
         finally:
             del self._running[session_id]
