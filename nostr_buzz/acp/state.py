@@ -242,25 +242,22 @@ class TurnRecord:
         ended_at: datetime,
     ) -> TurnResult:
         """What the turn leaves: its text, usage and how it ended."""
-        return TurnResult(
+        summary = (self.summary.text or None) if self.summary is not None else None
+        return TurnResult.of(
+            ending,
             reply=self.reply,
             final_message="".join(self.final),
             usage=usage,
-            stop_reason=ending.stop_reason,
-            outcome=ending.outcome,
-            terminal_evidence=ending.evidence,
-            native_stop_reason=ending.native,
-            adapter_session_id=session_id,
+            session_id=session_id,
             run_id=self.run_id,
             started_at=started_at,
             ended_at=ended_at,
-            error=ending.error,
             context_used=self.context_used,
             context_size=self.context_size,
             turn_seq=turn_seq,
             reply_dropped_bytes=self.dropped,
             compactions=self.compactions,
-            compaction_summary=(self.summary.text or None) if self.summary is not None else None,
+            compaction_summary=summary,
         )
 
 

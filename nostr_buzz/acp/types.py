@@ -130,3 +130,35 @@ class TurnResult(msgspec.Struct, frozen=True):
     #: "Compaction"; at most ``acp.wire.MAX_SUMMARY_BYTES``).
     compactions: int = 0
     compaction_summary: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        ending: Ending,
+        *,
+        reply: str,
+        usage: UsageRecord | None,
+        session_id: str,
+        started_at: datetime,
+        ended_at: datetime,
+        final_message: str | None = None,
+        run_id: str | None = None,
+        **details: Any,
+    ) -> TurnResult:
+        """The result of a turn that ended as ``ending`` (``final_message``: the reply unless
+        given; ``details``: the optional fields)."""
+        return cls(
+            reply,
+            reply if final_message is None else final_message,
+            usage,
+            ending.stop_reason,
+            ending.outcome,
+            ending.evidence,
+            ending.native,
+            session_id,
+            run_id,
+            started_at,
+            ended_at,
+            ending.error,
+            **details,
+        )

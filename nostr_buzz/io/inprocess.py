@@ -381,21 +381,16 @@ class InProcessDriver:
             usage = UsageRecord(
                 turn=counts, cumulative=None, delta_reliable=True, turn_seq=session.turns
             )
-        return TurnResult(
+        model = reply.model if reply is not None else None
+        return TurnResult.of(
+            ending,
             reply=text,
-            final_message=text,
             usage=usage,
-            stop_reason=ending.stop_reason,
-            outcome=ending.outcome,
-            terminal_evidence=ending.evidence,
-            native_stop_reason=None,
-            adapter_session_id=session_id,
-            run_id=None,
+            session_id=session_id,
             started_at=started_at,
             ended_at=self._clock(),
-            error=ending.error,
             turn_seq=session.turns,
-            model=reply.model if reply is not None else None,
+            model=model,
             error_class=outcome.error_class,
         )
 
