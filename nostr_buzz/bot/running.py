@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,7 +24,7 @@ from nostr_buzz.core.permission import (
 from nostr_buzz.core.queue import Batch, QueuedEvent
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
-from nostr_buzz.manifest import Manifest
+from nostr_buzz.manifest import Layer, Manifest
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip_am import MetricPayload, Outcome
 
@@ -186,6 +186,9 @@ def turn_permission(turn: Turn | None, policy: Policy, owner: str) -> Permission
 
 #: Told of each permission decision of a turn (telemetry): the turn, the request, the decision.
 Decided = Callable[["Turn", PermissionRequest, PermissionDecision], None]
+#: Told of each call of the agent's Nostr tools in a turn (telemetry): the turn, the tool, the
+#: layers it handed over, else its typed error and the event id it asked for.
+Retrieved = Callable[["Turn", str, Sequence[Layer], str | None, str | None], None]
 
 
 def _counted(
@@ -224,6 +227,8 @@ class RunningTurns(dict[str, Turn]):
         self.approvals = approvals
         #: Told of every decision made for a running turn (the runner's telemetry).
         self.decided: Decided | None = None
+        #: Told of every call of the agent's Nostr tools in a running turn (likewise).
+        self.retrieved: Retrieved | None = None
 
     @classmethod
     def of(

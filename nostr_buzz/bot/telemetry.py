@@ -1,9 +1,10 @@
 """Telemetry of the bot's turns: what each turn tells a :class:`TurnSink` (docs/bot.md,
 "Telemetry").
 
-The turn runner calls :class:`TurnTelemetry` at four moments — a turn started, a steer was
-delivered into it, a permission request of it was decided, it ended (with its metric when it
-has one) — and that hands plain records to the sink.  A sink never fails or delays a turn: its
+The turn runner calls :class:`TurnTelemetry` at five moments — a turn started, a steer was
+delivered into it, a permission request of it was decided, one of the agent's Nostr tools
+answered a call of it (:mod:`.tools`), it ended (with its metric when it has one) — and that
+hands plain records to the sink.  A sink never fails or delays a turn: its
 calls are guarded here (the first failure is reported as ``telemetry_failed``), and the
 OpenTelemetry sink (:mod:`nostr_buzz.io.otel`, imported only when ``[telemetry]`` is set)
 exports in a thread of its own.
@@ -20,13 +21,14 @@ import hashlib
 import hmac
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
 from nostr_buzz.core.telemetry import (
     PermissionSeen,
+    RetrievalSeen,
     SteerSeen,
     TurnBegan,
     TurnEnded,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from nostr_buzz.core.permission import PermissionDecision
     from nostr_buzz.event import Event
     from nostr_buzz.io.diagnostics import DiagnosticsFeed
+    from nostr_buzz.manifest import Layer
 
     from .config import PluginConfig
     from .outputs import TurnIds
@@ -134,6 +137,33 @@ class TurnTelemetry:
         kind = tool_kind(request.kind)
         seen = PermissionSeen(decision.approve, decision.reason, self._clock(), kind, call_id)
         self._call("on_permission", turn_id, seen)
+
+    def retrieval(
+        self,
+        turn: _Identified,
+        tool: str,
+        layers: Sequence[Layer],
+        error: str | None = None,
+        asked: str | None = None,
+    ) -> None:
+        """A tool call of the turn: a record for each layer it put in the turn's ledger, or
+        one for its typed ``error`` (``asked``: the event id it asked for).  A private
+        conversation's ids are left out: its messages' ids, and what the agent read there,
+        could tell what it is about."""
+        turn_id = turn.turn_id
+        began = self._began.get(turn_id)
+        if self.sink is None or began is None:
+            return
+        at, shown = self._clock(), not began.private
+        if error is not None:
+            seen = [RetrievalSeen(tool, error, at, ref=asked if shown else None)]
+        else:
+            seen = [
+                RetrievalSeen(tool, "found", at, x.layer, x.source, x.version if shown else None)
+                for x in layers
+            ]
+        for record in seen:
+            self._call("on_retrieval", turn_id, record)
 
     def committed(
         self,

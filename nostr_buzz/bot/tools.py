@@ -6,7 +6,8 @@ conversation the person it is with.  A private conversation's session reads that
 and public events; any other session reads public events only; no session is handed a gift
 wrap, a seal or a private message of another conversation.  Every event handed over goes into
 the running turn's ledger first (:mod:`nostr_buzz.core.ledger`), so the turn's metric names it;
-a call while no turn of the session runs hands nothing over.
+a call while no turn of the session runs hands nothing over.  The running turn's telemetry is
+told of every call (``RunningTurns.retrieved``): what it handed over, or its typed error.
 
 Each answer is a :class:`ToolAnswer`: a JSON text for the model and whether it is an error
 (``error`` is one of :data:`ERRORS`).
@@ -35,7 +36,7 @@ from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import MAX_QUERY_LIMIT, conversation
 from nostr_buzz.io.standing import fetch_standing
 from nostr_buzz.keys import as_public_key
-from nostr_buzz.manifest import content_hash
+from nostr_buzz.manifest import Layer, content_hash
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip10 import TEXT_NOTE_KIND
@@ -148,10 +149,12 @@ class Grant:
 
 @dataclass(frozen=True)
 class ToolAnswer:
-    """What a tool call gives the model: a JSON text; ``error`` one of :data:`ERRORS`."""
+    """What a tool call gives the model: a JSON text; ``error`` one of :data:`ERRORS`, and
+    ``asked`` the event id a failed call asked for (parsed, never the agent's own text)."""
 
     text: str
     error: str | None = None
+    asked: str | None = None
 
     @classmethod
     def of(cls, value: Mapping[str, Any], error: str | None = None) -> ToolAnswer:
@@ -159,7 +162,8 @@ class ToolAnswer:
 
     @classmethod
     def failed(cls, error: str, detail: str, **more: Any) -> ToolAnswer:
-        return cls.of({"error": error, "detail": detail, **more}, error)
+        text = cls.of({"error": error, "detail": detail, **more}).text
+        return cls(text, error, more.get("id"))
 
 
 class _Refused(Exception):
@@ -194,7 +198,15 @@ class NostrTools:
         self.channel_state = channel_state
 
     async def call(self, grant: Grant, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
-        """Answer one call; never raises for what the agent asked."""
+        """Answer one call; never raises for what the agent asked.  A typed failure is told
+        to the running turn's telemetry here, what was handed over at :meth:`_hand_over`."""
+        try:
+            return await self._answer(grant, name, arguments)
+        except _Refused as refused:
+            self._tell(grant, name, (), refused.answer)
+            return refused.answer
+
+    async def _answer(self, grant: Grant, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
         tools: dict[str, Callable[[Grant, str], Any]] = {
             "fetch_event": self._event,
             "fetch_thread": self._thread,
@@ -205,17 +217,16 @@ class NostrTools:
         tool = tools.get(name)
         spec = next((t for t in TOOLS if t.name == name), None)
         if tool is None or spec is None:
-            return ToolAnswer.failed("invalid_argument", f"no tool named {name[:64]!r}")
+            raise _Refused(ToolAnswer.failed("invalid_argument", f"no tool named {name[:64]!r}"))
         (param,) = spec.schema["required"]
         value = arguments.get(param)
         if not isinstance(value, str) or not value.strip():
-            return ToolAnswer.failed("invalid_argument", f"{param} must be a non-empty string")
-        try:
-            self._running(grant)
-            handover = await tool(grant, value.strip())
-            return self._hand_over(grant, name, handover)
-        except _Refused as refused:
-            return refused.answer
+            raise _Refused(
+                ToolAnswer.failed("invalid_argument", f"{param} must be a non-empty string")
+            )
+        self._running(grant)
+        handover = await tool(grant, value.strip())
+        return self._hand_over(grant, name, handover)
 
     def _running(self, grant: Grant) -> Turn:
         """The grant's session's live turn; refused (``no_turn``) without one."""
@@ -231,10 +242,28 @@ class NostrTools:
         turn = self._running(grant)
         layers = [retrieval_layer(tool, *item) for item in handover.items]
         if not turn.ledger.retrieve(layers):
-            return ToolAnswer.failed(
-                "retrieval_limit", "this turn has handed over as many events as it may"
+            raise _Refused(
+                ToolAnswer.failed(
+                    "retrieval_limit", "this turn has handed over as many events as it may"
+                )
             )
+        self._tell(grant, tool, layers)
         return ToolAnswer.of(handover.value)
+
+    def _tell(
+        self, grant: Grant, name: str, layers: Sequence[Layer], failed: ToolAnswer | None = None
+    ) -> None:
+        """The telemetry of the grant's session's turn (none: nothing to tell) told what a
+        call handed over, or its typed failure.  A name that is no tool's is the agent's own
+        text: told as ``_OTHER``."""
+        turn, retrieved = self.turns.get(grant.key), self.turns.retrieved
+        if retrieved is None or turn is None or turn.session is None:
+            return  # no turn of the session runs: no span to tell
+        if turn.session is not grant.session:
+            return
+        tool = name if any(t.name == name for t in TOOLS) else "_OTHER"
+        error, asked = (failed.error, failed.asked) if failed is not None else (None, None)
+        retrieved(turn, tool, layers, error, asked)
 
     # -- the events ---------------------------------------------------------------------
 

@@ -123,6 +123,7 @@ class TurnRunner:
         self.checkpoints.summarize_on_close(supervisor, store, self.budget)
         self.telemetry = open_telemetry(config, diagnostics, supervisor, clock)
         running.decided = self.telemetry.permission  # each decision, for the turn's span
+        running.retrieved = self.telemetry.retrieval  # each call of the agent's Nostr tools
         self.preparer = TurnPreparer(store, supervisor, resolver, self.checkpoints, diagnostics)
         self.steering = Steering(
             queue, supervisor, resolver, diagnostics, clock, self.telemetry, self.cancel

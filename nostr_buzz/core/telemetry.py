@@ -1,8 +1,8 @@
 """Telemetry of turns, as values: where turns are exported (:class:`Telemetry`), what a sink is
 told of each turn (:class:`TurnBegan`, :class:`SteerSeen`, :class:`PermissionSeen`,
-:class:`TurnEnded`) and what a sink is (:class:`TurnSink`).  No I/O: the bot makes the records
-(:mod:`nostr_buzz.bot.telemetry`), the OpenTelemetry sink exports them
-(:mod:`nostr_buzz.io.otel`)."""
+:class:`RetrievalSeen`, :class:`TurnEnded`) and what a sink is (:class:`TurnSink`).  No I/O:
+the bot makes the records (:mod:`nostr_buzz.bot.telemetry`), the OpenTelemetry sink exports
+them (:mod:`nostr_buzz.io.otel`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from nostr_buzz.nips.nip_am import TokenCounts
 
 __all__ = [
     "PermissionSeen",
+    "RetrievalSeen",
     "SteerSeen",
     "Telemetry",
     "TurnBegan",
@@ -143,6 +144,22 @@ class PermissionSeen:
 
 
 @dataclass(frozen=True)
+class RetrievalSeen:
+    """One retrieval of the agent's Nostr tools: an event or a channel's state handed over
+    (``outcome`` ``found``; one record a layer of the turn's ledger), or a call that handed
+    nothing over (``outcome``: its typed error, ``not_found``, ``private``, …)."""
+
+    tool: str
+    outcome: str
+    at: float
+    layer: str | None = None  # retrieved_event or retrieved_channel, when handed over
+    source: str | None = None  # relay_event, private_conversation or channel_state
+    #: The event id handed over or asked for, or the channel state's ``sha256:`` hash (the
+    #: layer's version in the turn's manifest); None in a private conversation.
+    ref: str | None = None
+
+
+@dataclass(frozen=True)
 class TurnEnded:
     """How a turn ended: its metric's payload when it has one (every turn that reached the
     agent), else what failed (``error_type``) or that it was cancelled before its prompt."""
@@ -170,5 +187,6 @@ class TurnSink(Protocol):
     def on_turn_started(self, turn: TurnBegan) -> None: ...
     def on_steer(self, turn_id: str, steer: SteerSeen) -> None: ...
     def on_permission(self, turn_id: str, permission: PermissionSeen) -> None: ...
+    def on_retrieval(self, turn_id: str, retrieval: RetrievalSeen) -> None: ...
     def on_turn_finished(self, turn: TurnEnded) -> None: ...
     async def aclose(self) -> None: ...

@@ -1,6 +1,8 @@
 """Opening an ACP session: a new one (``session/new``), or one of an earlier agent process
 continued (``session/resume``, ``session/load``) — docs/acp-adapters.md, "Sessions that survive
-a restart" — and closing one (``session/close``, where advertised).
+a restart" — and closing one (``session/close``, where advertised).  :class:`SessionOpener` is
+the driver's part that does these for its agent and knows whether a session may still be
+prompted.
 
 Both put the session in the mode that asks the client before a tool runs
 (docs/acp-adapters.md, "Permission modes") and deliver the standing context by the strategy
@@ -13,31 +15,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from acp.exceptions import RequestError
 from pydantic import ValidationError
 
 from nostr_buzz.acp import wire
-from nostr_buzz.acp.profiles import GOOSE_SYSTEM_PROMPT
+from nostr_buzz.acp.profiles import GOOSE_SYSTEM_PROMPT, choose_strategy, reopen_method
 from nostr_buzz.acp.types import AgentInfo, ReopenMethod, SessionStart, StandingStrategy
 from nostr_buzz.errors import AgentError
 
+from .agent_link import AgentLink, Request
 from .agent_sessions import SessionHub
 
 __all__ = [
     "CLOSE_SESSION_TIMEOUT",
     "Opened",
     "Request",
+    "SessionOpener",
     "close",
     "open_new",
     "reopen",
     "started",
 ]
 
-#: ``request(method, params)``: one JSON-RPC request to the agent, bounded in time.
-Request = Callable[[str, dict[str, Any]], Awaitable[Any]]
 _TRANSPORT: Final = (RequestError, ConnectionError, OSError, TimeoutError)
 #: How long ``session/close`` may take before it is given up.
 CLOSE_SESSION_TIMEOUT: Final = 5.0
@@ -154,3 +156,87 @@ async def close(request: Request, info: AgentInfo | None, session_id: str) -> bo
             request("session/close", {"sessionId": session_id}), CLOSE_SESSION_TIMEOUT
         )
     return True
+
+
+class SessionOpener:
+    """The sessions of the driver's agent opened, continued, retired and released, and
+    whether one may still be prompted (docs/bot.md, "Live sessions")."""
+
+    def __init__(self, link: AgentLink) -> None:
+        self.link = link
+
+    async def new_session(
+        self, cwd: str, standing: str = "", mcp_servers: Sequence[Mapping[str, Any]] = ()
+    ) -> SessionStart:
+        """``session/new`` with the standing context, by the first strategy the agent supports
+        (:func:`~nostr_buzz.acp.profiles.choose_strategy`); legacy delivery leaves it to the
+        caller, which compiles the standing sections, ``<workspace>`` first, into the first
+        turn.
+
+        ``standing`` is the system-role text the compiler rendered
+        (:func:`nostr_buzz.core.compiler.standing_text`); the driver sends it as given.  Raises
+        :class:`AgentError` when the agent refuses the session.  ``mcp_servers``: ACP
+        ``McpServer`` entries offered to the session (the bot's tool server).
+        """
+        link, info = self.link, self.link.info
+        strategy = choose_strategy(link.hub.profile, info)
+        opened = await open_new(link.request, info, strategy, cwd, standing, mcp_servers)
+        link.hub.usage.session_started(link.hub.key(opened[0]))  # ours: zero baseline
+        return started(link.hub, opened, None)
+
+    async def reopen_session(
+        self,
+        session_id: str,
+        strategy: StandingStrategy,
+        cwd: str,
+        standing: str = "",
+        mcp_servers: Sequence[Mapping[str, Any]] = (),
+    ) -> SessionStart:
+        """Continue ``session_id``, opened by an earlier agent process with ``strategy`` and
+        ``standing`` (the same text again), by :func:`~nostr_buzz.acp.profiles.reopen_method`:
+        what ``session/load`` replays is dropped, never a turn's text or usage.  Its usage
+        baselines are unknown until the agent reports again.  Raises :class:`AgentError` when
+        the agent refuses it or cannot continue sessions."""
+        hub, info = self.link.hub, self.link.info
+        method = reopen_method(hub.profile, info)
+        if method is None:
+            raise AgentError("the agent continues no session of an earlier process")
+        # Until its first prompt, what the agent sends for the session is history it replays
+        # (a replayed update may still be on its way when the answer to the load is read).
+        hub.replaying.add(session_id)
+        try:
+            opened = await reopen(
+                self.link.request, info, method, session_id, strategy, cwd, standing, mcp_servers
+            )
+        except BaseException:
+            hub.replaying.discard(session_id)
+            raise
+        return started(hub, opened, method)
+
+    def usable(self, session_id: str) -> bool:
+        """False for a session retired after a cancel (docs/acp-adapters.md): the caller must
+        open a fresh session (with the standing context) for its next turn."""
+        session = self.link.hub.sessions.get(session_id)
+        return session is None or session.usable
+
+    def compactions(self, session_id: str) -> int:
+        """How many times the agent compacted this session's context (docs/envelope.md,
+        "Compaction"): 0 for a session it never reported one of."""
+        session = self.link.hub.sessions.get(session_id)
+        return session.compactions if session is not None else 0
+
+    async def retire(self, session_id: str) -> None:
+        """Never prompt this session again; ``session/close`` it when the agent can."""
+        link = self.link
+        link.hub.diagnostic("session_retired", session_id, {})
+        await close(link.request, link.known if link.agent.alive else None, session_id)
+
+    async def close_session(self, session_id: str) -> bool:
+        """Release an idle session: ``session/close`` where advertised (whether it was sent),
+        and all the driver kept of it forgotten; a later :meth:`reopen_session` continues it
+        where the agent can."""
+        link = self.link
+        on_wire = link.agent.alive and self.usable(session_id)  # a retired one was closed already
+        sent = await close(link.request, link.known if on_wire else None, session_id)
+        link.hub.forget(session_id)
+        return sent

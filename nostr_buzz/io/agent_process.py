@@ -18,6 +18,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -29,7 +30,7 @@ from nostr_buzz.io.agent_group import TOKEN_ENV, GroupRecord, new_token, wait_gr
 from nostr_buzz.io.filemodes import open_private
 from nostr_buzz.io.run_as import launcher_argv
 
-__all__ = ["STDIO_LIMIT", "AgentProcess", "end_group", "kill_group", "spawn_group"]
+__all__ = ["STDIO_LIMIT", "AgentCommand", "AgentProcess", "end_group", "kill_group", "spawn_group"]
 
 #: Lines from the agent may be large (embedded resources); the package's default is 64 KiB.
 STDIO_LIMIT: Final = 50 * 1024 * 1024
@@ -112,8 +113,10 @@ def kill_group(pgid: int) -> None:
     _signal_group(pgid, signal.SIGKILL)
 
 
-class AgentProcess:
-    """One agent command, started and stopped as a process group.
+@dataclass(frozen=True)
+class AgentCommand:
+    """What to run as the agent: ``command`` and ``args``, the environment it gets, where it
+    runs, as which OS user, and where its stderr goes.
 
     ``env_names`` are copied from this process's environment at each start (absent ones
     skipped); ``env`` gives explicit values; ``BUZZ_PRIVATE_KEY`` never reaches the agent,
@@ -122,27 +125,49 @@ class AgentProcess:
     (:mod:`nostr_buzz.io.run_as`).
     """
 
+    command: str
+    args: tuple[str, ...] = ()
+    env_names: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold secrets
+    cwd: str | Path | None = None
+    log_path: Path | None = None
+    user: str | None = None
+
+    def child_env(self) -> dict[str, str]:
+        """The environment the agent gets on top of the package's trimmed base."""
+        env = {name: os.environ[name] for name in self.env_names if name in os.environ}
+        env.update(self.env)
+        env.pop("BUZZ_PRIVATE_KEY", None)  # the bot's key is never the agent's
+        return env
+
+    def argv(self) -> list[str]:
+        """The spawn's argv; with ``user``, the launcher's: it enters ``cwd`` itself once it has
+        dropped to that user, so the spawn happens in ``/`` (see :mod:`nostr_buzz.io.run_as`)."""
+        if self.user is None:
+            return [self.command, *self.args]
+        cwd = str(self.cwd) if self.cwd is not None else None
+        program, launcher_args = launcher_argv(self.user, self.command, self.args, cwd)
+        return [program, *launcher_args]
+
+    @property
+    def spawn_cwd(self) -> str | Path | None:
+        """Where the spawn happens: ``cwd``, or ``/`` for a launcher (see :meth:`argv`)."""
+        return self.cwd if self.user is None else "/"
+
+
+class AgentProcess:
+    """One agent command (:class:`AgentCommand`), started and stopped as a process group;
+    ``on_spawn`` gets each new group's record before anything is said to the agent."""
+
     def __init__(
         self,
-        command: str,
-        args: Sequence[str] = (),
+        spec: AgentCommand,
         *,
-        env_names: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-        cwd: str | Path | None = None,
-        log_path: str | Path | None = None,
-        user: str | None = None,
         shutdown_timeout: float = 2.0,
         on_spawn: Callable[[GroupRecord], None] | None = None,
     ) -> None:
-        self.command = command
-        self.args = tuple(args)
-        self.user = user
-        self.cwd = cwd
+        self.spec = spec
         self.shutdown_timeout = shutdown_timeout
-        self._env_names = tuple(env_names)
-        self._env = dict(env or {})
-        self._log_path = Path(log_path) if log_path is not None else None
         self._on_spawn = on_spawn
         self._stack: AsyncExitStack | None = None
         self._log: IO[bytes] | None = None
@@ -161,29 +186,15 @@ class AgentProcess:
         process = self.process
         return process is not None and process.returncode is None and not self.lost
 
-    def _child_env(self) -> dict[str, str]:
-        env = {name: os.environ[name] for name in self._env_names if name in os.environ}
-        env.update(self._env)
-        env.pop("BUZZ_PRIVATE_KEY", None)  # the bot's key is never the agent's
-        return env
-
-    def _argv(self) -> list[str]:
-        """The spawn's argv; with ``user``, the launcher's: it enters ``cwd`` itself once it has
-        dropped to that user, so the spawn happens in ``/`` (see :mod:`nostr_buzz.io.run_as`)."""
-        if self.user is None:
-            return [self.command, *self.args]
-        cwd = str(self.cwd) if self.cwd is not None else None
-        program, launcher_args = launcher_argv(self.user, self.command, self.args, cwd)
-        return [program, *launcher_args]
-
     async def spawn(self, handler: Any) -> Connection:
         """Start the agent with ``handler`` answering what it sends; :class:`AgentError` when
         it cannot start or ``on_spawn`` refuses it."""
-        program, *arguments = self._argv()  # first: a refused launcher spawns nothing
+        spec = self.spec
+        program, *arguments = spec.argv()  # first: a refused launcher spawns nothing
         stack = AsyncExitStack()
         stderr: int = subprocess.DEVNULL
-        if self._log_path is not None:
-            self._log = stack.enter_context(open_private(self._log_path))
+        if spec.log_path is not None:
+            self._log = stack.enter_context(open_private(spec.log_path))
             stderr = self._log.fileno()
         token = new_token()
         try:
@@ -192,8 +203,8 @@ class AgentProcess:
                     handler,
                     program,
                     arguments,
-                    env={**self._child_env(), TOKEN_ENV: token},
-                    cwd=self.cwd if self.user is None else "/",
+                    env={**spec.child_env(), TOKEN_ENV: token},
+                    cwd=spec.spawn_cwd,
                     stderr=stderr,
                     shutdown_timeout=self.shutdown_timeout,
                 )
@@ -202,7 +213,7 @@ class AgentProcess:
             await stack.aclose()
             self._log = None
             raise AgentError(
-                f"cannot start the agent {self.command!r}: {exc.strerror or exc}; "
+                f"cannot start the agent {spec.command!r}: {exc.strerror or exc}; "
                 "check the agent command and working directory"
             ) from None
         self._stack, self.conn, self.process = stack, conn, process

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from acp.exceptions import RequestError
@@ -46,36 +47,31 @@ from nostr_buzz.io.diagnostics import DiagnosticCallback as DiagnosticCallback  
 __all__ = ["DiagnosticCallback", "SessionHub"]
 
 
+@dataclass(eq=False, repr=False)
 class SessionHub:
     """The sessions of the running agent process (see the module docstring)."""
 
-    def __init__(
-        self,
-        usage: UsageTracker,
-        timeouts: Timeouts,
-        policy: PermissionPolicy,
-        on_diagnostic: DiagnosticCallback | None,
-        generation: Callable[[], int],
-        max_reply_bytes: int | None = None,
-    ) -> None:
-        self.usage = usage
-        self.timeouts = timeouts
-        self.max_reply_bytes = max_reply_bytes
-        self.policy = policy
-        self.profile: AdapterProfile = GENERIC
-        self._on_diagnostic = on_diagnostic
-        self._generation = generation
-        self.sessions: dict[str, Session] = {}
-        self.wakes: dict[str, asyncio.Event] = {}
-        #: The running prompt of a session: its answer decides whether a turn runs.
-        self.prompts: dict[str, asyncio.Future[Any]] = {}
-        #: Where the facts of a session's running prompt go (its stream).
-        self.on_fact: dict[str, Callable[[Fact], None]] = {}
-        self._unread: dict[str, tuple[asyncio.Future[Any], Session]] = {}
-        #: A prompt's usage that its agent's own next turn ended early.
-        self.split: dict[str, UsageRecord | None] = {}
-        #: Sessions being loaded: what the agent replays of their history is no turn's.
-        self.replaying: set[str] = set()
+    usage: UsageTracker
+    timeouts: Timeouts
+    policy: PermissionPolicy
+    on_diagnostic: DiagnosticCallback | None
+    #: How many times the agent process was started: part of a session's usage key.
+    generation: Callable[[], int]
+    max_reply_bytes: int | None = None
+    profile: AdapterProfile = field(default=GENERIC, init=False)
+    sessions: dict[str, Session] = field(default_factory=dict, init=False)
+    wakes: dict[str, asyncio.Event] = field(default_factory=dict, init=False)
+    #: The running prompt of a session: its answer decides whether a turn runs.
+    prompts: dict[str, asyncio.Future[Any]] = field(default_factory=dict, init=False)
+    #: Where the facts of a session's running prompt go (its stream).
+    on_fact: dict[str, Callable[[Fact], None]] = field(default_factory=dict, init=False)
+    _unread: dict[str, tuple[asyncio.Future[Any], Session]] = field(
+        default_factory=dict, init=False
+    )
+    #: A prompt's usage that its agent's own next turn ended early.
+    split: dict[str, UsageRecord | None] = field(default_factory=dict, init=False)
+    #: Sessions being loaded: what the agent replays of their history is no turn's.
+    replaying: set[str] = field(default_factory=set, init=False)
 
     def session(self, session_id: str) -> Session:
         """The session's state machine (a new one for an id not seen yet)."""
@@ -102,7 +98,7 @@ class SessionHub:
         restarted agent's session must start from a zero baseline and ``turn_seq`` 1, never
         continue the dead process's counters.
         """
-        return f"{self._generation()}:{session_id}"
+        return f"{self.generation()}:{session_id}"
 
     def lost(self, error: str) -> None:
         """The agent is gone: every running prompt ends, every session is forgotten."""
@@ -231,8 +227,8 @@ class SessionHub:
     def diagnostic(
         self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
     ) -> None:
-        if self._on_diagnostic is not None:
-            self._on_diagnostic(kind, session_id, payload)
+        if self.on_diagnostic is not None:
+            self.on_diagnostic(kind, session_id, payload)
 
 
 def tool_call_payload(call: ToolCall) -> dict[str, Any]:

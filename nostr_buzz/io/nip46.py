@@ -18,7 +18,6 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Final, TypeVar
 
 from nostr_buzz.errors import ConfigError, InvalidKey, Nip46Error
@@ -195,12 +194,7 @@ class Nip46Signer:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     # -- the Signer protocol ----------------------------------------------------------------

@@ -3,9 +3,10 @@ usage metrics, exported over OTLP/HTTP (protobuf) in the SDK's own threads (docs
 "Telemetry").  Imported only when ``[telemetry]`` is configured (the ``telemetry`` extra).
 
 The span follows the OpenTelemetry GenAI semantic conventions for agents: its name is
-``invoke_agent {gen_ai.agent.name}``; the steers delivered into the turn and the agent's
-permission requests are its events (``nostr_buzz.steer``, ``nostr_buzz.permission``).  Nothing
-here touches the global providers: a host application's own OpenTelemetry setup is its own.
+``invoke_agent {gen_ai.agent.name}``; the steers delivered into the turn, the agent's
+permission requests and what the agent's Nostr tools handed over (or why not) are its events
+(``nostr_buzz.steer``, ``nostr_buzz.permission``, ``nostr_buzz.retrieval``).  Nothing here
+touches the global providers: a host application's own OpenTelemetry setup is its own.
 """
 
 from __future__ import annotations
@@ -23,11 +24,19 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from nostr_buzz.core.telemetry import PermissionSeen, SteerSeen, Telemetry, TurnBegan, TurnEnded
+from nostr_buzz.core.ledger import MAX_RETRIEVALS
+from nostr_buzz.core.telemetry import (
+    PermissionSeen,
+    RetrievalSeen,
+    SteerSeen,
+    Telemetry,
+    TurnBegan,
+    TurnEnded,
+)
 
 __all__ = ["OtelSink", "provider_of"]
 
@@ -38,6 +47,9 @@ METRIC_INTERVAL: Final = 30.0
 #: ``gen_ai.client.operation.duration``.
 _TOKEN_BUCKETS: Final = tuple(4.0**i for i in range(14))
 _DURATION_BUCKETS: Final = tuple(0.01 * 2**i for i in range(14))
+#: The events one span keeps: every retrieval a turn may record, and as many failed calls,
+#: steers and permissions again (past it the SDK drops them and counts them as dropped).
+MAX_SPAN_EVENTS: Final = 2 * MAX_RETRIEVALS
 #: ``gen_ai.provider.name`` by harness, when ``[telemetry] provider`` does not say.
 _PROVIDERS: Final = {"claude": "anthropic", "codex": "openai", "gemini": "gcp.gemini"}
 #: The exporter's loggers: what they log passes :class:`_Redact` first.
@@ -50,6 +62,35 @@ _LOGGERS: Final = (
     "opentelemetry.sdk.metrics._internal.export",
     "opentelemetry.sdk._shared_internal",
 )
+
+#: What a span event is made of.
+_Eventful = SteerSeen | PermissionSeen | RetrievalSeen
+#: Each record's span event: its name, and its attributes' keys by the record's field.
+_EVENTS: Final[dict[type, tuple[str, dict[str, str]]]] = {
+    SteerSeen: (
+        "nostr_buzz.steer",
+        {"outcome": "nostr_buzz.steer.outcome", "event_id": "nostr_buzz.event_id"},
+    ),
+    PermissionSeen: (
+        "nostr_buzz.permission",
+        {
+            "approved": "nostr_buzz.permission.approved",
+            "reason": "nostr_buzz.permission.reason",
+            "tool_kind": "nostr_buzz.permission.tool_kind",
+            "tool_call_id": "gen_ai.tool.call.id",
+        },
+    ),
+    RetrievalSeen: (
+        "nostr_buzz.retrieval",
+        {
+            "tool": "gen_ai.tool.name",
+            "outcome": "nostr_buzz.retrieval.outcome",
+            "layer": "nostr_buzz.retrieval.layer",
+            "source": "nostr_buzz.retrieval.source",
+            "ref": "nostr_buzz.retrieval.ref",
+        },
+    ),
+}
 
 
 def provider_of(harness: str, configured: str | None) -> str:
@@ -102,7 +143,11 @@ class OtelSink:
         resource = Resource.create({"service.name": telemetry.service_name})
         base, headers, timeout = telemetry.endpoint, dict(telemetry.headers), telemetry.timeout
         spans = OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=headers, timeout=timeout)
-        self._tracing = TracerProvider(resource=resource, shutdown_on_exit=False)
+        self._tracing = TracerProvider(
+            resource=resource,
+            shutdown_on_exit=False,
+            span_limits=SpanLimits(max_events=MAX_SPAN_EVENTS),
+        )
         self._tracing.add_span_processor(
             BatchSpanProcessor(
                 spans, schedule_delay_millis=1000, export_timeout_millis=timeout * 1000
@@ -151,29 +196,15 @@ class OtelSink:
             span.set_attribute("gen_ai.input.messages", json.dumps(messages))
 
     def on_steer(self, turn_id: str, steer: SteerSeen) -> None:
-        span = self._spans.get(turn_id)
-        if span is None:
-            return
-        attributes: dict[str, Any] = {"nostr_buzz.steer.outcome": steer.outcome}
-        if steer.event_id is not None:
-            attributes["nostr_buzz.event_id"] = steer.event_id
-        if steer.text is not None:
-            attributes["gen_ai.input.messages"] = json.dumps([_message("user", steer.text)])
-        span.add_event("nostr_buzz.steer", attributes, timestamp=_nanos(steer.at))
+        text = steer.text
+        words = json.dumps([_message("user", text)]) if text is not None else None
+        self._event(turn_id, steer, {"gen_ai.input.messages": words})
 
     def on_permission(self, turn_id: str, permission: PermissionSeen) -> None:
-        span = self._spans.get(turn_id)
-        if span is None:
-            return
-        attributes: dict[str, Any] = {
-            "nostr_buzz.permission.approved": permission.approved,
-            "nostr_buzz.permission.reason": permission.reason,
-        }
-        if permission.tool_kind is not None:
-            attributes["nostr_buzz.permission.tool_kind"] = permission.tool_kind
-        if permission.tool_call_id is not None:
-            attributes["gen_ai.tool.call.id"] = permission.tool_call_id
-        span.add_event("nostr_buzz.permission", attributes, timestamp=_nanos(permission.at))
+        self._event(turn_id, permission)
+
+    def on_retrieval(self, turn_id: str, retrieval: RetrievalSeen) -> None:
+        self._event(turn_id, retrieval)
 
     def on_turn_finished(self, turn: TurnEnded) -> None:
         span = self._spans.pop(turn.turn_id, None)
@@ -230,6 +261,18 @@ class OtelSink:
         if model is not None:
             attributes["gen_ai.response.model"] = model
         return attributes
+
+    def _event(self, turn_id: str, record: _Eventful, more: dict[str, Any] | None = None) -> None:
+        """``record`` as an event of its turn's span (none open: dropped), named and with its
+        attributes as :data:`_EVENTS` says; None values left out."""
+        span = self._spans.get(turn_id)
+        if span is None:
+            return
+        name, fields = _EVENTS[type(record)]
+        attributes = {key: getattr(record, field) for field, key in fields.items()}
+        attributes.update(more or {})
+        given = {k: v for k, v in attributes.items() if v is not None}
+        span.add_event(name, given, timestamp=_nanos(record.at))
 
     def _open(self, turn_id: str, conversation: str, at: float) -> Span:
         name = self._telemetry.agent_name or self._agent_name()

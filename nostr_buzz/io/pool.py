@@ -12,12 +12,14 @@ fastest relay's word must not decide which version counts, so it waits for every
 serves (up to the timeout) and keeps the newest version; a relay whose last answer was a
 failure is not waited for, so a dead or silent relay costs such a read its timeout once, not
 every time.  What could not be confirmed is named in the result.
+
+How the pool reaches each relay (NIP-42 trust, local addresses, kept connections and each
+relay's health) is :class:`~nostr_buzz.io.relay_access.RelayAccess`'s, its base.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,18 +27,15 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from nostr_buzz.errors import RelayError
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.local_signer import signer_of
 from nostr_buzz.nips import nip01
 from nostr_buzz.nips.nip01 import FilterLike
-from nostr_buzz.nips.relay_address import is_local_url
-from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
+from nostr_buzz.nips.relay_url import normalize_relay_url
 from nostr_buzz.signer import Signer
 
 from .answers import AnswerRecord, Lateness
-from .connections import IDLE_TIMEOUT, RelayConnections
+from .connections import IDLE_TIMEOUT
 from .paging import read_pages
 from .publishing import PublishResult, PublishRun, left_verdict
 from .relay import (
@@ -47,10 +46,10 @@ from .relay import (
     MAX_SEEN_IDS,
     Budget,
     QueryResult,
-    RelayClient,
     SharedBudget,
     Verdict,
 )
+from .relay_access import RelayAccess, is_usable_url, unique_urls
 
 #: Extra time past the timeout before the pool abandons a relay outright (a backstop: the
 #: client already bounds itself; this covers closing the socket).
@@ -104,30 +103,6 @@ class PoolQueryResult:
         return {event_id: frozenset(urls) for event_id, urls in relays.items()}
 
 
-def _unique_urls(urls: Iterable[str]) -> list[str]:
-    """Checked URLs in order, without repeats of the same relay."""
-    if isinstance(urls, str):  # one URL, not an iterable of its characters
-        urls = [urls]
-    out: list[str] = []
-    seen: set[str] = set()
-    for url in urls:
-        checked = check_relay_url(url)
-        key = normalize_relay_url(checked)
-        if key not in seen:
-            seen.add(key)
-            out.append(checked)
-    return out
-
-
-def is_usable_url(url: str) -> bool:
-    """A relay URL a query can use (ws:// or wss://, well formed)."""
-    try:
-        check_relay_url(url)
-    except RelayError:
-        return False
-    return True
-
-
 def _targets(
     urls: Sequence[str],
     extra_urls: Sequence[str],
@@ -140,7 +115,7 @@ def _targets(
     configured = {normalize_relay_url(u) for u in urls}
     # Hints come from untrusted nevents: ones that are not ws/wss URLs are skipped
     # (docs/cli.md).
-    usable = _unique_urls(u for u in extra_urls if is_usable_url(u) and may_ask(u))
+    usable = unique_urls(u for u in extra_urls if is_usable_url(u) and may_ask(u))
     hints = [u for u in usable if normalize_relay_url(u) not in configured][:max_hints]
     return [(u, True) for u in urls] + [(u, False) for u in hints]
 
@@ -158,29 +133,18 @@ def _merge(results: Iterable[tuple[str, QueryResult]]) -> PoolQueryResult:
     return merged
 
 
-class RelayPool:
-    """A set of relays.  Bad URLs raise :class:`~nostr_buzz.errors.RelayError` here.
+class RelayPool(RelayAccess):
+    """A set of relays, asked all at once.  Bad URLs raise
+    :class:`~nostr_buzz.errors.RelayError` here.
 
-    NIP-42: the configured relays are answered with ``secret`` or through ``signer`` (at most
-    one; a :class:`~nostr_buzz.signer.Signer` keeps the key out of this process).  The pool's
-    own ``urls`` and those given to :meth:`trust` or :meth:`answer_auth` are answered; the
-    relays of a pool :meth:`using` makes (someone else's list) and hints are not.
-
-    ``guard_local``: a relay neither in ``urls`` nor given to :meth:`trust` or
-    :meth:`trust_local` is never contacted on this host or its networks: a hint whose host is
-    spelt as a local one is skipped (:func:`~nostr_buzz.nips.relay_address.is_local_url`), and
-    every such connection goes only to an address checked when it is made
-    (``io/addresses.py``), so a name that resolves to ``127.0.0.1`` fails to connect.
-
-    Used as ``async with RelayPool(urls) as pool:``, the pool keeps one connection per relay
-    (io/connections.py), shared by its queries, publishes and subscriptions and by the pools
-    :meth:`using` makes; each is closed after ``idle_timeout`` seconds unused, and a relay that
-    failed is skipped until its backoff ends.  Outside a context manager each call opens and
-    closes its own connections.
+    ``secret`` or ``signer`` answers NIP-42, ``guard_local`` keeps relays someone else named
+    off this host, and ``async with RelayPool(urls) as pool:`` keeps one connection per relay
+    (``timeout``, ``idle_timeout``): see :class:`~nostr_buzz.io.relay_access.RelayAccess`.
 
     ``grace``: a query (or publish) returns once every relay has answered or ``grace`` seconds
     after the first relay's answer (``EOSE``; for a publish its ``OK``), whichever comes
     first; a relay left behind is named in the result.  ``None`` waits for every relay.
+    ``total_budget``: what all relays of one :meth:`query` may send together.
     """
 
     def __init__(
@@ -189,156 +153,21 @@ class RelayPool:
         *,
         secret: SecretKey | None = None,
         signer: Signer | None = None,
-        timeout: float = 10.0,
-        total_budget: Budget = TOTAL_QUERY_BUDGET,
-        grace: float | None = DEFAULT_GRACE,
-        idle_timeout: float = IDLE_TIMEOUT,
         guard_local: bool = False,
+        timeout: float = 10.0,
+        idle_timeout: float = IDLE_TIMEOUT,
+        grace: float | None = DEFAULT_GRACE,
+        total_budget: Budget = TOTAL_QUERY_BUDGET,
     ) -> None:
-        self.urls = _unique_urls(urls)
-        #: Relays outside :meth:`trust` never reached at a local address (see the class).
-        self.guard_local = guard_local
-        keys = {normalize_relay_url(u) for u in self.urls}
-        self._auth_relays: set[str] = set(keys)
-        self._local_relays: set[str] = set(keys)
-        self.signer = signer_of(secret, signer)
-        self.timeout = float(timeout)
+        super().__init__(urls, secret, signer, guard_local, timeout, idle_timeout)
         #: What all relays of one :meth:`query` may send together (one budget they share).
         self.total_budget = total_budget
         self.grace = None if grace is None else float(grace)
-        self.idle_timeout = float(idle_timeout)
-        #: Told ``(url, why)`` whenever a relay is cut off for sending more than its bounds.
-        self.on_cut_off: Callable[[str, str], None] | None = None
-        #: Told ``(url, why, seconds)`` whenever a relay starts backing off (kept connections).
-        self.on_backoff: Callable[[str, str, float], None] | None = None
         #: Told ``(kinds, {url: why})`` whenever a read of state (:meth:`query_state`) could
         #: not be confirmed by every relay that should have answered.
         self.on_unconfirmed: Callable[[list[int], dict[str, str]], None] | None = None
-        self._connections: RelayConnections | None = None
-        self._root: RelayPool = self
         #: Which relays answer queries (the root pool's): what a read of state waits for.
         self._answers = AnswerRecord()
-
-    # -- kept connections ----------------------------------------------------------------
-
-    async def __aenter__(self) -> RelayPool:
-        self.open()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def open(self) -> None:
-        """Keep connections from now on (what ``async with`` does on entry)."""
-        if self._connections is None:
-            self._connections = RelayConnections(
-                signer=self.signer,
-                timeout=self.timeout,
-                idle_timeout=self.idle_timeout,
-                on_cut_off=self._cut_off,
-                on_backoff=self._backoff,
-            )
-
-    async def close(self) -> None:
-        """Close the kept connections (of the pools :meth:`using` made, too)."""
-        if self._root is self and self._connections is not None:
-            connections, self._connections = self._connections, None
-            await connections.close()
-
-    def using(self, urls: Iterable[str]) -> RelayPool:
-        """A pool of ``urls`` sharing this pool's kept connections, health, signer, timeout,
-        grace and trust (a one-shot pool when this one keeps none): ``urls`` are answered
-        NIP-42, or reached at a local address, only as far as this pool trusts them."""
-        pool = RelayPool(
-            urls,
-            signer=self.signer,
-            timeout=self.timeout,
-            total_budget=self.total_budget,
-            grace=self.grace,
-            idle_timeout=self.idle_timeout,
-        )
-        pool._root = self._root
-        pool._connections = self._connections
-        return pool
-
-    def trust(self, urls: Iterable[str]) -> None:
-        """Relays configured with this pool's own (a bot's write relays): answered NIP-42 and
-        allowed at a local address, in every pool :meth:`using` makes."""
-        self.answer_auth(urls)
-        self.trust_local(urls)
-
-    def trust_local(self, urls: Iterable[str]) -> None:
-        """Relays allowed at a local address (a bot's ``local_relays``), never answered NIP-42
-        for that."""
-        self._root._local_relays.update(normalize_relay_url(u) for u in _unique_urls(urls))
-
-    def answer_auth(self, urls: Iterable[str]) -> None:
-        """Relays whose NIP-42 challenges are answered (the owner's and the bot's own listed
-        relays), in every pool :meth:`using` makes."""
-        self._root._auth_relays.update(normalize_relay_url(u) for u in _unique_urls(urls))
-
-    def _answers_auth(self, url: str) -> bool:
-        return normalize_relay_url(url) in self._root._auth_relays
-
-    def _allows_local(self, url: str) -> bool:
-        root = self._root
-        return not root.guard_local or normalize_relay_url(url) in root._local_relays
-
-    @property
-    def open_relays(self) -> list[str]:
-        """Relays with a kept connection open now (none outside a context manager)."""
-        return [] if self._connections is None else self._connections.open_urls
-
-    def _cut_off(self, url: str, why: str) -> None:
-        callback = self._root.on_cut_off
-        if callback is not None:
-            callback(url, why)
-
-    def _backoff(self, url: str, why: str, seconds: float) -> None:
-        callback = self._root.on_backoff
-        if callback is not None:
-            callback(url, why, seconds)
-
-    @contextlib.asynccontextmanager
-    async def _client(
-        self, url: str, *, auth: bool, limit: float, req: bool = False
-    ) -> AsyncIterator[RelayClient]:
-        """A client for ``url``: the kept one, else one of its own closed afterwards
-        (``auth``: may answer NIP-42, when the pool trusts ``url`` for it)."""
-        auth = auth and self._answers_auth(url)
-        local = self._allows_local(url)
-        if self._connections is not None:
-            async with self._connections.use(url, auth=auth, allow_local=local, req=req) as client:
-                yield client
-            return
-        client = RelayClient(
-            url,
-            signer=self.signer if auth else None,
-            timeout=limit,
-            auth=auth,
-            allow_local=local,
-            on_cut_off=self._cut_off,
-        )
-        try:
-            yield client
-        finally:
-            await client.close()
-
-    def _may_ask(self, hint: str) -> bool:
-        """False for a hint spelt as a local host that this pool may not reach there."""
-        return self._allows_local(hint) or not is_local_url(hint)
-
-    def _skipped(self, url: str, *, delivery: bool = False) -> str | None:
-        """Why ``url`` is not asked now (backing off), or ``None``; ``delivery``: for a
-        publish, which only a failure skips, never having been left behind by a read."""
-        if self._connections is None:
-            return None
-        why = self._connections.backing_off(url, delivery=delivery)
-        return None if why is None else f"skipped: {why}"
-
-    def _record(self, url: str, problem: str | None, *, delivery: bool = False) -> None:
-        if self._connections is not None:
-            self._connections.record(url, problem, delivery=delivery)
 
     # -- operations ----------------------------------------------------------------------
 

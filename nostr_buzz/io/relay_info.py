@@ -22,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
+
+import msgspec
 
 from nostr_buzz.errors import InvalidKey
 from nostr_buzz.keys import PublicKey
@@ -80,8 +81,7 @@ def _body(response: bytes) -> bytes | None:
     return body
 
 
-@dataclass(frozen=True)
-class RelayLimits:
+class RelayLimits(msgspec.Struct, frozen=True):
     """What a relay's NIP-11 ``limitation`` announces (None: not announced)."""
 
     max_message_length: int | None = None

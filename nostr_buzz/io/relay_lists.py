@@ -42,6 +42,9 @@ __all__ = [
     "TtlCache",
 ]
 
+K = TypeVar("K")
+V = TypeVar("V")
+
 #: How long (seconds) a relay list or a relay's limits are trusted before they are asked again.
 DEFAULT_TTL: Final = 3600.0
 #: Entries kept per cache.
@@ -51,9 +54,6 @@ LIMITS_TIMEOUT: Final = 3.0
 #: People one lookup asks for (the rest are left out: a note that tags hundreds of people
 #: must not make the bot send to hundreds of relays).
 MAX_PEOPLE: Final = 10
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class TtlCache(Generic[K, V]):

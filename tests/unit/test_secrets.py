@@ -2,7 +2,7 @@
 (the cases that reach a relay or start ``buzz run`` are in tests/e2e/cli/test_secrets.py).
 
 - 64 hex characters given anywhere but as an id are never echoed (``buzz keys show <hex>``);
-- the config's ``repr`` hides ``[agent] env`` values;
+- the config's ``repr`` hides ``[agent] env`` values, and so do the agent driver and its parts;
 - the diagnostics file rotates at a size limit;
 - the state directory is 0700 and its files 0600, whatever the umask.
 """
@@ -51,6 +51,19 @@ def test_config_repr_hides_agent_env_values(tmp_path: Path) -> None:
     for text in (repr(config.agent), str(config.agent)):
         assert "sk-live-123456" not in text and "OPENAI_API_KEY" in text
     assert "sk-live" not in repr(AgentSection(env={"X": "sk-live-9"}))
+
+
+def test_the_agent_driver_shows_no_env_value_and_never_passes_the_bots_key() -> None:
+    from nostr_buzz.io.agent_driver import AgentDriver
+
+    env = {"OPENAI_API_KEY": "sk-live-123456", "BUZZ_PRIVATE_KEY": SECRET.hex}
+    driver = AgentDriver("goose", ["acp"], env=env)
+    spec = driver.agent.spec
+    for part in (driver, driver.agent, spec, driver.link, driver.hub, driver.sessions):
+        for text in (repr(part), str(part)):
+            assert "sk-live" not in text and not leaked(text, SECRET), text
+    assert "goose" in repr(spec)  # the command is shown, its environment is not
+    assert spec.child_env() == {"OPENAI_API_KEY": "sk-live-123456"}
 
 
 # --- the diagnostics file is bounded ---------------------------------------------------------

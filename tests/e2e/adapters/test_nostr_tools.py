@@ -172,7 +172,7 @@ async def test_a_session_reads_its_own_private_conversation_and_no_other(
     async with bot_world(tmp_path) as bot:
         gate = {"gate": "allowlist", "allowlist": frozenset({bot.human.public_key.hex})}
         ours, ours_id = private_message(bot, bot.owner, "the vault code is 4711")
-        theirs, theirs_id = private_message(bot, bot.human, "my own secret 0815")
+        theirs, theirs_id = private_message(bot, bot.human, "my own secret marmalade-quokka")
         for wrap in (ours, theirs):
             await publish(bot, wrap)
         asks = {
@@ -208,7 +208,7 @@ async def test_a_session_reads_its_own_private_conversation_and_no_other(
     }
     assert answers["c2"] == {"error": "private", "detail": private, "id": ours.id}
     # nothing the stranger wrote reached the model, in any request
-    assert not any("0815" in seen.body for seen in bot.server.requests)
+    assert not any("marmalade-quokka" in seen.body for seen in bot.server.requests)
     by_channel = {(m.channel_id, tuple(retrieved(m))) for m in metrics}
     owners = f"dm-private-{bot.owner.public_key.hex}"
     assert (owners, (("fetch_event", "private_conversation", ours_id),)) in by_channel

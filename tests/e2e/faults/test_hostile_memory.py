@@ -104,7 +104,8 @@ async def test_a_live_subscription_buffers_a_bounded_number_of_bytes() -> None:
             first = await anext(stream)
             assert first.kind == 9
             await wait_until(lambda: relay.frames_sent >= 40, timeout=60)  # 40 MB sent
-            buffered = [sum(len(e.content) for e in sub.events) for sub in client._subs.values()]
+            subs = client._inbox.subs.values()
+            buffered = [sum(len(e.content) for e in sub.events) for sub in subs]
             assert buffered and max(buffered) <= MAX_LIVE_BUFFER_BYTES
         finally:
             await stream.aclose()

@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
+from nostr_buzz.errors import RelayError
 from nostr_buzz.io.connections import MAX_REQS_PER_CONNECTION
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.relay import RelayClient
@@ -38,6 +41,32 @@ def _authenticating(authed: set[Conn]) -> Any:
             await conn.send(["OK", msg[1]["id"], True, ""])
 
     return on_connect, script
+
+
+async def test_a_pool_made_by_using_shares_the_connections_and_the_trust_of_its_own() -> None:
+    ev = note("behind auth")
+    async with local_relay(auth="read") as own, local_relay(auth="read") as theirs:
+        # READ mode: writing is open, reading needs AUTH.
+        assert (await RelayPool([own.url, theirs.url], timeout=3.0).publish(ev, min_ok=2)).ok
+        async with RelayPool([own.url], secret=SECRET, timeout=3.0) as pool:
+            with pytest.raises(RelayError):
+                pool.using(["https://not-a-relay"])
+            view = pool.using([own.url, theirs.url])
+            first = await view.query({"ids": [ev.id]})
+            assert set(pool.open_relays) == {own.url, theirs.url}  # kept by the pool
+            # Trust given through a pool made by using is the pool's, for every such pool.
+            view.trust([theirs.url])
+            second = await pool.using([theirs.url]).query({"ids": [ev.id]})
+            await view.close()  # only the pool that keeps the connections closes them
+            assert set(pool.open_relays) == {own.url, theirs.url}
+        assert pool.open_relays == [] and view.open_relays == []
+    assert view.urls == [own.url, theirs.url] and pool.urls == [own.url]
+    assert first.per_relay[own.url].finished  # the pool's signer answered its own relay
+    untrusted = first.per_relay[theirs.url]
+    assert not untrusted.finished  # someone else's relay: never answered NIP-42
+    assert untrusted.error is not None and "authentication disabled" in untrusted.error
+    assert second.per_relay[theirs.url].finished
+    assert [e.id for e in second.events] == [ev.id]
 
 
 async def test_a_kept_connection_serves_queries_and_publishes_with_one_auth() -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from nostr_buzz.core.telemetry import Telemetry, TurnBegan, TurnEnded
+from nostr_buzz.core.ledger import MAX_RETRIEVALS
+from nostr_buzz.core.telemetry import RetrievalSeen, Telemetry, TurnBegan, TurnEnded
 from nostr_buzz.io.otel import OtelSink, provider_of
 from nostr_buzz.nips.nip_am import TokenCounts
 from tests.support.otlp_receiver import attributes_of, otlp_receiver
@@ -80,6 +81,34 @@ async def test_metrics_off_sends_spans_only() -> None:
         await otel.aclose()
     assert len(receiver.received.spans()) == 1
     assert receiver.received.metrics == []
+
+
+async def test_every_retrieval_a_turn_may_record_stays_on_its_span() -> None:
+    # More than the SDK's default of 128 events a span: a turn's retrievals are all there.
+    with otlp_receiver() as receiver:
+        otel = sink(receiver.url, metrics=False)
+        otel.on_turn_started(TurnBegan("t", "eng", False, T))
+        for index in range(MAX_RETRIEVALS):
+            found = RetrievalSeen(
+                "fetch_thread", "found", T + 1, "retrieved_event", "relay_event", f"{index:064x}"
+            )
+            otel.on_retrieval("t", found)
+        otel.on_retrieval("t", RetrievalSeen("fetch_event", "not_found", T + 2, ref="ff" * 32))
+        otel.on_turn_finished(TurnEnded("t", "eng", False, T + 3, T, "success"))
+        await otel.aclose()
+    [span] = receiver.received.spans()
+    assert span.dropped_events_count == 0
+    events = [attributes_of(e.attributes) for e in span.events]
+    assert len(events) == MAX_RETRIEVALS + 1
+    assert {e["gen_ai.tool.name"] for e in events[:-1]} == {"fetch_thread"}
+    assert events[0]["nostr_buzz.retrieval.ref"] == "0" * 64
+    assert events[-1] == {
+        "gen_ai.tool.name": "fetch_event",
+        "nostr_buzz.retrieval.outcome": "not_found",
+        "nostr_buzz.retrieval.ref": "ff" * 32,
+    }
+    assert span.events[-1].name == "nostr_buzz.retrieval"
+    assert span.events[-1].time_unix_nano == int((T + 2) * 1e9)
 
 
 def test_the_provider_is_configured_or_known_from_the_harness() -> None:

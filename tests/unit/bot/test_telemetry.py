@@ -11,15 +11,21 @@ from typing import Any
 
 import pytest
 
-from nostr_buzz.acp.types import PermissionRequest
+from nostr_buzz.acp.types import PermissionRequest, SessionStart
+from nostr_buzz.bot.intake import gate_of
 from nostr_buzz.bot.outputs import TurnIds
-from nostr_buzz.bot.supervisor import secret_values
+from nostr_buzz.bot.running import Phase, RunningTurns, Turn
+from nostr_buzz.bot.supervisor import ChannelSession, secret_values
 from nostr_buzz.bot.telemetry import TurnTelemetry, conversation_key
+from nostr_buzz.bot.tools import Grant, NostrTools
 from nostr_buzz.config import ConfigSources, load_config_file
+from nostr_buzz.core.ledger import retrieval_layer
 from nostr_buzz.core.permission import PermissionDecision
+from nostr_buzz.core.queue import DispatchQueue
 from nostr_buzz.core.telemetry import Telemetry, TurnBegan, TurnEnded
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
+from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
 from tests.support.events import chat
@@ -127,6 +133,9 @@ class Sink:
     def on_permission(self, turn_id: str, permission: Any) -> None:
         self._keep("permission", permission)
 
+    def on_retrieval(self, turn_id: str, retrieval: Any) -> None:
+        self._keep("retrieval", retrieval)
+
     def on_turn_finished(self, turn: TurnEnded) -> None:
         self._keep("finished", turn)
 
@@ -212,6 +221,63 @@ def test_a_failed_turn_names_its_error_type_and_steers_and_permissions_are_told(
     assert kinds == ["started", "permission", "steer", "finished"]
     assert sink.told[1][1].approved is False and sink.told[1][1].tool_kind == "execute"
     assert sink.told[3][1].error_type == "timeout"
+
+
+def test_a_retrieval_is_a_record_a_layer_and_a_private_one_names_no_id() -> None:
+    notes = retrieval_layer("fetch_thread", "relay_event", "e1", "{}")
+    reply = retrieval_layer("fetch_thread", "relay_event", "e2", "{}")
+    mine = retrieval_layer("fetch_messages", "private_conversation", "e3", "{}")
+    public, private = Sink(), Sink()
+    for sink, channel in ((public, "room"), (private, nip10.private_channel(ALICE.public_key.hex))):
+        tel, turn = telemetry(sink), SimpleNamespace(turn_id="t1")
+        tel.retrieval(turn, "fetch_event", [notes])  # before the turn: nothing to tell
+        tel.started("t1", channel, [chat(ALICE)])
+        tel.retrieval(turn, "fetch_thread", [notes, reply])
+        tel.retrieval(turn, "fetch_messages", [mine])
+        tel.retrieval(turn, "fetch_event", [], "not_found", "e4")
+    told = [r for what, r in public.told if what == "retrieval"]
+    assert [(r.tool, r.outcome, r.ref) for r in told] == [
+        ("fetch_thread", "found", "e1"),
+        ("fetch_thread", "found", "e2"),
+        ("fetch_messages", "found", "e3"),
+        ("fetch_event", "not_found", "e4"),
+    ]
+    assert (told[0].layer, told[0].source) == ("retrieved_event", "relay_event")
+    assert told[3].layer is None and told[3].source is None
+    hidden = [r for what, r in private.told if what == "retrieval"]
+    assert [(r.tool, r.outcome, r.source) for r in hidden] == [
+        (r.tool, r.outcome, r.source) for r in told
+    ]
+    assert all(r.ref is None for r in hidden)
+
+
+async def test_the_tools_tell_the_running_turn_of_a_failed_call_never_the_agents_words() -> None:
+    turns = RunningTurns("owner", OWNER.public_key.hex)
+    told: list[tuple[Any, ...]] = []
+    turns.retrieved = lambda turn, *rest: told.append((turn.turn_id, *rest))
+    config = offline_config()
+    tools = NostrTools(RelayPool([]), gate_of(config), config.signer, turns, timeout=1.0)
+    queue = DispatchQueue()
+    queue.push(chat(OWNER, 1000, channel="room"), now=1.0)
+    batch = queue.flush_next(2.0)
+    assert batch is not None
+    turn = Turn.of(batch)
+    turn.session = ChannelSession(SessionStart("s1", "legacy"), "m1")
+    turn.advance(Phase.LIVE)
+    turns[batch.channel] = turn
+    grant, stranger = Grant(batch.channel, turn.session), Grant(batch.channel, object())
+    answers = [
+        await tools.call(grant, "the vault code is 4412", {}),
+        await tools.call(grant, "fetch_event", {"id": "the vault code is 4412"}),
+        await tools.call(grant, "fetch_event", {}),
+        await tools.call(stranger, "fetch_event", {"id": "aa" * 32}),  # another session's
+    ]
+    assert [a.error for a in answers] == ["invalid_argument"] * 3 + ["no_turn"]
+    assert told == [
+        (turn.turn_id, "_OTHER", (), "invalid_argument", None),
+        (turn.turn_id, "fetch_event", (), "invalid_argument", None),
+        (turn.turn_id, "fetch_event", (), "invalid_argument", None),
+    ]
 
 
 @pytest.mark.parametrize(
