@@ -4,6 +4,8 @@ envelope whose manifest starts the turn's ledger (docs/architecture.md, steps 5 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
 
 from nostr_buzz.core.compaction import standing_redelivered
@@ -22,22 +24,15 @@ from .thread_checkpoints import ThreadCheckpoints
 __all__ = ["TurnPreparer"]
 
 
+@dataclass(eq=False)
 class TurnPreparer:
     """Prepares the bot's turns through its agent supervisor, context resolver and store."""
 
-    def __init__(
-        self,
-        store: BotStore,
-        supervisor: AgentSupervisor,
-        resolver: ContextResolver,
-        checkpoints: ThreadCheckpoints,
-        diagnostics: DiagnosticsFeed,
-    ) -> None:
-        self.store = store
-        self.supervisor = supervisor
-        self.resolver = resolver
-        self.checkpoints = checkpoints
-        self.diagnostics = diagnostics
+    store: BotStore
+    supervisor: AgentSupervisor
+    resolver: ContextResolver
+    checkpoints: ThreadCheckpoints
+    diagnostics: DiagnosticsFeed
 
     async def prepare(self, turn: Turn) -> tuple[CompiledTurn, list[str]] | None:
         """Session, context, compile; the compiled turn, or None when cancelled meanwhile."""

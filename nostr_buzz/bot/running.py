@@ -9,7 +9,7 @@ import enum
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from nostr_buzz.acp.types import PermissionRequest
 from nostr_buzz.core.context import direct_channel_type
@@ -55,8 +55,7 @@ class Phase(enum.IntEnum):
     SETTLED = 4
 
 
-@dataclass(frozen=True)
-class Followup:
+class Followup(NamedTuple):
     """A steer that started the agent's own next turn: its event and its own manifest."""
 
     event: Event

@@ -50,13 +50,9 @@ class Steering:
         telemetry: TurnTelemetry,
         cancel: Callable[[Turn, CancelWhy], Awaitable[None]],
     ) -> None:
-        self.queue = queue
-        self.supervisor = supervisor
-        self.resolver = resolver
-        self.diagnostics = diagnostics
-        self._clock = clock
-        self.telemetry = telemetry
-        self._cancel = cancel
+        self.queue, self.supervisor, self.resolver = queue, supervisor, resolver
+        self.diagnostics, self.telemetry = diagnostics, telemetry
+        self._clock, self._cancel = clock, cancel
 
     async def steer(self, turn: Turn, event: Event, prompt_tag: str) -> None:
         """Deliver ``event`` into ``turn`` once its prompt is live; if the turn ends first (or

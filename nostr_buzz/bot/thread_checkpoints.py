@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
@@ -197,44 +198,34 @@ class ThreadCheckpoints:
         """Under ``summary_on_close``: before the bot closes an idle session to keep
         ``max_live``, the session is asked for its summary (:class:`SummaryTurns`)."""
         if self._config.thread_checkpoint == "summary_on_close":
-            turns = SummaryTurns(self, supervisor, store, budget, self._config, self._clock)
+            turns = SummaryTurns(self, supervisor, store, budget)
             supervisor.before_close = turns.before_close
 
 
+@dataclass(eq=False)
 class SummaryTurns:
     """The summary turn before a session closes: a prompt of its own (compiled:
     :func:`~nostr_buzz.core.compiler.compile_checkpoint_request`), metered with its own metric,
     whose answer becomes the key's checkpoint (``summary_turn``).  Only for an agent that
     cannot continue the session (one that can resumes it from its receipt instead) and a
     session that completed a turn; the metric, the checkpoint and their spend are committed in
-    one durable transaction."""
+    one durable transaction.  The configuration, the clock and the delivery are the
+    checkpoints' own."""
 
-    def __init__(
-        self,
-        checkpoints: ThreadCheckpoints,
-        supervisor: AgentSupervisor,
-        store: BotStore,
-        budget: BudgetGate,
-        config: PluginConfig,
-        clock: Callable[[], float],
-    ) -> None:
-        self._checkpoints = checkpoints
-        self._supervisor = supervisor
-        self._store = store
-        self._budget = budget
-        self._config = config
-        self._clock = clock
-        self._delivery = checkpoints._delivery
+    checkpoints: ThreadCheckpoints
+    supervisor: AgentSupervisor
+    store: BotStore
+    budget: BudgetGate
 
     async def before_close(self, key: str, session: ChannelSession) -> None:
-        supervisor = self._supervisor
+        supervisor = self.supervisor
         if session.covered is None or supervisor.continues_sessions:
             return
         if not supervisor.driver.usable(session.start.session_id):
             return
         ids = TurnIds(channel_of(key), session.metric_session_id, uuid.uuid4().hex)
         compiled = compile_checkpoint_request()
-        started = datetime.fromtimestamp(self._clock(), UTC)
+        started = datetime.fromtimestamp(self.checkpoints._clock(), UTC)
         result: TurnResult | None = None
         try:
             async for fact in supervisor.driver.turn(session.start.session_id, compiled.sections):
@@ -242,7 +233,7 @@ class SummaryTurns:
                     result = fact.result
         except BuzzError as exc:  # the session closes all the same; the other turn goes on
             payload = {"error": type(exc).__name__, "method": "summary_turn"}
-            self._checkpoints.failed(ids, payload)
+            self.checkpoints.failed(ids, payload)
             return
         if result is not None:
             await self._commit(key, session, ids, result, compiled.manifest, started)
@@ -256,8 +247,9 @@ class SummaryTurns:
         manifest: Manifest,
         started: datetime,
     ) -> None:
-        model = result.model or self._config.model
-        harness = self._supervisor.harness
+        model = result.model or self.checkpoints._config.model
+        harness = self.supervisor.harness
+        delivery = self.checkpoints._delivery
         try:
             payload: MetricPayload | None = metric_payload(
                 harness=harness,
@@ -270,16 +262,16 @@ class SummaryTurns:
             )
         except BuzzError:
             payload = None
-        metric = await self._delivery.sign_metric(payload, ids) if payload else None
+        metric = await delivery.sign_metric(payload, ids) if payload else None
         made = None
         if result.outcome == "success":
             summary = result.final_message or result.reply
-            made = await self._checkpoints.sign(key, session, summary, "summary_turn", ids)
-        with self._store.transaction(durable=True):
+            made = await self.checkpoints.sign(key, session, summary, "summary_turn", ids)
+        with self.store.transaction(durable=True):
             signed = [s for s in (metric, made) if s is not None]
-            stored = [e for s in signed for e in self._delivery.store_signed(s)]
+            stored = [e for s in signed for e in delivery.store_signed(s)]
             if metric is not None and payload is not None:
-                self._budget.record(metric.events[0].id, payload)
+                self.budget.record(metric.events[0].id, payload)
         if made is not None:
-            self._checkpoints.queued(made, "summary_turn")
-        self._delivery.send(stored)
+            self.checkpoints.queued(made, "summary_turn")
+        delivery.send(stored)

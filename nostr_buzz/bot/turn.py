@@ -11,14 +11,14 @@ A :class:`Turn` moves through explicit phases, never backwards:
   prompt response still reaches the metric.
 * ``SETTLED`` — the outcome is recorded in the queue and the state database.
 
-The agent's permission requests are decided here (:meth:`TurnRunner.permission`, the rule in
-:mod:`nostr_buzz.core.permission`): only for a turn that is live in the asking session;
-``permissions = "owner"`` approves only when every actor whose words reach that turn (its
-batch, the cancelled events riding with it, every steer sent into it) and every actor whose
-words entered the session before is the owner; ``allow`` approves for any live turn; ``ask``
-(and ``owner`` for a request someone else's words stand in the way of) asks the owner by
-private message and waits for the answer (:mod:`.approvals`).  The turn counts its decisions
-for its metric.
+The agent's permission requests are decided on the running turns
+(:meth:`.running.RunningTurns.permission`, the rule in :mod:`nostr_buzz.core.permission`):
+only for a turn that is live in the asking session; ``permissions = "owner"`` approves only
+when every actor whose words reach that turn (its batch, the cancelled events riding with it,
+every steer sent into it) and every actor whose words entered the session before is the owner;
+``allow`` approves for any live turn; ``ask`` (and ``owner`` for a request someone else's words
+stand in the way of) asks the owner by private message and waits for the answer
+(:mod:`.approvals`).  The turn counts its decisions for its metric.
 
 Every turn that reached the agent gets a metric, cancelled and failed ones included; a turn
 the agent reported no usage for has every counter unknown.  A failed turn emits
@@ -28,6 +28,11 @@ Settling: success completes the batch (its ids count as delivered); a cancel for
 or ``steer`` stores the batch as cancelled events for the channel's next turn; the owner's
 ``!cancel`` (or a cancel by the agent itself) drops it as delivered; a failure returns it to
 the queue with backoff, until it is dead-lettered.
+
+Here: a batch run from its flush to its settlement, the owner's commands, and the commit that
+stores a turn's outcome with its replies and metrics.  Its parts: the worker's looks at the
+queue (:mod:`.worker`), the prompt made ready (:mod:`.preparer`), steers (:mod:`.steering`),
+what a turn reports (:mod:`.turn_report`), and what becomes of its batch (:mod:`.settling`).
 """
 
 from __future__ import annotations
@@ -37,17 +42,15 @@ import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from nostr_buzz.acp.facts import Ended, PromptSent
 from nostr_buzz.acp.types import TurnResult
 from nostr_buzz.core.compiler import CompiledTurn
 from nostr_buzz.core.queue import Batch, DispatchQueue
 from nostr_buzz.core.session_key import channel_of, thread_of
-from nostr_buzz.errors import MetricError
 from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticsFeed
-from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip10
 from nostr_buzz.nips.nip_am import MetricPayload
 
@@ -56,29 +59,22 @@ from .config import PluginConfig
 from .context import ContextResolver
 from .delivery import Delivery, Signed
 from .intake import in_flight_action
-from .outputs import TurnIds, dead_letter_notice, metric_payload, redact, reply_text
 from .preparer import TurnPreparer
-from .privacy import result_error_class
-from .running import CancelWhy, Output, Phase, RunningTurns, Turn, settlement
+from .running import CancelWhy, Output, Phase, RunningTurns, Turn
+from .settling import Notice, Settling
 from .state import BotStore
 from .steering import Steering
-from .supervisor import AgentSupervisor, ChannelSession, secret_values
+from .supervisor import AgentSupervisor
 from .telemetry import open_telemetry
 from .thread_checkpoints import ThreadCheckpoints
+from .turn_report import TurnReport
+from .worker import Worker
 
 __all__ = ["TurnRunner"]
 
 log = logging.getLogger(__name__)
 
-#: A notice to sign and send once the queue has settled: (the event it answers, its text).
-Notice = tuple[Event, str]
-
-#: The worker re-checks the queue at least this often (backoffs end without a wake-up).
-_POLL: Final = 0.5
-
-
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
-
 
 
 class TurnRunner:
@@ -99,23 +95,14 @@ class TurnRunner:
         wake: Callable[[], None],
         running: RunningTurns,
     ) -> None:
-        self.config = config
-        self.queue = queue
-        self.store = store
-        self.supervisor = supervisor
-        self.resolver = resolver
-        self.delivery = delivery
         # One cache of people's relay lists (NIP-65): replies go to where they read, history
         # is read where they write.
         resolver.directory = delivery.directory
         if running.approvals is not None:  # the owner's DM relays, read through it
             running.approvals.directory = delivery.directory
-        self.diagnostics = diagnostics
-        self._clock = clock
-        self._spawn = spawn
-        self._wake = wake
-        self._look: asyncio.TimerHandle | None = None  # the worker's planned look, while it waits
-        self._secrets = secret_values(config)
+        self.config, self.queue, self.store = config, queue, store
+        self.supervisor, self.delivery, self.diagnostics = supervisor, delivery, diagnostics
+        self._clock, self._spawn, self._wake = clock, spawn, wake
         #: The running turn of each queue channel.
         self.running = running
         self.budget = BudgetGate(config, store.budget, delivery, diagnostics, clock)
@@ -128,62 +115,32 @@ class TurnRunner:
         self.steering = Steering(
             queue, supervisor, resolver, diagnostics, clock, self.telemetry, self.cancel
         )
+        self.report = TurnReport(config, supervisor, diagnostics)
+        self.settling = Settling(queue, store, supervisor, diagnostics, clock)
+        self.worker = Worker(queue, config.coalesce_window, clock, wake, self._start)
         # A hold of an earlier run was decided under the caps of then: decided again now.
         release_holds(self.budget, queue, store)
 
     # -- the worker -----------------------------------------------------------------------
 
     async def work(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
-        """Flush batches and run each as a turn until ``stop``; ``wake`` says the queue
-        changed (backoffs end without one: the queue is looked at every ``_POLL`` s)."""
-        window = self.config.coalesce_window
-        loop = asyncio.get_running_loop()
-        timer: asyncio.TimerHandle | None = None  # sets ``wake`` when the queue is due a look
-        self._look = None
+        """Flush batches and run each as a turn until ``stop``; ``wake`` says the queue changed
+        (:class:`.worker.Worker`).  Then the turns' telemetry is exported."""
         try:
-            while not stop.is_set():
-                now = self._clock()
-                batch = self.queue.flush_next(now, settle=window)
-                if batch is not None:
-                    self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
-                    continue
-                # Nothing to run, or a burst may still be arriving (bounded by the window).
-                settles = self.queue.next_settle(now, settle=window)
-                due = loop.time() + min(_POLL, settles or _POLL)
-                # A timer that rings no later is kept: an early look costs nothing, and a wake
-                # per admitted event then arms no timer of its own (docs/queue.md, "Cost at
-                # depth").
-                if timer is None or timer.when() > due or timer.when() <= loop.time():
-                    if timer is not None:
-                        timer.cancel()
-                    timer = loop.call_at(due, wake.set)
-                wake.clear()
-                self._look = timer
-                await wake.wait()
-                self._look = None
+            await self.worker.work(stop, wake)
         finally:
-            self._look = None
-            if timer is not None:
-                timer.cancel()
             # The bot is stopping: the turns cancelled with the worker end their spans first,
             # then what is left is exported (bounded, in a thread: docs/bot.md, "Telemetry").
             await asyncio.sleep(0)
             await self.telemetry.aclose()
 
     def admitted(self, channel: str, now: float) -> None:
-        """An event was queued for ``channel`` at ``now``: wake the worker, unless the look it
-        has planned comes before the event could change anything — the channel is running a
-        batch (its end wakes the worker), or the push holds it for the settle window at least
-        that long (docs/queue.md, "Cost at depth").  A flood then costs no look per event."""
-        look = self._look
-        if look is not None:
-            left = look.when() - asyncio.get_running_loop().time()
-            if left > 0 and (
-                self.queue.in_flight(channel)
-                or self.queue.settle_wait(channel, now, settle=self.config.coalesce_window) >= left
-            ):
-                return
-        self._wake()
+        """An event was queued for ``channel`` at ``now``: the worker looks again when it may
+        matter (:meth:`.worker.Worker.admitted`)."""
+        self.worker.admitted(channel, now)
+
+    def _start(self, batch: Batch) -> None:
+        self._spawn(self.run(batch), f"buzz-turn {batch.channel}")
 
     async def react(self, channel: str, event: Event, prompt_tag: str) -> None:
         """An admitted event for ``channel`` whose turn is running: steer it, interrupt it, or
@@ -253,12 +210,12 @@ class TurnRunner:
         try:
             prepared = await self.preparer.prepare(turn)
             if prepared is None:  # cancelled before the prompt went out
-                await self._commit(turn, lambda: self._settle_cancelled(turn))
+                await self._commit(turn, lambda: self.settling.cancelled(turn))
                 return
             compiled, history_ids = prepared
             result = await self._prompt(turn, compiled)
-            self._completed(turn, result)
-            followups = await self.steering.follow(turn, self._output)
+            self.report.completed(turn, result)
+            followups = await self.steering.follow(turn, self.report.output)
             targets = [turn.batch.events[-1].event, *(out.target for out in followups)]
             dm_relays = await self.delivery.private.relays_for(dm_lookup, targets)
             await self._finish(turn, result, history_ids, started_at, followups, dm_relays)
@@ -269,9 +226,9 @@ class TurnRunner:
             log.warning(
                 "turn in %s failed: %s", batch.channel, type(exc).__name__ if private else exc
             )
-            self._report_failure(turn, f"{type(exc).__name__}: {exc}", None, type(exc).__name__)
+            self.report.failed(turn, f"{type(exc).__name__}: {exc}", None, type(exc).__name__)
             self.telemetry.failed(turn.turn_id, type(exc).__name__)
-            await self._commit(turn, lambda: self._fail(turn))
+            await self._commit(turn, lambda: self.settling.failed(turn))
             if self.supervisor.needs_restart(None):
                 self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
         finally:
@@ -338,19 +295,6 @@ class TurnRunner:
         for target, text in notices:
             await self.delivery.notify(target, text)
 
-    def _report_failure(
-        self, turn: Turn, error: str, result: TurnResult | None, error_class: str | None = None
-    ) -> None:
-        """``turn_failed`` with the error, secrets removed (a failure is never silent); for a
-        private conversation only the error's class (:mod:`.privacy`)."""
-        payload: dict[str, Any] = {"error": redact(error, self._secrets)}
-        if nip10.is_private_channel(turn.batch.channel):
-            evidence = result.terminal_evidence if result is not None else "error"
-            payload["error"] = error_class or result_error_class(error, evidence)
-        if result is not None:
-            payload["terminalEvidence"] = result.terminal_evidence
-        self.diagnostics.emit("turn_failed", **turn.ids.as_kwargs(), payload=payload)
-
     async def _prompt(self, turn: Turn, compiled: CompiledTurn) -> TurnResult:
         assert turn.session is not None
         driver = self.supervisor.driver
@@ -389,7 +333,7 @@ class TurnRunner:
         session = turn.session
         assert session is not None
         ids = turn.ids
-        main = self._output(
+        main = self.report.output(
             turn.batch.events[-1].event,
             [q.event for q in turn.batch.events],
             turn.ledger.snapshot(),
@@ -401,107 +345,14 @@ class TurnRunner:
         outputs = [main, *followups]
         made = await self.checkpoints.after_turn(turn.batch.channel, session, result, ids)
         await self._commit(
-            turn, lambda: self._settle(turn, result, session, history_ids), outputs, dm_relays, made
+            turn,
+            lambda: self.settling.ended(turn, result, session, history_ids),
+            outputs,
+            dm_relays,
+            made,
         )
         if self.supervisor.needs_restart(result):
             self._spawn(self.supervisor.ensure_agent(), "buzz-agent-restart")
-
-    def _completed(self, turn: Turn, result: TurnResult) -> None:
-        assert turn.session is not None
-        turn.session.turns += 1
-        self.diagnostics.turn_completed(result.outcome, result.stop_reason, **turn.ids.as_kwargs())
-        if result.outcome == "failed":
-            error = result.error or "the agent gave no reason"
-            self._report_failure(turn, error, result, result.error_class)
-
-    def _output(
-        self,
-        target: Event,
-        triggering: list[Event],
-        manifest: Manifest | None,
-        result: TurnResult,
-        ids: TurnIds,
-        started_at: datetime,
-        permissions: tuple[int, int] = (0, 0),
-    ) -> Output:
-        payload: MetricPayload | None = None
-        try:
-            payload = metric_payload(
-                harness=self.supervisor.harness,
-                model=result.model or self.config.model,
-                ids=ids,
-                result=result,
-                triggering=triggering,
-                manifest=manifest,
-                started_at=started_at,
-                permissions=permissions,
-            )
-        except MetricError as exc:  # a payload is checked when made; the reply still goes
-            self.diagnostics.emit("metric_invalid", **ids.as_kwargs(), payload={"error": str(exc)})
-        if result.reply_dropped_bytes:  # the agent said more than a reply keeps
-            cut = {
-                "droppedBytes": result.reply_dropped_bytes,
-                "maxReplyBytes": self.config.max_reply_bytes,
-            }
-            self.diagnostics.emit("reply_cut", **ids.as_kwargs(), payload=cut)
-        reply = reply_text(result) if self.config.reply_mode == "auto" else None
-        return Output(target, reply, payload, ids)
-
-    # -- settling -------------------------------------------------------------------------
-
-    def _settle(
-        self, turn: Turn, result: TurnResult, session: ChannelSession, history: list[str]
-    ) -> list[Notice]:
-        """Record the outcome in the queue; the dead-letter notice to send, if any."""
-        batch = turn.batch
-        if settlement(result.outcome, turn.cancel_reason) == "complete":
-            self.queue.complete(batch)
-            session.delivered.update(q.event.id for q in batch.events)
-            session.delivered.update(q.event.id for q in batch.cancelled_events)
-            session.delivered.update(history)
-            session.delivered.update(q.event.id for q in turn.steered)
-            session.covered = batch.events[-1].event.id
-            if turn.standing_sent_at is not None:
-                session.standing_compactions = turn.standing_sent_at
-            if self.supervisor.continues_sessions:
-                self.store.receipts.complete_turn(batch.channel, session.receipt())
-            return []
-        if result.outcome == "cancelled":
-            return self._settle_cancelled(turn)
-        return self._fail(turn)
-
-    def _settle_cancelled(self, turn: Turn) -> list[Notice]:
-        if turn.session is not None:
-            self.supervisor.forget(turn.batch.channel, turn.session, self.store.receipts)
-        reason = turn.cancel_reason
-        if settlement("cancelled", reason) == "requeue":
-            assert reason == "interrupt" or reason == "steer"
-            self.queue.requeue_cancelled(turn.batch, reason)
-            self._readmit_steers(turn)
-        else:  # the owner's !cancel, or the agent cancelled on its own: dropped, not retried
-            self.queue.complete(turn.batch)
-        return []
-
-    def _readmit_steers(self, turn: Turn) -> None:
-        """The steers injected into a turn that did not complete were not answered: they are
-        queued again (their rows never left the state database)."""
-        for steer in turn.steered:
-            if self.queue.forget(steer.event.id):
-                self.queue.push(steer.event, steer.prompt_tag, now=steer.received_at)
-
-    def _fail(self, turn: Turn) -> list[Notice]:
-        """Back to the queue with backoff; a dead letter gets one short notice in its thread
-        (signed, stored and sent once the settlement is committed)."""
-        dead = self.queue.fail(turn.batch, self._clock())
-        self._readmit_steers(turn)
-        if dead is None:
-            return []
-        self.diagnostics.emit(
-            "event_dead_lettered",
-            channel_id=channel_of(dead.channel),
-            payload={"eventIds": [q.event.id for q in dead.events], "attempts": dead.attempts},
-        )
-        return [(dead.events[-1].event, dead_letter_notice(dead.attempts))]
 
     # -- cancel and steer -----------------------------------------------------------------
 

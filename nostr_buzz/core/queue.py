@@ -6,6 +6,11 @@ retry jitter, an RNG.  Events are queued per channel and batched at the authorit
 key: :func:`~nostr_buzz.nips.nip10.queue_channel` unless the caller gives ``channel_of`` (the
 bot's session scope, :mod:`nostr_buzz.core.session_key`).
 
+Its parts: one channel's batching (:mod:`.queue_channel`), the accounts of who holds what
+(:mod:`.queue_accounts`), the flush order (:mod:`.queue_index`), the snapshot's schema and the
+checks a restart passes (:mod:`.queue_snapshot`, :mod:`.queue_restore`), the value types
+(:mod:`.queue_types`); this module keeps the channels and says what each call does to them.
+
 Choices where docs/queue.md is silent or ambiguous (each also noted where it applies):
 
 * The default RNG is ``secrets.SystemRandom()`` (a ``random.Random`` subclass backed by the OS
@@ -37,20 +42,18 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Final, TypeGuard, get_args
+from typing import Final, TypedDict, TypeGuard, Unpack, get_args
 
 from nostr_buzz.core.backoff import Rng, backoff_base
-from nostr_buzz.core.given import given_key
-from nostr_buzz.core.queue_index import FlushIndex
+from nostr_buzz.core.queue_accounts import REMEMBERED_IDS as REMEMBERED_IDS  # re-exported
+from nostr_buzz.core.queue_accounts import Accounts
+from nostr_buzz.core.queue_channel import SETTLE_LIMIT as SETTLE_LIMIT  # re-exported
+from nostr_buzz.core.queue_channel import Channel, Entry, Flight
+from nostr_buzz.core.queue_index import FlushIndex, scan_ready, scan_settle
+from nostr_buzz.core.queue_restore import restored_channels
 from nostr_buzz.core.queue_snapshot import (
-    WireEntry,
     WireSnapshot,
-    check_channel,
-    check_header,
-    corrupt,
     encode_snapshot,
     read_snapshot,
     wire_snapshot,
@@ -73,158 +76,23 @@ from nostr_buzz.text.unicode import is_utf8_encodable
 _REASONS: Final = get_args(CancelReason)
 _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
 
-#: How many delivered or dead-lettered ids are remembered for duplicate detection.
-REMEMBERED_IDS: Final = 10_000
 #: The bot's bound on the channels strangers (any actor but the owner) hold events in at once.
 MAX_STRANGER_CHANNELS: Final = 64
-#: A channel held back for quiet flushes anyway once its oldest event waited this many windows.
-SETTLE_LIMIT: Final = 8
 _BACKOFF_BASE: Final = 5.0
 _BACKOFF_CAP: Final = 300.0
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """A queued event with what the queue derives from it once."""
+class QueueOptions(TypedDict, total=False):
+    """The constructor's keyword options, as :meth:`DispatchQueue.rebuild` and
+    :meth:`DispatchQueue.restore` take them: its limits, owner and channel key."""
 
-    queued: QueuedEvent
-    seq: int  # push order, unique per queue; breaks ties between equal received_at
-    key: tuple[str, str]  # authority key (actor, destination)
-
-    @property
-    def id(self) -> str:
-        return self.queued.event.id
-
-    @property
-    def wait(self) -> tuple[float, int]:
-        return (self.queued.received_at, self.seq)
-
-
-@dataclass
-class _Flight:
-    batch: Batch
-    events: list[_Entry]  # batch order
-    cancelled: list[_Entry]  # stored order
-    reason: CancelReason | None
-    flushed_at: float
-    redispatch: bool  # the batch's events are the stored cancelled events themselves
-
-    def held(self) -> list[_Entry]:
-        """Every event the batch holds, once (a re-dispatch holds its cancelled ones as events)."""
-        return self.events if self.redispatch else [*self.cancelled, *self.events]
-
-    def ids(self) -> list[str]:
-        return [e.id for e in self.held()]
-
-
-@dataclass
-class _Channel:
-    name: str
-    cap: int  # the queue's max_batch: a head run this long is a full batch
-    pending: list[_Entry] = field(default_factory=list)
-    # The first ``retry_size`` pending events are a returned batch's exact set, retried as is;
-    # ``retry_count`` is how many times that set has failed (kept through expiry and restore).
-    retry_size: int = 0
-    retry_count: int = 0
-    cancelled: list[_Entry] = field(default_factory=list)
-    cancel_reason: CancelReason | None = None
-    # Failures of the stored cancelled set when it was re-dispatched whole.
-    cancelled_count: int = 0
-    backoff_until: float | None = None
-    flight: _Flight | None = None
-    strangers: int = 0  # live events (pending, in flight, stored) of actors other than the owner
-    # What settling reads of ``pending``, kept as it changes so that a wake of the worker
-    # looks at no event (docs/queue.md, "Cost at depth"): the latest and earliest
-    # ``received_at``, and the length of the head's authority run (up to ``cap``).
-    newest: float = -math.inf
-    oldest: float = math.inf
-    run: int = 0
-
-    def idle(self) -> bool:
-        return not self.pending and not self.cancelled and self.flight is None
-
-    def candidate(self) -> bool:
-        return self.flight is None and bool(self.pending or self.cancelled)
-
-    @property
-    def flushed_at(self) -> float | None:
-        return None if self.flight is None else self.flight.flushed_at
-
-    def wait(self) -> tuple[float, int]:
-        if self.pending:
-            return self.pending[0].wait
-        return min(e.wait for e in self.cancelled)
-
-    def quiet_wait(self, now: float, settle: float) -> float:
-        return _quiet_wait(self, now, settle)
-
-    def release_at(self, settle: float) -> float:
-        return min(self.newest + settle, self.oldest + SETTLE_LIMIT * settle)
-
-    def appended(self, entry: _Entry) -> None:
-        """``entry`` was appended to ``pending``: the summary follows in O(1)."""
-        received = entry.queued.received_at
-        self.newest, self.oldest = max(self.newest, received), min(self.oldest, received)
-        if self.run == len(self.pending) - 1 < self.cap and entry.key == self.pending[0].key:
-            self.run += 1
-
-    def take(self, now: float) -> Batch:
-        """Start this channel's next batch: the returned set as it was, else the head's
-        authority run (up to ``cap``), else the stored cancelled events whole."""
-        self.backoff_until = None
-        if self.pending:
-            if self.retry_size:
-                # A returned batch is retried with exactly its events.
-                n, attempt = self.retry_size, self.retry_count + 1
-            else:
-                head = self.pending[0].key
-                n = 1
-                while n < len(self.pending) and n < self.cap and self.pending[n].key == head:
-                    n += 1
-                attempt = 1
-            taken = self.pending[:n]
-            del self.pending[:n]
-            self.retry_size = self.retry_count = 0
-            events = _sorted_by_created_at(taken)
-            cancelled, reason = self.cancelled, self.cancel_reason
-            batch = Batch(self.name, _public(events), _public(cancelled), reason, attempt)
-            redispatch = False
-        else:
-            # Nothing new: the stored cancelled events are the batch, whole, reason kept.
-            events = _sorted_by_created_at(self.cancelled)
-            cancelled, reason = self.cancelled, self.cancel_reason
-            batch = Batch(self.name, _public(events), [], reason, self.cancelled_count + 1)
-            redispatch = True
-        # The stored set now belongs to this batch: a re-dispatch carries its count in
-        # ``attempt``; riding with new events, it has no count of its own.
-        self.cancelled, self.cancel_reason, self.cancelled_count = [], None, 0
-        self.flight = _Flight(batch, events, cancelled, reason, now, redispatch)
-        return batch
-
-    def put_back(self, fl: _Flight, count: int) -> None:
-        """Put a batch that did not settle back: events to the front, cancelled ones stored.
-
-        The channel stores nothing while in flight (its stored events rode with the batch), so
-        the stored cancelled events are exactly the batch's again, in their stored order.
-        """
-        self.cancelled, self.cancel_reason = list(fl.cancelled), fl.reason
-        if fl.redispatch:
-            self.cancelled_count = count
-        else:
-            self.pending[0:0] = fl.events
-            self.retry_size, self.retry_count = len(fl.events), count
-
-    def refresh(self) -> None:
-        """``pending`` changed otherwise (a batch taken or returned, an event dropped): the
-        summary again, O(this channel's events), once per turn or drop."""
-        received = [e.queued.received_at for e in self.pending]
-        self.newest = max(received, default=-math.inf)
-        self.oldest = min(received, default=math.inf)
-        run = 1 if self.pending else 0
-        head = self.pending[0].key if self.pending else None
-        while run < len(self.pending) and run < self.cap and self.pending[run].key == head:
-            run += 1
-        self.run = run
+    max_batch: int
+    max_pending: int
+    max_attempts: int
+    deadline: float
+    owner: str | PublicKey | None
+    max_stranger_channels: int | None
+    channel_of: Callable[[Event], str]
 
 
 def _is_finite_number(x: object) -> TypeGuard[float]:
@@ -254,100 +122,17 @@ def _check_channel(channel: object) -> str:
     return channel
 
 
-def _sorted_by_created_at(entries: Iterable[_Entry]) -> list[_Entry]:
-    return sorted(entries, key=lambda e: e.queued.event.created_at)  # sorted() is stable
-
-
-def _public(entries: Iterable[_Entry]) -> list[QueuedEvent]:
-    return [e.queued for e in entries]
-
-
-class _Strangers:
-    """Whose events are a stranger's (anyone but the owner), and the channels in which
-    strangers hold live events: a full channel drops a stranger's event first, and strangers
-    open at most ``cap`` channels (docs/queue.md, "Floods")."""
-
-    def __init__(self, owner: str | PublicKey | None, cap: int | None) -> None:
-        # hex, npub1… or a PublicKey, compared as hex with events' pubkeys
-        hex_owner = None if owner is None else given_key(owner, "DispatchQueue owner", QueueError)
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise QueueError("max_stranger_channels must be an integer of at least 1, or None")
-        self.owner: str | None = hex_owner.hex if hex_owner is not None else None
-        self.cap = cap
-        self.channels: set[str] = set()  # channels whose ``strangers`` is above 0
-
-    def of(self, entry: _Entry) -> bool:
-        return entry.key[0] != self.owner
-
-    def refuses(self, name: str, actor: str) -> bool:
-        """Whether a stranger's event for channel ``name`` would open one stranger channel
-        more than the cap.  Refused, not merged into another channel: each channel is its own
-        conversation (and its own agent session)."""
-        if self.cap is None or actor == self.owner or name in self.channels:
-            return False
-        return len(self.channels) >= self.cap
-
-    def victim(self, pending: list[_Entry]) -> int:
-        """The pending event a full channel drops: the earliest received of a stranger's, the
-        owner's earliest only when every pending event is the owner's."""
-        strangers = [i for i, e in enumerate(pending) if self.of(e)]
-        return min(strangers or range(len(pending)), key=lambda i: pending[i].wait)
-
-    def hold(self, ch: _Channel, entries: list[_Entry]) -> None:
-        ch.strangers += sum(map(self.of, entries))
-        if ch.strangers:
-            self.channels.add(ch.name)
-
-    def release(self, ch: _Channel, entries: list[_Entry]) -> None:
-        ch.strangers -= sum(map(self.of, entries))
-        if not ch.strangers:
-            self.channels.discard(ch.name)
-
-
-class _Remembered:
-    """The delivered or dead-lettered ids, oldest first, at most ``REMEMBERED_IDS`` of them:
-    the queue's duplicate memory (docs/queue.md)."""
-
-    def __init__(self) -> None:
-        self._order: deque[str] = deque()
-        self._set: set[str] = set()
-
-    def __contains__(self, event_id: object) -> bool:
-        return event_id in self._set
-
-    def add(self, event_id: str) -> None:
-        self._order.append(event_id)
-        self._set.add(event_id)
-        if len(self._order) > REMEMBERED_IDS:
-            self._set.discard(self._order.popleft())
-
-    def discard(self, event_id: str) -> bool:
-        if event_id not in self._set:
-            return False
-        self._set.discard(event_id)
-        self._order.remove(event_id)
-        return True
-
-    def ids(self) -> list[str]:
-        return list(self._order)
-
-    def load(self, ids: list[str], live: dict[str, str]) -> None:
-        """A snapshot's remembered ids, checked: unique 64-hex ids not also queued."""
-        if len(ids) > REMEMBERED_IDS:
-            raise corrupt("too many remembered ids")
-        for event_id in ids:
-            if (
-                len(event_id) != 64
-                or any(c not in "0123456789abcdef" for c in event_id)
-                or event_id in self._set
-                or event_id in live
-            ):
-                raise corrupt("remembered ids must be unique 64-hex ids not also queued")
-            self.add(event_id)
+def _check_limits(**limits: object) -> None:
+    for name, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise QueueError(f"{name} must be an integer of at least 1")
 
 
 class DispatchQueue:
-    """Per-channel queues of verified events, flushed as batches at the authority boundary."""
+    """Per-channel queues of verified events, flushed as batches at the authority boundary:
+    the channels' table and their flush order, the limits, and what each outcome of a batch
+    does (a channel's own batching is :class:`.queue_channel.Channel`'s, who holds what is
+    :class:`.queue_accounts.Accounts`', a restart's checks are :mod:`.queue_restore`'s)."""
 
     def __init__(
         self,
@@ -368,9 +153,9 @@ class DispatchQueue:
         self.max_pending = max_pending
         self.max_attempts = max_attempts
         self.deadline = deadline
-        self._strangers = _Strangers(owner, max_stranger_channels)
+        self._accounts = Accounts(owner, max_stranger_channels)
         #: The actor whose events strangers' events never evict nor refuse (None: nobody), hex.
-        self.owner = self._strangers.owner
+        self.owner = self._accounts.strangers.owner
         self.max_stranger_channels = max_stranger_channels
         #: An event's channel here: an opaque key the caller computes (the bot's session
         #: scope, docs/bot.md "Session scope"); by default its queue channel.
@@ -380,10 +165,8 @@ class DispatchQueue:
             raise QueueError("rng must have a uniform(a, b) method, like random.Random")
         # The OS CSPRNG by default, like the other randomness of the library; tests pin it.
         self._rng: Rng = rng if rng is not None else secrets.SystemRandom()
-        self._channels: dict[str, _Channel] = {}
+        self._channels: dict[str, Channel] = {}
         self._index = FlushIndex(self._channels)
-        self._live: dict[str, str] = {}  # channel of each id pending, in flight or stored
-        self._remembered = _Remembered()
         self._next_seq = 0
 
     # --- intake -------------------------------------------------------------------------------
@@ -398,43 +181,28 @@ class DispatchQueue:
             # A lone surrogate would make every later snapshot() fail.
             raise QueueError("prompt_tag must be valid Unicode (no lone surrogates)")
         received_at = _check_now(now)
-        if event.id in self._live or event.id in self._remembered:
+        if self._accounts.knows(event.id):
             return PushResult(accepted=False, duplicate=True, dropped=[])
         name = _check_channel(self.channel_of(event))
-        if self._strangers.refuses(name, event.pubkey):
+        if self._accounts.strangers.refuses(name, event.pubkey):
             return PushResult(accepted=False, duplicate=False, dropped=[], refused=True)
         ch = self._channels.get(name)
         if ch is None:
-            ch = self._channels[name] = _Channel(name, self.max_batch)
-        entry = _Entry(
-            QueuedEvent(event, prompt_tag, received_at),
-            self._next_seq,
-            (event.pubkey, nip10.destination(event)),
-        )
+            ch = self._channels[name] = Channel(name, self.max_batch)
+        entry = Entry.of(event, prompt_tag, received_at, self._next_seq)
         self._next_seq += 1
         ch.pending.append(entry)
         ch.appended(entry)
         self._index.touch(name)
-        self._hold(ch, [entry])
+        self._accounts.hold(ch, [entry])
         dropped: list[str] = []
         while len(ch.pending) > self.max_pending:
-            dropped.append(self._remove_pending(ch, self._strangers.victim(ch.pending)).id)
+            victim = self._accounts.strangers.victim(ch.pending)
+            dropped.append(self._remove_pending(ch, victim).id)
         accepted = entry.id not in dropped
         return PushResult(accepted=accepted, duplicate=False, dropped=dropped)
 
-    def _hold(self, ch: _Channel, entries: list[_Entry]) -> None:
-        """``entries`` became live in ``ch``."""
-        for entry in entries:
-            self._live[entry.id] = ch.name
-        self._strangers.hold(ch, entries)
-
-    def _release(self, ch: _Channel, entries: list[_Entry]) -> None:
-        """``entries`` left ``ch`` (delivered, dead-lettered or dropped)."""
-        for entry in entries:
-            self._live.pop(entry.id, None)
-        self._strangers.release(ch, entries)
-
-    def _touch(self, ch: _Channel) -> None:
+    def _touch(self, ch: Channel) -> None:
         """``ch`` changed (other than by an append): its summary and its place in the index."""
         ch.refresh()
         self._index.touch(ch.name)
@@ -454,15 +222,14 @@ class DispatchQueue:
             ch = self._channels[name]
             fl = ch.flight
             assert fl is not None
-            ch.flight = None
             # Expiry counts no attempt and sets no backoff: the set keeps its count.
-            ch.put_back(fl, fl.batch.attempt - 1)
+            ch.put_back(fl.batch.attempt - 1)
             self._touch(ch)
         if self._index.sync(now, settle):
             first = self._index.first_ready()
             best = None if first is None else self._channels[first]
         else:
-            best = self._scan(now, settle)
+            best = scan_ready(self._channels.values(), now, settle)
         if best is None:
             return None
         batch = best.take(now)
@@ -476,22 +243,7 @@ class DispatchQueue:
         ch = self._channels.get(_check_channel(channel))
         if ch is None or ch.flight is not None:
             return 0.0
-        return _quiet_wait(ch, _check_now(now), _check_settle(settle))
-
-    def _scan(self, now: float, settle: float) -> _Channel | None:
-        """:meth:`flush_next`'s choice by a look at every channel: what the index answers
-        when it cannot (a clock stepped back, module :mod:`.queue_index`)."""
-        best: _Channel | None = None
-        for ch in self._channels.values():
-            if not ch.candidate():
-                continue
-            if ch.backoff_until is not None and now < ch.backoff_until:
-                continue
-            if _quiet_wait(ch, now, settle) > 0:
-                continue
-            if best is None or ch.wait() < best.wait():
-                best = ch
-        return best
+        return ch.quiet_wait(_check_now(now), _check_settle(settle))
 
     def next_settle(self, now: float, *, settle: float) -> float | None:
         """Seconds until the first channel :meth:`flush_next` holds back for ``settle`` may
@@ -499,11 +251,9 @@ class DispatchQueue:
         now, settle = _check_now(now), _check_settle(settle)
         if self._index.sync(now, settle):
             return self._index.first_settle(now, settle)
-        idle = [ch for ch in self._channels.values() if ch.flight is None]
-        waits = [w for ch in idle if (w := _quiet_wait(ch, now, settle)) > 0]
-        return min(waits) if waits else None
+        return scan_settle(self._channels.values(), now, settle)
 
-    def _flight_of(self, batch: object) -> tuple[_Channel, _Flight] | None:
+    def _flight_of(self, batch: object) -> tuple[Channel, Flight] | None:
         if not isinstance(batch, Batch):
             raise QueueError("expected a Batch returned by flush_next")
         ch = self._channels.get(batch.channel)
@@ -511,29 +261,23 @@ class DispatchQueue:
             return None
         return ch, ch.flight
 
-    def _settle(self, ch: _Channel, fl: _Flight) -> None:
+    def _settle(self, ch: Channel, fl: Flight) -> None:
+        """``fl``'s events are handled (delivered or dead-lettered): remembered, and the
+        channel gone if nothing else is in it."""
+        self._accounts.release(ch, fl.held())
+        self._accounts.remember(fl.ids())
         ch.flight = None
         if ch.idle():
             del self._channels[ch.name]
         self._index.touch(ch.name)
-
-    def _remember(self, ids: Iterable[str]) -> None:
-        for event_id in ids:
-            self._live.pop(event_id, None)
-            self._remembered.add(event_id)
 
     # --- outcomes -----------------------------------------------------------------------------
 
     def complete(self, batch: Batch) -> None:
         """The turn succeeded: its events and cancelled events count as delivered."""
         found = self._flight_of(batch)
-        if found is None:
-            return None
-        ch, fl = found
-        self._release(ch, fl.held())
-        self._remember(fl.ids())
-        self._settle(ch, fl)
-        return None
+        if found is not None:
+            self._settle(*found)
 
     def fail(self, batch: Batch, now: float) -> DeadLetter | None:
         """The turn failed: retry later with backoff, or dead-letter after ``max_attempts``."""
@@ -544,16 +288,11 @@ class DispatchQueue:
         ch, fl = found
         attempt = fl.batch.attempt
         if attempt + 1 > self.max_attempts:
-            self._release(ch, fl.held())
-            self._remember(fl.ids())
             self._settle(ch, fl)
-            # Built from the queue's own records: the caller may have mutated the Batch lists.
-            cancelled = [] if fl.redispatch else _public(fl.cancelled)
-            return DeadLetter(ch.name, _public(fl.events), cancelled, attempt)
+            return fl.dead_letter()
         delay = backoff_base(attempt, base=_BACKOFF_BASE, cap=_BACKOFF_CAP)
         delay *= self._rng.uniform(0.8, 1.2)
-        ch.flight = None
-        ch.put_back(fl, attempt)
+        ch.put_back(attempt)
         ch.backoff_until = now + delay
         self._touch(ch)
         return None
@@ -567,8 +306,7 @@ class DispatchQueue:
         if found is None:
             return None
         ch, fl = found
-        ch.flight = None
-        ch.put_back(fl, fl.batch.attempt - 1)
+        ch.put_back(fl.batch.attempt - 1)
         ch.backoff_until = until
         self._touch(ch)
 
@@ -588,13 +326,8 @@ class DispatchQueue:
         found = self._flight_of(batch)
         if found is None:
             return None
-        ch, fl = found
-        ch.flight = None
-        # Previous cancelled events first, then this batch's events (docs/queue.md); for a
-        # re-dispatched batch its events are the previous cancelled events.
-        stored = fl.events if fl.redispatch else [*fl.cancelled, *fl.events]
-        ch.cancelled = list(stored)
-        ch.cancel_reason = "interrupt" if reason == "interrupt" else "steer"
+        ch, _ = found
+        ch.store_cancelled("interrupt" if reason == "interrupt" else "steer")
         self._index.touch(ch.name)
         return None
 
@@ -605,34 +338,30 @@ class DispatchQueue:
                 f"steer outcome must be 'injected', 'started_new_turn' or 'failed', got {outcome!r}"
             )
         now = _check_now(now)
-        ch = self._channels.get(self._live.get(event_id, ""))
+        ch = self._channels.get(self._accounts.live.get(event_id, ""))
         if ch is None or ch.flight is None:
             return None
-        for i, entry in enumerate(ch.pending):
-            if entry.id != event_id:
-                continue
-            if outcome == "failed":
-                return entry.queued  # stays pending
-            self._remove_pending(ch, i)
-            self._remember([entry.id])
-            if outcome == "injected":
-                ch.flight.flushed_at = now  # delivered into the running turn
-                self._index.touch(ch.name)
-            return entry.queued
-        return None
+        index = ch.index_of(event_id)
+        if index is None:
+            return None
+        if outcome == "failed":
+            return ch.pending[index].queued  # stays pending
+        entry = self._remove_pending(ch, index)
+        self._accounts.remember([entry.id])
+        if outcome == "injected":
+            ch.flight.flushed_at = now  # delivered into the running turn
+            self._index.touch(ch.name)
+        return entry.queued
 
     def forget(self, event_id: str) -> bool:
         """Drop ``event_id`` from the remembered delivered ids, so that it can be pushed again
         (a steer the agent took into a turn that then failed was not answered after all);
         True when it was remembered."""
-        return self._remembered.discard(event_id)
+        return self._accounts.remembered.discard(event_id)
 
-    def _remove_pending(self, ch: _Channel, index: int) -> _Entry:
-        entry = ch.pending.pop(index)
-        self._release(ch, [entry])
-        if index < ch.retry_size:
-            # The returned set lost an event: it is no longer that set, so its count goes.
-            ch.retry_size = ch.retry_count = 0
+    def _remove_pending(self, ch: Channel, index: int) -> Entry:
+        entry = ch.drop(index)
+        self._accounts.release(ch, [entry])
         self._touch(ch)
         return entry
 
@@ -656,25 +385,25 @@ class DispatchQueue:
     def channel_state(self, channel: str) -> ChannelState | None:
         """``channel``'s state as a restart must see it (None when the channel is idle)."""
         ch = self._channels.get(_check_channel(channel))
-        return None if ch is None else _state_of(ch)
+        return None if ch is None else ch.state()
 
     def knows(self, event_id: str) -> bool:
         """Whether ``event_id`` is queued (pending, in flight, stored cancelled) or remembered."""
-        return event_id in self._live or event_id in self._remembered
+        return self._accounts.knows(event_id)
 
     def remember(self, event_id: str) -> None:
         """Remember ``event_id`` as handled without queueing it (answered by an earlier run,
         docs/bot.md "Memory the network keeps"); a queued or remembered id stays as it is."""
         if not self.knows(event_id):
-            self._remember([event_id])
+            self._accounts.remember([event_id])
 
     def is_remembered(self, event_id: str) -> bool:
         """Whether ``event_id`` is among the remembered delivered or dead-lettered ids."""
-        return event_id in self._remembered
+        return event_id in self._accounts.remembered
 
     def remembered_ids(self) -> list[str]:
         """The remembered delivered or dead-lettered ids, oldest first."""
-        return self._remembered.ids()
+        return self._accounts.remembered.ids()
 
     @property
     def next_seq(self) -> int:
@@ -687,8 +416,8 @@ class DispatchQueue:
         Batches in flight are written as already returned (events to the front, cancelled ones
         stored, no attempt counted): the process that ran them will be gone after a restore.
         """
-        states = [_state_of(ch) for ch in self._channels.values()]
-        return encode_snapshot(wire_snapshot(states, self._remembered.ids(), self._next_seq))
+        states = [ch.state() for ch in self._channels.values()]
+        return encode_snapshot(wire_snapshot(states, self.remembered_ids(), self._next_seq))
 
     @classmethod
     def rebuild(
@@ -697,136 +426,29 @@ class DispatchQueue:
         remembered: Iterable[str],
         next_seq: int,
         rng: Rng | None = None,
-        *,
-        max_batch: int = 50,
-        max_pending: int = 500,
-        max_attempts: int = 10,
-        deadline: float = 7300,
-        owner: str | PublicKey | None = None,
-        max_stranger_channels: int | None = None,
-        channel_of: Callable[[Event], str] = nip10.queue_channel,
+        **options: Unpack[QueueOptions],
     ) -> DispatchQueue:
         """A queue from exported channel states (what a store kept of
-        :meth:`channel_state`), remembered ids (oldest first) and ``next_seq``; checked
-        exactly like :meth:`restore`, so any inconsistency raises :class:`QueueError`."""
-        limits = (max_batch, max_pending, max_attempts, deadline, rng)
-        q = cls(
-            *limits,
-            owner=owner,
-            max_stranger_channels=max_stranger_channels,
-            channel_of=channel_of,
-        )
-        q._load(wire_snapshot(channels, remembered, next_seq))
-        return q
+        :meth:`channel_state`), remembered ids (oldest first) and ``next_seq``, with the
+        constructor's ``options``; checked exactly like :meth:`restore`, so any inconsistency
+        raises :class:`QueueError`."""
+        return cls(rng=rng, **options)._load(wire_snapshot(channels, remembered, next_seq))
 
     @classmethod
     def restore(
-        cls,
-        data: bytes | str,
-        rng: Rng | None = None,
-        *,
-        max_batch: int = 50,
-        max_pending: int = 500,
-        max_attempts: int = 10,
-        deadline: float = 7300,
-        owner: str | PublicKey | None = None,
-        max_stranger_channels: int | None = None,
-        channel_of: Callable[[Event], str] = nip10.queue_channel,
+        cls, data: bytes | str, rng: Rng | None = None, **options: Unpack[QueueOptions]
     ) -> DispatchQueue:
-        """Rebuild a queue from :meth:`snapshot` output; the limits and owner are the caller's.
+        """Rebuild a queue from :meth:`snapshot` output; the limits and owner are the caller's
+        (the constructor's ``options``).
 
         Every event is verified again, and any inconsistency raises :class:`QueueError`.
         """
-        limits = (max_batch, max_pending, max_attempts, deadline, rng)
-        q = cls(
-            *limits,
-            owner=owner,
-            max_stranger_channels=max_stranger_channels,
-            channel_of=channel_of,
-        )
-        q._load(read_snapshot(data))
-        return q
+        return cls(rng=rng, **options)._load(read_snapshot(data))
 
-    def _load(self, snap: WireSnapshot) -> None:
-        check_header(snap)
-        seqs: set[int] = set()
-
-        def entry(w: WireEntry, channel: str) -> _Entry:
-            ev = w.event
-            if self.channel_of(ev) != channel:
-                raise corrupt(f"event {ev.id} is filed under the wrong channel")
-            if ev.id in self._live:
-                raise corrupt(f"event {ev.id} appears twice")
-            if not math.isfinite(w.received_at):
-                raise corrupt("received_at is not finite")
-            if not 0 <= w.seq < snap.next_seq or w.seq in seqs:
-                raise corrupt("push order numbers are not unique and below next_seq")
-            seqs.add(w.seq)
-            self._live[ev.id] = channel
-            return _Entry(
-                QueuedEvent(ev, w.prompt_tag, w.received_at),
-                w.seq,
-                (ev.pubkey, nip10.destination(ev)),
-            )
-
-        for wc in snap.channels:
-            if wc.name in self._channels:
-                raise corrupt(f"channel {wc.name!r} appears twice")
-            ch = _Channel(wc.name, self.max_batch)
-            ch.pending = [entry(w, wc.name) for w in wc.pending]
-            ch.cancelled = [entry(w, wc.name) for w in wc.cancelled]
-            check_channel(wc)
-            ch.retry_size, ch.retry_count = wc.retry_size, wc.retry_count
-            ch.cancel_reason, ch.cancelled_count = wc.cancel_reason, wc.cancelled_count
-            ch.backoff_until = wc.backoff_until
-            self._strangers.hold(ch, [*ch.pending, *ch.cancelled])
+    def _load(self, snap: WireSnapshot) -> DispatchQueue:
+        """This new queue continues from ``snap`` (checked by :mod:`.queue_restore`)."""
+        for ch in restored_channels(snap, self._accounts, self.channel_of, self.max_batch):
             self._channels[ch.name] = ch
             self._touch(ch)
-        self._remembered.load(snap.remembered, self._live)
         self._next_seq = snap.next_seq
-
-
-def _state_of(ch: _Channel) -> ChannelState:
-    """A channel as a restart must see it: a batch in flight is back at the front (or, for a
-    redispatch, its cancelled events are still stored)."""
-    pending, cancelled = ch.pending, ch.cancelled
-    retry_size, retry_count = ch.retry_size, ch.retry_count
-    reason, count = ch.cancel_reason, ch.cancelled_count
-    fl = ch.flight
-    if fl is not None:
-        cancelled, reason = fl.cancelled, fl.reason
-        if fl.redispatch:
-            count = fl.batch.attempt - 1
-        else:
-            pending = [*fl.events, *pending]
-            retry_size, retry_count = len(fl.events), fl.batch.attempt - 1
-    return ChannelState(
-        name=ch.name,
-        pending=[StoredEvent(e.queued, e.seq) for e in pending],
-        retry_size=retry_size,
-        retry_count=retry_count,
-        cancelled=[StoredEvent(e.queued, e.seq) for e in cancelled],
-        cancel_reason=reason,
-        cancelled_count=count,
-        backoff_until=ch.backoff_until,
-    )
-
-
-def _quiet_wait(ch: _Channel, now: float, settle: float) -> float:
-    """How long ``ch`` must still wait for quiet (0: it may flush).  A channel waits until
-    its newest event was received ``settle`` seconds ago, but its oldest waiting event never
-    waits more than ``SETTLE_LIMIT`` windows (a flood cannot hold it).  A retried set or a
-    full batch does not wait; a ``now`` before the events (a clock stepped back) holds
-    nothing.  O(1): it reads the channel's summary, never its events."""
-    if settle <= 0 or not ch.pending or ch.retry_size or ch.run >= ch.cap:
-        return 0.0
-    quiet, held, limit = now - ch.newest, now - ch.oldest, SETTLE_LIMIT * settle
-    if not 0 <= quiet < settle or not 0 <= held < limit:
-        return 0.0
-    return min(settle - quiet, limit - held)
-
-
-def _check_limits(**limits: object) -> None:
-    for name, value in limits.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise QueueError(f"{name} must be an integer of at least 1")
+        return self

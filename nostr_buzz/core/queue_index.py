@@ -14,18 +14,18 @@ event was received after ``now``.  Then a channel leaves *settling* or *backing 
 ``now`` passes its key, so a popped key is the only thing to look at.  A query with an earlier
 ``now`` than the last, or another ``settle``, rebuilds the heaps at its ``now`` (O(channels ×
 log channels)); one earlier than a pending event's arrival (a clock stepped back) is answered
-by the queue's scan of every channel (False from :meth:`FlushIndex.sync`), and the heaps are
-rebuilt at the next query that is not.
+by a scan of every channel (:func:`scan_ready`, :func:`scan_settle`; False from
+:meth:`FlushIndex.sync`), and the heaps are rebuilt at the next query that is not.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["FlushIndex", "IndexedChannel", "KeyedHeap"]
+__all__ = ["FlushIndex", "IndexedChannel", "KeyedHeap", "scan_ready", "scan_settle"]
 
 K = TypeVar("K", float, tuple[float, int])
 
@@ -236,6 +236,30 @@ class FlushIndex(Generic[C]):
             held = True
         if not held:
             self._ready.set(name, ch.wait())
+
+
+def scan_ready(channels: Iterable[C], now: float, settle: float) -> C | None:
+    """The channel :meth:`FlushIndex.first_ready` would name, by a look at every channel: the
+    answer when the index cannot give it (a clock stepped back)."""
+    best: C | None = None
+    for ch in channels:
+        if not ch.candidate():
+            continue
+        if ch.backoff_until is not None and now < ch.backoff_until:
+            continue
+        if ch.quiet_wait(now, settle) > 0:
+            continue
+        if best is None or ch.wait() < best.wait():
+            best = ch
+    return best
+
+
+def scan_settle(channels: Iterable[IndexedChannel], now: float, settle: float) -> float | None:
+    """What :meth:`FlushIndex.first_settle` would answer, by a look at every channel not in
+    flight (None: none is held back)."""
+    idle = [ch for ch in channels if ch.flushed_at is None]
+    waits = [w for ch in idle if (w := ch.quiet_wait(now, settle)) > 0]
+    return min(waits) if waits else None
 
 
 def _near(key: float, bound: float) -> bool:

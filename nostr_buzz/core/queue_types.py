@@ -60,14 +60,6 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
-class StoredEvent:
-    """A live event as a store keeps it: the queued event and its push order number."""
-
-    queued: QueuedEvent
-    seq: int
-
-
-@dataclass(frozen=True)
 class ChannelState:
     """One channel's state as :meth:`DispatchQueue.channel_state` exports it.
 
@@ -84,3 +76,11 @@ class ChannelState:
     cancel_reason: CancelReason | None
     cancelled_count: int
     backoff_until: float | None
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """A live event as a store keeps it: the queued event and its push order number."""
+
+    queued: QueuedEvent
+    seq: int

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-import nostr_buzz.core.queue as queue_module
-from nostr_buzz.core.queue import SETTLE_LIMIT, Batch, ChannelState, DispatchQueue
+from nostr_buzz.core.queue import SETTLE_LIMIT, Batch, ChannelState, DispatchQueue, StoredEvent
+from nostr_buzz.core.queue_channel import Channel
 from nostr_buzz.event import Event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip10
@@ -31,23 +31,23 @@ def _events(channels: int, per_channel: int, author: SecretKey = OWNER) -> Itera
 
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """What the queue reads to settle: each channel's hold asked (``_quiet_wait``), and each
-    pending event a channel's summary reads again (``_Channel.refresh``)."""
+    """What the queue reads to settle: each channel's hold asked (``Channel.quiet_wait``), and
+    each pending event a channel's summary reads again (``Channel.refresh``)."""
     seen: Counter[str] = Counter()
-    quiet_wait = queue_module._quiet_wait
+    quiet_wait = Channel.quiet_wait
 
-    def counting_quiet_wait(ch: queue_module._Channel, *args: float) -> float:
+    def counting_quiet_wait(ch: Channel, *args: float) -> float:
         seen["channels"] += 1
         return quiet_wait(ch, *args)
 
-    refresh = queue_module._Channel.refresh
+    refresh = Channel.refresh
 
-    def counting_refresh(ch: queue_module._Channel) -> None:
+    def counting_refresh(ch: Channel) -> None:
         seen["events"] += len(ch.pending)
         refresh(ch)
 
-    monkeypatch.setattr(queue_module, "_quiet_wait", counting_quiet_wait)
-    monkeypatch.setattr(queue_module._Channel, "refresh", counting_refresh)
+    monkeypatch.setattr(Channel, "quiet_wait", counting_quiet_wait)
+    monkeypatch.setattr(Channel, "refresh", counting_refresh)
     return seen
 
 
@@ -141,7 +141,7 @@ def _reference(q: DispatchQueue, now: float, settle: float) -> tuple[str | None,
     return (None if best is None else best[1]), (min(waits) if waits else None)
 
 
-def _order(e: queue_module.StoredEvent) -> tuple[float, int]:
+def _order(e: StoredEvent) -> tuple[float, int]:
     return (e.queued.received_at, e.seq)
 
 
