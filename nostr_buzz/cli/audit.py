@@ -42,13 +42,19 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from nostr_buzz.cli.access import Relays, relay_command
-from nostr_buzz.cli.common import one_line, parse_event_ref, progress, require_fetched, run
+from nostr_buzz.cli.common import (
+    one_line,
+    parse_event_ref,
+    pick_format,
+    progress,
+    require_fetched,
+    run,
+)
 from nostr_buzz.cli.metrics import (
     AgentOption,
     SinceOption,
     UntilOption,
     parse_window,
-    pick_format,
     read_window,
 )
 from nostr_buzz.cli.options import JsonFormatOption, format_option, option

@@ -302,6 +302,17 @@ def check_format(value: str, allowed: tuple[F, ...]) -> F:
     raise CliFailure(ExitCode.BAD_INPUT, f"--format: expected {names}")
 
 
+def pick_format(value: str | None, json_flag: bool, formats: tuple[F, ...]) -> F:
+    """``--format`` among ``formats`` (the first is the default); ``--json`` is ``--format
+    json`` (docs/cli.md), and with another ``--format`` it is bad usage."""
+    fmt = check_format(value, formats) if value is not None else None
+    if json_flag:
+        if fmt is not None and fmt != "json":
+            raise CliFailure(ExitCode.BAD_INPUT, f"--json conflicts with --format {fmt}")
+        return check_format("json", formats)
+    return fmt or formats[0]
+
+
 def refusal_lines(published: PublishResult) -> list[str]:
     """``url: reason`` for every relay that refused a publish.  A relay's text is a stranger's:
     flattened, so that it cannot drive the terminal."""

@@ -59,13 +59,14 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 import typer
 
 from nostr_buzz.cli.access import Relays, relay_command
-from nostr_buzz.cli.common import check_format, progress, run
+from nostr_buzz.cli.common import pick_format as pick_format  # also used from here
+from nostr_buzz.cli.common import progress, run
 from nostr_buzz.cli.options import JsonFormatOption, format_option, option, time_option
 from nostr_buzz.cli.output import (
     CliFailure,
@@ -120,20 +121,6 @@ def parse_time(text: str, *, option: str, end_of_day: bool = False) -> int:
         f"{option}: {s[:40]!r} is not a time: give unix seconds, a date (2026-12-02) or an "
         "RFC 3339 date-time with its offset (2026-12-02T10:00:00Z)",
     )
-
-
-F = TypeVar("F", bound=str)
-
-
-def pick_format(value: str | None, json_flag: bool, formats: tuple[F, ...]) -> F:
-    """``--format`` among ``formats`` (the first is the default); ``--json`` is ``--format
-    json`` (docs/cli.md), and with another ``--format`` it is bad usage."""
-    fmt = check_format(value, formats) if value is not None else None
-    if json_flag:
-        if fmt is not None and fmt != "json":
-            raise CliFailure(ExitCode.BAD_INPUT, f"--json conflicts with --format {fmt}")
-        return check_format("json", formats)
-    return fmt or formats[0]
 
 
 # --- rendering --------------------------------------------------------------------------------
