@@ -18,7 +18,7 @@ import typer.core
 import typer.main
 
 from nostr_buzz.cli.extras import missing_extra
-from nostr_buzz.cli.kit import CONTEXT, LazyGroup, LazySpec, load_command
+from nostr_buzz.cli.kit import LazyGroup, LazySpec, load_command, sub_app
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.errors import SECRET_HINT, BuzzError, looks_secret, redact
 
@@ -124,14 +124,11 @@ class _Root(LazyGroup):
     lazy = COMMANDS
 
 
-app = typer.Typer(
-    name="buzz",
-    help="nostr-buzz: verified Nostr events in, auditable agent turns out.",
+app = sub_app(
+    "buzz",
+    "nostr-buzz: verified Nostr events in, auditable agent turns out.",
     cls=_Root,
-    add_completion=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    context_settings=CONTEXT,
+    completion=True,
 )
 
 

@@ -40,30 +40,24 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Annotated, Final, Literal
 
 import msgspec
-import typer
 
+from nostr_buzz.cli.access import Relays, relay_command
 from nostr_buzz.cli.common import (
-    DEFAULT_TIMEOUT,
-    ConfigOption,
-    KeyOption,
-    RelayOption,
-    TimeoutOption,
     one_line,
     parse_event_ref,
+    pick_format,
     progress,
     require_fetched,
     run,
-    sources,
 )
 from nostr_buzz.cli.metrics import (
     AgentOption,
-    JsonFormatOption,
     SinceOption,
     UntilOption,
     parse_window,
-    pick_format,
     read_window,
 )
+from nostr_buzz.cli.options import JsonFormatOption, format_option, option
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.config import BuzzConfig
 from nostr_buzz.core.gate import Gate, author_refusal, refusal
@@ -323,35 +317,26 @@ def _exit_code(audits: Sequence[MetricAudit]) -> ExitCode:
 # --- the command ------------------------------------------------------------------------------
 
 
+@relay_command
 def audit_command(
     metric: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--metric",
             metavar="ID",
             help="Audit this metric (its event id: hex, note1… or nevent1…); default: every "
             "metric of your agents, within --since/--until when given.",
-            show_default=False,
         ),
     ] = None,
     since: SinceOption = None,
     until: UntilOption = None,
     output_format: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            metavar="[table|json]",
-            help="table (default) or json.",
-            case_sensitive=False,
-            show_default=False,
-        ),
+        str | None, format_option("[table|json]", "table (default) or json.")
     ] = None,
     json_flag: JsonFormatOption = False,
     agent: AgentOption = None,
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    config: ConfigOption = None,
+    *,
+    access: Relays,
 ) -> None:
     """Check each metric's context layers against the signed events they name: present, valid,
     of the layer's kind and by an author the gate admits; exit 4 naming what is not."""
@@ -359,19 +344,16 @@ def audit_command(
     if metric is not None and (since is not None or until is not None):
         raise CliFailure(ExitCode.BAD_INPUT, "--metric audits one metric: drop --since/--until")
     ref = parse_event_ref(metric, option="--metric") if metric is not None else None
-    start, end = parse_window(since, until)
-    cfg = sources(config)
-    owner = cfg.require_secret_key(key)
-    relays = cfg.require_relays(relay or (), direction="read")
-    agents = cfg.agents(agent or ())
-    metrics = _metrics(ref, owner, relays, agents, (start, end), timeout)
-    audits = run(_audit(metrics, owner, relays, cfg.file, agents, timeout))
+    window = parse_window(since, until)
+    owner = access.owner_key()
+    relays = access.relays("read")
+    agents = access.cfg.agents(agent or ())
+    metrics = _metrics(ref, owner, relays, agents, window, access.timeout)
+    audits = run(_audit(metrics, owner, relays, access.cfg.file, agents, access.timeout))
     if ref is None and not audits:
         note("buzz: no metrics in this window")
     if fmt == "json":
-        text = render_json(
-            audits, owner.public_key.hex, None if ref is None else ref.id, (start, end)
-        )
+        text = render_json(audits, owner.public_key.hex, None if ref is None else ref.id, window)
     else:
         text = render_table(audits)
     for line in _forgeries(audits):

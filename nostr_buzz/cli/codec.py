@@ -17,6 +17,7 @@ import typer
 
 from nostr_buzz.cli.common import describe_input, read_stdin_lines
 from nostr_buzz.cli.kit import sub_app
+from nostr_buzz.cli.options import argument, option
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
 from nostr_buzz.errors import Nip19Error
 from nostr_buzz.nips import nip19
@@ -27,21 +28,15 @@ encode_app = sub_app(
 
 Values = Annotated[
     list[str] | None,
-    typer.Argument(
-        metavar="[VALUE]...",
-        help="64-hex values (a bech32 form of the same kind is accepted too); none: one per "
-        "line from stdin.",
-        show_default=False,
+    argument(
+        "[VALUE]...",
+        "64-hex values (a bech32 form of the same kind is accepted too); none: one per line "
+        "from stdin.",
     ),
 ]
 HintOption = Annotated[
     list[str] | None,
-    typer.Option(
-        "--relay",
-        metavar="URL",
-        help="A relay hint to put in the code; repeatable.",
-        show_default=False,
-    ),
+    option("--relay", metavar="URL", help="A relay hint to put in the code; repeatable."),
 ]
 
 
@@ -77,11 +72,10 @@ def decoded_json(code: str) -> dict[str, Any]:
 def decode_command(
     codes: Annotated[
         list[str] | None,
-        typer.Argument(
-            metavar="[CODE]...",
-            help="npub1…, nsec1…, note1…, nevent1… or nprofile1… (nostr: prefix allowed); "
-            "none: one per line from stdin.",
-            show_default=False,
+        argument(
+            "[CODE]...",
+            "npub1…, nsec1…, note1…, nevent1… or nprofile1… (nostr: prefix allowed); none: one "
+            "per line from stdin.",
         ),
     ] = None,
 ) -> None:

@@ -1,4 +1,5 @@
-"""Options and plumbing shared by the ``buzz`` commands that read config or talk to relays."""
+"""Plumbing shared by the ``buzz`` commands that read config or talk to relays: reading input,
+refusing secret keys, reporting relays' answers (their options: :mod:`nostr_buzz.cli.options`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,19 @@ import re
 import sys
 from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
-
-import typer
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from nostr_buzz import errors
+
+# The shared options live in cli/options.py; these names stay importable from here.
+from nostr_buzz.cli.options import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
+from nostr_buzz.cli.options import MAX_TIMEOUT as MAX_TIMEOUT
+from nostr_buzz.cli.options import ChannelOption as ChannelOption
+from nostr_buzz.cli.options import ConfigOption as ConfigOption
+from nostr_buzz.cli.options import JsonOption as JsonOption
+from nostr_buzz.cli.options import KeyOption as KeyOption
+from nostr_buzz.cli.options import RelayOption as RelayOption
+from nostr_buzz.cli.options import TimeoutOption as TimeoutOption
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, terminal_safe, write_stdout
 from nostr_buzz.config import ConfigSources
 from nostr_buzz.errors import Nip19Error, looks_secret
@@ -26,57 +35,6 @@ if TYPE_CHECKING:
     from nostr_buzz.keys import SecretKey
 
 T = TypeVar("T")
-
-MAX_TIMEOUT = 86_400.0
-
-RelayOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--relay",
-        metavar="URL",
-        help="Relay URL (ws:// or wss://); repeat for more. Else $BUZZ_RELAYS, else buzz.toml.",
-        show_default=False,
-    ),
-]
-TimeoutOption = Annotated[
-    float,
-    typer.Option(
-        "--timeout",
-        metavar="SECONDS",
-        min=0.1,
-        # Finite, so that every wait has a bound (docs/cli.md): "inf" would let a tarpit hang us.
-        max=MAX_TIMEOUT,
-        help="Seconds allowed per relay for connecting plus answering.",
-    ),
-]
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        metavar="FILE",
-        help="Configuration file (default: $BUZZ_CONFIG, else ./buzz.toml when present).",
-        show_default=False,
-        dir_okay=False,
-    ),
-]
-KeyOption = Annotated[
-    str | None,
-    typer.Option(
-        "--key",
-        metavar="KEY",
-        help="Secret key (64-hex or nsec). Else $BUZZ_PRIVATE_KEY, else buzz.toml.",
-        show_default=False,
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-ChannelOption = Annotated[
-    str,
-    typer.Option(
-        "--channel", metavar="CHANNEL", help="Channel id (the h tag): 1-128 of A-Z a-z 0-9 _ -."
-    ),
-]
-
-DEFAULT_TIMEOUT = 10.0
 
 
 def sources(config: Path | None, overrides: Mapping[str, Any] | None = None) -> ConfigSources:
@@ -163,6 +121,20 @@ def text_argument(value: str, *, what: str = "text", whole: bool = False) -> str
     return value
 
 
+def command_words(text: str, *, option: str, empty: str) -> list[str]:
+    """A command line given as one option value (``--agent "goose acp"``) as its words; an
+    unbalanced quote, or no word at all (``empty`` says what to give), is bad input."""
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, f"{option}: {exc}") from None
+    if not words:
+        raise CliFailure(ExitCode.BAD_INPUT, f"{option}: {empty}")
+    return words
+
+
 def read_stdin_text(*, whole: bool = False) -> str:
     """All of standard input as UTF-8 text, without its final line break unless ``whole``."""
     try:
@@ -199,6 +171,22 @@ def piped_stdin_lines() -> list[str]:
     except UnicodeDecodeError:
         raise CliFailure(ExitCode.BAD_INPUT, "standard input is not UTF-8 text") from None
     return [line for line in text.splitlines() if line.strip()]
+
+
+def given_json(
+    text: str | None, name: str, what: str, *, piped: bool = True
+) -> list[tuple[str, Any]]:
+    """The JSON documents given as the argument ``name`` (``text``), or on standard input, one
+    per line: with ``-``, or (nak's rule) with no argument while stdin is not a terminal and
+    ``piped`` (stdin holding none: no document, the flags alone); ``(where, document)`` each."""
+    if text == "-":
+        return json_lines(read_stdin_lines(what))
+    if text is not None:
+        try:
+            return [(name, json.loads(text))]
+        except ValueError as exc:
+            raise CliFailure(ExitCode.BAD_INPUT, f"{name}: not JSON: {exc}") from None
+    return json_lines(piped_stdin_lines()) if piped else []
 
 
 def json_lines(lines: list[str]) -> list[tuple[str, Any]]:
@@ -312,6 +300,17 @@ def check_format(value: str, allowed: tuple[F, ...]) -> F:
             return name
     names = ", ".join(allowed[:-1]) + " or " + allowed[-1]
     raise CliFailure(ExitCode.BAD_INPUT, f"--format: expected {names}")
+
+
+def pick_format(value: str | None, json_flag: bool, formats: tuple[F, ...]) -> F:
+    """``--format`` among ``formats`` (the first is the default); ``--json`` is ``--format
+    json`` (docs/cli.md), and with another ``--format`` it is bad usage."""
+    fmt = check_format(value, formats) if value is not None else None
+    if json_flag:
+        if fmt is not None and fmt != "json":
+            raise CliFailure(ExitCode.BAD_INPUT, f"--json conflicts with --format {fmt}")
+        return check_format("json", formats)
+    return fmt or formats[0]
 
 
 def refusal_lines(published: PublishResult) -> list[str]:

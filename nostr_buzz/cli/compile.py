@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Annotated
 
 import msgspec
-import typer
 from rich.cells import cell_len
 
+from nostr_buzz.cli.common import pick_format
+from nostr_buzz.cli.options import JsonFormatOption, argument, option
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
 from nostr_buzz.cli.output import terminal_safe as terminal_safe  # shared, re-exported
 from nostr_buzz.core.compiler import compile_turn
@@ -40,11 +41,7 @@ class OutputFormat(StrEnum):
 
 def resolve_format(fmt: OutputFormat | None, json_flag: bool) -> OutputFormat:
     """``--json`` is ``--format json``; asking for both json and text is bad usage."""
-    if json_flag:
-        if fmt is OutputFormat.text:
-            raise CliFailure(ExitCode.BAD_INPUT, "--json conflicts with --format text")
-        return OutputFormat.json
-    return fmt or OutputFormat.text
+    return OutputFormat(pick_format(fmt, json_flag, ("text", "json")))
 
 
 def display_name(path: str) -> str:
@@ -148,23 +145,21 @@ def render_text(sections: Sequence[str], manifest: Manifest) -> str:
 def compile_command(
     turn_file: Annotated[
         str,
-        typer.Argument(
-            metavar="TURN.json",
-            help="A turn-input JSON file (format: docs/turn-input.md); '-' reads standard input.",
-            show_default=False,
+        argument(
+            "TURN.json",
+            "A turn-input JSON file (format: docs/turn-input.md); '-' reads standard input.",
         ),
     ],
     fmt: Annotated[
         OutputFormat | None,
-        typer.Option(
+        option(
             "--format",
             metavar="[text|json]",
             help="text (default): the sections, the manifest hash and a layer table. "
             "json: one line {sections, manifest}.",
-            show_default=False,
         ),
     ] = None,
-    json_flag: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    json_flag: JsonFormatOption = False,
 ) -> None:
     """Compile a turn-input file offline: the prompt sections and the context manifest.
 

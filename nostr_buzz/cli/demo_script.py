@@ -16,34 +16,32 @@ Every wait is bounded; any failure raises :class:`DemoFailure` with what went wr
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
 import json
 import os
 import shlex
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from nostr_buzz.bot import BuzzPlugin, PluginConfig
 from nostr_buzz.cli.common import progress
 from nostr_buzz.cli.compile import layer_table
+from nostr_buzz.cli.demo_stage import (
+    CHANNEL,
+    RELAY_TIMEOUT,
+    DemoFailure,
+    DemoStage,
+)
 from nostr_buzz.cli.manifest import render_diff_text
 from nostr_buzz.cli.metrics import render_plain_table
 from nostr_buzz.cli.output import terminal_safe
-from nostr_buzz.core.turn_input import Standing
-from nostr_buzz.errors import BuzzError
-from nostr_buzz.event import Event, sign_event
+from nostr_buzz.event import Event
 from nostr_buzz.io.diagnostics import DiagnosticRecord
 from nostr_buzz.io.metrics_reader import read_metrics
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.io.private import open_all
-from nostr_buzz.keys import SecretKey
 from nostr_buzz.manifest import Manifest
 from nostr_buzz.nips import nip17, nip59
 from nostr_buzz.nips.nip01 import Filter
@@ -60,11 +58,6 @@ __all__ = [
 #: How long each turn of the bundled agent works (a steer ends it early): long enough for the
 #: steer to land while the turn runs, short enough for the demo to finish in seconds.
 DEMO_DELAY: Final = 1.5
-CHANNEL: Final = "demo"
-#: Per step: the bundled agent answers in seconds; a real agent may think for a while.
-BUNDLED_STEP_TIMEOUT: Final = 30.0
-EXTERNAL_STEP_TIMEOUT: Final = 180.0
-RELAY_TIMEOUT: Final = 5.0
 #: How many of the agent log's last lines a failed demo shows.
 LOG_TAIL_LINES: Final = 20
 #: Standing context: it travels in the agent's system role and shows in every manifest.
@@ -72,68 +65,12 @@ LOG_TAIL_LINES: Final = 20
 CANVAS_V1: Final = "# Deploy plan\n1. Fix the migration.\n2. Retry the deploy."
 CANVAS_V2: Final = "# Deploy plan\n1. Migration fixed.\n2. Deploy to staging first."
 CORE_MEMORY: Final = "Alex owns the deploys; Sam knows the database migrations."
-#: What the bundled agent records (its sessions and prompts), in the state directory.
-AGENT_RECORD: Final = "agent-record.jsonl"
-STANDING: Final = Standing(
-    base="You are buzz, an agent on a Nostr team chat. Reply in the thread you were asked in.",
-    persona="Be brief and concrete.",
-)
 
 Write = Callable[[str], None]
 
 
-class DemoFailure(BuzzError):
-    """The demo could not complete a step; the message says which and why."""
-
-
 def bundled_agent_command(delay: float = DEMO_DELAY) -> list[str]:
     return [sys.executable, "-m", "nostr_buzz.demo.agent", "--delay", f"{delay:g}"]
-
-
-@dataclass
-class _Feed:
-    """The bot's diagnostics, with bounded waits on them."""
-
-    records: list[DiagnosticRecord] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    bot: asyncio.Task[None] | None = None
-
-    def watch(self, bot: asyncio.Task[None]) -> None:
-        """Stop waiting as soon as the bot itself ends (e.g. its agent could not start)."""
-        self.bot = bot
-        bot.add_done_callback(lambda _: self.changed.set())
-
-    def __call__(self, record: DiagnosticRecord) -> None:
-        self.records.append(record)
-        self.changed.set()
-
-    def of(self, kind: str) -> list[DiagnosticRecord]:
-        return [r for r in self.records if r.kind == kind]
-
-    async def wait_for(
-        self,
-        kind: str,
-        count: int,
-        timeout: float,
-        step: str,
-        where: Callable[[DiagnosticRecord], bool] = lambda _: True,
-    ) -> None:
-        deadline = time.monotonic() + timeout
-        while len([r for r in self.of(kind) if where(r)]) < count:
-            if self.bot is not None and self.bot.done():
-                problem = None if self.bot.cancelled() else self.bot.exception()
-                raise DemoFailure(f"{step}: the bot stopped: {problem or 'no reason given'}")
-            failed = self.of("turn_failed")
-            if failed:
-                raise DemoFailure(f"{step}: the turn failed: {failed[-1].payload.get('error')}")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise DemoFailure(
-                    f"{step}: no {kind!r} after {timeout:g} s (see the agent log for clues)"
-                )
-            self.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), remaining)
 
 
 def _heading(write: Write, number: int, title: str) -> None:
@@ -152,30 +89,10 @@ def _manifest_of(record: DiagnosticRecord) -> Manifest:
     return Manifest.from_json(json.dumps(record.payload["contextManifest"]))
 
 
-async def _start_relay() -> tuple[Any, str]:
-    try:
-        import nostr_sdk
-    except ImportError:
-        raise DemoFailure(
-            "the embedded relay needs nostr-sdk: pip install 'nostr-buzz[relay]'"
-        ) from None
-    nostr_sdk.uniffi_set_event_loop(asyncio.get_running_loop())
-    builder = (
-        nostr_sdk.LocalRelayBuilder()
-        .addr("127.0.0.1")
-        # The default 60 events per minute would throttle the burst and the metrics.
-        .rate_limit(nostr_sdk.RateLimit(max_reqs=500, notes_per_minute=100_000))
-    )
-    relay = builder.build()
-    try:
-        await relay.run()
-        url = str(await relay.url())
-    except Exception as exc:  # the binding raises its own error types
-        raise DemoFailure(f"cannot start the embedded relay: {exc}") from None
-    return relay, url
+class _Demo(DemoStage):
+    """The play: the demo's steps, in order, each writing what it shows and checking what it
+    claims (the stage it acts on: :class:`~nostr_buzz.cli.demo_stage.DemoStage`)."""
 
-
-class _Demo:
     def __init__(
         self,
         write: Write,
@@ -184,83 +101,13 @@ class _Demo:
         state: Path,
         pass_env: Sequence[str] = (),
     ) -> None:
-        self.write = write
-        self.agent = list(agent)
-        self.pass_env = tuple(dict.fromkeys((*DEMO_AGENT_ENV, *pass_env)))
-        self.bundled = bundled
-        self.state = state
-        if bundled:  # the demo agent writes down what reached it, so the demo can show it
-            self.agent += ["--record", str(state / AGENT_RECORD)]
-        self.step_timeout = BUNDLED_STEP_TIMEOUT if bundled else EXTERNAL_STEP_TIMEOUT
-        self.owner = SecretKey.generate()
-        self.agent_key = SecretKey.generate()
-        self.human = SecretKey.generate()
-        self.second = SecretKey.generate()
-        self.feed = _Feed()
-        self.url = ""
+        super().__init__(write, agent, bundled, state, (*DEMO_AGENT_ENV, *pass_env))
         self.before: Manifest | None = None  # the manifest of the last turn of a session
         self.revision = ""  # the canvas revision published while that session ran
 
-    def sign(
-        self,
-        author: SecretKey,
-        content: str,
-        *,
-        root: Event | None = None,
-        kind: int = 9,
-        tags: Sequence[Sequence[str]] | None = None,
-    ) -> Event:
-        if tags is None:
-            built: list[list[str]] = [["h", CHANNEL]]
-            if root is not None:
-                built.append(["e", root.id, "", "root", root.pubkey])
-            built.append(["p", self.agent_key.public_key.hex])
-            tags = built
-        return sign_event(
-            author, kind=kind, content=content, tags=tags, created_at=int(time.time())
-        )
-
-    async def publish(self, *events: Event) -> None:
-        pool = RelayPool([self.url], timeout=RELAY_TIMEOUT)
-        results = await asyncio.gather(*(pool.publish(e) for e in events))
-        for event, result in zip(events, results, strict=True):
-            if not result.ok:
-                verdicts = "; ".join(f"{u}: {v.message}" for u, v in result.verdicts.items())
-                raise DemoFailure(f"the relay refused event {event.id}: {verdicts}")
-
-    async def turn(self, number: int, step: str) -> DiagnosticRecord:
-        await self.feed.wait_for("turn_completed", number, self.step_timeout, step)
-        return self.feed.of("turn_completed")[number - 1]
-
-    def config(self) -> PluginConfig:
-        return PluginConfig(
-            agent_secret=self.agent_key,
-            owner=self.owner.public_key,
-            read_relays=(self.url,),
-            write_relays=(self.url,),
-            agent_command=self.agent[0],
-            agent_args=tuple(self.agent[1:]),
-            agent_pass_env=self.pass_env,
-            state_dir=self.state / "bot",
-            gate="allowlist",
-            allowlist=frozenset({self.human.public_key.hex, self.second.public_key.hex}),
-            in_flight="steer",
-            standing=STANDING,
-            # The burst is published at once; a wider window keeps it one turn on a busy host.
-            coalesce_window=0.5,
-            relay_timeout=RELAY_TIMEOUT,
-            idle_timeout=self.step_timeout,
-            hard_timeout=self.step_timeout * 2,
-        )
-
     async def run(self) -> None:
-        relay, self.url = await _start_relay()
-        try:
+        async with self.relay():
             await self._script()
-        finally:
-            relay.shutdown()
-            del relay
-            gc.collect()
 
     async def _script(self) -> None:
         write = self.write
@@ -294,54 +141,15 @@ class _Demo:
         async with self.bot():
             await self._next_session()
 
-    @contextlib.asynccontextmanager
-    async def bot(self) -> AsyncIterator[None]:
-        """The bot running (on the demo's state directory) for the duration of the block."""
-        plugin = BuzzPlugin(self.config(), on_diagnostic=self.feed, include_prompt_text=True)
-        runner = asyncio.create_task(plugin.run(), name="buzz-demo-bot")
-        self.feed.watch(runner)
-        try:
-            yield
-        finally:
-            plugin.stop()
-            try:
-                await asyncio.wait_for(runner, RELAY_TIMEOUT * 4)
-            except TimeoutError:
-                runner.cancel()
-                raise DemoFailure("the bot did not stop in time") from None
-            except asyncio.CancelledError:
-                raise
-            except BuzzError:
-                pass  # already reported by the step that saw the bot stop
-
-    async def buzz(self, key: SecretKey | None, *argv: str) -> str:
-        """Run the real ``buzz`` command against the demo relay; its stdout, stripped."""
-        command = [sys.executable, "-m", "nostr_buzz", *argv, "--relay", self.url]
-        command += ["--timeout", f"{RELAY_TIMEOUT:g}"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BUZZ_")}
-        if key is not None:  # through the environment, never on a command line
-            env["BUZZ_PRIVATE_KEY"] = key.hex
-        proc = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            cwd=self.state,  # no stray ./buzz.toml is read
-        )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), RELAY_TIMEOUT * 4)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise DemoFailure(f"buzz {argv[0]} {argv[1]} did not finish in time") from None
-        if proc.returncode != 0:
-            raise DemoFailure(
-                f"buzz {argv[0]} {argv[1]} exited {proc.returncode}: {err.decode(errors='replace')}"
-            )
-        return out.decode("utf-8").strip()
-
     async def _conversation(self) -> None:
+        """Steps 2 to 6: a mention, a burst, a second person, a steer, a private message."""
+        mention = await self._mention()
+        await self._burst(mention)
+        await self._second_person(mention)
+        await self._steer()
+        await self._private_message()
+
+    async def _mention(self) -> Event:
         write = self.write
         _heading(write, 2, "a mention (turn 1)")
         mention = self.sign(self.human, "Hi buzz, why did last night's deploy fail?")
@@ -362,9 +170,12 @@ class _Demo:
         write(terminal_safe(text, multiline=True) + "\n")
         if "<channel-canvas>" not in text or CORE_MEMORY not in text:
             raise DemoFailure("the canvas or the core memory did not reach the session")
-        if self.bundled and text not in self._recorded_system_prompts():
+        if self.bundled and text not in self.recorded_system_prompts():
             raise DemoFailure("the demo agent did not receive the standing context")
+        return mention
 
+    async def _burst(self, mention: Event) -> None:
+        write = self.write
         _heading(write, 3, "a burst of replies in one thread (coalesced: turn 2)")
         burst = [
             self.sign(self.human, text, root=mention)
@@ -376,8 +187,10 @@ class _Demo:
         write(f"alex posted {len(burst)} replies; turn 2 was triggered by {len(started)}\n")
         if self.bundled and started != [e.id for e in burst]:
             raise DemoFailure(f"the burst became a turn of {len(started)} event(s), not 3")
-        write(_manifest_lines("manifest of turn 2", _manifest_of(self._delivery(2))))
+        write(_manifest_lines("manifest of turn 2", _manifest_of(self.delivery(2))))
 
+    async def _second_person(self, mention: Event) -> None:
+        write = self.write
         _heading(write, 4, "a reply by a second person (a separate turn: turn 3)")
         sam = self.sign(self.second, "I can help with the migration too.", root=mention)
         await self.publish(sam)
@@ -386,8 +199,10 @@ class _Demo:
         if started != [sam.id]:
             raise DemoFailure("the second person's reply did not get a turn of its own")
         write(f"sam: {sam.content}\n")
-        write(_manifest_lines("manifest of turn 3", _manifest_of(self._delivery(3))))
+        write(_manifest_lines("manifest of turn 3", _manifest_of(self.delivery(3))))
 
+    async def _steer(self) -> None:
+        write = self.write
         _heading(write, 5, "a message while a turn is running (a steer into turn 4)")
         task = self.sign(self.human, "Please run the migration again.")
         await self.publish(task)
@@ -411,7 +226,7 @@ class _Demo:
         fifth = self.feed.of("turn_started")[4].payload["triggeringEventIds"]
         if self.bundled and fifth != [aside.id]:
             raise DemoFailure("sam's message was not a turn of its own")
-        write(_manifest_lines("manifest of turn 4", _manifest_of(self._delivery(4))))
+        write(_manifest_lines("manifest of turn 4", _manifest_of(self.delivery(4))))
         if "contextManifest" in record.payload:
             write(_manifest_lines("turn 4 ledger after the steer", _manifest_of(record)))
         if self.bundled and outcome != "injected":
@@ -419,7 +234,6 @@ class _Demo:
         # When the agent could not take the steer natively, the message is its own next turn.
         turns = len(self.feed.of("turn_started"))
         await self.feed.wait_for("turn_completed", turns, self.step_timeout, "the last turn")
-        await self._private_message()
 
     async def _private_message(self) -> None:
         """Alex writes to the agent privately (NIP-17), the way 0xchat or Amethyst would; the
@@ -451,7 +265,7 @@ class _Demo:
         answer = answers[-1].rumor
         if nip17.replied_to(answer) != message.id:
             raise DemoFailure("the private answer does not answer alex's message")
-        delivery = self._delivery(turn)
+        delivery = self.delivery(turn)
         write(f"alex (private, kind 14 in a kind 1059 gift wrap): {text}\n")
         shown = "withheld" if "promptText" not in delivery.payload else "shown"
         write(f"prompt text in the diagnostics: {shown} (a private message is never logged)\n")
@@ -465,15 +279,6 @@ class _Demo:
         if leaked:
             raise DemoFailure(f"the relay holds the private text in the clear: {leaked}")
         write("the relay holds gift wraps only: no event on it contains the text\n")
-
-    def _recorded_system_prompts(self) -> list[str]:
-        path = self.state / AGENT_RECORD
-        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-        entries = [json.loads(line) for line in lines]
-        return [str(e["systemPrompt"]) for e in entries if e.get("systemPrompt")]
-
-    def _delivery(self, turn: int) -> DiagnosticRecord:
-        return self.feed.of("prompt_context_delivery")[turn - 1]
 
     async def _metrics_and_raw(self) -> None:
         write = self.write
@@ -512,9 +317,9 @@ class _Demo:
         await self.publish(self.sign(self.human, "Is the plan still the same?"))
         turn = len(self.feed.of("turn_started")) + 1
         await self.turn(turn, "the turn after the canvas changed")
-        self.before = _manifest_of(self._delivery(turn))
+        self.before = _manifest_of(self.delivery(turn))
         write(_manifest_lines(f"manifest of turn {turn} (same session)", self.before))
-        first = _manifest_of(self._delivery(1))
+        first = _manifest_of(self.delivery(1))
         canvas = [layer.version for layer in self.before.layers if layer.layer == "channel_canvas"]
         if canvas != [layer.version for layer in first.layers if layer.layer == "channel_canvas"]:
             raise DemoFailure("the running session's canvas changed with the new revision")
@@ -536,7 +341,7 @@ class _Demo:
         frozen = self.feed.of("standing_context_frozen")
         if frozen[-1].payload.get("canvasRevision") != self.revision:
             raise DemoFailure("the next session did not get the new canvas revision")
-        after = _manifest_of(self._delivery(turn))
+        after = _manifest_of(self.delivery(turn))
         write(_manifest_lines(f"manifest of turn {turn} (a new session)", after))
         write("\nwhat changed between the two turns (as `buzz manifest diff` shows it):\n")
         if self.before is None:

@@ -11,42 +11,26 @@ Exit 2 when some event was accepted by no relay (stdout then stays empty, as on 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import Annotated, Any, Final
 
-import typer
-
+from nostr_buzz.cli.access import RelayAccess, SigningRelays, relay_command
 from nostr_buzz.cli.common import (
-    DEFAULT_TIMEOUT,
-    ConfigOption,
-    KeyOption,
-    RelayOption,
-    TimeoutOption,
     describe_input,
-    json_lines,
+    given_json,
     json_strings,
     one_line,
     parse_event_ref,
     parse_public_key,
-    piped_stdin_lines,
-    read_stdin_lines,
     read_stdin_text,
     refuse_secrets,
     run,
-    sources,
     verdict_text,
 )
+from nostr_buzz.cli.options import argument, kind_option, option, time_option
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
-from nostr_buzz.cli.signing import (
-    BunkerOption,
-    KeyChoice,
-    local_secret,
-    opened_signer,
-    require_key_choice,
-)
-from nostr_buzz.config import ConfigSources
+from nostr_buzz.cli.signing import KeyChoice, local_secret, opened_signer
 from nostr_buzz.event import Event, check_structure
 from nostr_buzz.io.pool import PublishResult, RelayPool
 from nostr_buzz.signer import EventTemplate, signed
@@ -80,13 +64,6 @@ def _template(doc: Any, where: str) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k in _TEMPLATE_KEYS}
 
 
-def _argument_template(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, f"TEMPLATE: not JSON: {exc}") from None
-
-
 def _checked(kind: Any, content: Any, tags: Any, created_at: Any) -> EventTemplate:
     """An event template whose members are checked as a signed event's would be (kind range,
     tags of strings…: InvalidEvent exits 1) before any signer is asked."""
@@ -101,14 +78,13 @@ def _checked(kind: Any, content: Any, tags: Any, created_at: Any) -> EventTempla
 def _sign_and_publish(
     templates: Sequence[EventTemplate],
     choice: KeyChoice,
-    cfg: ConfigSources,
+    access: RelayAccess,
     relays: Sequence[str],
-    timeout: float,
 ) -> tuple[list[Event], list[PublishResult]]:
     async def body() -> tuple[list[Event], list[PublishResult]]:
-        async with opened_signer(choice, cfg) as signer:
+        async with opened_signer(choice, access.cfg) as signer:
             events = [await signed(signer, unsigned) for unsigned in templates]
-            pool = RelayPool(relays, signer=signer, timeout=timeout)
+            pool = RelayPool(relays, signer=signer, timeout=access.timeout)
             return events, [await pool.publish(event, min_ok=1) for event in events]
 
     return run(body())
@@ -116,93 +92,52 @@ def _sign_and_publish(
 
 _TemplateArgument = Annotated[
     str | None,
-    typer.Argument(
-        metavar="[TEMPLATE]",
-        help="An event template as JSON ({kind, content, tags, created_at}); '-' reads "
-        "one template per line from stdin, as does no TEMPLATE when stdin is not a terminal.",
-        show_default=False,
+    argument(
+        "[TEMPLATE]",
+        "An event template as JSON ({kind, content, tags, created_at}); '-' reads one template "
+        "per line from stdin, as does no TEMPLATE when stdin is not a terminal.",
     ),
 ]
-
-_KindOption = Annotated[
-    int | None,
-    typer.Option(
-        "-k",
-        "--kind",
-        metavar="KIND",
-        min=0,
-        max=65535,
-        help=f"Event kind (default {DEFAULT_KIND}).",
-        show_default=False,
-    ),
-]
-
 _ContentOption = Annotated[
     str | None,
-    typer.Option(
-        "-c",
-        "--content",
-        metavar="TEXT",
-        help="The content; '-' reads it from stdin.",
-        show_default=False,
-    ),
+    option("-c", "--content", metavar="TEXT", help="The content; '-' reads it from stdin."),
 ]
-
 _TagOption = Annotated[
     list[str] | None,
-    typer.Option(
+    option(
         "-t",
         "--tag",
         metavar="NAME=VALUE[;VALUE…]",
         help="A tag, e.g. -t h=engineering or -t e=ID;wss://relay;root; repeatable.",
-        show_default=False,
     ),
 ]
-
 _PubkeyOption = Annotated[
     list[str] | None,
-    typer.Option(
-        "-p",
-        metavar="KEY",
-        help="A p tag for this public key (hex or npub); repeatable.",
-        show_default=False,
-    ),
+    option("-p", metavar="KEY", help="A p tag for this public key (hex or npub); repeatable."),
 ]
-
 _EventOption = Annotated[
     list[str] | None,
-    typer.Option(
-        "-e",
-        metavar="EVENT",
-        help="An e tag for this event (hex, note1… or nevent1…); repeatable.",
-        show_default=False,
+    option(
+        "-e", metavar="EVENT", help="An e tag for this event (hex, note1… or nevent1…); repeatable."
     ),
 ]
-
 _CreatedAtOption = Annotated[
     str | None,
-    typer.Option(
-        "--created-at",
-        metavar="TIME",
-        help="Unix seconds, a date or an RFC 3339 date-time (default: now).",
-        show_default=False,
-    ),
+    time_option("--created-at", "Unix seconds, a date or an RFC 3339 date-time (default: now)."),
 ]
 
 
+@relay_command
 def event_command(
     template: _TemplateArgument = None,
-    kind: _KindOption = None,
+    kind: Annotated[int | None, kind_option(f"Event kind (default {DEFAULT_KIND}).")] = None,
     content: _ContentOption = None,
     tag: _TagOption = None,
     pubkey: _PubkeyOption = None,
     event_id: _EventOption = None,
     created_at: _CreatedAtOption = None,
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    bunker: BunkerOption = None,
-    config: ConfigOption = None,
+    *,
+    access: SigningRelays,
 ) -> None:
     """Sign an event with the configured key (or bunker) and publish it to the write relays."""
     given = _given_templates(template, content)
@@ -214,14 +149,13 @@ def event_command(
         from nostr_buzz.cli.metrics import parse_time
 
         when = parse_time(created_at, option="--created-at")
-    cfg = sources(config)
-    choice = require_key_choice(cfg, key, bunker)
+    choice = access.key_choice()
     secret = local_secret(choice)
     # Before a template is checked (its messages name members) and before any relay is asked.
     refuse_secrets(json_strings([doc for _, doc in given]), secret, where="the template")
     refuse_secrets(json_strings([content, extra_tags]), secret, where="the event")
     docs = [_template(doc, where) for where, doc in given] or [{}]
-    relays = cfg.require_relays(relay or (), direction="write")
+    relays = access.relays("write")
     now = int(time.time())  # the clock is read here, at the edge
     templates = [
         _checked(
@@ -232,7 +166,7 @@ def event_command(
         )
         for doc in docs
     ]
-    events, results = _sign_and_publish(templates, choice, cfg, relays, timeout)
+    events, results = _sign_and_publish(templates, choice, access, relays)
     _report(events, results)
     write_stdout("".join(e.to_json() + "\n" for e in events))
 
@@ -243,12 +177,8 @@ def _given_templates(template: str | None, content: str | None) -> list[tuple[st
         raise CliFailure(
             ExitCode.BAD_INPUT, "stdin can hold the templates or the content, not both"
         )
-    if template == "-":
-        return json_lines(read_stdin_lines("event template"))
-    if template is not None:
-        return [("TEMPLATE", _argument_template(template))]
-    # nak's rule: a piped template is used (stdin holding none: the flags alone).
-    return json_lines(piped_stdin_lines()) if content != "-" else []
+    # Content from stdin leaves no piped template to read.
+    return given_json(template, "TEMPLATE", "event template", piped=content != "-")
 
 
 def _flag_tags(

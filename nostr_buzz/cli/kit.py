@@ -19,19 +19,24 @@ import typer.main
 CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"]}
 
 
+#: The settings every ``buzz`` command group shares: plain help, no pretty tracebacks, ``-h``.
+_SHARED: Final[dict[str, Any]] = {
+    "rich_markup_mode": None,
+    "pretty_exceptions_enable": False,
+    "context_settings": CONTEXT,
+}
+
+
 def sub_app(
-    name: str, help_text: str | None = None, *, cls: type[typer.core.TyperGroup] | None = None
+    name: str,
+    help_text: str | None = None,
+    *,
+    cls: type[typer.core.TyperGroup] | None = None,
+    completion: bool = False,
 ) -> typer.Typer:
-    """A command group (or the wrapper of a single command) with the shared settings."""
-    return typer.Typer(
-        name=name,
-        help=help_text,
-        cls=cls,
-        add_completion=False,
-        rich_markup_mode=None,
-        pretty_exceptions_enable=False,
-        context_settings=CONTEXT,
-    )
+    """A command group (or the wrapper of a single command) with the shared settings;
+    ``completion``: the ``--install-completion`` options (``buzz`` itself has them)."""
+    return typer.Typer(name=name, help=help_text, cls=cls, add_completion=completion, **_SHARED)
 
 
 #: A command loaded on demand: (module in nostr_buzz.cli, attribute, one line of help).

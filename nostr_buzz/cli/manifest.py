@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import msgspec
-import typer
 
 from nostr_buzz.cli.compile import (
     STDIN,
@@ -27,6 +26,7 @@ from nostr_buzz.cli.compile import (
     terminal_safe,
 )
 from nostr_buzz.cli.kit import sub_app
+from nostr_buzz.cli.options import JsonFormatOption, argument, option
 from nostr_buzz.cli.output import CliFailure, ExitCode, write_stdout
 from nostr_buzz.manifest import SCHEMA_VERSION, Layer, Manifest, layers_hash
 from nostr_buzz.reports.manifest_diff import LAYER_FIELDS, LayerKey, ManifestDiff, diff_manifests
@@ -145,29 +145,22 @@ def render_diff_text(diff: ManifestDiff) -> str:
 def diff_command(
     a: Annotated[
         str,
-        typer.Argument(
-            metavar="A",
-            help="The earlier manifest: a manifest file, 'buzz compile --format json' output "
-            "or a decrypted metric payload; '-' reads standard input.",
-            show_default=False,
+        argument(
+            "A",
+            "The earlier manifest: a manifest file, 'buzz compile --format json' output or a "
+            "decrypted metric payload; '-' reads standard input.",
         ),
     ],
-    b: Annotated[
-        str,
-        typer.Argument(
-            metavar="B", help="The later manifest, in any of the same forms.", show_default=False
-        ),
-    ],
+    b: Annotated[str, argument("B", "The later manifest, in any of the same forms.")],
     fmt: Annotated[
         OutputFormat | None,
-        typer.Option(
+        option(
             "--format",
             metavar="[text|json]",
             help="text (default): a short report. json: one line with the full comparison.",
-            show_default=False,
         ),
     ] = None,
-    json_flag: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    json_flag: JsonFormatOption = False,
 ) -> None:
     """Explain what changed from manifest A to manifest B.
 

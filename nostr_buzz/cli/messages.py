@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import typer
 
+from nostr_buzz.cli.access import RelayAccess, Relays, SigningRelays, relay_command
 from nostr_buzz.cli.common import (
-    DEFAULT_TIMEOUT,
-    ChannelOption,
-    ConfigOption,
     EventRef,
-    JsonOption,
-    KeyOption,
-    RelayOption,
-    TimeoutOption,
     check_channel,
     check_format,
     one_line,
@@ -33,17 +27,16 @@ from nostr_buzz.cli.common import (
     report_publish,
     require_fetched,
     run,
-    sources,
     text_argument,
     warn_list_problems,
 )
 from nostr_buzz.cli.kit import LazyGroup, LazySpec, sub_app
+from nostr_buzz.cli.options import ChannelOption, JsonOption, argument, option
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_stdout
-from nostr_buzz.cli.signing import BunkerOption, local_secret, opened_signer, require_key_choice
-from nostr_buzz.config import ConfigSources
+from nostr_buzz.cli.signing import local_secret, sign_and_publish
 from nostr_buzz.event import Event
 from nostr_buzz.io.fetch import fetch_event_result
-from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, PublishResult, RelayPool
+from nostr_buzz.io.pool import MAX_HINT_RELAYS, PoolQueryResult, RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.local_signer import as_signer
 from nostr_buzz.nips import nip10, nip27
@@ -98,14 +91,16 @@ def _usable_hints(hints: Iterable[str]) -> list[str]:
 
 
 def _read_setup(
-    cfg: ConfigSources, relay: Sequence[str] | None, key: str | None, hints: Sequence[str] = ()
+    access: RelayAccess, hints: Sequence[str] = ()
 ) -> tuple[tuple[str, ...], list[str], SecretKey | None]:
     """Read relays, usable hints and the key used for NIP-42 on the configured relays only."""
-    relays = cfg.relays(relay or (), direction="read")
+    relays = access.relays_if_any("read")
     usable = _usable_hints(hints)
     if not relays and not usable:
-        raise CliFailure(ExitCode.BAD_INPUT, f"no relay configured: give {cfg.RELAY_SOURCES}")
-    return relays, usable, cfg.secret_key(key)
+        raise CliFailure(
+            ExitCode.BAD_INPUT, f"no relay configured: give {access.cfg.RELAY_SOURCES}"
+        )
+    return relays, usable, access.secret_key()
 
 
 def _asked(relays: Sequence[str], hints: Sequence[str]) -> int:
@@ -146,15 +141,17 @@ def _render(events: Sequence[Event], fmt: Format) -> str:
 # --- commands ------------------------------------------------------------------------------
 
 
+def _event_option(what: str) -> Any:
+    """``--event EVENT``, saying ``what`` it names and the forms it takes."""
+    return typer.Option("--event", metavar="EVENT", help=f"{what}: 64-hex, note1… or nevent1….")
+
+
 @messages_app.command("raw")
+@relay_command
 def raw(
-    event: Annotated[
-        str, typer.Option("--event", metavar="EVENT", help="Event id: 64-hex, note1… or nevent1….")
-    ],
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    config: ConfigOption = None,
+    event: Annotated[str, _event_option("Event id")],
+    *,
+    access: Relays,
     wait_all: Annotated[
         bool,
         typer.Option(
@@ -166,12 +163,13 @@ def raw(
 ) -> None:
     """Fetch one signed event by id and print its canonical JSON (one line) after checking it."""
     ref = parse_event_ref(event)
-    relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
-    found, _ = run(_fetch(ref, relays, hints, secret, timeout, wait_all=wait_all))
+    relays, hints, secret = _read_setup(access, ref.relays)
+    found, _ = run(_fetch(ref, relays, hints, secret, access.timeout, wait_all=wait_all))
     write_stdout(found.to_json() + "\n")
 
 
 @messages_app.command("get")
+@relay_command
 def get(
     channel: ChannelOption,
     limit: Annotated[
@@ -181,15 +179,14 @@ def get(
         ),
     ] = 50,
     output_format: FormatOption = "json",
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    config: ConfigOption = None,
+    *,
+    access: Relays,
 ) -> None:
     """Recent chat messages of a channel (kind 9, h = CHANNEL), oldest first."""
     channel = check_channel(channel)
     fmt = check_format(output_format, FORMATS)
-    relays, _, secret = _read_setup(sources(config), relay, key)
+    relays, _, secret = _read_setup(access)
+    timeout = access.timeout
 
     async def body() -> list[Event]:
         pool = RelayPool(relays, secret=secret, timeout=timeout)
@@ -205,25 +202,20 @@ def get(
 
 
 @messages_app.command("thread")
+@relay_command
 def thread(
     channel: ChannelOption,
-    event: Annotated[
-        str,
-        typer.Option(
-            "--event", metavar="EVENT", help="Any event of the thread: 64-hex, note1… or nevent1…."
-        ),
-    ],
+    event: Annotated[str, _event_option("Any event of the thread")],
     output_format: FormatOption = "json",
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    config: ConfigOption = None,
+    *,
+    access: Relays,
 ) -> None:
     """The thread EVENT belongs to, in CHANNEL: its root, then the replies, oldest first."""
     channel = check_channel(channel)
     fmt = check_format(output_format, FORMATS)
     ref = parse_event_ref(event)
-    relays, hints, secret = _read_setup(sources(config), relay, key, ref.relays)
+    relays, hints, secret = _read_setup(access, ref.relays)
+    timeout = access.timeout
 
     async def body() -> list[Event]:
         start, _ = await _fetch(ref, relays, hints, secret, timeout)
@@ -257,38 +249,27 @@ def _first_relay_with(result: PoolQueryResult, event_id: str) -> str:
 
 
 @messages_app.command("send")
+@relay_command
 def send(
     channel: ChannelOption,
-    text: Annotated[
-        str,
-        typer.Argument(
-            metavar="TEXT", help="The message text; '-' reads it from stdin.", show_default=False
-        ),
-    ],
+    text: Annotated[str, argument("TEXT", "The message text; '-' reads it from stdin.")],
     reply_to: Annotated[
         str | None,
-        typer.Option(
-            "--reply-to",
-            metavar="EVENT",
-            help="Reply to this event (64-hex, note1… or nevent1…).",
-            show_default=False,
+        option(
+            "--reply-to", metavar="EVENT", help="Reply to this event (64-hex, note1… or nevent1…)."
         ),
     ] = None,
     mention: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--mention",
             metavar="KEY",
             help="Mention this public key (hex or npub) with a p tag; repeat for more. A bot "
             "that requires mentions answers only messages that mention it.",
-            show_default=False,
         ),
     ] = None,
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    bunker: BunkerOption = None,
-    config: ConfigOption = None,
+    *,
+    access: SigningRelays,
     json_output: JsonOption = False,
 ) -> None:
     """Publish a kind 9 chat message to CHANNEL, threaded with NIP-10 marked e tags."""
@@ -296,33 +277,25 @@ def send(
     mentioned = [parse_public_key(k, option="--mention") for k in mention or ()]
     text = text_argument(text, what="message text")
     ref = parse_event_ref(reply_to, option="--reply-to") if reply_to is not None else None
-    cfg = sources(config)
-    choice = require_key_choice(cfg, key, bunker)
+    choice = access.key_choice()
     # Before --reply-to is looked up.
     refuse_secrets([text], local_secret(choice), where="the message text")
-    write_relays = cfg.require_relays(relay or (), direction="write")
-    read_relays = cfg.relays(relay or (), direction="read") or write_relays
+    write_relays = access.relays("write")
+    read_relays = access.relays_if_any("read") or write_relays
 
-    async def body() -> tuple[Event, PublishResult]:
-        async with opened_signer(choice, cfg) as signer:
-            return await _send(signer)
-
-    async def _send(signer: Signer) -> tuple[Event, PublishResult]:
+    async def message(signer: Signer) -> Event:
         tags: list[list[str]] = [["h", channel]]
         if ref is not None:
-            tags += await _reply_tags(ref, channel, read_relays, signer, timeout)
+            tags += await _reply_tags(ref, channel, read_relays, signer, access.timeout)
         listed = {t[1] for t in tags if t[0] == "p"}
         tags += [["p", k] for k in dict.fromkeys(mentioned) if k not in listed]
         # The clock is read here, at the edge; the library itself never reads one.
         unsigned = template(kind=CHAT_KIND, content=text, tags=tags, created_at=int(time.time()))
         unsigned = nip27.with_references(unsigned)  # as clients (and NDK's bunker) tag it
-        message = await signed(signer, unsigned)
-        pool = RelayPool(write_relays, signer=signer, timeout=timeout)
-        progress(f"publishing {message.id} to {len(write_relays)} relay(s)…")
-        return message, await pool.publish(message, min_ok=1)
+        return await signed(signer, unsigned)
 
-    message, published = run(body())
-    report_publish(message, published, json_output, with_event=True)
+    sent, published = sign_and_publish(message, choice, access.cfg, write_relays, access.timeout)
+    report_publish(sent, published, json_output, with_event=True)
 
 
 async def _reply_tags(

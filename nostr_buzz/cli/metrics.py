@@ -59,22 +59,15 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 import typer
 
-from nostr_buzz.cli.common import (
-    DEFAULT_TIMEOUT,
-    ConfigOption,
-    KeyOption,
-    RelayOption,
-    TimeoutOption,
-    check_format,
-    progress,
-    run,
-    sources,
-)
+from nostr_buzz.cli.access import Relays, relay_command
+from nostr_buzz.cli.common import pick_format as pick_format  # also used from here
+from nostr_buzz.cli.common import progress, run
+from nostr_buzz.cli.options import JsonFormatOption, format_option, option, time_option
 from nostr_buzz.cli.output import (
     CliFailure,
     ExitCode,
@@ -128,20 +121,6 @@ def parse_time(text: str, *, option: str, end_of_day: bool = False) -> int:
         f"{option}: {s[:40]!r} is not a time: give unix seconds, a date (2026-12-02) or an "
         "RFC 3339 date-time with its offset (2026-12-02T10:00:00Z)",
     )
-
-
-F = TypeVar("F", bound=str)
-
-
-def pick_format(value: str | None, json_flag: bool, formats: tuple[F, ...]) -> F:
-    """``--format`` among ``formats`` (the first is the default); ``--json`` is ``--format
-    json`` (docs/cli.md), and with another ``--format`` it is bad usage."""
-    fmt = check_format(value, formats) if value is not None else None
-    if json_flag:
-        if fmt is not None and fmt != "json":
-            raise CliFailure(ExitCode.BAD_INPUT, f"--json conflicts with --format {fmt}")
-        return check_format("json", formats)
-    return fmt or formats[0]
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -315,33 +294,21 @@ def render_rich_table(report: MetricsReport, turns: bool, *, width: int | None =
 
 # --- the command ------------------------------------------------------------------------------
 
+
 SinceOption = Annotated[
     str | None,
-    typer.Option(
-        "--since",
-        metavar="TIME",
-        help="From this time: unix seconds, a date or an RFC 3339 date-time.",
-        show_default=False,
-    ),
+    time_option("--since", "From this time: unix seconds, a date or an RFC 3339 date-time."),
 ]
 UntilOption = Annotated[
-    str | None,
-    typer.Option(
-        "--until",
-        metavar="TIME",
-        help="Up to this time, inclusive (a bare date means its end).",
-        show_default=False,
-    ),
+    str | None, time_option("--until", "Up to this time, inclusive (a bare date means its end).")
 ]
-JsonFormatOption = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
 AgentOption = Annotated[
     list[str] | None,
-    typer.Option(
+    option(
         "--agent",
         metavar="KEY",
         help="Only this agent's metrics (public key, repeatable); default: agents in "
         "buzz.toml, else every agent.",
-        show_default=False,
     ),
 ]
 
@@ -432,28 +399,25 @@ def report_problems(report: MetricsReport, fetch: MetricsFetch) -> None:
         )
 
 
+@relay_command
 def metrics_command(
     since: SinceOption = None,
     until: UntilOption = None,
     output_format: Annotated[
         str | None,
-        typer.Option(
-            "--format",
-            metavar="[table|json|csv|html]",
-            help="table (default), json, csv or html (one self-contained page with charts).",
-            case_sensitive=False,
-            show_default=False,
+        format_option(
+            "[table|json|csv|html]",
+            "table (default), json, csv or html (one self-contained page with charts).",
         ),
     ] = None,
     json_flag: JsonFormatOption = False,
     output: Annotated[
         Path | None,
-        typer.Option(
+        option(
             "--output",
             "-o",
             metavar="FILE",
             help="Write the report to FILE (replaced whole) instead of stdout.",
-            show_default=False,
             dir_okay=False,
         ),
     ] = None,
@@ -461,47 +425,57 @@ def metrics_command(
         bool, typer.Option("--turns", help="table/csv: one row per turn instead of totals.")
     ] = False,
     agent: AgentOption = None,
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    config: ConfigOption = None,
+    *,
+    access: Relays,
 ) -> None:
     """The owner's usage report: NIP-AM metrics decrypted with the owner's key, totalled per
     agent, model and UTC day."""
     fmt = pick_format(output_format, json_flag, FORMATS)
     start, end = parse_window(since, until)
     _check_output(output)
-    cfg = sources(config)
-    owner: SecretKey = cfg.require_secret_key(key)
-    relays = cfg.require_relays(relay or (), direction="read")
-    agents = cfg.agents(agent or ())
-    report, fetch = read_window(owner, relays, agents, (start, end), timeout)
+    owner = access.owner_key()
+    relays = access.relays("read")
+    agents = access.cfg.agents(agent or ())
+    report, fetch = read_window(owner, relays, agents, (start, end), access.timeout)
     if not agents and report.turns:
         note(
             "buzz: counting every key that sends you metrics: name your agents with --agent "
             "or agents in buzz.toml"
         )
-    owner_hex = owner.public_key.hex
-    if fmt == "json":
-        text = render_json(report, fetch, owner_hex, start, end)
-    elif fmt == "csv":
-        text = render_csv(report, turns)
-    elif fmt == "html":
-        since_text = None if start is None else utc_time(start) + " UTC"
-        until_text = None if end is None else utc_time(end) + " UTC"
-        text = render_html(
-            report, owner=owner_hex, since=since_text, until=until_text, relays=list(fetch.relays)
-        )
-        if not report.turns:
-            note("buzz: no metrics in this window (the page's charts are empty)")
-    elif not (report.turns if turns else report.totals):
+    if fmt == "table" and not (report.turns if turns else report.totals):
         note("buzz: no metrics in this window")
         return
-    elif sys.stdout.isatty() and output is None:
-        text = render_rich_table(report, turns)
-    else:
-        text = render_plain_table(report, turns)
+    text = _render(fmt, report, fetch, owner.public_key.hex, (start, end), turns, output)
     if output is None:
         write_stdout(text)
     else:
         _write_output(output, text)
+
+
+def _render(
+    fmt: Format,
+    report: MetricsReport,
+    fetch: MetricsFetch,
+    owner: str,
+    window: tuple[int | None, int | None],
+    turns: bool,
+    output: Path | None,
+) -> str:
+    """The report in ``fmt``; a table is rich on a terminal (not into ``output``)."""
+    start, end = window
+    if fmt == "json":
+        return render_json(report, fetch, owner, start, end)
+    if fmt == "csv":
+        return render_csv(report, turns)
+    if fmt == "html":
+        since_text = None if start is None else utc_time(start) + " UTC"
+        until_text = None if end is None else utc_time(end) + " UTC"
+        page = render_html(
+            report, owner=owner, since=since_text, until=until_text, relays=list(fetch.relays)
+        )
+        if not report.turns:
+            note("buzz: no metrics in this window (the page's charts are empty)")
+        return page
+    if sys.stdout.isatty() and output is None:
+        return render_rich_table(report, turns)
+    return render_plain_table(report, turns)

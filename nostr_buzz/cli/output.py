@@ -7,6 +7,8 @@ commands compute everything first and write their data last.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import IntEnum
 
@@ -28,6 +30,16 @@ class CliFailure(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+@contextmanager
+def bad_input(*errors: type[Exception]) -> Iterator[None]:
+    """Ends the command with exit 1 and the error's own message on any of ``errors`` (a
+    configuration the user gave that does not hold, say)."""
+    try:
+        yield
+    except errors as exc:
+        raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
 
 
 def write_stdout(text: str) -> None:

@@ -14,26 +14,21 @@ from typing import Annotated
 
 import typer
 
+from nostr_buzz.cli.access import SigningRelays, relay_command
 from nostr_buzz.cli.common import (
-    DEFAULT_TIMEOUT,
-    ConfigOption,
-    JsonOption,
-    KeyOption,
-    RelayOption,
-    TimeoutOption,
     check_format,
     one_line,
     progress,
     refusal_lines,
     refuse_secrets,
     run,
-    sources,
     text_argument,
     warn_list_problems,
 )
 from nostr_buzz.cli.messages import FORMATS, FormatOption
+from nostr_buzz.cli.options import JsonOption, argument
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, utc_time, write_stdout
-from nostr_buzz.cli.signing import BunkerOption, local_secret, opened_signer, require_key_choice
+from nostr_buzz.cli.signing import local_secret, opened_signer
 from nostr_buzz.errors import InvalidKey
 from nostr_buzz.io.private import MAX_QUERY_LIMIT, Delivery, Inbox, dm_relays_of, read_inbox
 from nostr_buzz.io.private import send_private as _send_private
@@ -48,24 +43,15 @@ def _parse_to(value: str) -> str:
         raise CliFailure(ExitCode.BAD_INPUT, f"--to: {exc}") from None
 
 
+@relay_command
 def dm_command(
     to: Annotated[
         str,
         typer.Option("--to", metavar="KEY", help="The receiver's public key (npub1… or 64-hex)."),
     ],
-    text: Annotated[
-        str,
-        typer.Argument(
-            metavar="TEXT",
-            help="The message text; - reads it from standard input.",
-            show_default=False,
-        ),
-    ],
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    bunker: BunkerOption = None,
-    config: ConfigOption = None,
+    text: Annotated[str, argument("TEXT", "The message text; - reads it from standard input.")],
+    *,
+    access: SigningRelays,
     json_output: JsonOption = False,
 ) -> None:
     """Send a NIP-17 private message: only the receiver (and you) can read it.
@@ -77,15 +63,15 @@ def dm_command(
     """
     receiver = _parse_to(to)
     body_text = text_argument(text, what="message text")
-    cfg = sources(config)
-    choice = require_key_choice(cfg, key, bunker)
+    choice = access.key_choice()
     # Encrypted, yet read by the receiver: a secret key is refused before any relay is asked.
     refuse_secrets([body_text], local_secret(choice), where="the message text")
-    write_relays = cfg.require_relays(relay or (), direction="write")
-    read_relays = cfg.relays(relay or (), direction="read") or write_relays
+    write_relays = access.relays("write")
+    read_relays = access.relays_if_any("read") or write_relays
+    timeout = access.timeout
 
     async def body() -> tuple[str, str, list[Delivery]]:
-        async with opened_signer(choice, cfg) as signer:
+        async with opened_signer(choice, access.cfg) as signer:
             me = signer.public_key.hex
             progress(f"looking up DM relays on {len(read_relays)} relay(s)…")
             known = await dm_relays_of([receiver, me], read_relays, secret=signer, timeout=timeout)
@@ -99,6 +85,14 @@ def dm_command(
             return me, rumor.id, deliveries
 
     me, message_id, deliveries = run(body())
+    _report_sent(message_id, receiver, me, deliveries, json_output)
+
+
+def _report_sent(
+    message_id: str, receiver: str, me: str, deliveries: list[Delivery], json_output: bool
+) -> None:
+    """What ``dm`` prints: a failure when no relay took the message to the receiver, a warning
+    per refusal and for a copy to yourself stored nowhere, then the id (or JSON)."""
     to_them = [d for d in deliveries if d.addressee != me]
     copy = next(d for d in deliveries if d.addressee == me)
     if not all(d.result.ok for d in to_them):
@@ -112,17 +106,17 @@ def dm_command(
             note(f"buzz: warning: not stored on {line}")
     if not copy.result.ok:
         note("buzz: warning: your own copy was stored nowhere (buzz messages inbox won't show it)")
-    if json_output:
-        payload = {
-            "id": message_id,
-            "to": receiver,
-            "accepted": to_them[0].result.accepted,
-            "dmRelays": to_them[0].to_dm_relays,
-            "copyAccepted": copy.result.accepted,
-        }
-        write_stdout(json.dumps(payload, ensure_ascii=False) + "\n")
-    else:
+    if not json_output:
         write_stdout(message_id + "\n")
+        return
+    payload = {
+        "id": message_id,
+        "to": receiver,
+        "accepted": to_them[0].result.accepted,
+        "dmRelays": to_them[0].to_dm_relays,
+        "copyAccepted": copy.result.accepted,
+    }
+    write_stdout(json.dumps(payload, ensure_ascii=False) + "\n")
 
 
 def _render(inbox: Inbox, fmt: str, me: str) -> str:
@@ -136,6 +130,7 @@ def _render(inbox: Inbox, fmt: str, me: str) -> str:
     return "".join(lines)
 
 
+@relay_command
 def inbox_command(
     limit: Annotated[
         int,
@@ -148,11 +143,8 @@ def inbox_command(
         ),
     ] = 100,
     output_format: FormatOption = "table",
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    bunker: BunkerOption = None,
-    config: ConfigOption = None,
+    *,
+    access: SigningRelays,
 ) -> None:
     """Private messages (NIP-17) addressed to your key, opened and checked, oldest first.
 
@@ -160,14 +152,13 @@ def inbox_command(
     message (the kind 14 rumor, whose author the seal's signature proved) on one line.
     """
     fmt = check_format(output_format, FORMATS)
-    cfg = sources(config)
-    choice = require_key_choice(cfg, key, bunker)
-    relays = cfg.require_relays(relay or (), direction="read")
+    choice = access.key_choice()
+    relays = access.relays("read")
 
     async def body() -> tuple[str, Inbox]:
-        async with opened_signer(choice, cfg) as signer:
+        async with opened_signer(choice, access.cfg) as signer:
             progress(f"asking {len(relays)} relay(s) for gift wraps…")
-            inbox = await read_inbox(signer, relays, timeout=timeout, limit=limit)
+            inbox = await read_inbox(signer, relays, timeout=access.timeout, limit=limit)
             return signer.public_key.hex, inbox
 
     me, inbox = run(body())

@@ -26,6 +26,13 @@ LOCAL_NOTES_PER_MINUTE = 100_000
 LOCAL_MAX_REQS = 500
 
 
+def local_relay_builder(sdk: Any, host: str) -> Any:
+    """nostr-sdk's ``LocalRelayBuilder`` on ``host``, with limits that let local bulk
+    publishing (a burst, the metrics) through."""
+    limit = sdk.RateLimit(max_reqs=LOCAL_MAX_REQS, notes_per_minute=LOCAL_NOTES_PER_MINUTE)
+    return sdk.LocalRelayBuilder().addr(host).rate_limit(limit)
+
+
 def _import_nostr_sdk() -> Any:
     try:
         import nostr_sdk
@@ -40,11 +47,7 @@ async def _serve(sdk: Any, *, host: str, port: int, db: Path | None, auth: bool)
     loop = asyncio.get_running_loop()
     # LMDB (and any Python callback) needs the loop registered with uniffi first.
     sdk.uniffi_set_event_loop(loop)
-    builder = (
-        sdk.LocalRelayBuilder()
-        .addr(host)
-        .rate_limit(sdk.RateLimit(max_reqs=LOCAL_MAX_REQS, notes_per_minute=LOCAL_NOTES_PER_MINUTE))
-    )
+    builder = local_relay_builder(sdk, host)
     if port:  # without a port the relay picks a free one and reports it in url()
         builder = builder.port(port)
     database: Any = None

@@ -13,31 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 from collections.abc import AsyncGenerator
 from typing import Annotated, Any, cast
 
 import typer
 
+from nostr_buzz.cli.access import Relays, relay_command
 from nostr_buzz.cli.common import (
-    DEFAULT_TIMEOUT,
-    ConfigOption,
-    KeyOption,
-    RelayOption,
-    TimeoutOption,
-    json_lines,
+    given_json,
     json_strings,
     one_line,
     parse_event_ref,
     parse_public_key,
-    piped_stdin_lines,
-    read_stdin_lines,
     refuse_secrets,
     run,
-    sources,
     warn_list_problems,
 )
+from nostr_buzz.cli.options import argument, kind_option, time_option
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
@@ -63,23 +56,22 @@ def _tag_condition(text: str) -> tuple[str, str]:
     return name, value
 
 
+#: What --since and --until take.
+_TIME_HELP = "Unix seconds, a date or RFC 3339."
+
+
+@relay_command
 def req_command(
     filter_json: Annotated[
         str | None,
-        typer.Argument(
-            metavar="[FILTER]",
-            help='A filter as JSON, e.g. \'{"kinds":[1],"limit":5}\' (or a list of filters); '
+        argument(
+            "[FILTER]",
+            'A filter as JSON, e.g. \'{"kinds":[1],"limit":5}\' (or a list of filters); '
             "'-' reads one filter per line from stdin, as does no FILTER when stdin is not a "
             "terminal.",
-            show_default=False,
         ),
     ] = None,
-    kind: Annotated[
-        list[int] | None,
-        typer.Option(
-            "-k", "--kind", metavar="KIND", min=0, max=65535, help="Event kind; repeatable."
-        ),
-    ] = None,
+    kind: Annotated[list[int] | None, kind_option("Event kind; repeatable.")] = None,
     author: Annotated[
         list[str] | None,
         typer.Option("-a", "--author", metavar="KEY", help="Public key (hex or npub); repeatable."),
@@ -97,40 +89,29 @@ def req_command(
     limit: Annotated[
         int | None, typer.Option("-l", "--limit", metavar="N", min=0, help="At most N events.")
     ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option("--since", metavar="TIME", help="Unix seconds, a date or RFC 3339."),
-    ] = None,
-    until: Annotated[
-        str | None,
-        typer.Option("--until", metavar="TIME", help="Unix seconds, a date or RFC 3339."),
-    ] = None,
+    since: Annotated[str | None, time_option("--since", _TIME_HELP)] = None,
+    until: Annotated[str | None, time_option("--until", _TIME_HELP)] = None,
     stream: Annotated[
-        bool,
-        typer.Option("--stream", help="Stay subscribed: print new events until interrupted."),
+        bool, typer.Option("--stream", help="Stay subscribed: print new events until interrupted.")
     ] = False,
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    config: ConfigOption = None,
+    *,
+    access: Relays,
 ) -> None:
     """Query relays with a filter; print the verified events as JSON lines."""
     docs = _given_filters(filter_json)
     extra = _flag_conditions(kind, author, event_id, tag, limit, since, until)
-    cfg = sources(config)
-    secret = cfg.secret_key(key)
+    secret = access.secret_key()
     # A filter is sent to every relay: a secret key in it would be published.  Checked before
     # Filter.from_dict, whose messages (a RelayError: exit 1) name unknown keys and bad values.
     refuse_secrets(json_strings(docs), secret, where="the filter")
     filters = [Filter.from_dict({**doc, **extra}) for doc in docs]
-    relays = cfg.require_relays(relay or (), direction="read")
-    pool = RelayPool(relays, secret=secret, timeout=timeout)
+    pool = RelayPool(access.relays("read"), secret=secret, timeout=access.timeout)
     if stream:
         run(_stream(pool, filters))
         return
 
     async def body() -> list[Event]:
-        result = await pool.query(filters, timeout=timeout)
+        result = await pool.query(filters, timeout=access.timeout)
         warn_list_problems(result)
         return result.events
 
@@ -139,15 +120,7 @@ def req_command(
 
 def _given_filters(filter_json: str | None) -> list[dict[str, Any]]:
     """The filters given as FILTER, on stdin, or none (the flags alone: one empty filter)."""
-    if filter_json == "-":
-        given = json_lines(read_stdin_lines("filter"))
-    elif filter_json is not None:
-        try:
-            given = [("FILTER", json.loads(filter_json))]
-        except ValueError as exc:
-            raise CliFailure(ExitCode.BAD_INPUT, f"FILTER: not JSON: {exc}") from None
-    else:
-        given = json_lines(piped_stdin_lines())  # nak's rule; stdin holding none: the flags
+    given = given_json(filter_json, "FILTER", "filter")
     return [d for where, doc in given for d in _filter_docs(doc, where)] or [{}]
 
 

@@ -20,23 +20,25 @@ import json
 import shlex
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args, get_origin
 
 import typer
 
-from nostr_buzz.cli.common import ConfigOption, run, sources
-from nostr_buzz.cli.output import CliFailure, ExitCode, note
+from nostr_buzz.cli.common import command_words, run, sources
+from nostr_buzz.cli.options import ConfigOption, agent_option, option, pass_env_option
+from nostr_buzz.cli.output import CliFailure, ExitCode, bad_input, note
 from nostr_buzz.config import SETTINGS, SETTINGS_BY_NAME, ConfigSources, Setting, state_directory
 from nostr_buzz.errors import AgentError, ConfigError, RelayError
 from nostr_buzz.signer import SignerError
 
 if TYPE_CHECKING:
     from nostr_buzz.agent import InProcessAgent
-    from nostr_buzz.bot import BuzzPlugin, PluginConfig
+    from nostr_buzz.bot import BuzzPlugin, PluginConfig, Shard
     from nostr_buzz.event import Event
     from nostr_buzz.io.diagnostics import DiagnosticRecord
+    from nostr_buzz.nips.nip46 import BunkerUri
     from nostr_buzz.signer import Signer
 
 
@@ -279,33 +281,21 @@ def _run(
     values: dict[str, Any],
     pass_env: list[str] | None = None,
 ) -> None:
-    from nostr_buzz.bot import BuzzPlugin, PluginConfig, parse_shard
-    from nostr_buzz.cli.signing import connect_bunker
-    from nostr_buzz.io.inprocess import load_agent
+    from nostr_buzz.bot import parse_shard
     from nostr_buzz.keys import SecretKey
     from nostr_buzz.local_signer import LocalSigner
 
     overrides = {s.name: values.get(_param_name(s)) for s in SETTINGS}
     if agent is not None:
         overrides["agent.command"], overrides["agent.args"] = _agent_words(agent, overrides)
-    try:
+    with bad_input(ConfigError):
         parsed_shard = parse_shard(shard) if shard is not None else None
         cfg: ConfigSources = sources(config, overrides)
         bunker = cfg.bunker()
         state = state_directory(cfg)
-    except ConfigError as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
 
     def resolve(signer: Signer | None) -> tuple[PluginConfig, InProcessAgent | None]:
-        try:
-            settings = PluginConfig.from_sources(
-                cfg, shard=parsed_shard, pass_env=pass_env or (), signer=signer
-            )
-            # Imported before anything starts, so a bad spec is a configuration error.
-            agent_object = load_agent(settings.agent_module) if settings.agent_module else None
-        except ConfigError as exc:
-            raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
-        return settings, agent_object
+        return _resolve(cfg, parsed_shard, pass_env or (), signer)
 
     # With a bunker the configuration is resolved once it has told the agent's key, and checked
     # before it is asked (with a stand-in key, which signs nothing): a mistake in buzz.toml
@@ -318,15 +308,42 @@ def _run(
     reporter = TurnReporter(note, state, time.monotonic)
     if bunker is not None:
         reporter.metric_wait = METRIC_WAIT + cfg.file.signer.timeout
+    _serve_until_stopped(lambda signer: resolved or resolve(signer), cfg, bunker, reporter, state)
+
+
+def _resolve(
+    cfg: ConfigSources, shard: Shard | None, pass_env: Sequence[str], signer: Signer | None
+) -> tuple[PluginConfig, InProcessAgent | None]:
+    """The bot's settings (``signer``: the agent's key, when it is not held here) and the
+    in-process agent they name, if any."""
+    from nostr_buzz.bot import PluginConfig
+    from nostr_buzz.io.inprocess import load_agent
+
+    with bad_input(ConfigError):
+        settings = PluginConfig.from_sources(cfg, shard=shard, pass_env=pass_env, signer=signer)
+        # Imported before anything starts, so a bad spec is a configuration error.
+        agent_object = load_agent(settings.agent_module) if settings.agent_module else None
+    return settings, agent_object
+
+
+def _serve_until_stopped(
+    resolve: Callable[[Signer | None], tuple[PluginConfig, InProcessAgent | None]],
+    cfg: ConfigSources,
+    bunker: BunkerUri | None,
+    reporter: TurnReporter,
+    state: Path,
+) -> None:
+    """The bot, serving until it is stopped (the bunker asked first when the agent's key is
+    in one): an agent that cannot be started exits 1; relays or the bunker lost, 2."""
+    from nostr_buzz.bot import BuzzPlugin
+    from nostr_buzz.cli.signing import connect_bunker
 
     async def body() -> None:
         signer = None if bunker is None else await connect_bunker(bunker, cfg)
         try:
-            settings, agent_object = resolved or resolve(signer)
-            try:
+            settings, agent_object = resolve(signer)
+            with bad_input(ConfigError):  # an ACP agent without the acp extra, say
                 plugin = BuzzPlugin(settings, on_diagnostic=reporter, agent=agent_object)
-            except ConfigError as exc:  # an ACP agent without the acp extra, say
-                raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
             reporter.stopping = lambda: plugin.stopping
             reporter.tokens_of = lambda event_id: _token_summary(
                 settings, _stored_metric(plugin, event_id)
@@ -356,12 +373,7 @@ def _agent_words(agent: str, overrides: dict[str, Any]) -> tuple[str, list[str]]
         raise CliFailure(
             ExitCode.BAD_INPUT, "give --agent, or --agent-command with --agent-arg, not both"
         )
-    try:
-        words = shlex.split(agent)
-    except ValueError as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, f"--agent: {exc}") from None
-    if not words:
-        raise CliFailure(ExitCode.BAD_INPUT, '--agent: the command is empty (e.g. "goose acp")')
+    words = command_words(agent, option="--agent", empty='the command is empty (e.g. "goose acp")')
     return words[0], words[1:]
 
 
@@ -401,37 +413,28 @@ def _warn_about_the_agent(module: str | None, user: str | None, bunker: bool) ->
         )
 
 
+_AGENT_HELP = (
+    'The ACP agent command and its arguments, e.g. "goose acp" (else --agent-command and '
+    "--agent-arg, else buzz.toml [agent])."
+)
+_PASS_ENV_HELP = (
+    "Repeatable. Also pass this environment variable to the agent, on top of [agent] pass_env "
+    "(which --agent-pass-env replaces)."
+)
+
+
 def run_command(
     config: ConfigOption = None,
     shard: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--shard",
             metavar="I/N",
             help="Serve only destinations whose stable hash mod N is I (e.g. 0/2).",
-            show_default=False,
         ),
     ] = None,
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent",
-            metavar='"CMD ARGS"',
-            help='The ACP agent command and its arguments, e.g. "goose acp" (else '
-            "--agent-command and --agent-arg, else buzz.toml [agent]).",
-            show_default=False,
-        ),
-    ] = None,
-    pass_env: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--pass-env",
-            metavar="NAME",
-            help="Repeatable. Also pass this environment variable to the agent, on top of "
-            "[agent] pass_env (which --agent-pass-env replaces).",
-            show_default=False,
-        ),
-    ] = None,
+    agent: Annotated[str | None, agent_option(_AGENT_HELP)] = None,
+    pass_env: Annotated[list[str] | None, pass_env_option(_PASS_ENV_HELP)] = None,
     **values: Any,
 ) -> None:
     """Run the agent bot: answer mentions with the configured ACP agent until stopped."""

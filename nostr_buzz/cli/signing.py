@@ -8,14 +8,14 @@ although the URI's secret is good for one connection only (docs/signers.md).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING
 
-import typer
-
-from nostr_buzz.cli.common import one_line
-from nostr_buzz.cli.output import CliFailure, ExitCode, note
+from nostr_buzz.cli.common import one_line, progress, run
+from nostr_buzz.cli.options import BUNKER_HELP as BUNKER_HELP  # re-exported
+from nostr_buzz.cli.options import BunkerOption as BunkerOption  # re-exported
+from nostr_buzz.cli.output import CliFailure, ExitCode, bad_input, note
 from nostr_buzz.config import ConfigSources, state_directory
 from nostr_buzz.errors import ConfigError
 from nostr_buzz.keys import SecretKey
@@ -24,18 +24,9 @@ from nostr_buzz.nips.nip46 import BunkerUri
 from nostr_buzz.signer import Signer, SignerError
 
 if TYPE_CHECKING:
+    from nostr_buzz.event import Event
     from nostr_buzz.io.nip46 import Nip46Signer
-
-#: What ``--bunker`` says in every command's help.
-BUNKER_HELP: Final = (
-    "The key in a NIP-46 bunker (bunker://…) instead of --key. It holds a secret: prefer "
-    "$BUZZ_BUNKER or buzz.toml ([signer] bunker), since a command line is readable by every "
-    "user (/proc/PID/cmdline)."
-)
-BunkerOption = Annotated[
-    str | None,
-    typer.Option("--bunker", metavar="URI", help=BUNKER_HELP, show_default=False),
-]
+    from nostr_buzz.io.pool import PublishResult
 
 #: The key that signs: held here, or in a bunker.
 KeyChoice = SecretKey | BunkerUri
@@ -45,13 +36,11 @@ def key_choice(cfg: ConfigSources, key: str | None, bunker: str | None) -> KeyCh
     """The configured key or bunker, flags first; None when no source names either."""
     if key is not None and key.strip() and bunker is not None and bunker.strip():
         raise CliFailure(ExitCode.BAD_INPUT, "give --key or --bunker, not both")
-    try:
+    with bad_input(ConfigError):
         if key is not None and key.strip():
             return cfg.require_secret_key(key)
         uri = cfg.bunker(bunker)
         return uri if uri is not None else cfg.secret_key()
-    except ConfigError as exc:
-        raise CliFailure(ExitCode.BAD_INPUT, str(exc)) from None
 
 
 def require_key_choice(cfg: ConfigSources, key: str | None, bunker: str | None) -> KeyChoice:
@@ -107,3 +96,24 @@ async def connect_bunker(bunker: BunkerUri, cfg: ConfigSources) -> Nip46Signer:
         )
     except SignerError as exc:
         raise CliFailure(ExitCode.NETWORK, f"the NIP-46 bunker: {exc}") from None
+
+
+def sign_and_publish(
+    sign: Callable[[Signer], Awaitable[Event]],
+    choice: KeyChoice,
+    cfg: ConfigSources,
+    relays: Sequence[str],
+    timeout: float,
+) -> tuple[Event, PublishResult]:
+    """The event ``sign`` makes with ``choice`` (a bunker connected for it, then closed),
+    published to ``relays``: the publish is done when one of them has stored it."""
+    from nostr_buzz.io.pool import RelayPool
+
+    async def body() -> tuple[Event, PublishResult]:
+        async with opened_signer(choice, cfg) as signer:
+            event = await sign(signer)
+            progress(f"publishing {event.id} to {len(relays)} relay(s)…")
+            pool = RelayPool(relays, signer=signer, timeout=timeout)
+            return event, await pool.publish(event, min_ok=1)
+
+    return run(body())

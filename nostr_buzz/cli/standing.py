@@ -16,40 +16,25 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
+from nostr_buzz.cli.access import RelayAccess, Relays, SigningRelays, relay_command
 from nostr_buzz.cli.common import (
-    DEFAULT_TIMEOUT,
-    ChannelOption,
-    ConfigOption,
-    JsonOption,
-    KeyOption,
-    RelayOption,
-    TimeoutOption,
     check_channel,
     progress,
     refuse_secrets,
     report_publish,
     run,
-    sources,
     text_argument,
     unreachable_relays,
 )
 from nostr_buzz.cli.kit import sub_app
+from nostr_buzz.cli.options import ChannelOption, JsonOption, argument, option
 from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
-from nostr_buzz.cli.signing import (
-    BunkerOption,
-    KeyChoice,
-    local_secret,
-    opened_signer,
-    require_key_choice,
-)
+from nostr_buzz.cli.signing import local_secret, opened_signer, sign_and_publish
 from nostr_buzz.signer import Signer, signed
 
 if TYPE_CHECKING:
-    from nostr_buzz.config import ConfigSources
     from nostr_buzz.event import Event
-    from nostr_buzz.io.pool import PoolQueryResult, PublishResult
+    from nostr_buzz.io.pool import PoolQueryResult
     from nostr_buzz.keys import SecretKey
     from nostr_buzz.nips.nip01 import Filter
 
@@ -59,27 +44,19 @@ canvas_app = sub_app(
 mem_app = sub_app("mem", "Read or update your core memory (encrypted to your own key).")
 
 TextArgument = Annotated[
-    str,
-    typer.Argument(
-        metavar="TEXT",
-        help="The new text, or - (the default) to read it from stdin.",
-        show_default=False,
-    ),
+    str, argument("TEXT", "The new text, or - (the default) to read it from stdin.")
 ]
 AuthorOption = Annotated[
     list[str] | None,
-    typer.Option(
+    option(
         "--author",
         metavar="KEY",
         help="Also trust canvases signed by this public key (hex or npub); repeatable. "
         "The owner, your own key and [gate] trusted keys always are; a relay's NIP-11 key "
         "never is.",
-        show_default=False,
     ),
 ]
-MemoryName = Annotated[
-    str, typer.Argument(metavar="NAME", help="Which memory: core.", show_default=False)
-]
+MemoryName = Annotated[str, argument("NAME", "Which memory: core.")]
 
 
 # --- shared steps --------------------------------------------------------------------------
@@ -99,26 +76,6 @@ def _not_found(result: PoolQueryResult, what: str) -> CliFailure:
     for line in problems:
         note(f"buzz: warning: relay {line}")
     return CliFailure(ExitCode.NOT_FOUND, f"{what} not found")
-
-
-def _sign_and_publish(
-    sign: Callable[[Signer], Awaitable[Event]],
-    choice: KeyChoice,
-    cfg: ConfigSources,
-    relays: Sequence[str],
-    timeout: float,
-) -> tuple[Event, PublishResult]:
-    """The event ``sign`` makes with the configured key (or bunker), published."""
-    from nostr_buzz.io.pool import RelayPool
-
-    async def body() -> tuple[Event, PublishResult]:
-        async with opened_signer(choice, cfg) as signer:
-            event = await sign(signer)
-            progress(f"publishing {event.id} to {len(relays)} relay(s)…")
-            pool = RelayPool(relays, signer=signer, timeout=timeout)
-            return event, await pool.publish(event, min_ok=1)
-
-    return run(body())
 
 
 def _query(
@@ -155,13 +112,12 @@ def _as_text(content: str) -> str:
 
 
 @canvas_app.command("get")
+@relay_command
 def canvas_get(
     channel: ChannelOption,
     author: AuthorOption = None,
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    config: ConfigOption = None,
+    *,
+    access: Relays,
     json_output: JsonOption = False,
 ) -> None:
     """Print the newest canvas of CHANNEL by a trusted key: the owner, you, [gate] trusted
@@ -170,12 +126,11 @@ def canvas_get(
     from nostr_buzz.nips import standing
 
     channel = check_channel(channel)
-    cfg = sources(config)
-    relays = cfg.require_relays(relay or (), direction="read")
-    secret = cfg.secret_key(key)
-    given = [*(author or ()), *cfg.file.gate.trusted]
+    relays = access.relays("read")
+    secret = access.secret_key()
+    given = [*(author or ()), *access.cfg.file.gate.trusted]
     trusted = {PublicKey.from_str(a.strip()).hex for a in given}
-    owner = cfg.owner()
+    owner = access.cfg.owner()
     if owner is not None:
         trusted.add(owner.hex)
     if secret is not None:
@@ -184,73 +139,80 @@ def canvas_get(
         raise CliFailure(
             ExitCode.BAD_INPUT, "no trusted author: configure an owner or a key, or give --author"
         )
-    result = _query([standing.canvas_filter(channel, trusted)], relays, secret, timeout)
+    result = _query([standing.canvas_filter(channel, trusted)], relays, secret, access.timeout)
     chosen = standing.select_canvas(result.events, channel, trusted)
     if chosen is None:
         raise _not_found(result, f"no canvas for channel {channel}")
     write_stdout(_document(chosen, chosen.content) if json_output else _as_text(chosen.content))
 
 
+def _publish(
+    text: str,
+    where: str,
+    make: Callable[[str, int], Callable[[Signer], Awaitable[Event]]],
+    access: RelayAccess,
+    json_output: bool,
+) -> None:
+    """A new version of standing context, published: TEXT (or stdin), never holding a secret
+    key (agents read it), made by ``make(content, now)`` and signed with your key or bunker."""
+    import time
+
+    content = text_argument(text, whole=True)
+    choice = access.key_choice()
+    refuse_secrets([content], local_secret(choice), where=where)
+    relays = access.relays("write")
+    sign = make(content, int(time.time()))  # the clock is read here, at the edge
+    report_publish(*sign_and_publish(sign, choice, access.cfg, relays, access.timeout), json_output)
+
+
 @canvas_app.command("set")
+@relay_command
 def canvas_set(
     channel: ChannelOption,
     text: TextArgument = "-",
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    bunker: BunkerOption = None,
-    config: ConfigOption = None,
+    *,
+    access: SigningRelays,
     json_output: JsonOption = False,
 ) -> None:
     """Publish a new revision of CHANNEL's canvas, signed with your key."""
-    import time
-
     from nostr_buzz.nips import standing
 
     channel = check_channel(channel)
-    content = text_argument(text, whole=True)
-    cfg = sources(config)
-    choice = require_key_choice(cfg, key, bunker)
-    refuse_secrets([content], local_secret(choice), where="the canvas")
-    relays = cfg.require_relays(relay or (), direction="write")
-    # The clock is read here, at the edge.
-    unsigned = standing.canvas_template(channel, content, created_at=int(time.time()))
 
-    async def sign(signer: Signer) -> Event:
-        return await signed(signer, unsigned)
+    def make(content: str, now: int) -> Callable[[Signer], Awaitable[Event]]:
+        unsigned = standing.canvas_template(channel, content, created_at=now)
+        return lambda signer: signed(signer, unsigned)
 
-    report_publish(*_sign_and_publish(sign, choice, cfg, relays, timeout), json_output)
+    _publish(text, "the canvas", make, access, json_output)
 
 
 # --- buzz mem -------------------------------------------------------------------------------
 
 
 @mem_app.command("get")
+@relay_command
 def mem_get(
     name: MemoryName,
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    bunker: BunkerOption = None,
-    config: ConfigOption = None,
+    *,
+    access: SigningRelays,
     json_output: JsonOption = False,
 ) -> None:
     """Print your core memory, decrypted with your key."""
     from nostr_buzz.nips import standing
 
     _memory_name(name)
-    cfg = sources(config)
-    choice = require_key_choice(cfg, key, bunker)
-    relays = cfg.require_relays(relay or (), direction="read")
+    choice = access.key_choice()
+    relays = access.relays("read")
 
     async def body() -> tuple[Event, str]:
         from nostr_buzz.io.pool import RelayPool
 
-        async with opened_signer(choice, cfg) as signer:
+        async with opened_signer(choice, access.cfg) as signer:
             mine = signer.public_key.hex
             progress(f"asking {len(relays)} relay(s)…")
-            pool = RelayPool(relays, signer=signer, timeout=timeout)
-            result = await pool.query_state([standing.core_memory_filter(mine)], timeout=timeout)
+            pool = RelayPool(relays, signer=signer, timeout=access.timeout)
+            query = [standing.core_memory_filter(mine)]
+            result = await pool.query_state(query, timeout=access.timeout)
             candidates = standing.select_core_memory(result.events, mine)
             if not candidates:
                 raise _not_found(result, "no core memory")
@@ -264,31 +226,21 @@ def mem_get(
 
 
 @mem_app.command("set")
+@relay_command
 def mem_set(
     name: MemoryName,
     text: TextArgument = "-",
-    relay: RelayOption = None,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT,
-    key: KeyOption = None,
-    bunker: BunkerOption = None,
-    config: ConfigOption = None,
+    *,
+    access: SigningRelays,
     json_output: JsonOption = False,
 ) -> None:
     """Replace your core memory; relays store it encrypted to your own key."""
-    import time
-
     from nostr_buzz.nips import standing
 
     _memory_name(name)
-    content = text_argument(text, whole=True)
-    cfg = sources(config)
-    choice = require_key_choice(cfg, key, bunker)
+
     # Encrypted to your own key, but the text is fed to agents: never a secret key.
-    refuse_secrets([content], local_secret(choice), where="the memory")
-    relays = cfg.require_relays(relay or (), direction="write")
-    now = int(time.time())
+    def make(content: str, now: int) -> Callable[[Signer], Awaitable[Event]]:
+        return lambda signer: standing.core_memory_with(signer, content, created_at=now)
 
-    async def sign(signer: Signer) -> Event:
-        return await standing.core_memory_with(signer, content, created_at=now)
-
-    report_publish(*_sign_and_publish(sign, choice, cfg, relays, timeout), json_output)
+    _publish(text, "the memory", make, access, json_output)

@@ -193,19 +193,14 @@ def _frame(watcher: Watcher) -> RenderableType:
 
 
 def _open(config: Path | None, state_dir: Path | None) -> Watcher:
+    import msgspec
+
     from nostr_buzz.core.budget import Caps
     from nostr_buzz.io.watch import Watcher
 
     overrides = {"state_dir": str(state_dir)} if state_dir is not None else None
     cfg = sources(config, overrides)
-    budget = cfg.file.budget
-    caps = Caps(
-        daily_usd=budget.daily_usd,
-        weekly_usd=budget.weekly_usd,
-        monthly_usd=budget.monthly_usd,
-        daily_tokens=budget.daily_tokens,
-        action=budget.action,
-    )
+    caps = Caps(**msgspec.structs.asdict(cfg.file.budget))  # as the bot reads [budget]
     try:
         return Watcher(cfg.state_dir(), clock=time.time, caps=caps)
     except StateDirError as exc:
