@@ -36,8 +36,9 @@ _JUST_SIGNED: ContextVar[bool] = ContextVar("nostr_buzz_just_signed", default=Fa
 _TYPED: ContextVar[bool] = ContextVar("nostr_buzz_typed", default=False)
 
 
-class WireEvent(msgspec.Struct):
-    """What a relay or a user sends: typed but not yet checked.  Extra fields are ignored."""
+class UnsignedEvent(msgspec.Struct, frozen=True):
+    """The fields of a NIP-01 event but its signature: what the id commits to, and the id.
+    A NIP-59 rumor is one; a signed event adds ``sig``."""
 
     id: str
     pubkey: str
@@ -45,6 +46,11 @@ class WireEvent(msgspec.Struct):
     kind: int
     tags: Tags
     content: str
+
+
+class WireEvent(UnsignedEvent, frozen=True):
+    """What a relay or a user sends: typed but not yet checked.  Extra fields are ignored."""
+
     sig: str
 
 

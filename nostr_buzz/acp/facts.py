@@ -5,8 +5,9 @@ The session state machine (:mod:`.state`) consumes them; a turn's stream is made
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from .types import PermissionRequest, SteerOutcome, TurnResult
 
@@ -40,24 +41,21 @@ __all__ = [
 # -- what the agent reports during a turn (session/update and extensions) ---------------------
 
 
-@dataclass(frozen=True)
-class Update:
+class Update(msgspec.Struct, frozen=True):
     """Any ``session/update``: its ``sessionUpdate`` kind (None: a kind the schema does not
     know; activity, nothing more)."""
 
     kind: str | None
 
 
-@dataclass(frozen=True)
-class Text:
+class Text(msgspec.Struct, frozen=True):
     """An ``agent_message_chunk`` of text (thoughts are never part of the reply)."""
 
     text: str
     message_id: str | None = None
 
 
-@dataclass(frozen=True)
-class ToolCall:
+class ToolCall(msgspec.Struct, frozen=True):
     """A ``tool_call`` (``started``) or ``tool_call_update``: its id, ACP kind, title and
     status as the agent gave them (the agent's words: a private session's records keep only
     the kind)."""
@@ -69,30 +67,26 @@ class ToolCall:
     started: bool = False
 
 
-@dataclass(frozen=True)
-class ModelFailed:
+class ModelFailed(msgspec.Struct, frozen=True):
     """The agent says the model call failed and the turn's text is the error, not an answer
     (codex-acp: ``_meta.codex.threadStatus.type == "systemError"``; docs/acp-adapters.md,
     "Errors")."""
 
 
-@dataclass(frozen=True)
-class Cost:
+class Cost(msgspec.Struct, frozen=True):
     """A ``usage_update`` cost in USD (cumulative over the session)."""
 
     usd: float
 
 
-@dataclass(frozen=True)
-class Occupancy:
+class Occupancy(msgspec.Struct, frozen=True):
     """A ``usage_update``'s ``used``/``size``: context occupancy, never usage."""
 
     used: int | None
     size: int | None
 
 
-@dataclass(frozen=True)
-class Compaction:
+class Compaction(msgspec.Struct, frozen=True):
     """A ``compaction_update``: the agent compacted (or is compacting) the session's context,
     replacing its history with a summary (docs/acp-adapters.md, "Compaction").  ``status`` is
     as sent (``in_progress``, ``completed``, ``failed``, ``cancelled`` or another word);
@@ -108,23 +102,20 @@ class Compaction:
         return self.status == "completed"
 
 
-@dataclass(frozen=True)
-class CompactionChunk:
+class CompactionChunk(msgspec.Struct, frozen=True):
     """A ``compaction_summary_chunk``: text appended to a compaction's summary."""
 
     compaction_id: str
     text: str
 
 
-@dataclass(frozen=True)
-class RunId:
+class RunId(msgspec.Struct, frozen=True):
     """goose's ``session_info_update._meta.goose.activeRunId``."""
 
     run_id: str
 
 
-@dataclass(frozen=True)
-class CumulativeUsage:
+class CumulativeUsage(msgspec.Struct, frozen=True):
     """goose's ``_goose/unstable/session/update`` counters (cumulative over the session), as
     sent: the usage tracker keeps only valid counts."""
 
@@ -136,8 +127,7 @@ class CumulativeUsage:
     cost_usd: Any = None
 
 
-@dataclass(frozen=True)
-class PromptUsage:
+class PromptUsage(msgspec.Struct, frozen=True):
     """``PromptResponse.usage``: this prompt's counts."""
 
     input_tokens: int | None
@@ -147,8 +137,7 @@ class PromptUsage:
     cache_write_tokens: int | None
 
 
-@dataclass(frozen=True)
-class PermissionAsked:
+class PermissionAsked(msgspec.Struct, frozen=True):
     """A ``session/request_permission`` and what was decided."""
 
     request: PermissionRequest
@@ -158,22 +147,19 @@ class PermissionAsked:
 # -- how the prompt ended, as the wire tells ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PromptAnswered:
+class PromptAnswered(msgspec.Struct, frozen=True):
     """The ``session/prompt`` response: its ``stopReason`` (None when it had none)."""
 
     stop_reason: str | None
 
 
-@dataclass(frozen=True)
-class PromptFailed:
+class PromptFailed(msgspec.Struct, frozen=True):
     """An error response to ``session/prompt`` (the reason, never the prompt)."""
 
     error: str
 
 
-@dataclass(frozen=True)
-class AgentGone:
+class AgentGone(msgspec.Struct, frozen=True):
     """The connection ended: the agent exited or was closed."""
 
     error: str
@@ -182,40 +168,33 @@ class AgentGone:
 # -- what the driver did -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PromptSent:
+class PromptSent(msgspec.Struct, frozen=True):
     """``session/prompt`` went out."""
 
 
-@dataclass(frozen=True)
-class CancelAsked:
+class CancelAsked(msgspec.Struct, frozen=True):
     """The caller asked to cancel the running turn."""
 
 
-@dataclass(frozen=True)
-class Tick:
+class Tick(msgspec.Struct, frozen=True):
     """Time passed (the facts carry no clock: ``now`` comes with each)."""
 
 
-@dataclass(frozen=True)
-class SteerSent:
+class SteerSent(msgspec.Struct, frozen=True):
     """A native steer went out."""
 
 
-@dataclass(frozen=True)
-class SteerAnswered:
+class SteerAnswered(msgspec.Struct, frozen=True):
     """The agent's answer to a steer."""
 
     outcome: SteerOutcome
 
 
-@dataclass(frozen=True)
-class OwnTurnBegan:
+class OwnTurnBegan(msgspec.Struct, frozen=True):
     """The agent began a turn of its own (after answering a steer ``startedNewTurn``)."""
 
 
-@dataclass(frozen=True)
-class Ended:
+class Ended(msgspec.Struct, frozen=True):
     """The turn's last fact."""
 
     result: TurnResult

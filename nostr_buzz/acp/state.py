@@ -29,6 +29,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+import msgspec
+
 from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.text.unicode import utf8_head, utf8_size
 
@@ -100,40 +102,34 @@ class Phase(enum.Enum):
 # -- actions -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SendCancel:
+class SendCancel(msgspec.Struct, frozen=True):
     """Send ``session/cancel``."""
 
 
-@dataclass(frozen=True)
-class EndPrompt:
+class EndPrompt(msgspec.Struct, frozen=True):
     """The prompt's end is known: stop waiting, close its usage, then :meth:`Session.settle`."""
 
     ending: Ending
 
 
-@dataclass(frozen=True)
-class Retire:
+class Retire(msgspec.Struct, frozen=True):
     """Never prompt the session again; ``session/close`` it when the agent can."""
 
 
-@dataclass(frozen=True)
-class Count:
+class Count(msgspec.Struct, frozen=True):
     """Give a usage fact to the usage tracker (of the turn it was routed to)."""
 
     fact: Cost | CumulativeUsage | PromptUsage
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(msgspec.Struct, frozen=True):
     """A fact of the prompt's turn, for its stream: what the agent said in it, that a steer
     was answered, that the agent's own turn began."""
 
     fact: Fact
 
 
-@dataclass(frozen=True)
-class SplitUsage:
+class SplitUsage(msgspec.Struct, frozen=True):
     """What the agent sends belongs to its own turn: begin that turn's usage, first ending the
     prompt's here when it is still open (``close_prompt``; its record is kept for settle)."""
 
@@ -246,25 +242,22 @@ class TurnRecord:
         ended_at: datetime,
     ) -> TurnResult:
         """What the turn leaves: its text, usage and how it ended."""
-        return TurnResult(
+        summary = (self.summary.text or None) if self.summary is not None else None
+        return TurnResult.of(
+            ending,
             reply=self.reply,
             final_message="".join(self.final),
             usage=usage,
-            stop_reason=ending.stop_reason,
-            outcome=ending.outcome,
-            terminal_evidence=ending.evidence,
-            native_stop_reason=ending.native,
-            adapter_session_id=session_id,
+            session_id=session_id,
             run_id=self.run_id,
             started_at=started_at,
             ended_at=ended_at,
-            error=ending.error,
             context_used=self.context_used,
             context_size=self.context_size,
             turn_seq=turn_seq,
             reply_dropped_bytes=self.dropped,
             compactions=self.compactions,
-            compaction_summary=(self.summary.text or None) if self.summary is not None else None,
+            compaction_summary=summary,
         )
 
 
@@ -310,25 +303,10 @@ def count_usage(
     """Give one usage fact to the tracker (``key``: the session's)."""
     if isinstance(fact, Cost):
         tracker.observe_cost(key, fact.usd)
-    elif isinstance(fact, CumulativeUsage):
-        tracker.observe_cumulative(
-            key,
-            input_tokens=fact.input_tokens,
-            output_tokens=fact.output_tokens,
-            cache_read_tokens=fact.cache_read_tokens,
-            cache_write_tokens=fact.cache_write_tokens,
-            total_tokens=fact.total_tokens,
-            cost_usd=fact.cost_usd,
-        )
+    elif isinstance(fact, CumulativeUsage):  # a usage fact's fields are the tracker's keywords
+        tracker.observe_cumulative(key, **msgspec.structs.asdict(fact))
     else:
-        tracker.observe_turn(
-            key,
-            input_tokens=fact.input_tokens,
-            output_tokens=fact.output_tokens,
-            total_tokens=fact.total_tokens,
-            cache_read_tokens=fact.cache_read_tokens,
-            cache_write_tokens=fact.cache_write_tokens,
-        )
+        tracker.observe_turn(key, **msgspec.structs.asdict(fact))
 
 
 OwnPhase = Literal["pending", "active", "running"]

@@ -3,14 +3,13 @@ turn's result (docs/bot.md, "Driving an agent over ACP").  Plain values, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
 
 from nostr_buzz.core.usage import UsageRecord
 from nostr_buzz.nips.nip_am import Outcome, StopReason, TerminalEvidence
-
-if TYPE_CHECKING:
-    from datetime import datetime
 
 __all__ = [
     "AgentInfo",
@@ -31,8 +30,7 @@ ReopenMethod = Literal["resume", "load"]
 SteerOutcome = Literal["injected", "started_new_turn", "failed", "released"]
 
 
-@dataclass(frozen=True)
-class AgentInfo:
+class AgentInfo(msgspec.Struct, frozen=True):
     """What ``initialize`` told about the agent."""
 
     protocol_version: int
@@ -52,8 +50,7 @@ class AgentInfo:
     load_session: bool = False
 
 
-@dataclass(frozen=True)
-class PermissionRequest:
+class PermissionRequest(msgspec.Struct, frozen=True):
     """A ``session/request_permission`` of the agent, as a policy sees it."""
 
     session_id: str
@@ -65,8 +62,7 @@ class PermissionRequest:
     turn_running: bool
 
 
-@dataclass(frozen=True)
-class SessionStart:
+class SessionStart(msgspec.Struct, frozen=True):
     """A new ACP session and how its standing context travels.
 
     ``system_prompt_support`` and ``standing_context_sent`` go into the session's first
@@ -89,8 +85,7 @@ class SessionStart:
         return self.strategy != "legacy" or self.reopened is not None
 
 
-@dataclass(frozen=True)
-class Ending:
+class Ending(msgspec.Struct, frozen=True):
     """How a turn ended, before its text and usage are attached."""
 
     stop_reason: StopReason
@@ -100,8 +95,7 @@ class Ending:
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class TurnResult:
+class TurnResult(msgspec.Struct, frozen=True):
     """How one ``session/prompt`` ended, in NIP-AM terms (docs/bot.md, "Driving an agent over
     ACP")."""
 
@@ -136,3 +130,35 @@ class TurnResult:
     #: "Compaction"; at most ``acp.wire.MAX_SUMMARY_BYTES``).
     compactions: int = 0
     compaction_summary: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        ending: Ending,
+        *,
+        reply: str,
+        usage: UsageRecord | None,
+        session_id: str,
+        started_at: datetime,
+        ended_at: datetime,
+        final_message: str | None = None,
+        run_id: str | None = None,
+        **details: Any,
+    ) -> TurnResult:
+        """The result of a turn that ended as ``ending`` (``final_message``: the reply unless
+        given; ``details``: the optional fields)."""
+        return cls(
+            reply,
+            reply if final_message is None else final_message,
+            usage,
+            ending.stop_reason,
+            ending.outcome,
+            ending.evidence,
+            ending.native,
+            session_id,
+            run_id,
+            started_at,
+            ended_at,
+            ending.error,
+            **details,
+        )

@@ -68,17 +68,17 @@ MAX_COMPACTION_ID: Final = 256
 MAX_SUMMARY_BYTES: Final = 65_536
 #: The most of a tool call's title one fact carries.
 MAX_TOOL_TITLE_BYTES: Final = 512
-_STOP_REASONS: Final[dict[str, StopReason]] = {
-    "end_turn": "end_turn",
-    "max_tokens": "max_tokens",
-    "cancelled": "cancelled",
-}
+#: The ACP stop reasons a metric names as they are.
+_KEPT_STOP_REASONS: Final[tuple[StopReason, ...]] = ("end_turn", "max_tokens", "cancelled")
 
 
 def stop_reason(native: str) -> StopReason:
     """The metric's stop reason: ``refusal``, ``max_turn_requests`` and any reason unknown to
     the schema are ``unknown`` (the agent answered normally)."""
-    return _STOP_REASONS.get(native, "unknown")
+    for kept in _KEPT_STOP_REASONS:
+        if native == kept:
+            return kept
+    return "unknown"
 
 
 def _flag(meta: object, *path: str) -> bool:
@@ -218,12 +218,9 @@ def prompt_response(raw: Any) -> tuple[PromptAnswered, PromptUsage | None]:
         except ValidationError:
             counts = None
         if counts is not None:
+            cache = (counts.cached_read_tokens, counts.cached_write_tokens)
             parsed = PromptUsage(
-                input_tokens=counts.input_tokens,
-                output_tokens=counts.output_tokens,
-                total_tokens=counts.total_tokens,
-                cache_read_tokens=counts.cached_read_tokens,
-                cache_write_tokens=counts.cached_write_tokens,
+                counts.input_tokens, counts.output_tokens, counts.total_tokens, *cache
             )
     return PromptAnswered(native if isinstance(native, str) else None), parsed
 

@@ -23,16 +23,8 @@ from nostr_buzz.config import (
     check_given,
     state_directory,
 )
+from nostr_buzz.core import choices
 from nostr_buzz.core.budget import CAP_NAMES, Caps
-from nostr_buzz.core.choices import (
-    AuthorGate,
-    CheckpointMode,
-    InFlightPolicy,
-    Permissions,
-    RelayListsMode,
-    ReplyMode,
-    SessionScope,
-)
 from nostr_buzz.core.gate import Shard, shard_of
 from nostr_buzz.core.given import (
     given_ints,
@@ -129,7 +121,7 @@ class PluginConfig:
     #: Run the agent as this OS user (``[agent] user``), so it cannot read the bot's secrets.
     agent_user: str | None = None
     #: How the agent's permission requests are answered (``[agent] permissions``).
-    permissions: Permissions = "owner"
+    permissions: choices.Permissions = "owner"
     #: Seconds the owner has to answer a permission question (``[agent] ask_timeout``); 0:
     #: never ask, reject at once what the rule cannot approve.
     ask_timeout: float = 300.0
@@ -142,13 +134,13 @@ class PluginConfig:
     mentions_required: bool = True
     #: Serve a kind 9 without an ``h`` tag as a direct message (plaintext: off by default).
     plaintext_dm: bool = False
-    gate: AuthorGate = "owner-only"
+    gate: choices.AuthorGate = "owner-only"
     #: Public keys (each hex, ``npub1…`` or a :class:`PublicKey`; kept as hex).
     allowlist: frozenset[str] = frozenset()
     agents: frozenset[str] = frozenset()
     #: Keys trusted like the owner for a channel's canvas and huddle guidelines.
     trusted: frozenset[str] = frozenset()
-    in_flight: InFlightPolicy = "steer"
+    in_flight: choices.InFlightPolicy = "steer"
     context_message_limit: int = 20
     relay_timeout: float = 10.0
     #: Seconds a query waits for the other relays once the first has answered.
@@ -156,7 +148,7 @@ class PluginConfig:
     idle_timeout: float = 620.0
     hard_timeout: float = 7200.0
     standing: Standing = field(default_factory=Standing)
-    reply_mode: ReplyMode = "auto"
+    reply_mode: choices.ReplyMode = "auto"
     model: str | None = None
     shard: Shard | None = None
     #: A batch that may still grow flushes once it has been quiet this long, so that a burst
@@ -189,7 +181,7 @@ class PluginConfig:
     max_reply_bytes: int = DEFAULT_REPLY_BYTES
     #: What keys an agent session and the queue (``[sessions] scope``): ``channel``, or
     #: ``thread`` (a thread's root with its channel; docs/bot.md, "Session scope").
-    session_scope: SessionScope = "channel"
+    session_scope: choices.SessionScope = "channel"
     #: Agent sessions open at once (``[sessions] max_live``): the least recently used idle one
     #: is closed when another must open (docs/bot.md, "Live sessions").
     max_live_sessions: int = DEFAULT_MAX_LIVE
@@ -197,14 +189,14 @@ class PluginConfig:
     #: compaction summary kept as the key's checkpoint, and a new session starts from it);
     #: ``summary_on_close`` (also a summary turn before a close for room; docs/bot.md,
     #: "Thread checkpoints").
-    thread_checkpoint: CheckpointMode = "off"
+    thread_checkpoint: choices.CheckpointMode = "off"
     #: OpenTelemetry export of every turn (``[telemetry]``; None: none, and the SDK is never
     #: imported; docs/bot.md, "Telemetry").
     telemetry: Telemetry | None = None
     #: The bot's own relay lists when it listens (``relay_lists``): ``merge`` adds its relays
     #: to the lists its key has, ``publish`` replaces only a list it made, ``leave`` publishes
     #: none (docs/bot.md, "Its own relay lists").
-    relay_lists: RelayListsMode = "merge"
+    relay_lists: choices.RelayListsMode = "merge"
 
     def __post_init__(self) -> None:
         self._normalise()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Final
 
 import msgspec
@@ -80,60 +81,48 @@ def listen_filters(gate: Gate, since: int, channels: tuple[str, ...]) -> list[Fi
     return [base, *filters]
 
 
+@dataclass
 class Listener:
-    """Feeds ``handle`` with live events and with replays (see the module docstring)."""
+    """Feeds ``handle`` with live events and with replays (see the module docstring);
+    ``replayed`` takes a replayed one instead when given, whose answer ``recall`` looked up
+    with its page."""
 
-    def __init__(
-        self,
-        pool: RelayPool,
-        gate: Gate,
-        channels: tuple[str, ...],
-        *,
-        since: Callable[[], int],
-        handle: Callable[[Event], Awaitable[object]],
-        diagnostics: DiagnosticsFeed,
-        stopping: Callable[[], bool],
-        on_reconnect: Callable[[], None] | None = None,
-        recall: Recall | None = None,
-        replayed: Callable[[Event], Awaitable[object]] | None = None,
-    ) -> None:
-        """``handle``: a live event; ``replayed``: a replayed one (default ``handle``), whose
-        answer ``recall`` looked up with its page."""
-        self.pool = pool
-        self.gate = gate
-        self.channels = channels
-        self._since = since
-        self._handle = handle
-        self._diagnostics = diagnostics
-        self._stopping = stopping
-        self._on_reconnect = on_reconnect
-        self._recall = recall
-        self._replayed = replayed or handle
-        self._wanted = asyncio.Event()
+    pool: RelayPool
+    gate: Gate
+    channels: tuple[str, ...]
+    _: KW_ONLY
+    since: Callable[[], int]
+    handle: Callable[[Event], Awaitable[object]]
+    diagnostics: DiagnosticsFeed
+    stopping: Callable[[], bool]
+    on_reconnect: Callable[[], None] | None = None
+    recall: Recall | None = None
+    replayed: Callable[[Event], Awaitable[object]] | None = None
+    _wanted: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     def request_replay(self, relay: str | None = None) -> None:
         """Ask for a replay (coalesced with one already asked for); ``relay``: the relay whose
         subscription was just opened again (``on_reconnect`` is told)."""
-        if relay is not None and self._on_reconnect is not None:
-            self._on_reconnect()
-        if self._recall is not None:
-            self._recall.expect_replay()
+        if relay is not None and self.on_reconnect is not None:
+            self.on_reconnect()
+        if self.recall is not None:
+            self.recall.expect_replay()
         self._wanted.set()
 
     async def run(self) -> None:
         """Listen until stopped; returns when every relay gave up (or closed the request)."""
         self.request_replay()
         replays = asyncio.create_task(self._replays(), name="buzz-replay")
-        since = self._since()
+        since = self.since()
         events = self.pool.subscribe(
             listen_filters(self.gate, since, self.channels),
-            resume_since=self._since,
+            resume_since=self.since,
             on_reopen=self.request_replay,
         )
         try:
             async for event in events:
-                await self._handle(event)
-                if self._stopping():
+                await self.handle(event)
+                if self.stopping():
                     return
         finally:
             replays.cancel()
@@ -144,38 +133,38 @@ class Listener:
 
     async def _replays(self) -> None:
         try:
-            while not self._stopping():
+            while not self.stopping():
                 await self._wanted.wait()
                 self._wanted.clear()
                 try:
                     await self.replay()
                 finally:
-                    if self._recall is not None and not self._wanted.is_set():
-                        self._recall.replays_done()
+                    if self.recall is not None and not self._wanted.is_set():
+                        self.recall.replays_done()
         finally:
-            if self._recall is not None:
-                self._recall.replays_done()  # nobody waits for a replay that will not come
+            if self.recall is not None:
+                self.recall.replays_done()  # nobody waits for a replay that will not come
 
     async def replay(self) -> int:
         """One replay from the position − skew; the number of events handled."""
-        since = self._since()
+        since = self.since()
         found = await self.pool.query_back(
             listen_filters(self.gate, since, self.channels), since=since, page=REPLAY_PAGE
         )
         events = sorted(found.events, key=lambda e: (e.created_at, e.id))
-        recall = self._recall
+        recall = self.recall
         if recall is not None:
             await recall.open_wraps(events)
         for start in range(0, len(events), REPLAY_PAGE):
             page = events[start : start + REPLAY_PAGE]
-            if recall is not None and not self._stopping():
+            if recall is not None and not self.stopping():
                 await recall.look_up(page)  # one query per page
             for event in page:
-                if self._stopping():
+                if self.stopping():
                     break
-                await self._replayed(event)
+                await (self.replayed or self.handle)(event)
         errors = {url: r.error for url, r in found.per_relay.items() if r.error is not None}
-        self._diagnostics.emit(
+        self.diagnostics.emit(
             "replay_completed", payload={"since": since, "events": len(events), "errors": errors}
         )
         return len(events)

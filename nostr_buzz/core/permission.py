@@ -45,20 +45,12 @@ Policy = Permissions
 #: Where a non-owner's words were found: the turn's batch, its cancelled (interrupted) events,
 #: a steer sent into it, or an earlier turn of the agent session.
 Part = Literal["batch", "cancelled", "steer", "session"]
-Reason = Literal[
-    "allowed",
-    "owner_only",
-    "policy_rejects",
-    "no_live_turn",
-    "not_owner",
-    "ask",
-    "owner_allowed",
-    "owner_denied",
-    "ask_timeout",
-    "ask_withdrawn",
-    "ask_unsent",
-    "ask_limit",
-]
+#: Why a request was decided as it was: by the rules alone, by the owner's answer, or by what
+#: became of a question put to the owner (``ask`` while it is open).
+RuleReason = Literal["allowed", "owner_only", "policy_rejects", "no_live_turn", "not_owner"]
+OwnerReason = Literal["owner_allowed", "owner_denied"]
+AskReason = Literal["ask", "ask_timeout", "ask_withdrawn", "ask_unsent", "ask_limit"]
+Reason = RuleReason | OwnerReason | AskReason
 #: What became of a question put to the owner: answered ``!allow`` or ``!deny``, no answer in
 #: time, the turn ended (or was cancelled) first, the question could not be sent, or it was
 #: never sent because the turn had asked ``[agent] max_questions`` already.

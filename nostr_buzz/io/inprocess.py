@@ -36,9 +36,11 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
+
+import msgspec
 
 from nostr_buzz.acp.facts import Ended, Fact, PromptSent, Text
 from nostr_buzz.acp.types import (
@@ -319,7 +321,9 @@ class InProcessDriver:
                     yield Text(text)
             result = self._result(outcome, session, session_id, started_at)
             yield Ended(
-                replace(result, reply=text, final_message=text, reply_dropped_bytes=dropped)
+                msgspec.structs.replace(
+                    result, reply=text, final_message=text, reply_dropped_bytes=dropped
+                )
             )
         finally:
             del self._running[session_id]
@@ -377,21 +381,16 @@ class InProcessDriver:
             usage = UsageRecord(
                 turn=counts, cumulative=None, delta_reliable=True, turn_seq=session.turns
             )
-        return TurnResult(
+        model = reply.model if reply is not None else None
+        return TurnResult.of(
+            ending,
             reply=text,
-            final_message=text,
             usage=usage,
-            stop_reason=ending.stop_reason,
-            outcome=ending.outcome,
-            terminal_evidence=ending.evidence,
-            native_stop_reason=None,
-            adapter_session_id=session_id,
-            run_id=None,
+            session_id=session_id,
             started_at=started_at,
             ended_at=self._clock(),
-            error=ending.error,
             turn_seq=session.turns,
-            model=reply.model if reply is not None else None,
+            model=model,
             error_class=outcome.error_class,
         )
 

@@ -23,7 +23,7 @@ from typing import Final, NamedTuple
 import msgspec
 
 from nostr_buzz.errors import BuzzError, InvalidEvent, Nip44Error, Nip59Error
-from nostr_buzz.event import Event, Tags, check_structure, compute_id, sign_event
+from nostr_buzz.event import Event, Tags, UnsignedEvent, check_structure, compute_id, sign_event
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip01, nip44
 from nostr_buzz.signer import Signer, signed, template
@@ -59,16 +59,9 @@ WRAP_KINDS: Final = nip01.WRAP_KINDS
 MAX_BACKDATE: Final = nip01.GIFT_WRAP_BACKDATE
 
 
-class Rumor(msgspec.Struct, frozen=True):
+class Rumor(UnsignedEvent, frozen=True):
     """An unsigned event.  Its ``id`` always matches its fields: build one with :meth:`build`
     or :meth:`from_json`, which check it."""
-
-    id: str
-    pubkey: str
-    created_at: int
-    kind: int
-    tags: Tags
-    content: str
 
     @classmethod
     def build(

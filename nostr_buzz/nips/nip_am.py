@@ -29,7 +29,7 @@ from nostr_buzz.event import Event, not_an_event
 from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
 from nostr_buzz.manifest import SCHEMA_VERSION, Manifest
 from nostr_buzz.nips import nip44
-from nostr_buzz.nips.to_owner import MAX_CONTENT_CHARS, seal_local, seal_with_signer
+from nostr_buzz.nips.to_owner import MAX_CONTENT_CHARS, Sealing
 from nostr_buzz.signer import EventTemplate, Signer
 from nostr_buzz.text.unicode import utf8_document
 
@@ -549,6 +549,9 @@ def _template(
     return EventTemplate(KIND, content, tags, created_at_of(payload.timestamp))
 
 
+_SEALING: Final = Sealing(_encode_payload, _template, MetricError, "metric")
+
+
 def build_metric_event(
     agent_secret: SecretKey | str,
     owner_public: PublicKey | str,
@@ -563,17 +566,8 @@ def build_metric_event(
     timestamp truncated to seconds.  ``nonce``/``aux_rand`` pin randomness for tests only.
     """
     agent = _secret(agent_secret, "agent")
-    owner = _public(owner_public, "owner")
-    plaintext = _encode_payload(payload).decode("utf-8")
-    return seal_local(
-        agent,
-        owner,
-        plaintext,
-        lambda a, o, content: _template(a, o, payload, content),
-        MetricError,
-        "metric",
-        nonce=nonce,
-        aux_rand=aux_rand,
+    return _SEALING.local(
+        agent, _public(owner_public, "owner"), payload, nonce=nonce, aux_rand=aux_rand
     )
 
 
@@ -589,15 +583,7 @@ async def build_metric_event_async(
     """
     if not isinstance(signer, Signer):
         raise InvalidKey("signer must be a Signer (public_key, sign_event, nip44_encrypt)")
-    owner = _public(owner_public, "owner")
-    plaintext = _encode_payload(payload).decode("utf-8")
-    return await seal_with_signer(
-        signer,
-        owner,
-        plaintext,
-        lambda a, o, content: _template(a, o, payload, content),
-        MetricError,
-    )
+    return await _SEALING.with_signer(signer, _public(owner_public, "owner"), payload)
 
 
 def _tags_named(tags: Iterable[tuple[str, ...]], name: str) -> list[tuple[str, ...]]:

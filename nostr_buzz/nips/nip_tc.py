@@ -28,7 +28,7 @@ from nostr_buzz.keys import PublicKey, SecretKey, as_public_key, as_secret_key
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import created_at_of
-from nostr_buzz.nips.to_owner import MAX_CONTENT_CHARS, seal_local, seal_with_signer
+from nostr_buzz.nips.to_owner import MAX_CONTENT_CHARS, Sealing
 from nostr_buzz.signer import EventTemplate, Signer
 from nostr_buzz.text.unicode import utf8_document
 
@@ -169,6 +169,9 @@ def _template(
     return EventTemplate(CHECKPOINT_KIND, content, tags, created_at_of(checkpoint.timestamp))
 
 
+_SEALING: Final = Sealing(_encode, _template, CheckpointError, "checkpoint")
+
+
 def build_checkpoint_event(
     agent_secret: SecretKey | str,
     owner_public: PublicKey | str,
@@ -181,17 +184,7 @@ def build_checkpoint_event(
     randomness for tests only.  Raises :class:`CheckpointError`."""
     agent = as_secret_key(agent_secret, "agent secret key")
     owner = as_public_key(owner_public, "owner public key")
-    plaintext = _encode(checkpoint).decode("utf-8")
-    return seal_local(
-        agent,
-        owner,
-        plaintext,
-        lambda a, o, content: _template(a, o, checkpoint, content),
-        CheckpointError,
-        "checkpoint",
-        nonce=nonce,
-        aux_rand=aux_rand,
-    )
+    return _SEALING.local(agent, owner, checkpoint, nonce=nonce, aux_rand=aux_rand)
 
 
 async def build_checkpoint_event_async(
@@ -200,9 +193,7 @@ async def build_checkpoint_event_async(
     """:func:`build_checkpoint_event` through a :class:`~nostr_buzz.signer.Signer` (it encrypts
     to the owner and signs; what it signed is checked to be what was asked)."""
     owner = as_public_key(owner_public, "owner public key")
-    plaintext = _encode(checkpoint).decode("utf-8")
-    template = lambda a, o, content: _template(a, o, checkpoint, content)  # noqa: E731
-    return await seal_with_signer(signer, owner, plaintext, template, CheckpointError)
+    return await _SEALING.with_signer(signer, owner, checkpoint)
 
 
 def check_layout(event: object, agent_hex: str, owner_hex: str) -> Event:

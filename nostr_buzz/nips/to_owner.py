@@ -11,7 +11,8 @@ pinned), or whatever the :class:`~nostr_buzz.signer.Signer` does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
 
 from nostr_buzz.errors import BuzzError, InvalidEvent, InvalidKey, Nip44Error
 from nostr_buzz.event import Event
@@ -19,7 +20,7 @@ from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.signer import EventTemplate, Signer, check_signed, sign_template
 
-__all__ = ["MAX_CONTENT_CHARS", "seal_local", "seal_with_signer"]
+__all__ = ["MAX_CONTENT_CHARS", "Sealing", "seal_local", "seal_with_signer"]
 
 #: The longest NIP-44 content a plaintext of at most 65,535 bytes can produce (both NIPs' cap):
 #: anything longer is refused before decrypting.
@@ -27,6 +28,46 @@ MAX_CONTENT_CHARS: Final = 4 * -(-(65 + 2 + nip44.calc_padded_len(65535)) // 3)
 
 #: The unsigned event around a ciphertext: (agent, owner, content) -> template.
 Template = Callable[[PublicKey, PublicKey, str], EventTemplate]
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Sealing(Generic[P]):
+    """How one NIP seals its payload type ``P`` to the owner: ``encode`` gives the plaintext,
+    ``template`` the unsigned event around the ciphertext, ``error`` and ``what`` the NIP's own
+    failure and the name it gives what it makes."""
+
+    encode: Callable[[P], bytes]
+    template: Callable[[PublicKey, PublicKey, P, str], EventTemplate]
+    error: type[BuzzError]
+    what: str
+
+    def local(
+        self,
+        agent: SecretKey,
+        owner: PublicKey,
+        payload: P,
+        *,
+        nonce: bytes | None = None,
+        aux_rand: bytes | None = None,
+    ) -> Event:
+        """:func:`seal_local` of ``payload`` (``nonce``/``aux_rand`` pin randomness for tests)."""
+        plaintext, around = self._plaintext(payload), self._around(payload)
+        return seal_local(
+            agent, owner, plaintext, around, self.error, self.what, nonce=nonce, aux_rand=aux_rand
+        )
+
+    async def with_signer(self, signer: Signer, owner: PublicKey, payload: P) -> Event:
+        """:func:`seal_with_signer` of ``payload``."""
+        plaintext = self._plaintext(payload)
+        return await seal_with_signer(signer, owner, plaintext, self._around(payload), self.error)
+
+    def _plaintext(self, payload: P) -> str:
+        return self.encode(payload).decode("utf-8")
+
+    def _around(self, payload: P) -> Template:
+        return lambda agent, owner, content: self.template(agent, owner, payload, content)
 
 
 def seal_local(
