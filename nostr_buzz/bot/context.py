@@ -13,6 +13,7 @@ while per person and per channel (:mod:`.known_state`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Final, Literal
@@ -82,10 +83,22 @@ class ContextResolver:
         retrieval: Retrieval = BUZZ_RETRIEVAL,
     ) -> None:
         self.pool = pool
+        self.agent = agent
+        #: The agent's signer opens the gift wraps of a private conversation's history.
+        self.signer = signer
+        self.timeout = timeout
+        #: How the thread's or conversation's history is read (:func:`fetch_history`): its
+        #: kinds, at most ``limit`` messages, a private one opened through ``signer``.
+        self._fetch_history = functools.partial(
+            fetch_history, agent=agent, limit=limit, kinds=kinds, timeout=timeout, signer=signer
+        )
         #: How the envelope tells the model to fetch more history (``PluginConfig.retrieval``).
         self.retrieval = retrieval
         #: The agent has a shell and the bot's configuration: buzz's commands may be named.
         self.cli = True
+        #: Read relay URL → its NIP-11 key, asked once (a relay's key is stable).
+        self._relay_keys: dict[str, str] | None = None
+        self._relay_keys_lock = asyncio.Lock()
         #: Only the owner's messages may carry a slash command.
         self.owner = owner
         #: Whose channel metadata counts from any relay (the owner, the agent, ``[gate]
@@ -93,15 +106,6 @@ class ContextResolver:
         self._trusted_authors = trusted_authors
         #: Told ``(event, why)`` for each kind 39000 event of the channel that does not count.
         self._on_untrusted = on_untrusted
-        #: Read relay URL → its NIP-11 key, asked once (a relay's key is stable).
-        self._relay_keys: dict[str, str] | None = None
-        self._relay_keys_lock = asyncio.Lock()
-        self.agent = agent
-        #: The agent's signer opens the gift wraps of a private conversation's history.
-        self.signer = signer
-        self.kinds = kinds
-        self.limit = limit
-        self.timeout = timeout
         #: Agents known from configuration or a NIP-24 ``bot`` profile seen (shared, grows).
         self.known_agents = known_agents
         #: People's relay lists (NIP-65): history and profiles are also read on the write
@@ -145,16 +149,8 @@ class ContextResolver:
         # The write relays of the author and the people tagged: where their thread is.
         private = isinstance(newest, PrivateEvent)
         people = [] if private else [newest.pubkey, *nip10.mentions(newest)]
-        return await fetch_history(
-            self.pool,
-            newest,
-            agent=self.agent,
-            limit=self.limit,
-            kinds=self.kinds,
-            timeout=self.timeout,
-            signer=self.signer,
-            extra_urls=await self._their_relays(people),
-        )
+        extra = await self._their_relays(people)
+        return await self._fetch_history(self.pool, newest, extra_urls=extra)
 
     async def resolve(
         self,

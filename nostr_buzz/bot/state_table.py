@@ -7,8 +7,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
+from typing import Final
 
-__all__ = ["StateTable", "remember_ids"]
+__all__ = ["REMEMBERED_COMMANDS", "StateTable", "remember_ids"]
+
+#: The owner's obeyed command ids remembered (a replay after a restart is not obeyed again).
+REMEMBERED_COMMANDS: Final = 100
 
 
 class StateTable:

@@ -2,9 +2,10 @@
 thread under ``[sessions] scope = "thread"``), at most ``max_live`` of them open (:mod:`.live`),
 and restarts.
 
-On start, a process group that a previous run left behind when it was killed outright is
-ended first (:mod:`nostr_buzz.io.agent_group`); each agent start records its group, and a
-graceful close removes the record.
+The driver of the agent (an ACP process or an in-process agent) and the record of its process
+group are made in :mod:`.agent_drivers`; a key's session is opened (or continued from its
+receipt) by :mod:`.channel_sessions`; the supervisor keeps the open sessions, restarts the agent
+and closes what the bot lets go.
 
 A turn that ends with the agent gone makes the supervisor restart it with exponential backoff
 (0.5 s doubling to 30 s) while other channels keep being served; the sessions died with the
@@ -23,40 +24,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nostr_buzz.acp.profiles import reopen_method
-from nostr_buzz.acp.types import PermissionRequest, SessionStart, TurnResult
+from nostr_buzz.acp.types import PermissionRequest, TurnResult
 from nostr_buzz.agent import AgentFunction, AgentTool, InProcessAgent
 from nostr_buzz.core.backoff import backoff_base
-from nostr_buzz.core.compiler import standing_text
 from nostr_buzz.core.permission import PermissionDecision
 from nostr_buzz.core.session_key import channel_of
 from nostr_buzz.core.turn_input import Standing
-from nostr_buzz.errors import AgentError, BuzzError, ConfigError
-from nostr_buzz.io.agent_group import (
-    GroupRecord,
-    clear_record,
-    end_orphan_group,
-    read_record,
-    write_record,
-)
+from nostr_buzz.errors import BuzzError
 from nostr_buzz.io.diagnostics import AgentDiagnosticKind, DiagnosticsFeed
 from nostr_buzz.io.inprocess import InProcessDriver, load_agent
 from nostr_buzz.nips import nip10
 
+from .agent_drivers import AGENT_LOG, AgentGroup, acp_driver, harness_name, inprocess_driver
+from .channel_sessions import ChannelSession, SessionOpener
 from .config import PluginConfig
-
-if TYPE_CHECKING:  # the acp extra: imported only for an ACP agent (_acp_driver)
-    from nostr_buzz.io.agent_driver import AgentDriver
 from .live import LiveSessions, touch
-from .privacy import AGENT_TEXT_KINDS, agent_error_class, private_driver_payload
-from .receipts import SessionReceipt, SessionReceipts, resume_refusal
+from .privacy import AGENT_TEXT_KINDS, private_driver_payload
+from .receipts import SessionReceipts
+
+if TYPE_CHECKING:  # the acp extra: imported only for an ACP agent (.agent_drivers)
+    from nostr_buzz.io.agent_driver import AgentDriver
 
 __all__ = [
     "AGENT_LOG",
@@ -68,23 +59,8 @@ __all__ = [
     "secret_values",
 ]
 
-AGENT_LOG: Final = "agent.log"
 _RESTART_BASE: Final = 0.5
 _RESTART_CAP: Final = 30.0
-_KNOWN_HARNESSES: Final = ("goose", "codex", "claude")
-
-
-def harness_name(command: str | None, args: Sequence[str], agent_name: str | None) -> str:
-    """The metric's ``harness``: goose/codex/claude when the command, its arguments or the
-    agent's name say so, else the agent's reported name, else the command's file name."""
-    command = command or ""
-    words = " ".join([command, *args, agent_name or ""]).lower()
-    for known in _KNOWN_HARNESSES:
-        if known in words:
-            return known
-    if agent_name:
-        return agent_name
-    return Path(command).name or command
 
 
 def secret_values(config: PluginConfig) -> list[str]:
@@ -133,55 +109,6 @@ class ToolOffer(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass
-class ChannelSession:
-    """One live ACP session (one per queue channel) and what it has been given.
-
-    Two session ids: ``start.session_id`` is the agent's own (ACP, the metric's
-    ``adapterSessionId``); ``metric_session_id`` is the metric's ``sessionId``.
-    """
-
-    start: SessionStart
-    #: Made here, so a restart starts a new one (nips/NIP-AM.md: a publisher that loses its
-    #: turn counter starts a new ``sessionId``), even for a continued agent session.
-    metric_session_id: str
-    standing: Standing = field(default_factory=Standing)  # frozen when the session opened
-    delivered: set[str] = field(default_factory=set)
-    turns: int = 0
-    #: Every actor (hex pubkey) whose words entered this session (batches, cancelled events,
-    #: steers): ``permissions = "owner"`` approves only while it holds the owner alone.  A
-    #: continued session keeps its earlier actors (:mod:`.receipts`).
-    actors: set[str] = field(default_factory=set)
-    #: The agent that opened it, and when (a Unix time): what its receipt records.
-    agent: tuple[str | None, str | None] = (None, None)
-    started_at: float = 0.0
-    #: The agent's count of this session's compactions when its standing sections last went
-    #: into an answered prompt (docs/envelope.md, "Compaction").
-    standing_compactions: int = 0
-    #: Continued from its receipt (it holds its conversation): it starts from no checkpoint.
-    continued: bool = False
-    #: Its key's thread checkpoint was looked for (the first prompt's, once).
-    checkpoint_read: bool = False
-    #: The newest event the session is known to hold (its last completed turn's, or what its
-    #: checkpoint covered): what a checkpoint made of its compaction covers.
-    covered: str | None = None
-    #: The session's grant of the bot's tool server (None: not offered).
-    tool_grant: Any = None
-
-    def receipt(self) -> SessionReceipt:
-        """What the state database keeps of this session (:mod:`.receipts`)."""
-        return SessionReceipt(
-            session_id=self.start.session_id,
-            agent=self.agent[0],
-            agent_version=self.agent[1],
-            strategy=self.start.strategy,
-            standing=self.standing,
-            started_at=self.started_at,
-            actors=tuple(sorted(self.actors)),
-            delivered=tuple(self.delivered),
-        )
-
-
 class AgentSupervisor:
     """The agent process of a bot: start, sessions, restart with backoff, close."""
 
@@ -196,26 +123,31 @@ class AgentSupervisor:
         agent: InProcessAgent | AgentFunction | None = None,
     ) -> None:
         self.config = config
-        self._clock = clock
-        self._standing_for = standing_for
         self._diagnostics = diagnostics
         self._stopping = stopping
+        #: The record of the agent's process group in the state directory.
+        self.group = AgentGroup(config.state_dir, diagnostics)
         if agent is None and config.agent_module is not None:
             agent = load_agent(config.agent_module)
         self.driver: AgentDriver | InProcessDriver
         if agent is not None:  # a Python object instead of the ACP subprocess
-            self.driver = InProcessDriver(
+            self.driver = inprocess_driver(
                 agent,
-                idle_timeout=config.idle_timeout,
-                hard_timeout=config.hard_timeout,
+                config,
+                clock,
                 on_diagnostic=self._on_driver_diagnostic,
-                clock=lambda: datetime.fromtimestamp(clock(), UTC),
                 channel_of=self._channel_of,
-                max_reply_bytes=config.max_reply_bytes,
                 tools_of=self._tools_of,
             )
         else:
-            self.driver = self._acp_driver(config, clock, turns)
+            self.driver = acp_driver(
+                config,
+                clock,
+                on_diagnostic=self._on_driver_diagnostic,
+                permission=turns.permission if turns is not None else None,
+                on_spawn=self.group.remember,
+            )
+        self.opener = SessionOpener(config, self.driver, diagnostics, clock, standing_for)
         #: By queue key, least recently used first (:func:`.live.touch`).
         self.sessions: dict[str, ChannelSession] = {}
         self.live = LiveSessions(config.max_live_sessions)
@@ -232,42 +164,8 @@ class AgentSupervisor:
         self._lock = asyncio.Lock()
         self._failures = 0
         self._closed = False
-        self._recorded = False  # an agent group of this run is recorded in the state directory
         #: The bot's tool server, offered to each session (None: no tools).
         self.tools: ToolOffer | None = None
-
-    def _acp_driver(
-        self, config: PluginConfig, clock: Callable[[], float], turns: TurnLookup | None
-    ) -> AgentDriver:
-        """The ACP agent's driver; the ``acp`` extra is imported only here."""
-        if config.agent_command is None:
-            raise ConfigError(
-                "no agent: give PluginConfig agent_command (an ACP agent) or agent_module, or "
-                "an in-process agent as BuzzPlugin(config, agent=…)"
-            )
-        try:
-            from nostr_buzz.io.agent_driver import AgentDriver, reject_always
-        except ModuleNotFoundError as exc:
-            raise ConfigError(
-                f"an ACP agent needs the acp extra (pip install 'nostr-buzz[acp]'): {exc}"
-            ) from None
-        return AgentDriver(
-            config.agent_command,
-            config.agent_args,
-            env_names=config.agent_pass_env,
-            env=config.agent_env,
-            cwd=config.agent_cwd,
-            user=config.agent_user,
-            log_path=config.state_dir / AGENT_LOG,
-            idle_timeout=config.idle_timeout,
-            hard_timeout=config.hard_timeout,
-            on_diagnostic=self._on_driver_diagnostic,
-            permission=turns.permission if turns is not None else reject_always,
-            on_spawn=self._remember_group,
-            max_reply_bytes=config.max_reply_bytes,
-            # One clock for the metric's startedAt (taken by the bot) and timestamp (driver's).
-            clock=lambda: datetime.fromtimestamp(clock(), UTC),
-        )
 
     def _on_driver_diagnostic(
         self, kind: AgentDiagnosticKind, session_id: str | None, payload: dict[str, Any]
@@ -295,25 +193,8 @@ class AgentSupervisor:
         channels = [c for c, s in self.sessions.items() if s.start.session_id == session_id]
         return bool(channels) and not any(nip10.is_private_channel(c) for c in channels)
 
-    def _remember_group(self, record: GroupRecord) -> None:
-        write_record(self.config.state_dir, record)
-        self._recorded = True
-
-    async def _end_orphans(self) -> None:
-        """End the agent group a previous run of this bot left behind (it was killed outright),
-        if its processes still carry that run's token; say what was done."""
-        record = read_record(self.config.state_dir)
-        if record is None:
-            return
-        sweep = await end_orphan_group(record)
-        if sweep.outcome == "killed":
-            self._diagnostics.emit("agent_group_ended", payload=sweep.payload())
-        elif sweep.outcome != "none":
-            self._diagnostics.emit("agent_group_spared", payload=sweep.payload())
-        clear_record(self.config.state_dir)
-
     async def start(self) -> None:
-        await self._end_orphans()
+        await self.group.end_orphans()
         if self.tools is not None and not isinstance(self.driver, InProcessDriver):
             await self.tools.start()  # before any session is offered it
         info = await self.driver.start()
@@ -324,8 +205,7 @@ class AgentSupervisor:
         await self.driver.close()
         if self.tools is not None:
             await self.tools.close()
-        if self._recorded:  # the group was ended with the agent
-            clear_record(self.config.state_dir)
+        self.group.closed()  # the group was ended with the agent
 
     async def ensure_agent(self) -> None:
         """Restart the agent until it runs (backoff between failures) or the bot closes."""
@@ -380,23 +260,11 @@ class AgentSupervisor:
     async def _open(
         self, queue_channel: str, channel_id: str | None, receipts: SessionReceipts | None
     ) -> ChannelSession:
-        """The session of the key's receipt continued, else a new one."""
-        session = None
+        """The key's session opened (:class:`.channel_sessions.SessionOpener`), offered the
+        bot's tools."""
         servers, grant = self._offer(queue_channel)
         try:
-            if receipts is not None:
-                session = await self._continued(queue_channel, receipts, servers)
-            if session is None:
-                standing = self.config.standing
-                if self._standing_for is not None:
-                    standing = await self._standing_for(channel_id)
-                text = standing_text(standing)
-                if servers:
-                    assert not isinstance(self.driver, InProcessDriver)
-                    start = await self.driver.new_session(self._cwd, text, servers)
-                else:
-                    start = await self.driver.new_session(self._cwd, text)
-                session = self._session(start, standing)
+            session = await self.opener.open(queue_channel, channel_id, receipts, servers)
         except BaseException:
             self._revoke(grant)
             raise
@@ -465,62 +333,6 @@ class AgentSupervisor:
         if isinstance(driver, InProcessDriver) or not driver.alive:
             return False
         return reopen_method(driver.profile, driver.info) is not None
-
-    @property
-    def _cwd(self) -> str:
-        return self.config.agent_cwd or str(Path.cwd())
-
-    def _session(self, start: SessionStart, standing: Standing) -> ChannelSession:
-        driver = self.driver
-        info = driver.info if not isinstance(driver, InProcessDriver) else None
-        return ChannelSession(
-            start=start,
-            metric_session_id=uuid.uuid4().hex,
-            standing=standing,
-            agent=(info.name, info.version) if info is not None else (None, None),
-            started_at=self._clock(),
-        )
-
-    async def _continued(
-        self, queue_channel: str, receipts: SessionReceipts, servers: list[dict[str, Any]]
-    ) -> ChannelSession | None:
-        """The session of the channel's receipt, continued by the running agent; None (with a
-        ``session_not_resumed`` diagnostic, and the receipt dropped) when it may not or could
-        not be: the channel then opens a new session, never silently."""
-        found = receipts.get(queue_channel)
-        driver = self.driver
-        if found is None or isinstance(driver, InProcessDriver):
-            return None
-        receipt, in_turn = found
-        info = driver.info
-        method = reopen_method(driver.profile, info)
-        why = resume_refusal(receipt, in_turn, info.name, info.version, method)
-        error: str | None = None
-        if why is None:
-            try:
-                text = standing_text(receipt.standing)
-                start = await driver.reopen_session(
-                    receipt.session_id, receipt.strategy, self._cwd, text, servers
-                )
-            except AgentError as exc:
-                why, error = "refused", str(exc)
-                if nip10.is_private_channel(queue_channel):  # the class only: no agent text
-                    error = agent_error_class(error)
-        if why is not None:
-            receipts.drop(queue_channel)
-            payload = {"adapterSessionId": receipt.session_id, "reason": why}
-            self._diagnostics.emit(
-                "session_not_resumed",
-                channel_id=channel_of(queue_channel),
-                payload={**payload, **({"error": error} if error else {})},
-            )
-            return None
-        session = self._session(start, receipt.standing)
-        session.continued = True
-        session.actors.update(receipt.actors)
-        session.delivered.update(receipt.delivered)
-        session.started_at = receipt.started_at
-        return session
 
     def end_session(self, queue_channel: str, receipts: SessionReceipts | None = None) -> None:
         """The owner's ``!new``: the key's session is never prompted or continued again."""

@@ -157,8 +157,8 @@ def test_remembered_ids_are_capped_and_restored(tmp_path: Path) -> None:
     assert rebuilt.is_remembered(first.id)
     assert rebuilt.push(first, now=3.0).duplicate
     # The table keeps the newest REMEMBERED_IDS ids.
-    store._remember((f"{i:064x}" for i in range(REMEMBERED_IDS + 5)), "event", REMEMBERED_IDS)
-    count = store._exec("SELECT count(*) FROM remembered WHERE kind = 'event'").fetchone()[0]
+    store.remember((f"{i:064x}" for i in range(REMEMBERED_IDS + 5)), "event", REMEMBERED_IDS)
+    count = store.execute("SELECT count(*) FROM remembered WHERE kind = 'event'").fetchone()[0]
     assert count == REMEMBERED_IDS
 
 
@@ -179,7 +179,7 @@ def test_the_last_command_of_each_kind_is_kept_for_the_newest_kinds(tmp_path: Pa
     store = BotStore(tmp_path)
     for i in range(REMEMBERED_COMMAND_KINDS + 3):
         store.remember_command(chat(ALICE, 1_000 + i, content="!new"), f"new:c{i}", 1_000 + i)
-    count = store._exec("SELECT count(*) FROM owner_commands").fetchone()[0]
+    count = store.execute("SELECT count(*) FROM owner_commands").fetchone()[0]
     assert count == REMEMBERED_COMMAND_KINDS
     assert store.owner_commands.last("new:c0") is None  # the oldest kinds went first
     assert store.owner_commands.last(f"new:c{REMEMBERED_COMMAND_KINDS + 2}") is not None
@@ -259,7 +259,7 @@ def test_an_inconsistent_database_is_a_state_error(tmp_path: Path) -> None:
     q = store.load_queue()
     event = msg(ALICE, 1)
     push(store, q, event, 1.0)
-    store._exec("INSERT INTO remembered (id, kind) VALUES (?, 'event')", (event.id,))
+    store.execute("INSERT INTO remembered (id, kind) VALUES (?, 'event')", (event.id,))
     with pytest.raises(StateError, match="inconsistent"):
         store.load_queue()
 
@@ -335,7 +335,7 @@ def test_refused_wraps_are_remembered_capped_and_kept_only_under_the_same_gate(
     for i in range(REMEMBERED_REFUSALS + 3):
         back.refusals.remember(f"{i:064x}", by_gate=False)
     back.flush()
-    rows = back._exec("SELECT count(*) FROM remembered WHERE kind = 'refusal'").fetchone()[0]
+    rows = back.execute("SELECT count(*) FROM remembered WHERE kind = 'refusal'").fetchone()[0]
     assert rows == REMEMBERED_REFUSALS
     assert unopenable not in back.refusals and f"{0:064x}" not in back.refusals
     back.close()
