@@ -75,8 +75,6 @@ _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
 
 #: How many delivered or dead-lettered ids are remembered for duplicate detection.
 REMEMBERED_IDS: Final = 10_000
-#: The bot's bound on the channels strangers (any actor but the owner) hold events in at once.
-MAX_STRANGER_CHANNELS: Final = 64
 #: A channel held back for quiet flushes anyway once its oldest event waited this many windows.
 SETTLE_LIMIT: Final = 8
 _BACKOFF_BASE: Final = 5.0
