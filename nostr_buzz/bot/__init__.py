@@ -26,7 +26,8 @@ The package follows the path a turn takes:
 * :mod:`.delivery` — stores replies and metrics in the outbox, sends and retries them;
 * :mod:`.telemetry` — each turn handed to a telemetry sink (``PluginConfig(telemetry=``
   :class:`Telemetry` ``(...))``: OpenTelemetry over OTLP/HTTP, :mod:`nostr_buzz.io.otel`);
-* :mod:`.plugin` — :class:`BuzzPlugin`, which wires them.
+* :mod:`.plugin` — :class:`BuzzPlugin`, which wires them; :mod:`.tasks` — what it runs on the
+  event loop (its signals, the worker and retry loops, the tasks it spawns) and how it stops.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ flags) and the ``--shard i/n`` split of destinations between processes."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -355,6 +354,8 @@ class PluginConfig:
 
 def _check_telemetry(telemetry: object) -> None:
     """A :class:`Telemetry`, and the SDK to export it with."""
+    import importlib.util
+
     from nostr_buzz.core.telemetry import Telemetry
 
     if not isinstance(telemetry, Telemetry):
