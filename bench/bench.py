@@ -6,7 +6,8 @@ coincurve row is the floor: the same cryptography with no parsing or checks arou
 Nothing here asserts a timing; the numbers are for people to read.
 
 ``--quick`` runs every row once with a handful of iterations (the test suite's smoke of this
-script, so it cannot rot); its figures mean nothing.
+script, so it cannot rot); its figures mean nothing.  ``--imports`` prints only the import
+rows: what importing the bot costs a fresh process, next to its peers' imports.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import hashlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import msgspec
 import nostr_sdk
@@ -32,6 +35,7 @@ from nostr_buzz import Event, SecretKey, sign_event
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "vectors"
 QUICK = "--quick" in sys.argv[1:]
+IMPORTS_ONLY = "--imports" in sys.argv[1:]
 Row = tuple[str, dict[str, Callable[[], object]]]
 
 
@@ -233,7 +237,48 @@ def startup_rows() -> list[tuple[str, float]]:
         relay.wait(30)
 
 
+#: What a program that runs a bot imports first, for each implementation: nostr-buzz's plugin
+#: (with its configuration), nostr-sdk's bindings (client included), pynostr's relay manager.
+IMPORTS: Final = (
+    ("nostr-buzz", "from nostr_buzz import BuzzPlugin"),
+    ("nostr-sdk", "import nostr_sdk"),
+    ("pynostr", "from pynostr.relay_manager import RelayManager"),
+)
+
+
+def import_ms(statement: str, runs: int = 21) -> float:
+    """Median milliseconds ``statement`` takes in a fresh interpreter, timed inside it (the
+    interpreter's own start is not counted), from compiled bytecode as an installed package
+    runs: a first, untimed run writes it where it is missing."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    code = f"import time; t = time.perf_counter(); {statement}; "
+    code += "print((time.perf_counter() - t) * 1000)"
+
+    def once() -> float:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, check=True, timeout=60
+        )
+        return float(done.stdout)
+
+    once()
+    return statistics.median(once() for _ in range(1 if QUICK else runs))
+
+
+def print_imports() -> None:
+    title = "import, in a fresh process"
+    print(f"{title:<48} {'implementation':<15} {'ms':>10} {'vs nostr-buzz':>14}")
+    ours = import_ms(IMPORTS[0][1])
+    for name, statement in IMPORTS:
+        ms = ours if name == "nostr-buzz" else import_ms(statement)
+        print(f"{statement:<48} {name:<15} {ms:>10.1f} {ms / ours:>13.2f}x")
+    print("(median of 21 processes; nostr-buzz's row loads the plugin and its configuration,")
+    print(" not what a plugin loads when made and started: relays, agent, state)")
+
+
 def main() -> int:
+    if IMPORTS_ONLY:
+        print_imports()
+        return 0
     rows = event_rows() + extra_rows() + core_rows()
     print(f"python {sys.version.split()[0]}; microseconds per operation, best of 5")
     print(f"{'operation':<48} {'implementation':<15} {'µs/op':>10} {'vs nostr-buzz':>14}")
@@ -255,6 +300,8 @@ def main() -> int:
     bare = timings[0][1]
     for title, ms in timings:
         print(f"{title:<48} {ms:>26.1f} {ms - bare:>+11.1f}")
+    print()
+    print_imports()
     from bot_bench import bot_lines  # bench/ is on sys.path when run as a script
 
     print("\nthe bot, end to end in one process (real SQLite state, real demo agent):")

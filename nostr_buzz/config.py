@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import msgspec
 
@@ -34,7 +33,6 @@ from nostr_buzz.core.choices import (
     check_choice,
     refuse_choice,
 )
-from nostr_buzz.core.telemetry import check_otlp_endpoint, check_telemetry_headers
 from nostr_buzz.errors import (
     SECRET_HINT,
     ConfigError,
@@ -47,8 +45,10 @@ from nostr_buzz.errors import (
 from nostr_buzz.io.filemodes import check_key_file, check_secret_mode
 from nostr_buzz.keys import PublicKey, SecretKey
 from nostr_buzz.nips.nip10 import is_valid_channel_id
-from nostr_buzz.nips.nip46 import BunkerUri, parse_bunker_uri
 from nostr_buzz.nips.relay_url import check_relay_url
+
+if TYPE_CHECKING:
+    from nostr_buzz.nips.nip46 import BunkerUri
 
 __all__ = [
     "DEFAULT_CONFIG_NAME",
@@ -336,6 +336,8 @@ def parse_relay_list(urls: Iterable[str], *, source: str) -> tuple[str, ...]:
 
 def parse_bunker(text: str, *, source: str) -> BunkerUri:
     """A ``bunker://`` URI (NIP-46); the error says what is wrong, never the URI's secret."""
+    from nostr_buzz.nips.nip46 import parse_bunker_uri  # the NIP-46 client, where one is named
+
     try:
         return parse_bunker_uri(text)
     except Nip46Error as exc:
@@ -444,9 +446,17 @@ def _validate(config: BuzzConfig, where: str) -> None:
     check_gate_allowlist(config.gate.mode, config.gate.allowlist, where)
     parse_env_names(config.agent.pass_env, source=f"{where}: agent.pass_env")
     check_channels(config.subscriptions.channels, f"{where}: subscriptions.channels")
-    if config.telemetry.endpoint is not None:
-        check_otlp_endpoint(config.telemetry.endpoint, f"{where}: telemetry.endpoint")
-    check_telemetry_headers(config.telemetry.headers, f"{where}: telemetry.headers")
+    _check_telemetry(config.telemetry, where)
+
+
+def _check_telemetry(section: TelemetrySection, where: str) -> None:
+    """``[telemetry]``'s endpoint and headers, checked as ``Telemetry`` checks them (that
+    module loads here, with a file to check, not with this one)."""
+    from nostr_buzz.core.telemetry import check_otlp_endpoint, check_telemetry_headers
+
+    if section.endpoint is not None:
+        check_otlp_endpoint(section.endpoint, f"{where}: telemetry.endpoint")
+    check_telemetry_headers(section.headers, f"{where}: telemetry.headers")
 
 
 def check_channels(channels: Iterable[str], where: str) -> None:
@@ -474,6 +484,8 @@ def _check_choices(raw: Mapping[str, Any], where: str) -> None:
 
 def load_config_file(path: str | Path) -> BuzzConfig:
     """Read and strictly validate one ``buzz.toml``; every problem is a :class:`ConfigError`."""
+    import tomllib  # only where a file is read
+
     where = str(path)
     try:
         with open(path, "rb") as file:
@@ -499,7 +511,7 @@ def load_config_file(path: str | Path) -> BuzzConfig:
     if config.secret_key is not None:
         # An inline key is as secret as a key_file: same rule, checked on the file just read.
         check_secret_mode(mode, path, subject=f"{where}: holds secret_key inline and")
-    if config.signer.bunker is not None and parse_bunker_uri(config.signer.bunker).secret:
+    if config.signer.bunker is not None and parse_bunker(config.signer.bunker, source=where).secret:
         # Whoever reads the bunker's connection secret may connect in the bot's place.
         check_secret_mode(mode, path, subject=f"{where}: holds signer.bunker's secret and")
     if config.telemetry.headers:

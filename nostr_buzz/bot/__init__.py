@@ -26,7 +26,8 @@ The package follows the path a turn takes:
 * :mod:`.delivery` — stores replies and metrics in the outbox, sends and retries them;
 * :mod:`.telemetry` — each turn handed to a telemetry sink (``PluginConfig(telemetry=``
   :class:`Telemetry` ``(...))``: OpenTelemetry over OTLP/HTTP, :mod:`nostr_buzz.io.otel`);
-* :mod:`.plugin` — :class:`BuzzPlugin`, which wires them.
+* :mod:`.plugin` — :class:`BuzzPlugin`, which wires them; :mod:`.tasks` — what it runs on the
+  event loop (its signals, the worker and retry loops, the tasks it spawns) and how it stops.
 """
 
 from __future__ import annotations
@@ -34,15 +35,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nostr_buzz._lazy import lazy_getattr as _lazy_getattr
-from nostr_buzz.core.telemetry import Telemetry
-
-from .config import PluginConfig, Shard, parse_shard, shard_of
 
 if TYPE_CHECKING:
+    from nostr_buzz.core.telemetry import Telemetry
+
+    from .config import PluginConfig, Shard, parse_shard, shard_of
     from .plugin import BuzzPlugin
 
 __all__ = ["BuzzPlugin", "PluginConfig", "Shard", "Telemetry", "parse_shard", "shard_of"]
 
-# The plugin (and with it the agent protocol's schema) loads on first use: a command that needs
-# only the gate's pure decisions (``buzz audit`` imports :mod:`.intake`) stays light.
-__getattr__ = _lazy_getattr(__name__, {"BuzzPlugin": "nostr_buzz.bot.plugin"}, globals())
+# Each name loads on first use: a command that needs only the gate's pure decisions (``buzz
+# audit`` imports :mod:`.intake`) stays light, and the plugin loads its running parts when it
+# is made and started, not when it is imported.
+_EXPORTS: dict[str, str] = {
+    "BuzzPlugin": "nostr_buzz.bot.plugin",
+    "Telemetry": "nostr_buzz.core.telemetry",
+    **dict.fromkeys(("PluginConfig", "Shard", "parse_shard", "shard_of"), "nostr_buzz.bot.config"),
+}
+
+__getattr__ = _lazy_getattr(__name__, _EXPORTS, globals())
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

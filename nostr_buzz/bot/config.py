@@ -4,12 +4,11 @@ flags) and the ``--shard i/n`` split of destinations between processes."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import msgspec
 
@@ -34,8 +33,6 @@ from nostr_buzz.core.given import (
     given_strings,
     shown,
 )
-from nostr_buzz.core.queue import MAX_STRANGER_CHANNELS
-from nostr_buzz.core.telemetry import Telemetry
 from nostr_buzz.core.turn_input import BUZZ_RETRIEVAL, Retrieval, Standing
 from nostr_buzz.errors import ConfigError, InvalidKey
 from nostr_buzz.keys import PublicKey, SecretKey, as_secret_key
@@ -44,7 +41,14 @@ from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.nips.nip29 import CHAT_KIND
 from nostr_buzz.signer import Signer
 
+if TYPE_CHECKING:  # the telemetry module loads where telemetry is given
+    from nostr_buzz.core.telemetry import Telemetry
+
 __all__ = ["PluginConfig", "Shard", "parse_shard", "shard_of"]
+
+#: The bot's bound on the channels strangers (any actor but the owner) hold events in at once
+#: (the queue's ``max_stranger_channels``).
+MAX_STRANGER_CHANNELS: Final = 64
 
 #: PluginConfig's ``signer`` until ``__post_init__`` makes one from ``agent_secret``.
 _NO_SIGNER: Final = cast(Signer, None)
@@ -257,15 +261,8 @@ class PluginConfig:
             check_given(f"budget.{cap}", getattr(self.budget, cap), f"PluginConfig budget.{cap}")
         check_gate_allowlist(self.gate, self.allowlist, "PluginConfig")
         check_channels(self.channels, "PluginConfig channels")
-        if self.telemetry is not None and not isinstance(self.telemetry, Telemetry):
-            raise ConfigError(
-                f"PluginConfig telemetry: expected a Telemetry, got {type(self.telemetry).__name__}"
-            )
-        if self.telemetry is not None and importlib.util.find_spec("opentelemetry.sdk") is None:
-            raise ConfigError(
-                "PluginConfig telemetry needs the OpenTelemetry SDK: "
-                "pip install 'nostr-buzz[telemetry]'"
-            )
+        if self.telemetry is not None:
+            _check_telemetry(self.telemetry)
 
     def __repr__(self) -> str:  # never the secret key
         return (
@@ -347,10 +344,29 @@ class PluginConfig:
         )
 
 
+def _check_telemetry(telemetry: object) -> None:
+    """A :class:`Telemetry`, and the SDK to export it with."""
+    import importlib.util
+
+    from nostr_buzz.core.telemetry import Telemetry
+
+    if not isinstance(telemetry, Telemetry):
+        raise ConfigError(
+            f"PluginConfig telemetry: expected a Telemetry, got {type(telemetry).__name__}"
+        )
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        raise ConfigError(
+            "PluginConfig telemetry needs the OpenTelemetry SDK: "
+            "pip install 'nostr-buzz[telemetry]'"
+        )
+
+
 def _telemetry(section: TelemetrySection) -> Telemetry | None:
     """``[telemetry]`` as the bot takes it: None while no endpoint is set."""
     if section.endpoint is None:
         return None
+    from nostr_buzz.core.telemetry import Telemetry
+
     fields = msgspec.structs.asdict(section)
     return Telemetry(**fields)
 

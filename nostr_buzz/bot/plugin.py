@@ -11,39 +11,30 @@ existing bot that feeds it verified events (:meth:`BuzzPlugin.handle_event`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
-from nostr_buzz.agent import AgentFunction, InProcessAgent
-from nostr_buzz.core.queue import DispatchQueue, QueuedEvent
-from nostr_buzz.core.session_key import keyer
 from nostr_buzz.errors import BuzzError, Nip59Error, RelayError, StateError
 from nostr_buzz.event import Event, not_an_event
-from nostr_buzz.io.diagnostics import DiagnosticRecord, DiagnosticsFeed
-from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip10, nip59
-from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.signer import Signer, SignerError
 
 from . import intake
-from .config import PluginConfig
-from .context import ContextResolver
-from .delivery import Delivery
-from .recall import Recall
-from .relays import bot_pool
-from .replay import REPLAY_PAGE, Listener, listen_filters
-from .running import RunningTurns
-from .standing import SessionStanding
-from .state import REMEMBERED_COMMANDS, BotStore
-from .supervisor import AgentSupervisor
-from .tools import ToolGrants
-from .turn import TurnRunner
+
+if TYPE_CHECKING:
+    from nostr_buzz.agent import AgentFunction, InProcessAgent
+    from nostr_buzz.io.diagnostics import DiagnosticRecord
+    from nostr_buzz.nips.nip01 import Filter
+
+    from .config import PluginConfig
+    from .delivery import Delivery
+    from .state import BotStore
+    from .turn import TurnRunner
 
 __all__ = ["DIAGNOSTICS_FILE", "BuzzPlugin"]
 
@@ -67,6 +58,15 @@ class BuzzPlugin:
         include_prompt_text: bool = False,
         agent: InProcessAgent | AgentFunction | None = None,  # instead of an ACP agent
     ) -> None:
+        # The parts' modules load with the first plugin made, not with this module's import
+        # (``from nostr_buzz import BuzzPlugin`` stays light); the running ones at start().
+        from nostr_buzz.core.queue import DispatchQueue
+        from nostr_buzz.core.session_key import keyer
+        from nostr_buzz.io.diagnostics import DiagnosticsFeed
+
+        from .state import REMEMBERED_COMMANDS
+        from .tasks import PluginTasks
+
         self.config = config
         self._clock = clock
         self.agent_hex = config.signer.public_key.hex  # the bot signs only through it
@@ -86,35 +86,54 @@ class BuzzPlugin:
         self._commands: deque[str] = deque(maxlen=REMEMBERED_COMMANDS)
         # A first start serves what arrives from its creation on (nothing older is replayed).
         self._first_since = int(self._clock())
+        self._tasks = PluginTasks()  # its signals and what it runs on the event loop
+        self._assemble(agent)
+        self.store: BotStore | None = None
+        self.delivery: Delivery | None = None
+        self._runner: TurnRunner | None = None
+        self._started = False
+        self._closed = False
+
+    def _assemble(self, agent: InProcessAgent | AgentFunction | None) -> None:
+        """The parts that reach the relays and the agent, made with the plugin (each checks
+        what it is given).  Their modules load here, with the first plugin made: importing
+        BuzzPlugin loads no relay, agent or state code."""
+        from nostr_buzz.io.pool import RelayPool
+
+        from .context import ContextResolver
+        from .recall import Recall
+        from .relays import bot_pool
+        from .replay import REPLAY_PAGE
+        from .running import RunningTurns
+        from .standing import SessionStanding
+        from .supervisor import AgentSupervisor
+        from .tools import ToolGrants
+
+        config, clock = self.config, self._clock
         self.pool = bot_pool(config, self.diagnostics)  # connections kept from start() on
         if not RelayPool(config.write_relays).urls:
             raise RelayError("a metric publisher needs at least one write relay")
-        self._stop = asyncio.Event()
-        self._delivery_stop = asyncio.Event()
-        self._wake = asyncio.Event()
         self.standing = SessionStanding(config, self.pool, self.diagnostics)
         self.recall = Recall.of(config, self.pool, self._first_since, page=REPLAY_PAGE)
         self.turns = RunningTurns.of(config, self.diagnostics, clock)  # by queue channel
+        stop, freeze = self._tasks.stop, self.standing.freeze
         self.supervisor = AgentSupervisor(
-            config, self.diagnostics, clock, self._stop, self.standing.freeze, self.turns, agent
+            config, self.diagnostics, clock, stop, freeze, self.turns, agent
         )
         self.resolver = ContextResolver.of(
             config, self.pool, self._known_agents, self.standing.trusted, self._untrusted_metadata
         )
         self.resolver.cli = self.supervisor.agent_has_cli  # for the history hint
         self.supervisor.tools = ToolGrants.of(self)  # the agent's Nostr tools (.tools)
-        self.store: BotStore | None = None
-        self.delivery: Delivery | None = None
-        self._runner: TurnRunner | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._loops: list[asyncio.Task[None]] = []
-        self._started = False
-        self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
         """Open the state, start the agent, the worker and the retry loop (idempotent)."""
+        from .delivery import Delivery
+        from .state import BotStore
+        from .turn import TurnRunner
+
         if self._started:
             return
         if self._closed:
@@ -138,7 +157,7 @@ class BuzzPlugin:
         self.pool.open()
         self.recall.pool = self.pool.using(self.recall.pool.urls)  # the connections kept now
         delivery = Delivery(
-            self.config, store, self.diagnostics, self._spawn, self._clock, self.pool
+            self.config, store, self.diagnostics, self._tasks.spawn, self._clock, self.pool
         )
         self.delivery = delivery
         if self.turns.approvals is not None:  # questions go through the outbox from now on
@@ -153,15 +172,15 @@ class BuzzPlugin:
             delivery,
             self.diagnostics,
             clock=self._clock,
-            spawn=self._spawn,
-            wake=self._wake.set,
+            spawn=self._tasks.spawn,
+            wake=self._tasks.wake.set,
             running=self.turns,
         )
         await self.supervisor.start()
-        self._loops = [
-            asyncio.create_task(self._runner.work(self._stop, self._wake), name="buzz-worker"),
-            asyncio.create_task(delivery.run(self._delivery_stop), name="buzz-retry"),
-        ]
+        tasks = self._tasks
+        tasks.start_loops(
+            self._runner.work(tasks.stop, tasks.wake), delivery.run(tasks.delivery_stop)
+        )
 
     def _untrusted_metadata(self, event: Event, why: str) -> None:
         channels = event.tag_values("d")
@@ -177,22 +196,7 @@ class BuzzPlugin:
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
-        self._delivery_stop.set()
-        self._wake.set()
-        if self._loops:
-            self._loops[0].cancel()
-        turns = [t for t in self._tasks if t.get_name().startswith("buzz-turn")]
-        for task in turns:
-            task.cancel()
-        others = [t for t in self._tasks if t not in turns]
-        if others:  # sends and steers: each already bounded by its own timeout
-            await asyncio.wait(others, timeout=self.config.relay_timeout + 3)
-            for task in others:
-                task.cancel()
-        pending = [*self._loops, *self._tasks]
-        if pending:
-            await asyncio.wait(pending, timeout=self.config.relay_timeout + 5)
+        await self._tasks.close(self.config.relay_timeout)
         await self.supervisor.close()
         await self.pool.close()
         if self.store is not None:
@@ -211,25 +215,18 @@ class BuzzPlugin:
 
     def stop(self) -> None:
         """Ask :meth:`run` to return (what ``!shutdown`` and signal handlers do)."""
-        self._stop.set()
+        self._tasks.stop.set()
 
     @property
     def stopping(self) -> bool:
-        return self._stop.is_set()
+        return self._tasks.stop.is_set()
 
     async def run(self) -> None:
         """Subscribe to the read relays and serve until :meth:`stop` (or ``!shutdown``)."""
         try:
             await self.start()
-            subscription = asyncio.create_task(_listen(self), name="buzz-subscription")
-            stopper = asyncio.create_task(self._stop.wait())
-            await asyncio.wait({subscription, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            lost = subscription.done() and not self._stop.is_set()
-            for task in (subscription, stopper):
-                task.cancel()
-            outcomes = await asyncio.gather(subscription, stopper, return_exceptions=True)
+            lost, problem = await self._tasks.serve(_listen(self))
             if lost:
-                problem = outcomes[0] if isinstance(outcomes[0], Exception) else None
                 # Every relay gave up reconnecting (or closed the subscription): nothing to serve.
                 raise RelayError(
                     "the subscription to every read relay ended"
@@ -245,6 +242,8 @@ class BuzzPlugin:
 
     def subscription_filters(self) -> list[Filter]:
         """What :meth:`run` asks the relays for (live, and when replaying)."""
+        from .replay import listen_filters
+
         return listen_filters(self._gate, self._since(), self.config.channels)
 
     # -- intake -------------------------------------------------------------------------
@@ -283,6 +282,8 @@ class BuzzPlugin:
             self.diagnostics.event_rejected("queue_channels_full", event_id=event.id)
         self._position = intake.advance(self._position, event.created_at, now)
         if result.accepted or result.dropped:
+            from nostr_buzz.core.queue import QueuedEvent  # loaded with the queue
+
             queued = QueuedEvent(event, prompt_tag, now) if result.accepted else None
             self.store.record_push(self.queue, queued, result.dropped, self._position)
         if not result.accepted:
@@ -304,14 +305,6 @@ class BuzzPlugin:
             return
         await self._runner.obey(command, event)
 
-    # -- the worker ---------------------------------------------------------------------
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     # -- introspection (tests, the demo) ------------------------------------------------
 
     @property
@@ -329,12 +322,14 @@ async def _listen(plugin: BuzzPlugin) -> None:
     saves its position first), the agent's own relay lists published as it begins
     (:mod:`.own_lists`): they say where it listens, so only a plugin that listens publishes
     them, never one its host feeds."""
+    from .replay import Listener
+
     if plugin._position is None and plugin.store is not None:
         plugin._position = plugin._first_since
         plugin.store.save_position(plugin._position)
     delivery = plugin.delivery
     if delivery is not None:
-        plugin._spawn(delivery.publish_relay_lists(), "buzz-relay-lists")
+        plugin._tasks.spawn(delivery.publish_relay_lists(), "buzz-relay-lists")
     listener = Listener(
         plugin.pool,
         plugin._gate,
@@ -342,7 +337,7 @@ async def _listen(plugin: BuzzPlugin) -> None:
         since=plugin._since,
         handle=plugin.handle_event,
         diagnostics=plugin.diagnostics,
-        stopping=plugin._stop.is_set,
+        stopping=plugin._tasks.stop.is_set,
         on_reconnect=delivery.nudge if delivery is not None else None,
         recall=plugin.recall,
         replayed=functools.partial(plugin._handle, prompt_tag="@mention", replayed=True),

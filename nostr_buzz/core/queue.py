@@ -76,8 +76,6 @@ from nostr_buzz.text.unicode import is_utf8_encodable
 _REASONS: Final = get_args(CancelReason)
 _OUTCOMES: Final = ("injected", "started_new_turn", "failed")
 
-#: The bot's bound on the channels strangers (any actor but the owner) hold events in at once.
-MAX_STRANGER_CHANNELS: Final = 64
 _BACKOFF_BASE: Final = 5.0
 _BACKOFF_CAP: Final = 300.0
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 from urllib.parse import urlsplit
 
 from nostr_buzz.errors import ConfigError
-from nostr_buzz.nips.nip_am import TokenCounts
+
+if TYPE_CHECKING:  # a name for annotations only: the metric codec loads with the bot's turns
+    from nostr_buzz.nips.nip_am import TokenCounts
 
 __all__ = [
     "PermissionSeen",

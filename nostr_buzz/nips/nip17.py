@@ -24,7 +24,6 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip27, nip59
 from nostr_buzz.nips.nip59 import Randomness, Rumor, gift_wrap, gift_wrap_with
-from nostr_buzz.nips.relay_address import is_local_url
 from nostr_buzz.nips.relay_url import check_relay_url, normalize_relay_url
 from nostr_buzz.signer import EventTemplate, Signer, template
 
@@ -224,6 +223,8 @@ def is_local_address(url: str) -> bool:
     it, loopback, private, carrier-grade NAT, link-local and the other addresses of
     :data:`~nostr_buzz.nips.relay_address.LOCAL_NETWORKS` (:mod:`~nostr_buzz.nips.relay_address`).
     Names are not resolved here: the connection checks what they resolve to."""
+    from nostr_buzz.nips.relay_address import is_local_url  # its networks' table, when asked
+
     return is_local_url(url)
 
 

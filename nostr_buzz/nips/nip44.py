@@ -23,7 +23,6 @@ from typing import Any, Final, NamedTuple
 
 from coincurve import PublicKey as _CurvePoint
 from coincurve.context import GLOBAL_CONTEXT
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from nostr_buzz.errors import Nip44Error
 from nostr_buzz.keys import PublicKey, SecretKey
@@ -218,6 +217,10 @@ def get_message_keys(key: bytes, nonce: bytes) -> MessageKeys:
 
 
 def _chacha20(key: bytes, nonce12: bytes, data: bytes) -> bytes:
+    # The cipher's library loads with the first payload, not with this module (which the gate,
+    # the signers and the config import for their types).
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
     # cryptography's ChaCha20 takes a 16-byte nonce: 4-byte little-endian block counter (0,
     # as in RFC 8439 for NIP-44) followed by the 12-byte nonce.
     cipher = Cipher(algorithms.ChaCha20(key, b"\x00\x00\x00\x00" + nonce12), mode=None)

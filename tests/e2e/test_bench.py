@@ -1,8 +1,8 @@
 """``make bench`` cannot rot: its script runs every row once, quickly, on a fresh checkout.
 
 The figures of a ``--quick`` run mean nothing and are not checked; what is checked is that
-every row of the real benchmark still runs to the end (the peers, start-up, the bot against a
-real relay with the demo agent, the bot and a nostr-sdk bot across the WAN of
+every row of the real benchmark still runs to the end (the peers, start-up, the imports, the
+bot against a real relay with the demo agent, the bot and a nostr-sdk bot across the WAN of
 tests/support/wan.py) and prints its line.
 """
 
@@ -42,6 +42,12 @@ def test_make_bench_runs_every_row() -> None:
         assert row in out, f"row {row!r} missing"
     for peer in ("nostr-sdk", "pynostr", "raw coincurve"):
         assert re.search(rf"^\s+{re.escape(peer)}\s+[\d.]+\s+[\d.]+x$", out, re.M), peer
+    for name, statement in (
+        ("nostr-buzz", "from nostr_buzz import BuzzPlugin"),
+        ("nostr-sdk", "import nostr_sdk"),
+        ("pynostr", "from pynostr.relay_manager import RelayManager"),
+    ):  # the import rows: each in fresh processes, beside nostr-buzz's
+        assert re.search(rf"^{statement}\s+{name}\s+[\d.]+\s+[\d.]+x$", out, re.M), name
     assert len(re.findall(r"^bot intake .* events/s in one burst$", out, re.M)) == 3
     assert re.search(r"^bot memory per pending event, [\d,]+ pending: [\d,]+ bytes", out, re.M)
     assert re.search(r"^mention → prompt on loopback, instant agent \(n=3\): p50 \d+ ms", out, re.M)
