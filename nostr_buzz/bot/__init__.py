@@ -8,7 +8,9 @@ The package follows the path a turn takes:
   admission to the queue); the position an event moves the bot to;
 * :mod:`.replay` — the live subscription and the replay of what was missed (paged back to the
   saved position on start and on every reconnect, only authors the gate admits, clock skew);
-* :mod:`.state` — the one SQLite database: queue journal, position, remembered ids, outbox;
+* :mod:`.state` — the one SQLite database (:mod:`.state_db`: connection, schema, transactions,
+  remembered ids; :mod:`.queue_journal`: the queue's rows; :mod:`.legacy_state`: older state
+  files taken in once): queue journal, position, remembered ids, outbox;
 * :mod:`.context` — thread/DM history (the public :mod:`nostr_buzz.io.context` and
   :mod:`nostr_buzz.core.context`), profiles and channel metadata for the compiler;
 * :mod:`.standing` — the standing context each new session starts with, frozen for its life
@@ -17,13 +19,19 @@ The package follows the path a turn takes:
   settled; it goes live when the driver's stream of facts says its prompt is on the wire),
   steering within the authority boundary, turns the agent starts on its own, the running
   turns on which the agent's permission requests are decided, and settlement: outcome, reply
-  and metric in one transaction (the decisions are pure functions of the turn);
-* :mod:`.supervisor` — the agent process and its sessions only, restarts with backoff (the
+  and metric in one transaction (the decisions are pure functions of the turn); its parts are
+  :mod:`.worker` (the loop), :mod:`.preparer`, :mod:`.running`, :mod:`.steering`,
+  :mod:`.turn_report` (reply, metric and their diagnostics) and :mod:`.settling`;
+* :mod:`.supervisor` — the agent process and its sessions only, restarts with backoff
+  (:mod:`.agent_drivers` builds the driver, :mod:`.channel_sessions` opens or continues a
+  channel's session; the
   agent edge itself is :mod:`nostr_buzz.acp`, without I/O, and
   :mod:`nostr_buzz.io.agent_driver`);
 * :mod:`.outputs` — pure builders of the reply (:mod:`nostr_buzz.core.reply`, in parts when
   too large), the metric payload, the dead-letter notice, secret redaction;
-* :mod:`.delivery` — stores replies and metrics in the outbox, sends and retries them;
+* :mod:`.delivery` — stores replies and metrics in the outbox, sends and retries them
+  (:mod:`.reply_signing` signs and routes a reply, :mod:`.delivery_reports` tells what became
+  of each);
 * :mod:`.telemetry` — each turn handed to a telemetry sink (``PluginConfig(telemetry=``
   :class:`Telemetry` ``(...))``: OpenTelemetry over OTLP/HTTP, :mod:`nostr_buzz.io.otel`);
 * :mod:`.plugin` — :class:`BuzzPlugin`, which wires them; :mod:`.tasks` — what it runs on the

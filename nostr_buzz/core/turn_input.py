@@ -447,66 +447,25 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
         _check_event_shape(f"events[{i}]", te.event)
     for i, te in enumerate(cancelled):
         _check_event_shape(f"cancelledEvents[{i}]", te.event)
-    channel = None
-    if w.channel is not None:
-        channel = ChannelInfo(
-            name=w.channel.name,
-            id=w.channel.id,
-            type=w.channel.type if w.channel.type is not None else "stream",
-            description=w.channel.description,
-        )
+    channel = _channel(w.channel)
     if w.owner is not None and not is_public_key_hex(w.owner):
         raise TurnInputError("owner must be a public key: 64 hexadecimal characters")
     newest = w.events[-1].event
     resolve_channel_id(channel, nip10.channel_from_tags(newest.kind, newest.tags))
     _check_checkpoint(w.thread_checkpoint)
-
-    context = None
-    if w.context is not None:
-        context = TurnContext(
-            kind=w.context.kind,
-            messages=tuple(
-                ContextMessage(
-                    pubkey=m.pubkey,
-                    content=m.content,
-                    event_id=m.event_id if m.event_id is not None else "",
-                    timestamp=m.timestamp if m.timestamp is not None else "unknown",
-                )
-                for m in w.context.messages
-            ),
-            total=w.context.total,
-            truncated=bool(w.context.truncated),
-        )
-    # Keys are lowercased as the file is read; on a collision the later key in the file wins
-    # (re-inserted, so table order follows the file too).  A repeated exact key holds its last
-    # value, as everywhere in JSON decoding.
-    wire_profiles = w.profiles or {}
-    profiles: dict[str, ProfileInfo] = {}
-    for key in profile_keys:
-        p = wire_profiles[key]
-        lowered = ascii_lower(key)
-        profiles.pop(lowered, None)
-        profiles[lowered] = ProfileInfo(label=p.label, is_agent=bool(p.is_agent))
-    standing = w.standing or Standing()
+    context = _context(w.context)
+    profiles = _profiles(w.profiles or {}, profile_keys)
 
     # Step 2 (expensive): ids, public keys and signatures, in file order.
-    events = tuple(
-        TurnEvent(_verify(f"events[{i}]", te.event), _prompt_tag(te))
-        for i, te in enumerate(w.events)
-    )
-    cancelled_events = tuple(
-        TurnEvent(_verify(f"cancelledEvents[{i}]", te.event), _prompt_tag(te))
-        for i, te in enumerate(cancelled)
-    )
     return TurnInput(
-        events=events,
-        cancelled_events=cancelled_events,
+        events=_verified("events", w.events),
+        cancelled_events=_verified("cancelledEvents", cancelled),
         cancel_reason=w.cancel_reason if w.cancel_reason is not None else "steer",
         channel=channel,
         context=context,
         context_had_delivered_events=bool(w.context_had_delivered_events),
         profiles=profiles,
-        standing=standing,
+        standing=w.standing or Standing(),
         system_prompt_support=bool(w.system_prompt_support),
         standing_context_sent=bool(w.standing_context_sent),
         standing_redelivered=bool(w.standing_redelivered),
@@ -517,6 +476,47 @@ def _from_wire(w: _WireTurnInput, profile_keys: list[str]) -> TurnInput:
             else Retrieval(thread=w.retrieval.thread, channel=w.retrieval.channel)
         ),
         thread_checkpoint=w.thread_checkpoint,
+    )
+
+
+def _channel(wire: _WireChannel | None) -> ChannelInfo | None:
+    if wire is None:
+        return None
+    kind = wire.type if wire.type is not None else "stream"
+    return ChannelInfo(name=wire.name, id=wire.id, type=kind, description=wire.description)
+
+
+def _context(wire: _WireContext | None) -> TurnContext | None:
+    if wire is None:
+        return None
+    messages = tuple(
+        ContextMessage(
+            pubkey=m.pubkey,
+            content=m.content,
+            event_id=m.event_id if m.event_id is not None else "",
+            timestamp=m.timestamp if m.timestamp is not None else "unknown",
+        )
+        for m in wire.messages
+    )
+    return TurnContext(wire.kind, messages, total=wire.total, truncated=bool(wire.truncated))
+
+
+def _profiles(wire: dict[str, _WireProfile], keys: list[str]) -> dict[str, ProfileInfo]:
+    """Keys are lowercased as the file is read; on a collision the later key in the file wins
+    (re-inserted, so table order follows the file too).  A repeated exact key holds its last
+    value, as everywhere in JSON decoding."""
+    profiles: dict[str, ProfileInfo] = {}
+    for key in keys:
+        p = wire[key]
+        lowered = ascii_lower(key)
+        profiles.pop(lowered, None)
+        profiles[lowered] = ProfileInfo(label=p.label, is_agent=bool(p.is_agent))
+    return profiles
+
+
+def _verified(name: str, events: list[_WireTurnEvent]) -> tuple[TurnEvent, ...]:
+    return tuple(
+        TurnEvent(_verify(f"{name}[{i}]", te.event), _prompt_tag(te)) for i, te in enumerate(events)
     )
 
 
