@@ -38,6 +38,7 @@ test-unit: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check nostr_buzz tests bench tools examples
+	$(BIN)/ruff format --check nostr_buzz tests bench tools examples
 	$(BIN)/mypy nostr_buzz
 
 clean:

@@ -509,6 +509,7 @@ def compile_turn(turn_input: TurnInput) -> CompiledTurn:
     sections.append("</buzz-turn>")
     return CompiledTurn(sections=sections, manifest=manifest_from_layers(layers))
 
+
 def _standing(turn_input: TurnInput) -> tuple[list[str], list[Layer], dict[str, str], str | None]:
     """The standing sections this prompt delivers, the standing layers (all but the canvas's,
     which stands with the ambient context), each standing section by name, and the freshness
@@ -601,7 +602,6 @@ def _ambient(
     if not non_blank:
         return [], layers
     return ["<ambient-context>\n" + "\n".join(non_blank) + "\n</ambient-context>"], layers
-
 
 
 def compile_checkpoint_request() -> CompiledTurn:
