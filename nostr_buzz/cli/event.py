@@ -4,9 +4,7 @@ it (nak's ``event``).
 The event comes from flags, from a template given as JSON (the argument; or stdin, one per
 line, with ``-`` or, as in nak, whenever no template is given and stdin is not a terminal), or
 both: flags override the template's kind, content and created_at, and their tags are added to
-its tags; then come the tags its text references call for (NIP-27: ``#hashtag``,
-``nostr:npub1…``…), as a client tags a text, so a bunker that tags as it signs signs the event
-as built.  Nothing that would be published may hold a secret key (docs/cli.md).  Each signed
+its tags.  Nothing that would be published may hold a secret key (docs/cli.md).  Each signed
 event is printed on stdout as one line of canonical JSON; each relay's verdict goes to stderr.
 Exit 2 when some event was accepted by no relay (stdout then stays empty, as on every failure).
 """
@@ -35,8 +33,6 @@ from nostr_buzz.cli.output import CliFailure, ExitCode, note, write_stdout
 from nostr_buzz.cli.signing import KeyChoice, local_secret, opened_signer
 from nostr_buzz.event import Event, check_structure
 from nostr_buzz.io.pool import PublishResult, RelayPool
-from nostr_buzz.nips import nip27
-from nostr_buzz.nips.nip17 import PRIVATE_MESSAGE_KIND
 from nostr_buzz.signer import EventTemplate, signed
 
 DEFAULT_KIND: Final = 1
@@ -70,15 +66,13 @@ def _template(doc: Any, where: str) -> dict[str, Any]:
 
 def _checked(kind: Any, content: Any, tags: Any, created_at: Any) -> EventTemplate:
     """An event template whose members are checked as a signed event's would be (kind range,
-    tags of strings…: InvalidEvent exits 1) before any signer is asked, with the tags its
-    text references call for added after its own (NIP-27, as clients and NDK's bunker tag a
-    text; a kind 14's ``p`` tags are its receivers, so it gets none of those)."""
+    tags of strings…: InvalidEvent exits 1) before any signer is asked."""
     if not isinstance(tags, list) or not all(isinstance(t, list) for t in tags):
         raise CliFailure(ExitCode.BAD_INPUT, "a template's tags are a list of lists")
     unsigned = EventTemplate(kind, content, tuple(tuple(t) for t in tags), created_at)
     placeholder = "0" * 64  # the id, pubkey and sig are the signer's: only their shape is used
     check_structure(placeholder, placeholder, created_at, kind, unsigned.tags, content, "0" * 128)
-    return nip27.with_references(unsigned, people=kind != PRIVATE_MESSAGE_KIND)
+    return unsigned
 
 
 def _sign_and_publish(
