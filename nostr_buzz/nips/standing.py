@@ -10,6 +10,10 @@ Three event kinds give an agent context that outlives a single turn (see ``nips/
 * **huddle guidelines** — kind 48106 with the channel's ``h`` tag; the trimmed content becomes the
   huddle instructions of that channel's sessions.
 
+A canvas or guidelines event is built with the channel's ``h`` tag first and then the ``p``,
+``q`` and ``t`` tags its text references call for (NIP-27, as clients tag a text), and is read
+whatever other tags it carries: only its first ``h`` tag counts.
+
 Only authors the caller trusts for a channel count for canvases and guidelines (the owner, the
 agent, configured keys; never a relay's NIP-11 key): a stranger's event is ignored, never
 shown.  "Newest" follows NIP-01 replaceable events: the greatest ``created_at``, and on a tie
@@ -27,7 +31,7 @@ from typing import Final
 from nostr_buzz.errors import InvalidEvent, InvalidKey, Nip44Error, StandingError
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
-from nostr_buzz.nips import nip10, nip44
+from nostr_buzz.nips import nip10, nip27, nip44
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.signer import EventTemplate, Signer, signed, template
 from nostr_buzz.text.escape import escape_text
@@ -116,17 +120,22 @@ def _channel_event(
     secret: SecretKey | str, kind: int, channel: str, content: str, at: int, aux: bytes | None
 ) -> Event:
     unsigned = _channel_template(kind, channel, content, at)
-    return _sign(_secret(secret), kind, content, [list(t) for t in unsigned.tags], at, aux)
+    tags = [list(t) for t in unsigned.tags]
+    return _sign(_secret(secret), kind, unsigned.content, tags, at, aux)
 
 
 def _channel_template(kind: int, channel: str, content: str, at: int) -> EventTemplate:
+    """The ``h`` tag first, then the tags the text references call for (NIP-27), as a client
+    tags a text: a signer that tags as it signs (NDK's bunker) then signs it as built."""
     if is_blank(content):
         raise StandingError(f"the text of a kind {kind} event must not be blank")
-    return template(kind=kind, content=content, tags=[["h", _channel(channel)]], created_at=at)
+    unsigned = template(kind=kind, content=content, tags=[["h", _channel(channel)]], created_at=at)
+    return nip27.with_references(unsigned)
 
 
 def canvas_template(channel: str, content: str, *, created_at: int) -> EventTemplate:
-    """What :func:`build_canvas_event` signs, for a signer to sign."""
+    """What :func:`build_canvas_event` signs, for a signer to sign: the ``h`` tag, then the
+    ``p``, ``q`` and ``t`` tags the text calls for (:func:`.nip27.with_references`)."""
     return _channel_template(CANVAS_KIND, channel, content, created_at)
 
 
@@ -138,7 +147,8 @@ def build_canvas_event(
     created_at: int,
     aux_rand: bytes | None = None,
 ) -> Event:
-    """A new canvas revision for ``channel`` (kind 40100, one ``h`` tag)."""
+    """A new canvas revision for ``channel`` (kind 40100, its ``h`` tag and the tags its text
+    references call for: :func:`canvas_template`)."""
     return _channel_event(secret, CANVAS_KIND, channel, content, created_at, aux_rand)
 
 
@@ -150,7 +160,8 @@ def build_huddle_guidelines_event(
     created_at: int,
     aux_rand: bytes | None = None,
 ) -> Event:
-    """Huddle guidelines for ``channel`` (kind 48106, one ``h`` tag)."""
+    """Huddle guidelines for ``channel`` (kind 48106, its ``h`` tag and the tags its text
+    references call for, as a canvas's)."""
     return _channel_event(secret, HUDDLE_GUIDELINES_KIND, channel, content, created_at, aux_rand)
 
 

@@ -9,7 +9,10 @@ neither its environment, its command line, its configuration, its state director
 
 ``buzz event``, ``buzz mem set`` and ``buzz mem get`` sign, encrypt and decrypt through the
 same bunker, one process after another: the client key kept in the state directory lets the
-bunker serve each of them although the URI's secret is good for one connection.
+bunker serve each of them although the URI's secret is good for one connection.  NDK tags a
+text as it signs (NIP-27): a reply, a message and a canvas whose text has a hashtag or a
+``nostr:`` reference are tagged before they are sent, and signed as built; ``buzz event`` signs
+exactly what it is given, so a change is refused there.
 """
 
 from __future__ import annotations
@@ -285,6 +288,43 @@ async def test_commands_sign_encrypt_and_decrypt_through_the_bunker(tmp_path: Pa
         assert bunker.answered("connect") == 4 and bunker.answered("nip44_decrypt") == 1
         assert (tmp_path / ".buzz" / "nip46-client.key").is_file()
         assert bunker.secret not in out + err
+
+
+async def test_a_canvas_whose_text_ndk_tags_is_signed_as_built(tmp_path: Path) -> None:
+    """NDK tags a text's hashtags and ``nostr:`` references as it signs: ``buzz canvas set``
+    tags them before it asks (NIP-27), so the bunker signs the canvas as built; the stored
+    canvas carries its ``t`` and ``p`` tags after its ``h`` tag, and ``buzz canvas get`` still
+    reads it.  ``buzz event`` signs exactly what it is given: the bunker's change is refused,
+    and the event given those tags is signed as built."""
+    key, carol = SecretKey.generate(), SecretKey.generate().public_key
+    text = f"# Plan\n- ship the #deploy with nostr:{carol.bech32}\n"
+    tagged = (("p", carol.hex), ("t", "deploy"))
+    async with local_relay() as relay, ndk_bunker([relay.url], key) as bunker:
+        env = {"BUZZ_BUNKER": bunker.uri, "BUZZ_RELAYS": relay.url}
+        code, out, err = await buzz_async(
+            "canvas", "set", "--channel", "eng", text, env=env, cwd=tmp_path
+        )
+        assert code == 0, err
+        stored = (await RelayPool([relay.url], timeout=5).query({"ids": [out.strip()]})).events
+        [canvas] = stored
+        assert (canvas.kind, canvas.pubkey) == (40100, key.public_key.hex)
+        assert (canvas.content, canvas.tags) == (text, (("h", "eng"), *tagged))
+        code, out, err = await buzz_async(
+            "canvas", "get", "--channel", "eng", "--author", key.public_key.bech32,
+            env={"BUZZ_RELAYS": relay.url}, cwd=tmp_path,
+        )  # fmt: skip
+        assert (code, out) == (0, text), err
+        note = f"ask nostr:{carol.bech32} about the #deploy"
+        code, out, err = await buzz_async("event", "-k", "1", "-c", note, env=env, cwd=tmp_path)
+        assert code != 0 and out == "" and "signed a different event" in err, err
+        given = ("-p", carol.hex, "-t", "t=deploy")
+        code, out, err = await buzz_async(
+            "event", "-k", "1", "-c", note, *given, env=env, cwd=tmp_path
+        )
+        assert code == 0, err
+        event = Event.from_json(out)
+        assert event.content == note and sorted(event.tags) == sorted(tagged)
+        assert bunker.answered("sign_event") == 3
 
 
 async def test_a_bunker_that_stops_answering_fails_the_turn_and_nothing_is_lost(

@@ -66,6 +66,22 @@ def test_canvas_set_then_get(capsys: pytest.CaptureFixture[str], relay: str) -> 
     )
 
 
+def test_canvas_set_tags_what_its_text_references(
+    capsys: pytest.CaptureFixture[str], relay: str, bg: BackgroundLoop
+) -> None:
+    """With a key held here too, the canvas carries the tags its text calls for (NIP-27), so
+    it is the same event whichever signer signs it."""
+    text = f"ship the #deploy with nostr:{STRANGER.public_key.bech32}"
+    argv = ["canvas", "set", "--channel", "eng", text, "--relay", relay, "--key", OWNER.hex]
+    code, out, err = buzz(capsys, *argv)
+    assert code == 0, err
+    [stored] = bg.call(RelayPool([relay], timeout=5).query({"ids": [out.strip()]})).events
+    assert (stored.content, stored.tags) == (
+        text,
+        (("h", "eng"), ("p", STRANGER.public_key.hex), ("t", "deploy")),
+    )
+
+
 def test_canvas_get_ignores_a_stranger(
     capsys: pytest.CaptureFixture[str],
     relay: str,

@@ -110,6 +110,16 @@ def test_event_then_req_round_trip_with_tags(
     assert (code, out) == (0, "")
 
 
+def test_event_signs_exactly_what_it_is_given(capsys: pytest.CaptureFixture[str]) -> None:
+    """A raw tool: no tag added for what the text references, no ``@npub`` rewritten (the
+    bot's replies, messages and canvases are tagged as clients tag them; this is not)."""
+    text = f"ask @{BOB.public_key.bech32} about the #deploy and #Ship"
+    code, out, err = buzz(capsys, "event", "-k", "1", "-c", text, "-t", "t=deploy")
+    assert code == 0, err
+    [event] = events_of(out)
+    assert (event.content, event.tags) == (text, (("t", "deploy"),))
+
+
 def test_event_templates_and_content_from_stdin(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

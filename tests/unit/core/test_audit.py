@@ -15,7 +15,7 @@ from nostr_buzz.reports.audit import Authority, Lookup, MetricAudit, audit_metri
 from nostr_buzz.reports.metrics_report import OpenedMetric
 from tests.support.audit_metrics import manifest_for
 from tests.support.events import chat
-from tests.support.keys import AGENT, ALICE, OWNER, STRANGER
+from tests.support.keys import AGENT, ALICE, BOB, OWNER, STRANGER
 
 ME = OWNER.public_key.hex
 
@@ -183,7 +183,8 @@ def _with_layer(event: Event, name: str, version: str) -> Manifest:
 
 def test_standing_layers_trust_the_owner_agent_and_trusted_keys_core_memory_the_agent() -> None:
     trigger = mention()
-    canvas = sign_event(ALICE, kind=CANVAS_KIND, content="plan", tags=[["h", "eng"]], created_at=1)
+    tags = [["h", "eng"], ["p", BOB.public_key.hex], ["t", "plan"]]  # as clients tag a text
+    canvas = sign_event(ALICE, kind=CANVAS_KIND, content="#plan", tags=tags, created_at=1)
     memory = sign_event(
         OWNER, kind=CORE_MEMORY_KIND, content="x", tags=[["d", "core"]], created_at=1
     )

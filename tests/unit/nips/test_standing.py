@@ -15,9 +15,9 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.local_signer import LocalSigner
 from nostr_buzz.manifest import content_hash
-from nostr_buzz.nips import nip44
+from nostr_buzz.nips import nip19, nip44
 from nostr_buzz.nips import standing as docs
-from tests.support.keys import AGENT, OWNER, STRANGER
+from tests.support.keys import AGENT, ALICE, BOB, OWNER, STRANGER
 
 TRUSTED = {OWNER.public_key.hex}
 T0 = 1_787_313_600  # 2026-08-21T12:00:00Z
@@ -33,6 +33,45 @@ def test_canvas_event_shape() -> None:
     event = docs.build_canvas_event(OWNER, "eng", "# Plan", created_at=T0)
     assert (event.kind, event.tags, event.content) == (40100, (("h", "eng"),), "# Plan")
     assert event.pubkey == OWNER.public_key.hex
+
+
+def test_canvas_template_tags_what_its_text_references() -> None:
+    """The tags a client (and NDK's bunker, as it signs) adds for the text: after the ``h`` tag,
+    a ``p`` per profile, a ``q`` per quoted event, a ``t`` per hashtag; ``@npub`` rewritten."""
+    quoted = "ab" * 32
+    note = nip19.encode("note", quoted)
+    text = (
+        f"# Plan\n- ship the #deploy with nostr:{ALICE.public_key.bech32} and "
+        f"@{BOB.public_key.bech32}, as nostr:{note} says #deploy"
+    )
+    unsigned = docs.canvas_template("eng", text, created_at=T0)
+    assert unsigned.content == text.replace("@npub", "nostr:npub")
+    assert unsigned.tags == (
+        ("h", "eng"),
+        ("p", ALICE.public_key.hex),
+        ("p", BOB.public_key.hex),
+        ("q", quoted, ""),
+        ("t", "deploy"),
+    )
+    event = docs.build_canvas_event(OWNER, "eng", text, created_at=T0)
+    assert (event.content, event.tags) == (unsigned.content, unsigned.tags)
+    guidelines = docs.build_huddle_guidelines_event(OWNER, "eng", "Use #threads.", created_at=T0)
+    assert guidelines.tags == (("h", "eng"), ("t", "threads"))
+
+
+def test_markdown_headings_are_no_hashtags() -> None:
+    text = "# Plan\n## Steps\n#1 is first"
+    assert docs.canvas_template("eng", text, created_at=T0).tags == (("h", "eng"), ("t", "1"))
+
+
+def test_a_canvas_with_the_tags_clients_add_is_read() -> None:
+    """Other clients tag a canvas's text too, and may put those tags before the ``h`` tag."""
+    tags = [["t", "deploy"], ["h", "eng"], ["p", ALICE.public_key.hex], ["q", "ab" * 32, ""]]
+    tagged = sign_event(OWNER, kind=docs.CANVAS_KIND, content="#deploy", tags=tags, created_at=T0)
+    built = docs.build_canvas_event(OWNER, "eng", "the #deploy, older", created_at=T0 - 1)
+    assert docs.select_canvas([built, tagged], "eng", TRUSTED) == tagged
+    assert docs.select_canvas([built], "eng", TRUSTED) == built
+    assert docs.canvas_body(tagged, "eng").startswith(f"Canvas revision (event ID): {tagged.id}")
 
 
 @pytest.mark.parametrize("channel", ["", "dm-abc", "has space", "x" * 129])
