@@ -38,7 +38,6 @@ from nostr_buzz.io.diagnostics import DiagnosticsFeed
 from nostr_buzz.nips.nip01 import Filter
 from nostr_buzz.nips.nip_am import KIND, MetricPayload, created_at_of, open_own_metric_event
 
-from .approvals import tell_owner
 from .budget_table import BudgetTable
 from .config import PluginConfig
 from .delivery import Delivery
@@ -163,13 +162,13 @@ class BudgetGate:
         return True
 
     async def warn_owner(self, decision: BudgetDecision) -> None:
-        """``warn``: a private message to the owner (:func:`.approvals.tell_owner`), once per
-        period: a message no relay took is tried again before the next turn."""
+        """``warn``: a private message to the owner, once per period, sent as an approval
+        question is (``Delivery.tell_owner``: through the outbox, wrapped to the owner and to
+        the agent): a message no relay took is tried again before the next turn."""
         name = "warn:" + decision.period
         told = name not in self.ledger.notified
         if told:
-            text, now = warning_text(decision), int(self._clock())
-            told = await tell_owner(self.config, text, now, self.delivery.directory)
+            told = await self.delivery.tell_owner(warning_text(decision))
             if told:
                 self.first_notice(name, decision.until or 0.0)
         self.diagnostics.emit("budget_warned", payload={**_report(decision), "notified": told})

@@ -19,7 +19,7 @@ from typing import Any
 
 from nostr_buzz.bot import shard_of
 from nostr_buzz.event import Event
-from nostr_buzz.nips import nip10, nip59
+from nostr_buzz.nips import nip10, nip17, nip59
 from tests.support.fault_harness import (
     BotProcess,
     Cast,
@@ -31,7 +31,7 @@ from tests.support.fault_harness import (
     tally,
     write_config,
 )
-from tests.support.relays import local_relay
+from tests.support.relays import free_port, local_relay, start_relay
 
 CAP = ("--budget-daily-usd", "0.01")
 STOP = (*CAP, "--budget-action", "stop")
@@ -41,10 +41,17 @@ WAIT = 20.0
 
 class Bot:
     def __init__(
-        self, tmp: Path, name: str, cast: Cast, url: str, *args: str, toml: str = ""
+        self,
+        tmp: Path,
+        name: str,
+        cast: Cast,
+        url: str,
+        *args: str,
+        toml: str = "",
+        more_relays: Sequence[str] = (),
     ) -> None:
         directory = tmp / name
-        self.config = write_config(directory, cast, [url], agent_args=COSTLY)
+        self.config = write_config(directory, cast, [url, *more_relays], agent_args=COSTLY)
         self.config.write_text(self.config.read_text(encoding="utf-8") + toml, encoding="utf-8")
         self.process = BotProcess(self.config, tmp / f"{name}.log", *args)
         self.tail = DiagnosticsTail(directory / "state" / "diagnostics.jsonl")
@@ -205,6 +212,43 @@ async def test_warn_runs_every_turn_and_tells_the_owner_once(tmp_path: Path) -> 
         assert all(o.sender == cast.agent.public_key.hex for o in opened)
         told = [o.rumor.content for o in opened]
         assert len([t for t in told if t.startswith("Budget reached")]) == 1, told
+
+
+async def test_the_warning_reaches_a_dm_relay_of_the_owner_that_was_down_at_first(
+    tmp_path: Path,
+) -> None:
+    """As an approval question does: the owner's kind 10050 names two relays, one of them down
+    when the bot warns; the outbox keeps sending the warning to it until it takes it."""
+    cast = Cast.generate()
+    port = free_port()
+    down = f"ws://127.0.0.1:{port}"  # one of the bot's own relays: a local address counts
+    async with local_relay() as relay:
+        owner_dm = nip17.dm_relay_list(cast.owner, [relay.url, down], created_at=int(time.time()))
+        await publish([relay.url], [owner_dm])
+        bot = Bot(tmp_path, "bot", cast, relay.url, *CAP, more_relays=[down])
+        await bot.start()
+        try:
+            counter = Counter44200(cast, [relay.url])
+            await publish([relay.url], [mention(cast, cast.friend, "first", channel="room-a")])
+            await metrics_on_relay(counter, 1)
+            await publish([relay.url], [mention(cast, cast.friend, "second", channel="room-a")])
+            warned = await bot.record("budget_warned", lambda p: True)
+            assert warned["payload"]["notified"] is True  # on the relay that is up
+            revived = await start_relay(port=port)
+            try:
+                owner = cast.owner.public_key.hex
+                deadline = time.monotonic() + 3 * WAIT
+                while True:
+                    wraps = await fetch_all([revived.url], {"kinds": [1059], "#p": [owner]})
+                    if wraps or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.5)
+                told = [nip59.open_gift_wrap(cast.owner, w).rumor.content for w in wraps]
+                assert len(told) == 1 and told[0].startswith("Budget reached"), told
+            finally:
+                revived.stop()
+        finally:
+            await bot.process.stop()
 
 
 CAPPED = '[budget]\ndaily_usd = 0.01\naction = "stop"\n'
