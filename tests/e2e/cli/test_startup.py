@@ -3,9 +3,9 @@ placeholders and listed choices, no colour, shell completion, and the lazy publi
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,18 +16,33 @@ from nostr_buzz.keys import SecretKey
 from tests.support.buzz_process import clean_env, relay_process
 
 HEAVY = ("acp", "pydantic", "pydantic_core", "rich")
-_IMPORTED = re.compile(r"import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)")
+
+
+#: Runs ``python -m nostr_buzz ARGV…`` and, at exit, writes every module it loaded to the file
+#: named by the first argument: ``sys.modules`` sees a module however it was loaded
+#: (``-X importtime`` misses the ones ``importlib.import_module`` loads, as the lazy API does).
+_RECORDING = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+def record():
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+atexit.register(record)
+runpy.run_module("nostr_buzz", run_name="__main__", alter_sys=True)
+"""
 
 
 def imported_by(*argv: str, env: dict[str, str] | None = None) -> tuple[int, set[str]]:
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "nostr_buzz", *argv],
-        capture_output=True,
-        env=clean_env(env),
-        timeout=60,
-        check=False,
-    )
-    return done.returncode, set(_IMPORTED.findall(done.stderr.decode()))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "modules"
+        done = subprocess.run(
+            [sys.executable, "-c", _RECORDING, str(out), *argv],
+            capture_output=True,
+            env=clean_env(env),
+            timeout=60,
+            check=False,
+        )
+        return done.returncode, set(out.read_text(encoding="utf-8").split("\n"))
 
 
 def heavy_in(modules: set[str]) -> list[str]:
