@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from nostr_buzz.acp.facts import (
     AgentGone,
     CancelAsked,
     Cost,
+    CumulativeUsage,
     Fact,
     ModelFailed,
     Occupancy,
@@ -41,9 +44,10 @@ from nostr_buzz.acp.state import (
     SplitUsage,
     StateError,
     Timeouts,
+    count_usage,
 )
 from nostr_buzz.acp.types import Ending
-from nostr_buzz.core.usage import UsageRecord
+from nostr_buzz.core.usage import UsageRecord, UsageTracker
 from nostr_buzz.nips.nip_am import TokenCounts
 
 T = Timeouts(idle=10.0, hard=100.0, cancel_grace=5.0)
@@ -469,3 +473,31 @@ def test_a_reported_model_failure_fails_the_turn_with_its_text_as_the_error() ->
     assert cancelled.receive(PromptAnswered("cancelled"), 1.0)[0] == EndPrompt(
         Ending("cancelled", "cancelled", "cancel_response", native="cancelled")
     )
+
+
+@pytest.mark.parametrize(
+    ("fact", "method"),
+    [(CumulativeUsage, UsageTracker.observe_cumulative), (PromptUsage, UsageTracker.observe_turn)],
+)
+def test_a_usage_fact_carries_its_trackers_keywords(fact: type, method: object) -> None:
+    """``count_usage`` hands a usage fact's fields to the tracker as keywords: each field is a
+    keyword of the method it goes to, so a renamed one fails here and not in a turn."""
+    keywords = {
+        name
+        for name, p in inspect.signature(method).parameters.items()  # type: ignore[arg-type]
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    fields = {f.name for f in msgspec.structs.fields(fact)}
+    assert fields and fields <= keywords, fields - keywords
+
+
+def test_count_usage_gives_the_tracker_every_count_of_a_prompt_fact() -> None:
+    tracker = UsageTracker()
+    tracker.begin_turn("s")
+    count_usage(tracker, "s", PromptUsage(10, 4, 14, 3, 2))
+    record = tracker.end_turn("s")
+    assert record is not None and record.turn is not None
+    turn = record.turn
+    assert (turn.output_tokens, turn.total_tokens) == (4, 14)
+    assert (turn.cache_read_tokens, turn.cache_write_tokens) == (3, 2)
+    assert turn.input_tokens == 10 + 3 + 2  # a metric's input counts its cache subsets
