@@ -238,7 +238,7 @@ def _release(channels: list[str], queue: DispatchQueue, store: BotStore) -> None
     with store.transaction(durable=True):
         for channel in channels:
             if queue.release(channel):
-                store.sync_channel(queue, channel)
+                store.journal.sync_channel(queue, channel)
 
 
 async def admit(
@@ -258,7 +258,7 @@ async def admit(
         return True
     with store.transaction(durable=True):
         queue.hold(batch, decision.until)
-        store.sync_channel(queue, batch.channel)
+        store.journal.sync_channel(queue, batch.channel)
         tell = gate.hold(batch.channel, [q.event for q in batch.events], decision)
     if tell:
         await notify(batch.events[-1].event, stopped_notice(decision))

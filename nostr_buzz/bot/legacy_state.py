@@ -18,6 +18,7 @@ from nostr_buzz.io.filemodes import read_private
 from nostr_buzz.io.outbox import Outbox
 
 from .queue_journal import QueueJournal
+from .state_db import StateDatabase
 from .state_table import REMEMBERED_COMMANDS
 
 __all__ = ["LEGACY_FILES", "import_legacy"]
@@ -27,8 +28,11 @@ __all__ = ["LEGACY_FILES", "import_legacy"]
 LEGACY_FILES: Final = ("queue.json", "bot-state.json", "outbox.sqlite3")
 
 
-def import_legacy(store: QueueJournal, outbox: Outbox, state_dir: Path) -> list[str]:
-    """Import an earlier version's files once (docs/bot.md) into ``store`` and its ``outbox``;
+def import_legacy(
+    store: StateDatabase, journal: QueueJournal, outbox: Outbox, state_dir: Path
+) -> list[str]:
+    """Import an earlier version's files once (docs/bot.md) into ``store``, its queue's
+    ``journal`` and its ``outbox``;
     what cannot be read is set aside, and the problems met are returned (for a diagnostic)."""
     queue_file, state_file, outbox_file = (state_dir / name for name in LEGACY_FILES)
     problems: list[str] = []
@@ -39,7 +43,7 @@ def import_legacy(store: QueueJournal, outbox: Outbox, state_dir: Path) -> list[
             except (OSError, ConfigError, QueueError) as exc:
                 _set_aside(problems, queue_file, f"queue.json: {exc}")
             else:
-                _import_queue(store, queue)
+                _import_queue(store, journal, queue)
                 _rename(queue_file, ".imported")
         if state_file.exists():
             try:
@@ -66,14 +70,14 @@ def import_legacy(store: QueueJournal, outbox: Outbox, state_dir: Path) -> list[
     return problems
 
 
-def _import_queue(store: QueueJournal, queue: DispatchQueue) -> None:
+def _import_queue(store: StateDatabase, journal: QueueJournal, queue: DispatchQueue) -> None:
     for name in queue.channel_names():
         state = queue.channel_state(name)
         assert state is not None
         for i, stored in enumerate([*state.pending, *state.cancelled]):
             ord_ = i - len(state.pending) if i >= len(state.pending) else None
-            store.store_row(name, stored, ord_)
-        store.sync_channel(queue, name)
+            journal.store_row(name, stored, ord_)
+        journal.sync_channel(queue, name)
     store.remember(queue.remembered_ids(), "event", REMEMBERED_IDS)
     store.set_meta("next_seq", queue.next_seq)
 

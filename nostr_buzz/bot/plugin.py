@@ -142,7 +142,7 @@ class BuzzPlugin:
         store = self.store = BotStore(self.config.state_dir)
         for problem in store.import_problems:
             self.diagnostics.emit("state_import_failed", payload={"error": problem})
-        self.queue = store.load_queue(
+        self.queue = store.journal.load_queue(
             max_attempts=self.config.max_attempts,
             owner=self.config.owner.hex,
             max_stranger_channels=self.config.max_stranger_channels,
@@ -285,7 +285,7 @@ class BuzzPlugin:
             from nostr_buzz.core.queue import QueuedEvent  # loaded with the queue
 
             queued = QueuedEvent(event, prompt_tag, now) if result.accepted else None
-            self.store.record_push(self.queue, queued, result.dropped, self._position)
+            self.store.journal.record_push(self.queue, queued, result.dropped, self._position)
         if not result.accepted:
             return False
         key = self.queue.channel_of(event)  # the queue's: a thread's under scope = "thread"
@@ -409,7 +409,7 @@ async def _command(plugin: BuzzPlugin, decision: intake.Command, event: Event, n
 async def _open_stored(store: BotStore, signer: Signer) -> dict[str, Event]:
     """The queued private messages, opened through the agent's signer, by wrap id."""
     opened: dict[str, Event] = {}
-    for wrap in store.queued_wraps():
+    for wrap in store.journal.queued_wraps():
         try:
             opened[wrap.id] = (await nip59.open_gift_wrap_with(signer, wrap)).as_event()
         except (Nip59Error, SignerError) as exc:

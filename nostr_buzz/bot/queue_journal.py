@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import NamedTuple
 
 from nostr_buzz.core.backoff import Rng
@@ -50,19 +49,20 @@ __all__ = ["QueueJournal"]
 _ChannelRow = tuple[int, int, str | None, int, float | None]
 
 
-class QueueJournal(StateDatabase):
-    """The state database with the queue's rows (see the module docstring); ``agent_secret``
-    opens a queued gift wrap that the caller did not open (:meth:`load_queue`)."""
+class QueueJournal:
+    """The queue's rows in the state database ``db`` (see the module docstring), kept as the
+    store's other tables are; ``agent_secret`` opens a queued gift wrap that the caller did
+    not open (:meth:`load_queue`)."""
 
-    def __init__(self, path: Path, tables: str = "", *, agent_secret: SecretKey | None) -> None:
-        super().__init__(path, tables)
+    def __init__(self, db: StateDatabase, *, agent_secret: SecretKey | None) -> None:
+        self._db = db
         self._agent_secret = agent_secret
 
     def store_row(self, channel: str, stored: StoredEvent, cancelled_ord: int | None) -> None:
         """``stored``'s row under ``channel``: pending (``cancelled_ord`` None), else its place
         among the channel's stored cancelled events (joins the caller's transaction)."""
         queued = stored.queued
-        self.execute(
+        self._db.execute(
             "INSERT OR REPLACE INTO queued (id, channel, seq, event, prompt_tag, "
             "received_at, cancelled_ord) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
@@ -83,7 +83,7 @@ class QueueJournal(StateDatabase):
         events the cap dropped, the position.  Committed with the other pushes of the same
         event-loop step (outside a loop: at once): a crash before that commit loses these
         rows and the position together, and a replay finds the events on the relays again."""
-        with self.intake():
+        with self._db.intake():
             if queued is not None:
                 stored = StoredEvent(queued, queue.next_seq - 1)
                 self.store_row(queue.channel_of(queued.event), stored, None)
@@ -91,16 +91,16 @@ class QueueJournal(StateDatabase):
                 channels = {
                     str(r[0])
                     for i in dropped
-                    for r in self.execute("SELECT channel FROM queued WHERE id = ?", (i,))
+                    for r in self._db.execute("SELECT channel FROM queued WHERE id = ?", (i,))
                 }
                 for channel in channels:
                     self._sync(queue, channel)
-            self.set_meta_with_intake("next_seq", queue.next_seq)
-            self.set_meta_with_intake("position", position)
+            self._db.set_meta_with_intake("next_seq", queue.next_seq)
+            self._db.set_meta_with_intake("position", position)
 
     def sync_channel(self, queue: DispatchQueue, channel: str) -> None:
         """Make ``channel``'s rows match the queue (after a settle, a steer, a drop)."""
-        with self.transaction():
+        with self._db.transaction():
             self._sync(queue, channel)
 
     def _sync(self, queue: DispatchQueue, channel: str) -> None:
@@ -109,7 +109,7 @@ class QueueJournal(StateDatabase):
         if state is not None:
             live.update((e.queued.event.id, None) for e in state.pending)
             live.update((e.queued.event.id, i) for i, e in enumerate(state.cancelled))
-        rows = self.execute(
+        rows = self._db.execute(
             "SELECT id, cancelled_ord FROM queued WHERE channel = ?", (channel,)
         ).fetchall()
         gone: list[str] = []
@@ -117,17 +117,17 @@ class QueueJournal(StateDatabase):
             if event_id not in live:
                 gone.append(event_id)
             elif live[event_id] != ord_:
-                self.execute(
+                self._db.execute(
                     "UPDATE queued SET cancelled_ord = ? WHERE id = ?",
                     (live[event_id], event_id),
                 )
         for event_id in gone:
-            self.execute("DELETE FROM queued WHERE id = ?", (event_id,))
-        self.remember((i for i in gone if queue.is_remembered(i)), "event", REMEMBERED_IDS)
+            self._db.execute("DELETE FROM queued WHERE id = ?", (event_id,))
+        self._db.remember((i for i in gone if queue.is_remembered(i)), "event", REMEMBERED_IDS)
         if state is None:
-            self.execute("DELETE FROM channels WHERE name = ?", (channel,))
+            self._db.execute("DELETE FROM channels WHERE name = ?", (channel,))
             return
-        self.execute(
+        self._db.execute(
             "INSERT OR REPLACE INTO channels (name, retry_size, retry_count, "
             "cancel_reason, cancelled_count, backoff_until) VALUES (?, ?, ?, ?, ?, ?)",
             (
@@ -156,7 +156,7 @@ class QueueJournal(StateDatabase):
         each event's key (the session scope's, docs/bot.md "Session scope"): a row filed under
         another key (the scope changed) moves to its key now."""
         meta: dict[str, _ChannelRow] = {}
-        for name, size, count, reason, cancelled_count, until in self.execute(
+        for name, size, count, reason, cancelled_count, until in self._db.execute(
             "SELECT name, retry_size, retry_count, cancel_reason, cancelled_count, "
             "backoff_until FROM channels"
         ):
@@ -180,13 +180,13 @@ class QueueJournal(StateDatabase):
             )
         remembered = [
             str(r[0])
-            for r in self.execute(
+            for r in self._db.execute(
                 "SELECT id FROM (SELECT id, n FROM remembered WHERE kind = 'event' "
                 "ORDER BY n DESC LIMIT ?) ORDER BY n",
                 (REMEMBERED_IDS,),
             )
         ]
-        next_seq = self.meta("next_seq") or 0
+        next_seq = self._db.meta("next_seq") or 0
         try:
             queue = DispatchQueue.rebuild(
                 states,
@@ -199,7 +199,7 @@ class QueueJournal(StateDatabase):
                 channel_of=channel_of,
             )
         except QueueError as exc:
-            raise StateError(f"the bot state {self.path} is inconsistent: {exc}") from None
+            raise StateError(f"the bot state {self._db.path} is inconsistent: {exc}") from None
         if moved:
             self._store_moves(queue, moved)
         return queue
@@ -207,9 +207,9 @@ class QueueJournal(StateDatabase):
     def _store_moves(self, queue: DispatchQueue, moved: dict[str, _Move]) -> None:
         """Write the rerouted rows: each under its channel now, pending (see :func:`_reroute`),
         and every channel they left or joined synchronised."""
-        with self.transaction():
+        with self._db.transaction():
             for event_id, move in moved.items():
-                self.execute(
+                self._db.execute(
                     "UPDATE queued SET channel = ?, cancelled_ord = NULL WHERE id = ?",
                     (move.to, event_id),
                 )
@@ -228,14 +228,16 @@ class QueueJournal(StateDatabase):
         pending: dict[str, list[StoredEvent]] = {}
         cancelled: dict[str, list[tuple[int, StoredEvent]]] = {}
         moved: dict[str, _Move] = {}
-        for event_id, channel, seq, text, tag, received, ord_ in self.execute(
+        for event_id, channel, seq, text, tag, received, ord_ in self._db.execute(
             "SELECT id, channel, seq, event, prompt_tag, received_at, cancelled_ord "
             "FROM queued ORDER BY channel, seq"
         ):
             try:
                 event = self._load_event(text, opened)
             except (InvalidEvent, Nip59Error) as exc:
-                raise StateError(f"the bot state {self.path}: event {event_id}: {exc}") from None
+                raise StateError(
+                    f"the bot state {self._db.path}: event {event_id}: {exc}"
+                ) from None
             stored = StoredEvent(QueuedEvent(event, tag, float(received)), int(seq))
             key = channel_of(event)
             if key != channel:
@@ -250,7 +252,7 @@ class QueueJournal(StateDatabase):
     def queued_wraps(self) -> list[Event]:
         """The gift wraps of the queued private messages, to open before :meth:`load_queue`."""
         wraps = []
-        for (text,) in self.execute("SELECT event FROM queued ORDER BY channel, seq"):
+        for (text,) in self._db.execute("SELECT event FROM queued ORDER BY channel, seq"):
             with contextlib.suppress(InvalidEvent):  # load_queue reports a broken row
                 event = Event.from_json(text)
                 wraps += [event] if event.kind in nip59.WRAP_KINDS else []
@@ -263,7 +265,7 @@ class QueueJournal(StateDatabase):
         if event.id in opened:
             return opened[event.id]
         if self._agent_secret is None:
-            raise StateError(f"the bot state {self.path} holds a private message: give the key")
+            raise StateError(f"the bot state {self._db.path} holds a private message: give the key")
         return nip59.open_gift_wrap(self._agent_secret, event).as_event()
 
 

@@ -35,7 +35,8 @@ transactions, the intake transaction a burst of admitted events commits in, ``me
 ``channels`` rows (how the pure queue maps onto them, and the queue rebuilt from them at start);
 :mod:`.legacy_state` the import of an earlier version's files; a module per other table
 (:mod:`.receipts`, :mod:`.budget_table`, :mod:`.owner_commands`, :mod:`.own_lists`,
-:mod:`.refused_wraps`).  :class:`BotStore` is the database with all of them.
+:mod:`.refused_wraps`), the queue's journal among them (``store.journal``).  :class:`BotStore`
+is the database with all of them.
 
 A state directory written by an earlier nostr-buzz (``queue.json``, ``bot-state.json`` and
 ``outbox.sqlite3``) is imported once, when the database is created, and the old files are
@@ -65,6 +66,7 @@ from .owner_commands import (
 from .queue_journal import QueueJournal
 from .receipts import RECEIPTS_SCHEMA, SessionReceipts
 from .refused_wraps import REMEMBERED_REFUSALS, RefusedWraps
+from .state_db import StateDatabase
 from .state_table import REMEMBERED_COMMANDS
 
 __all__ = [
@@ -81,11 +83,11 @@ STATE_DB: Final = "bot.sqlite3"
 _TABLES: Final = RECEIPTS_SCHEMA + BUDGET_SCHEMA + OWNER_COMMANDS_SCHEMA + OWN_LISTS_SCHEMA
 
 
-class BotStore(QueueJournal):
+class BotStore(StateDatabase):
     """The database at ``state_dir / STATE_DB`` (created with its folder, private to the
-    user) with every table of the bot's state: the connection, its transactions and the
-    queue's journal as its bases have them (:mod:`.state_db`, :mod:`.queue_journal`), the
-    owner's obeyed commands here, and an object for each other table.  One event loop uses it
+    user) with every table of the bot's state: the connection and its transactions as
+    :mod:`.state_db` has them, the owner's obeyed commands here, and an object for each other
+    table, the queue's journal (:mod:`.queue_journal`) among them.  One event loop uses it
     at a time; every failure is a :class:`StateError`."""
 
     def __init__(
@@ -97,8 +99,10 @@ class BotStore(QueueJournal):
     ) -> None:
         path = state_dir / STATE_DB
         fresh = not path.exists()
-        super().__init__(path, _TABLES, agent_secret=agent_secret)
+        super().__init__(path, _TABLES)
         with self.closed_on_failure():
+            #: The queue's rows: what intake appends, a settled turn synchronises, a start loads.
+            self.journal = QueueJournal(self, agent_secret=agent_secret)
             self.outbox = Outbox(path, rng=outbox_rng, connection=self._db)
             self.receipts = SessionReceipts(self.execute, self.transaction)
             self.budget = BudgetTable(self.execute, self.transaction)
@@ -106,7 +110,9 @@ class BotStore(QueueJournal):
             self.own_lists = OwnLists(self.execute, self.transaction)
         self.refusals = RefusedWraps(self.execute, self.transaction, self.intake)
         #: Problems met while importing files of an earlier version (for a diagnostic).
-        self.import_problems = import_legacy(self, self.outbox, state_dir) if fresh else []
+        self.import_problems = (
+            import_legacy(self, self.journal, self.outbox, state_dir) if fresh else []
+        )
 
     def commands(self) -> list[str]:
         """Obeyed owner commands, oldest first."""

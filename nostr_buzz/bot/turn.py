@@ -283,7 +283,7 @@ class TurnRunner:
                 for e in self.delivery.store_signed(signed)
             ]
             notices = settle()
-            self.store.sync_channel(self.queue, turn.batch.channel)
+            self.store.journal.sync_channel(self.queue, turn.batch.channel)
             for key, payload in spent:
                 self.budget.record(key, payload)
         if checkpoint is not None:

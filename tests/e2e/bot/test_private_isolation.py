@@ -181,9 +181,9 @@ async def test_a_private_message_an_earlier_version_queued_with_public_notes_is_
     dm_id, wrap = wrap_to(world.owner, world.agent, "queued before the upgrade", now)
     dm = nip59.open_gift_wrap(world.agent, wrap).as_event()
     store = BotStore(world.tmp / "state", agent_secret=world.agent)
-    queue = store.load_queue()
+    queue = store.journal.load_queue()
     assert queue.push(dm, now=now).accepted
-    store.record_push(queue, QueuedEvent(dm, "@mention", now), [], now)
+    store.journal.record_push(queue, QueuedEvent(dm, "@mention", now), [], now)
     store.close()
     db = sqlite3.connect(world.tmp / "state" / STATE_DB)
     with db:  # what the previous version wrote: the author's shared dm- channel

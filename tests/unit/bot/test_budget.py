@@ -68,21 +68,21 @@ def test_a_hold_of_an_earlier_run_is_released_at_start_and_decided_again(tmp_pat
     backoff gone from the state database too), so the caps in force decide the next turn."""
     records: list[DiagnosticRecord] = []
     _, store = gate(tmp_path / "state", records)
-    queue = store.load_queue()
+    queue = store.journal.load_queue()
     event = chat(ALICE, int(NOW), content="held")
     assert queue.push(event, now=NOW).accepted
-    store.record_push(queue, QueuedEvent(event, "@mention", NOW), [], 1)
+    store.journal.record_push(queue, QueuedEvent(event, "@mention", NOW), [], 1)
     batch = queue.flush_next(NOW)
     assert batch is not None
     with store.transaction(durable=True):
         queue.hold(batch, NOW + 3600)
-        store.sync_channel(queue, batch.channel)
+        store.journal.sync_channel(queue, batch.channel)
     store.budget.note("held:" + batch.channel, "1")
     assert queue.flush_next(NOW + 60) is None  # held
     store.close()
 
     again, store = gate(tmp_path / "state", records)
-    queue = store.load_queue()
+    queue = store.journal.load_queue()
     assert queue.flush_next(NOW + 60) is None  # the stored hold, until the period's end
     release_holds(again, queue, store)
     assert again.held == [] and queue.flush_next(NOW + 60) is not None
@@ -90,8 +90,8 @@ def test_a_hold_of_an_earlier_run_is_released_at_start_and_decided_again(tmp_pat
     assert released.payload == {"channels": 1}
     store.close()
     third, store = gate(tmp_path / "state", records)
-    assert store.load_queue().flush_next(NOW + 60) is not None  # released durably
-    release_holds(third, store.load_queue(), store)  # nothing held: nothing said
+    assert store.journal.load_queue().flush_next(NOW + 60) is not None  # released durably
+    release_holds(third, store.journal.load_queue(), store)  # nothing held: nothing said
     assert len([r for r in records if r.kind == "budget_released"]) == 1
     store.close()
 

@@ -39,24 +39,24 @@ def test_a_queued_private_message_is_stored_as_its_wrap_and_opened_again_on_load
     wrap = nip59.gift_wrap(sender, agent.public_key, message, now=100)
     private = nip59.open_gift_wrap(agent, wrap).as_event()
     store = BotStore(tmp_path, agent_secret=agent)
-    queue = store.load_queue()
+    queue = store.journal.load_queue()
     assert queue.push(private, now=1.0).accepted
-    store.record_push(queue, QueuedEvent(private, "@mention", 1.0), [], 100)
+    store.journal.record_push(queue, QueuedEvent(private, "@mention", 1.0), [], 100)
     store.close()
     assert b"secret plans" not in (tmp_path / STATE_DB).read_bytes()
-    reloaded = BotStore(tmp_path, agent_secret=agent).load_queue()
+    reloaded = BotStore(tmp_path, agent_secret=agent).journal.load_queue()
     batch = reloaded.flush_next(10.0)
     assert batch is not None and batch.channel == f"dm-private-{sender.public_key.hex}"
     [queued] = batch.events
     assert isinstance(queued.event, nip59.PrivateEvent)
     assert (queued.event.id, queued.event.content) == (message.id, "secret plans")
     with pytest.raises(StateError):
-        BotStore(tmp_path).load_queue()  # without the agent's key the wrap cannot be opened
+        BotStore(tmp_path).journal.load_queue()  # without the agent's key the wrap cannot be opened
     # A bot whose key is in a signer opens the stored wraps through it before loading.
     keyless = BotStore(tmp_path)
-    [stored] = keyless.queued_wraps()
+    [stored] = keyless.journal.queued_wraps()
     opened = asyncio.run(nip59.open_gift_wrap_with(LocalSigner(agent), stored)).as_event()
-    batch = keyless.load_queue(opened={stored.id: opened}).flush_next(10.0)
+    batch = keyless.journal.load_queue(opened={stored.id: opened}).flush_next(10.0)
     assert batch is not None
     [again] = batch.events
     assert (again.event.id, again.event.content) == (message.id, "secret plans")
@@ -138,10 +138,10 @@ def test_rows_of_an_earlier_version_move_from_the_shared_dm_channel_to_the_priva
     older_dm = private(sender, agent, "more plans", 99)
     note = chat(sender, 100, channel=None, mention=agent, kind=1)
     store = BotStore(tmp_path, agent_secret=agent)
-    queue = store.load_queue()
+    queue = store.journal.load_queue()
     for event in (older_dm, dm, note):
         assert queue.push(event, now=1.0).accepted
-        store.record_push(queue, QueuedEvent(event, "@mention", 1.0), [], 100)
+        store.journal.record_push(queue, QueuedEvent(event, "@mention", 1.0), [], 100)
     store.close()
     # What the previous version wrote: every event under dm-{key}, the first private message
     # a failed batch (retry set, attempts, backoff), the second stored as cancelled.
@@ -154,7 +154,7 @@ def test_rows_of_an_earlier_version_move_from_the_shared_dm_channel_to_the_priva
     db.close()
 
     loaded = BotStore(tmp_path, agent_secret=agent)
-    queue = loaded.load_queue()
+    queue = loaded.journal.load_queue()
     public = queue.channel_state(f"dm-{key}")
     secret = queue.channel_state(f"dm-private-{key}")
     assert public is not None and secret is not None
@@ -174,7 +174,7 @@ def test_rows_of_an_earlier_version_move_from_the_shared_dm_channel_to_the_priva
     db.close()
     secret_channel = f"dm-private-{key}"
     assert rows == {note.id: f"dm-{key}", dm.id: secret_channel, older_dm.id: secret_channel}
-    again = BotStore(tmp_path, agent_secret=agent).load_queue()
+    again = BotStore(tmp_path, agent_secret=agent).journal.load_queue()
     assert again.channel_state(f"dm-private-{key}") == secret
     assert again.channel_state(f"dm-{key}") == public
 

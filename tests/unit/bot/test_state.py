@@ -47,13 +47,13 @@ def state_of(q: DispatchQueue) -> dict[str, object]:
 def push(store: BotStore, q: DispatchQueue, event: Event, now: float) -> None:
     result = q.push(event, now=now)
     queued = QueuedEvent(event, "@mention", now) if result.accepted else None
-    store.record_push(q, queued, result.dropped, int(now))
+    store.journal.record_push(q, queued, result.dropped, int(now))
 
 
 def test_rows_rebuild_the_queue_after_every_kind_of_settlement(tmp_path: Path) -> None:
     rng = random.Random(7)
     store = BotStore(tmp_path)
-    q = store.load_queue(rng=random.Random(1))
+    q = store.journal.load_queue(rng=random.Random(1))
     events = [
         msg(rng.choice([ALICE, BOB]), 100 + i, channel=rng.choice(["room", "ops", None]))
         for i in range(40)
@@ -72,17 +72,17 @@ def test_rows_rebuild_the_queue_after_every_kind_of_settlement(tmp_path: Path) -
         elif action == 2:
             q.requeue_cancelled(batch, "interrupt")
         # action 3: left in flight, as a crash would leave it
-        store.sync_channel(q, batch.channel)
+        store.journal.sync_channel(q, batch.channel)
     store.close()
     reopened = BotStore(tmp_path)
-    rebuilt = reopened.load_queue()
+    rebuilt = reopened.journal.load_queue()
     assert state_of(rebuilt) == state_of(q)
     assert reopened.position() == 39
 
 
 def test_an_admitted_event_costs_constant_writes_and_a_duplicate_none(tmp_path: Path) -> None:
     store = BotStore(tmp_path)
-    q = store.load_queue()
+    q = store.journal.load_queue()
     costs = []
     for n in range(600):
         before = store.changes
@@ -97,7 +97,7 @@ def test_an_admitted_event_costs_constant_writes_and_a_duplicate_none(tmp_path: 
 
 def test_the_log_is_checkpointed_by_a_thread_every_few_hundred_commits(tmp_path: Path) -> None:
     store = BotStore(tmp_path)
-    q = store.load_queue()
+    q = store.journal.load_queue()
     database = tmp_path / STATE_DB
     empty = database.stat().st_size
     for n in range(COMMITS):  # outside an event loop each push commits at once
@@ -107,20 +107,20 @@ def test_the_log_is_checkpointed_by_a_thread_every_few_hundred_commits(tmp_path:
     # The rows reached the database file, far before SQLite's own checkpoint would have run.
     assert database.stat().st_size > empty
     store.close()
-    assert BotStore(tmp_path).load_queue().pending("c0") == len(range(0, COMMITS, 3))
+    assert BotStore(tmp_path).journal.load_queue().pending("c0") == len(range(0, COMMITS, 3))
 
 
 def test_a_version_1_database_has_its_queue_rows_moved_into_write_order(tmp_path: Path) -> None:
     # Version 1 kept the queue's rows in id order (WITHOUT ROWID); what it held is kept.
     store = BotStore(tmp_path)
-    q = store.load_queue()
+    q = store.journal.load_queue()
     events = [msg(ALICE, 1000 + n, channel=f"c{n % 2}") for n in range(6)]
     for n, event in enumerate(events):
         push(store, q, event, float(n))
     batch = q.flush_next(10.0)
     assert batch is not None
     q.requeue_cancelled(batch, "interrupt")
-    store.sync_channel(q, batch.channel)
+    store.journal.sync_channel(q, batch.channel)
     store.close()
     db = sqlite3.connect(tmp_path / STATE_DB)
     db.executescript(
@@ -137,7 +137,7 @@ def test_a_version_1_database_has_its_queue_rows_moved_into_write_order(tmp_path
     )
     db.close()
     reopened = BotStore(tmp_path)
-    assert state_of(reopened.load_queue()) == state_of(q)
+    assert state_of(reopened.journal.load_queue()) == state_of(q)
     reopened.close()
     db = sqlite3.connect(tmp_path / STATE_DB)
     assert db.execute("PRAGMA user_version").fetchone()[0] == 2
@@ -148,12 +148,12 @@ def test_a_version_1_database_has_its_queue_rows_moved_into_write_order(tmp_path
 
 def test_remembered_ids_are_capped_and_restored(tmp_path: Path) -> None:
     store = BotStore(tmp_path)
-    q = store.load_queue()
+    q = store.journal.load_queue()
     first = msg(ALICE, 1)
     push(store, q, first, 1.0)
     q.complete(q.flush_next(2.0))  # type: ignore[arg-type]
-    store.sync_channel(q, "room")
-    rebuilt = BotStore(tmp_path).load_queue()
+    store.journal.sync_channel(q, "room")
+    rebuilt = BotStore(tmp_path).journal.load_queue()
     assert rebuilt.is_remembered(first.id)
     assert rebuilt.push(first, now=3.0).duplicate
     # The table keeps the newest REMEMBERED_IDS ids.
@@ -214,7 +214,7 @@ def test_files_of_an_earlier_version_are_imported_once(tmp_path: Path) -> None:
         old.add(metric, now=5.0)
     store = BotStore(tmp_path)
     assert store.import_problems == []
-    assert state_of(store.load_queue()) == state_of(q)
+    assert state_of(store.journal.load_queue()) == state_of(q)
     assert store.position() == 1234 and store.commands() == ["cd" * 32]
     assert [e.id for e in store.outbox.entries()] == [metric.id]
     assert not (tmp_path / "queue.json").exists()
@@ -231,7 +231,7 @@ def test_a_corrupt_old_queue_file_is_kept_aside_and_reported(tmp_path: Path) -> 
     store = BotStore(tmp_path)
     assert len(store.import_problems) == 1 and "queue.json" in store.import_problems[0]
     assert (tmp_path / "queue.json.corrupt").exists()
-    assert store.load_queue().channel_names() == []
+    assert store.journal.load_queue().channel_names() == []
 
 
 def test_a_malformed_old_state_file_is_kept_aside_and_reported(tmp_path: Path) -> None:
@@ -256,12 +256,12 @@ def test_a_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
 
 def test_an_inconsistent_database_is_a_state_error(tmp_path: Path) -> None:
     store = BotStore(tmp_path)
-    q = store.load_queue()
+    q = store.journal.load_queue()
     event = msg(ALICE, 1)
     push(store, q, event, 1.0)
     store.execute("INSERT INTO remembered (id, kind) VALUES (?, 'event')", (event.id,))
     with pytest.raises(StateError, match="inconsistent"):
-        store.load_queue()
+        store.journal.load_queue()
 
 
 async def test_a_burst_commits_once_at_the_end_of_the_loop_step(tmp_path: Path) -> None:
@@ -269,7 +269,7 @@ async def test_a_burst_commits_once_at_the_end_of_the_loop_step(tmp_path: Path) 
     import sqlite3
 
     store = BotStore(tmp_path)
-    q = store.load_queue()
+    q = store.journal.load_queue()
     other = sqlite3.connect(tmp_path / STATE_DB)
 
     def visible() -> int:
@@ -295,7 +295,7 @@ async def test_a_send_recorded_while_intake_is_open_joins_it(tmp_path: Path) -> 
     from nostr_buzz.io.relay import Verdict
 
     store = BotStore(tmp_path)
-    q = store.load_queue()
+    q = store.journal.load_queue()
     reply = msg(BOB, 5, channel=None)
     store.outbox.add(reply, now=1.0)
     push(store, q, msg(ALICE, 6), 6.0)  # the intake transaction is open for this step
@@ -343,7 +343,7 @@ def test_refused_wraps_are_remembered_capped_and_kept_only_under_the_same_gate(
     again.refusals.load("gate-a")
     assert f"{REMEMBERED_REFUSALS + 2:064x}" in again.refusals and f"{2:064x}" not in again.refusals
     # An older nostr-buzz reads only its own kinds: refusals are no commands nor delivered ids.
-    assert again.commands() == [] and not again.load_queue().is_remembered(f"{5:064x}")
+    assert again.commands() == [] and not again.journal.load_queue().is_remembered(f"{5:064x}")
 
 
 def test_a_refusal_scope_is_the_gates_whole_configuration() -> None:
@@ -374,14 +374,14 @@ def test_a_refusal_scope_is_the_gates_whole_configuration() -> None:
 
 def test_a_changed_session_scope_moves_the_stored_events_to_their_keys(tmp_path: Path) -> None:
     store = BotStore(tmp_path)
-    q = store.load_queue()
+    q = store.journal.load_queue()
     first, second = msg(ALICE, 100), msg(BOB, 101)
     reply = msg(BOB, 102, thread=first.id)
     for i, event in enumerate((first, second, reply)):
         push(store, q, event, float(i))
     store.close()
-    by_thread = BotStore(tmp_path).load_queue(channel_of=keyer("thread"))
+    by_thread = BotStore(tmp_path).journal.load_queue(channel_of=keyer("thread"))
     assert sorted(by_thread.channel_names()) == sorted([f"room/{first.id}", f"room/{second.id}"])
     assert by_thread.pending(f"room/{first.id}") == 2
-    back = BotStore(tmp_path).load_queue()  # and back to one queue per channel
+    back = BotStore(tmp_path).journal.load_queue()  # and back to one queue per channel
     assert back.channel_names() == ["room"] and back.pending("room") == 3

@@ -88,10 +88,10 @@ def test_once_prints_the_json_view_of_a_bots_state(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = BotStore(tmp_path / "state")
-    queue = store.load_queue()
+    queue = store.journal.load_queue()
     event = chat(ALICE, 5, channel="eng")
     queue.push(event, now=T0)
-    store.record_push(queue, QueuedEvent(event, "@mention", T0), [], 5)
+    store.journal.record_push(queue, QueuedEvent(event, "@mention", T0), [], 5)
     store.close()
     (tmp_path / "buzz.toml").write_text('state_dir = "state"\n')
     code, out, err = buzz(capsys, "watch", "--once", "--config", str(tmp_path / "buzz.toml"))

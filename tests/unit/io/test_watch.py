@@ -30,11 +30,11 @@ def clock() -> datetime:
 def bot_state(directory: Path) -> BotStore:
     """A bot's state with two events queued in ``room`` and one in ``ops``."""
     store = BotStore(directory)
-    queue = store.load_queue()
+    queue = store.journal.load_queue()
     for author, channel, at in ((ALICE, "room", 1), (BOB, "room", 2), (ALICE, "ops", 3)):
         event = chat(author, at, channel=channel)
         queue.push(event, now=NOW + at)
-        store.record_push(queue, QueuedEvent(event, "@mention", NOW + at), [], at)
+        store.journal.record_push(queue, QueuedEvent(event, "@mention", NOW + at), [], at)
     store.flush()
     return store
 
