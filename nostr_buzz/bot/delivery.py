@@ -3,8 +3,8 @@ the write relays;
 a private message's answer goes as gift wraps to each addressee's DM relays.
 
 Replies are durable like metrics.  Both are signed once, through the agent's signer and before
-any transaction opens (a signer may answer over the network: :meth:`Delivery.sign_reply`,
-:meth:`Delivery.sign_metric`), then committed to the outbox table of the bot's state database
+any transaction opens (a signer may answer over the network: :meth:`ReplySigner.sign_reply`,
+:meth:`ReplySigner.sign_metric`), then committed to the outbox table of the bot's state database
 by the caller's transaction — the same one that records the turn's outcome in the queue — and
 only then sent, in the background, to every relay it is meant for, with a record per relay in
 the outbox (core/delivery_state.py).  The turn goes on at the first acceptance; the slower
@@ -35,7 +35,7 @@ give_up_after`` (7 days by default) is removed and reported as ``outbox_given_up
 A stored event is due for its first retry only after the time its first send may take, so that
 the retry loop never sends an event whose first send is still on the wire.
 
-Signing and routing what a turn leaves is :mod:`.reply_signing` (:class:`Delivery` extends its
+Signing and routing what a turn leaves is :mod:`.reply_signing` (:class:`Delivery` holds its
 :class:`~.reply_signing.ReplySigner`); where a private answer goes, :mod:`.private_routes`; what
 the publisher's reports become (the diagnostics, the split of a reply too large),
 :mod:`.delivery_reports`; storing, sending and retrying, here.
@@ -67,9 +67,9 @@ __all__ = ["Delivery", "Signed"]
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 
 
-class Delivery(ReplySigner):
-    """Stores and sends a bot's metrics and replies (see the module docstring), signed as its
-    base signs them (:mod:`.reply_signing`), reported as :mod:`.delivery_reports` says."""
+class Delivery:
+    """Stores and sends a bot's metrics and replies (see the module docstring), signed as
+    ``signing`` signs them (:mod:`.reply_signing`), reported as :mod:`.delivery_reports` says."""
 
     def __init__(
         self,
@@ -93,7 +93,10 @@ class Delivery(ReplySigner):
         )
         trust_configured(self.pool, config)
         self.write_pool = self.pool.using(config.write_relays)
-        super().__init__(config, self.pool, diagnostics, clock)
+        self.config, self.signer, self.agent = config, config.signer, config.signer.public_key.hex
+        self._diagnostics, self._clock = diagnostics, clock
+        #: Signs and routes what a turn leaves: replies, private answers, metrics, checkpoints.
+        self.signing = ReplySigner(config, self.pool, diagnostics, clock)
         self.store = store
         self._spawn = spawn
         self.reports = DeliveryReports(
@@ -163,7 +166,7 @@ class Delivery(ReplySigner):
         owner = self.config.owner.hex
         try:
             rumor = nip17.message(self.agent, [owner], text, created_at=now)
-            relays = await self.private.relays_of([owner, self.agent], fresh=True)
+            relays = await self.signing.private.relays_of([owner, self.agent], fresh=True)
             wraps = await nip17.wrap_for_room_with(self.signer, rumor, now=now)
         except BuzzError:
             return False
@@ -197,8 +200,8 @@ class Delivery(ReplySigner):
     async def notify(self, target: Event, text: str) -> None:
         """Sign, store and send a notice in ``target``'s thread (a signer that fails is
         reported; the notice is then not sent)."""
-        signing = self.sign_reply(target, text)
-        notice = await self.sign_or_report(signing, target, {"inReplyTo": target.id})
+        signing = self.signing.sign_reply(target, text)
+        notice = await self.signing.sign_or_report(signing, target, {"inReplyTo": target.id})
         if notice is None:
             return
         with self.store.transaction(durable=True):
@@ -232,7 +235,9 @@ class Delivery(ReplySigner):
             return
         content, created_at = event.content, event.created_at
         unsigned = tagged_parts(event.kind, event.tags, content, created_at, max_bytes)
-        parts = await self.sign_or_report(self.sign_all(unsigned), event, {"eventId": event.id})
+        parts = await self.signing.sign_or_report(
+            self.signing.sign_all(unsigned), event, {"eventId": event.id}
+        )
         if parts is None:  # the whole reply stays in the outbox
             return
         entry = self.store.outbox.get(event.id)

@@ -162,7 +162,7 @@ class BuzzPlugin:
         self.delivery = delivery
         if self.turns.approvals is not None:  # questions go through the outbox from now on
             self.turns.approvals.tell = delivery.tell_owner
-        self.standing.directory = delivery.directory
+        self.standing.directory = delivery.signing.directory
         self._runner = TurnRunner(
             self.config,
             self.queue,

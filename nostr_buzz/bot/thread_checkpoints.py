@@ -174,7 +174,7 @@ class ThreadCheckpoints:
                 session_id=session.metric_session_id,
             )
             event = await build_checkpoint_event_async(self._signer, self._owner, checkpoint)
-            return await self._delivery.to_owner(event, ids)
+            return await self._delivery.signing.to_owner(event, ids)
         except BuzzError as exc:
             # A private conversation's summary may quote it: the error's class only.
             error = type(exc).__name__ if nip10.is_private_channel(key) else str(exc)
@@ -262,7 +262,7 @@ class SummaryTurns:
             )
         except BuzzError:
             payload = None
-        metric = await delivery.sign_metric(payload, ids) if payload else None
+        metric = await delivery.signing.sign_metric(payload, ids) if payload else None
         made = None
         if result.outcome == "success":
             summary = result.final_message or result.reply

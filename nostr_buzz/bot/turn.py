@@ -97,9 +97,9 @@ class TurnRunner:
     ) -> None:
         # One cache of people's relay lists (NIP-65): replies go to where they read, history
         # is read where they write.
-        resolver.directory = delivery.directory
+        resolver.directory = delivery.signing.directory
         if running.approvals is not None:  # the owner's DM relays, read through it
-            running.approvals.directory = delivery.directory
+            running.approvals.directory = delivery.signing.directory
         self.config, self.queue, self.store = config, queue, store
         self.supervisor, self.delivery, self.diagnostics = supervisor, delivery, diagnostics
         self._clock, self._spawn, self._wake = clock, spawn, wake
@@ -206,7 +206,7 @@ class TurnRunner:
         events = [q.event for q in batch.events]
         self.telemetry.started(turn.turn_id, batch.channel, events)
         # A private answer's DM relays, looked up while the turn runs (a round trip saved).
-        dm_lookup = self.delivery.private.look_up(batch.events[-1].event)
+        dm_lookup = self.delivery.signing.private.look_up(batch.events[-1].event)
         try:
             prepared = await self.preparer.prepare(turn)
             if prepared is None:  # cancelled before the prompt went out
@@ -217,7 +217,7 @@ class TurnRunner:
             self.report.completed(turn, result)
             followups = await self.steering.follow(turn, self.report.output)
             targets = [turn.batch.events[-1].event, *(out.target for out in followups)]
-            dm_relays = await self.delivery.private.relays_for(dm_lookup, targets)
+            dm_relays = await self.delivery.signing.private.relays_for(dm_lookup, targets)
             await self._finish(turn, result, history_ids, started_at, followups, dm_relays)
         except asyncio.CancelledError:
             raise
@@ -266,14 +266,16 @@ class TurnRunner:
         metric_of: list[tuple[Output, Signed | None]] = []  # each metric's turn (telemetry)
         for out in outputs:
             if out.payload is not None:
-                metric = await self.delivery.sign_metric(out.payload, out.ids)
+                metric = await self.delivery.signing.sign_metric(out.payload, out.ids)
                 metrics += [metric] if metric is not None else []
                 metric_of.append((out, metric))
                 key = metric.events[0].id if metric is not None else f"turn:{out.ids.turn_id}"
                 spent.append((key, out.payload))
             if out.reply is not None:
                 replies.append(
-                    await self.delivery.sign_reply(out.target, out.reply, out.ids, dm_relays)
+                    await self.delivery.signing.sign_reply(
+                        out.target, out.reply, out.ids, dm_relays
+                    )
                 )
         with self.store.transaction(durable=True):
             made = [checkpoint] if checkpoint is not None else []
