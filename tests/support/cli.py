@@ -57,8 +57,9 @@ class BackgroundLoop:
 
 
 async def stop_relay(running: Any) -> None:
-    """Stop a relay from ``start_relay`` (on the loop it runs on: ``bg.call(stop_relay(r))``)."""
-    running.stop()
+    """Stop a relay from ``start_relay`` (on the loop it runs on: ``bg.call(stop_relay(r))``),
+    and return once its port refuses connections: a relay meant to be gone answers no more."""
+    await running.close()
 
 
 def buzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

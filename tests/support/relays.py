@@ -15,6 +15,7 @@ import json
 import os
 import random
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -95,9 +96,29 @@ class RunningRelay:
     stopped: bool = False
 
     def stop(self) -> None:
+        """Ask the relay to shut down.  LocalRelay's shutdown is asynchronous: its listener
+        may accept for a moment after this returns; :meth:`close` waits until it is gone."""
         if not self.stopped:
             self.stopped = True
             self.relay.shutdown()
+
+    async def close(self) -> None:
+        """Stop the relay and return once its port refuses connections, so that a relay meant
+        to be gone does not answer one more time.  A shutdown asked while the relay is busy
+        accepting can be missed: it is asked again until the port is let go."""
+        self.stop()
+        deadline = time.monotonic() + 5.0
+        while _accepts(self.port):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the relay on port {self.port} still accepts after shutdown")
+            await asyncio.sleep(0.01)
+            self.relay.shutdown()
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 async def start_relay(
@@ -156,7 +177,7 @@ async def start_relay(
 async def restart_relay(relay: RunningRelay, timeout: float = 15.0) -> RunningRelay:
     """``relay`` stopped and started again on the same port (with the same store), once the
     old socket has let the port go: a bounded wait, retried every 50 ms."""
-    relay.stop()
+    await relay.close()
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
@@ -174,7 +195,7 @@ async def local_relay(**kwargs: Any) -> AsyncIterator[RunningRelay]:
     try:
         yield running
     finally:
-        running.stop()
+        await running.close()
 
 
 @asynccontextmanager

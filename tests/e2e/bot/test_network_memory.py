@@ -145,7 +145,7 @@ async def test_an_older_budget_served_again_after_a_stranger_flood_is_not_obeyed
 
         # The relay comes back without the newer !budget, and serves the older one again.
         kept = await fetch_all([relay.url], {})
-        relay.stop()
+        await relay.close()
         relay = await relay_with(relay.port, [e for e in kept if e.id != newer.id])
         await bot.record("replay_completed", lambda p: p["events"] > 0, mark)
         await bot.tail.quiet(1.0, 10)

@@ -7,20 +7,26 @@ nostr-sdk) name relays of its own.  Real relays on 127.0.0.1, the real demo agen
 - ``publish``: a list the bot did not make stays as it is; ``leave``: nothing is published.
 - A plugin fed by its host (``start`` and ``handle_event``, no ``run``) publishes nothing: it
   listens on no relay of its own.
-- A write relay that does not answer: a newer list may be there, so none is published.
+- A write relay that does not answer (silent, or down): a newer list may be there, so none is
+  published.
 """
 
 from __future__ import annotations
 
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import nostr_sdk
+import pytest
 
 from nostr_buzz.bot.plugin import BuzzPlugin
 from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip17, nip65
 from tests.support.bot_world import Recorder, World, serving
+from tests.support.hostile_relay import hostile_relay
 from tests.support.relays import local_relay
 
 LISTS = (nip65.KIND, nip17.DM_RELAYS_KIND)
@@ -145,11 +151,27 @@ async def test_a_plugin_fed_by_its_host_publishes_no_list(world: World) -> None:
     }
 
 
-async def test_no_list_is_published_over_one_a_silent_relay_may_hold(world: World) -> None:
+@asynccontextmanager
+async def unanswering(how: str) -> AsyncIterator[str]:
+    """A write relay that gives no answer: ``silent`` accepts the WebSocket and says nothing;
+    ``down`` is a port held bound and not listening, so every connection is refused.  (A relay
+    just stopped will not do: its listener may still accept for a moment.)"""
+    if how == "silent":
+        async with hostile_relay("silent") as relay:
+            yield relay.url
+        return
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"ws://127.0.0.1:{held.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("how", ["silent", "down"])
+async def test_no_list_is_published_over_one_an_unanswering_relay_may_hold(
+    world: World, how: str
+) -> None:
     host = await host_publishes(world, HOST_RELAYS)
-    async with local_relay() as gone:
-        silent = gone.url
-    rec = await start_and_stop(world, write_relays=(world.relay.url, silent))
+    async with unanswering(how) as url:
+        rec = await start_and_stop(world, write_relays=(world.relay.url, url))
     failed = rec.of("relay_list_failed") + rec.of("dm_relays_failed")
     assert len(failed) == 2
     assert all("could not be read" in r.payload["error"] for r in failed)

@@ -307,7 +307,7 @@ async def test_subscription_survives_a_restart_and_delivers_outage_events_once(t
             assert (await pub.publish(first)).accepted
         assert (await asyncio.wait_for(received.get(), 2)).id == first.id
 
-        relay.stop()
+        await relay.close()
         # The subscriber has noticed and failed one reconnect: it is now backing off (1 s).
         await wait_until(lambda: sub_client.last_error == "connection refused", 2)
         relay = await start_relay(port=relay.port, database=relay.database)
