@@ -107,12 +107,18 @@ class RunningRelay:
         to be gone does not answer one more time.  A shutdown asked while the relay is busy
         accepting can be missed: it is asked again until the port is let go."""
         self.stop()
+        if _holders.get(self.port) is not self:
+            return  # a relay started since holds the port: this one's listener let it go
         deadline = time.monotonic() + 5.0
         while _accepts(self.port):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the relay on port {self.port} still accepts after shutdown")
             await asyncio.sleep(0.01)
             self.relay.shutdown()
+
+
+#: The relay started last on each port (a restart takes its predecessor's).
+_holders: dict[int, RunningRelay] = {}
 
 
 def _accepts(port: int) -> bool:
@@ -171,7 +177,9 @@ async def start_relay(
             if "in use" not in str(exc) or loop.time() > deadline:
                 raise
             await asyncio.sleep(0.05)
-    return RunningRelay(relay=relay, url=f"ws://127.0.0.1:{port}", port=port, database=database)
+    running = RunningRelay(relay=relay, url=f"ws://127.0.0.1:{port}", port=port, database=database)
+    _holders[port] = running
+    return running
 
 
 async def restart_relay(relay: RunningRelay, timeout: float = 15.0) -> RunningRelay:

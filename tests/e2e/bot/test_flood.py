@@ -162,7 +162,7 @@ async def test_a_refused_gift_wrap_is_opened_once_not_again_on_reconnect_or_rest
             async with serving(config, rec2):  # a restart on the same state: another replay
                 replayed = rec2.of("replay_completed")[0].payload["events"]
         finally:
-            relay.stop()
+            await relay.close()
     # The replays saw every wrap again (the two refused, the owner's, the agent's own copy)...
     assert replayed >= 4
     # ...but opened none of the refused ones: each refusal was reported once, not per replay.
