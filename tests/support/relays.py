@@ -16,6 +16,7 @@ import os
 import random
 import socket
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -117,8 +118,9 @@ class RunningRelay:
             self.relay.shutdown()
 
 
-#: The relay started last on each port (a restart takes its predecessor's).
-_holders: dict[int, RunningRelay] = {}
+#: The relay started last on each port (a restart takes its predecessor's); weak, so that a
+#: relay the tests let go of is not kept alive here.
+_holders: weakref.WeakValueDictionary[int, RunningRelay] = weakref.WeakValueDictionary()
 
 
 def _accepts(port: int) -> bool:
