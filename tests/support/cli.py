@@ -56,12 +56,6 @@ class BackgroundLoop:
         self.loop.close()
 
 
-async def stop_relay(running: Any) -> None:
-    """Stop a relay from ``start_relay`` (on the loop it runs on: ``bg.call(stop_relay(r))``),
-    and return once its port refuses connections: a relay meant to be gone answers no more."""
-    await running.close()
-
-
 def buzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """``buzz ARGV`` in process: exit code, stdout, stderr."""
     code = main(list(argv))

@@ -13,7 +13,6 @@ nostr-sdk) name relays of its own.  Real relays on 127.0.0.1, the real demo agen
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +25,7 @@ from nostr_buzz.event import Event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip17, nip65
 from tests.support.bot_world import Recorder, World, serving
+from tests.support.cli import dead_url
 from tests.support.hostile_relay import hostile_relay
 from tests.support.relays import local_relay
 
@@ -154,15 +154,13 @@ async def test_a_plugin_fed_by_its_host_publishes_no_list(world: World) -> None:
 @asynccontextmanager
 async def unanswering(how: str) -> AsyncIterator[str]:
     """A write relay that gives no answer: ``silent`` accepts the WebSocket and says nothing;
-    ``down`` is a port held bound and not listening, so every connection is refused.  (A relay
-    just stopped will not do: its listener may still accept for a moment.)"""
+    ``down`` is a port where nothing listens, so every connection is refused.  (A relay just
+    stopped will not do: its listener may still accept for a moment.)"""
     if how == "silent":
         async with hostile_relay("silent") as relay:
             yield relay.url
         return
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        yield f"ws://127.0.0.1:{held.getsockname()[1]}"
+    yield dead_url()
 
 
 @pytest.mark.parametrize("how", ["silent", "down"])

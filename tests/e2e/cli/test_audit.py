@@ -20,7 +20,7 @@ from tests.e2e.cli.test_startup import heavy_in, imported_by
 from tests.support import cli
 from tests.support.audit_metrics import metric_for
 from tests.support.bot_world import WAIT, Recorder, World
-from tests.support.cli import BackgroundLoop, dead_url, stop_relay
+from tests.support.cli import BackgroundLoop, dead_url
 from tests.support.events import chat
 from tests.support.hostile_metrics import private_channel_forgery
 from tests.support.hostile_relay import hostile_relay
@@ -67,7 +67,7 @@ def hand() -> Iterator[Hand]:
             cli.publish(bg, one.url, event)
         yield Hand(one.url, forger.url, good, unpublished, stranger, reaction, metrics)
     finally:
-        bg.call(stop_relay(one))
+        bg.call(one.close())
         bg.close()
 
 

@@ -22,7 +22,7 @@ import pytest
 from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip10, nip19
-from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
+from tests.support.cli import BackgroundLoop, buzz, dead_url, publish
 from tests.support.hostile_relay import hostile_relay
 from tests.support.keys import ALICE, BOB
 from tests.support.relays import start_relay
@@ -36,7 +36,7 @@ def relay_a(bg: BackgroundLoop) -> Iterator[str]:
     try:
         yield running.url
     finally:
-        bg.call(stop_relay(running))
+        bg.call(running.close())
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def relay_b(bg: BackgroundLoop) -> Iterator[str]:
     try:
         yield running.url
     finally:
-        bg.call(stop_relay(running))
+        bg.call(running.close())
 
 
 TRICKY_EVENTS = [
@@ -241,7 +241,7 @@ def test_raw_authenticates_to_configured_relays_only(
         )
         assert (code, out) == (3, "")
     finally:
-        bg.call(stop_relay(guarded))
+        bg.call(guarded.close())
 
 
 @pytest.mark.parametrize("behaviour", ["forged_sig", "wrong_id", "other_event"])

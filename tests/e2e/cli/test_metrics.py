@@ -35,7 +35,7 @@ from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips.nip_am import MetricPayload, TokenCounts
 from tests.support import cli
-from tests.support.cli import BackgroundLoop, dead_url, stop_relay
+from tests.support.cli import BackgroundLoop, dead_url
 from tests.support.hostile_relay import forge_signature, hostile_relay, tarpit
 from tests.support.metric_scenario import (
     AGENT_A,
@@ -68,8 +68,8 @@ def relays(world: Scenario) -> Iterator[tuple[str, str]]:
         bg.call(publish_all(two.url, world.valid[:3] + world.forged[:2]))
         yield one.url, two.url
     finally:
-        bg.call(stop_relay(one))
-        bg.call(stop_relay(two))
+        bg.call(one.close())
+        bg.call(two.close())
         bg.close()
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import BackgroundLoop, stop_relay
+from tests.support.cli import BackgroundLoop
 from tests.support.hostile_metrics import (
     ESCAPES_SHOWN,
     MARKUP,
@@ -39,7 +39,7 @@ def relay_url() -> Iterator[str]:
         bg.call(publish_all(relay.url, hostile_metrics()))
         yield relay.url
     finally:
-        bg.call(stop_relay(relay))
+        bg.call(relay.close())
         bg.close()
 
 

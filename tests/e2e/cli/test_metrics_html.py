@@ -26,7 +26,7 @@ import pytest
 from nostr_buzz.reports.metrics_charts import CHART_NAMES, MAX_CHANNEL_BARS
 from tests.support import cli
 from tests.support.chromium import chromium
-from tests.support.cli import BackgroundLoop, stop_relay
+from tests.support.cli import BackgroundLoop
 from tests.support.hostile_metrics import HTML_INJECTIONS, html_injection_metrics
 from tests.support.keys import OWNER
 from tests.support.metric_days import DAYS, ten_days
@@ -77,8 +77,8 @@ def relays() -> Iterator[tuple[str, str]]:
         bg.call(publish_all(hostile.url, html_injection_metrics()))
         yield days.url, hostile.url
     finally:
-        bg.call(stop_relay(days))
-        bg.call(stop_relay(hostile))
+        bg.call(days.close())
+        bg.call(hostile.close())
         bg.close()
 
 

@@ -15,7 +15,7 @@ from nostr_buzz.event import Event, sign_event
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.keys import SecretKey
 from nostr_buzz.nips import nip17, nip44, nip59
-from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
+from tests.support.cli import BackgroundLoop, buzz, dead_url, publish
 from tests.support.keys import ALICE, BOB
 from tests.support.relays import start_relay
 
@@ -29,8 +29,8 @@ def relay_pair(bg: BackgroundLoop) -> Iterator[tuple[str, str]]:
     try:
         yield first.url, second.url
     finally:
-        bg.call(stop_relay(first))
-        bg.call(stop_relay(second))
+        bg.call(first.close())
+        bg.call(second.close())
 
 
 def everything_on(bg: BackgroundLoop, url: str) -> list[Event]:

@@ -12,7 +12,7 @@ import pytest
 from nostr_buzz.io.pool import RelayPool
 from nostr_buzz.nips import nip44
 from nostr_buzz.nips import standing as docs
-from tests.support.cli import BackgroundLoop, buzz, dead_url, publish, stop_relay
+from tests.support.cli import BackgroundLoop, buzz, dead_url, publish
 from tests.support.keys import AGENT, OWNER, STRANGER
 from tests.support.relays import announcing_relay, start_relay
 
@@ -25,7 +25,7 @@ def relay(bg: BackgroundLoop) -> Iterator[str]:
     try:
         yield running.url
     finally:
-        bg.call(stop_relay(running))
+        bg.call(running.close())
 
 
 def test_canvas_set_then_get(capsys: pytest.CaptureFixture[str], relay: str) -> None:
